@@ -1,0 +1,91 @@
+"""The only classes an export's output structure may name: transformers' ModelOutput and cache classes.
+
+A manifest is data; loading one never imports a module or resolves a dotted path it names. Output classes
+are looked up by bare identifier among transformers' own output classes (``transformers.modeling_outputs``,
+then the ModelOutput subclasses of already imported ``transformers.models`` modules, then those of the
+architecture's modeling module reached through transformers' own public namespace).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .errors import ManifestError
+
+__all__ = ["CACHE_CLASSES", "IDENTIFIER", "resolve_output_class", "cache_class"]
+
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+CACHE_CLASSES = ("DynamicCache", "EncoderDecoderCache", "StaticCache")
+
+
+def _subclasses(cls: type) -> list[type]:
+    seen: list[type] = []
+    stack = [cls]
+    while stack:
+        for sub in stack.pop().__subclasses__():
+            if sub not in seen:
+                seen.append(sub)
+                stack.append(sub)
+    return seen
+
+
+def _find_output_class(name: str) -> type | None:
+    from transformers import modeling_outputs
+    from transformers.utils import ModelOutput
+
+    found = getattr(modeling_outputs, name, None)
+    if isinstance(found, type) and issubclass(found, ModelOutput):
+        return found
+    for sub in _subclasses(ModelOutput):
+        if sub.__name__ == name and sub.__module__.startswith("transformers."):
+            return sub
+    return None
+
+
+def resolve_output_class(name: str, architecture: str | None = None, where: str = "output_structure") -> type:
+    """Resolve an output class name through the allow-list.
+
+    Args:
+        name: Bare class name recorded in the manifest (``CausalLMOutputWithPast``).
+        architecture: The model class name (``LlamaForCausalLM``) whose modeling module may define ``name``.
+        where: JSON path used in the error message.
+
+    Raises:
+        ManifestError: The name is not an identifier or not a transformers output class.
+    """
+    if not isinstance(name, str) or not IDENTIFIER.match(name):
+        raise ManifestError(f"{where}: {name!r} is not a class name; only transformers output classes are allowed.")
+    found = _find_output_class(name)
+    if found is None and architecture and IDENTIFIER.match(architecture):
+        import transformers
+        from transformers import PreTrainedModel
+
+        model_cls = getattr(transformers, architecture, None)  # transformers' own lazy namespace, nothing else
+        if isinstance(model_cls, type) and issubclass(model_cls, PreTrainedModel):
+            found = _find_output_class(name)
+    if found is None:
+        raise ManifestError(
+            f"{where}: {name!r} is not an allowed output class (transformers ModelOutput subclasses only)."
+        )
+    return found
+
+
+def cache_class(name: str, where: str = "output_structure") -> type:
+    """Resolve a cache class name among :data:`CACHE_CLASSES`.
+
+    Raises:
+        ManifestError: The name is not an allowed cache class.
+    """
+    if name not in CACHE_CLASSES:
+        raise ManifestError(f"{where}: cache class {name!r} is not allowed; expected one of {', '.join(CACHE_CLASSES)}.")
+    import transformers
+
+    return getattr(transformers, name)
+
+
+def is_model_output(value: Any) -> bool:
+    """True for a transformers ModelOutput instance."""
+    from transformers.utils import ModelOutput
+
+    return isinstance(value, ModelOutput)

@@ -1,0 +1,75 @@
+"""Package versions: what an export was created with, and the warning when they drift from the tested ones."""
+
+from __future__ import annotations
+
+import warnings
+from importlib import metadata
+
+__all__ = ["TESTED_VERSIONS", "created_with", "warn_version_drift"]
+
+# Keep equal to constraints.txt (a test checks it).
+TESTED_VERSIONS: dict[str, str] = {
+    "torch": "2.13.0",
+    "transformers": "5.23.0",
+    "huggingface_hub": "2.4.0",
+    "safetensors": "0.8.0",
+    "onnx": "1.23.2",
+    "onnxscript": "0.7.2",
+    "onnx-ir": "1.1.0",
+    "onnxruntime": "1.32.0",
+    "executorch": "1.5.1",
+    "torchao": "0.18.0",
+    "openvino": "2026.4.1",
+    "nncf": "3.4.0",
+    "jsonschema": "4.26.0",
+}
+
+# Packages each format's export depends on (recorded in the manifest's created_with).
+BACKEND_PACKAGES: dict[str, tuple[str, ...]] = {
+    "dynamo": (),
+    "onnx": ("onnx", "onnxscript", "onnx-ir", "onnxruntime"),
+    "executorch": ("executorch",),
+    "openvino": ("openvino",),
+}
+
+_warned: set[str] = set()
+
+
+def installed_version(package: str) -> str | None:
+    """The installed version of a distribution, or None."""
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _base(version: str) -> str:
+    return version.split("+", 1)[0]
+
+
+def created_with(export_format: str) -> dict[str, str]:
+    """``{package: version}`` of hub_export, torch, transformers and the format's backend packages."""
+    from . import __version__
+
+    versions = {"hub_export": __version__}
+    for package in ("torch", "transformers", *BACKEND_PACKAGES.get(str(export_format), ())):
+        version = installed_version(package)
+        if version is not None:
+            versions[package] = version
+    return versions
+
+
+def warn_version_drift(packages: tuple[str, ...]) -> None:
+    """Warn once per process and package when an installed version differs from the tested one."""
+    for package in packages:
+        if package in _warned or package not in TESTED_VERSIONS:
+            continue
+        _warned.add(package)
+        version = installed_version(package)
+        if version is not None and _base(version) != TESTED_VERSIONS[package]:
+            warnings.warn(
+                f"{package} {version} is installed but hub_export is tested with {package}=={TESTED_VERSIONS[package]}; "
+                f"exports may fail or differ. Install the tested versions with `pip install -c constraints.txt ...`.",
+                UserWarning,
+                stacklevel=3,
+            )

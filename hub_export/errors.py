@@ -1,0 +1,70 @@
+"""Every error hub_export raises.
+
+One hierarchy rooted at :class:`HubExportError`; each error also inherits the builtin it resembles so that
+callers catching ``ValueError`` or ``ImportError`` keep working. Messages say what happened and how to fix it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "HubExportError",
+    "ConfigError",
+    "UnknownFormatError",
+    "BackendUnavailableError",
+    "DeviceUnavailableError",
+    "ExportError",
+    "InputError",
+    "InputBoundsError",
+    "ManifestError",
+    "IntegrityError",
+    "UnsafeExportError",
+    "HubError",
+]
+
+
+class HubExportError(Exception):
+    """Base class of every error raised by hub_export."""
+
+
+class ConfigError(HubExportError, ValueError):
+    """An export config is malformed: unknown field, wrong type or an unsupported value."""
+
+
+class UnknownFormatError(HubExportError, ValueError):
+    """An export format name that no backend is registered for."""
+
+
+class BackendUnavailableError(HubExportError, ImportError):
+    """A backend's optional dependency is not installed; the message names the pip extra to install."""
+
+
+class DeviceUnavailableError(HubExportError, RuntimeError):
+    """The requested device or execution provider is not available in this runtime."""
+
+
+class ExportError(HubExportError, RuntimeError):
+    """Tracing or lowering the model failed, or the inputs cannot be exported."""
+
+
+class InputError(HubExportError, ValueError):
+    """Inputs given to an exported model do not match its traced signature."""
+
+
+class InputBoundsError(InputError):
+    """An input dimension lies outside the bounds the export was planned for."""
+
+
+class ManifestError(HubExportError, ValueError):
+    """``export.json`` is invalid; the message names the JSON path and what was expected."""
+
+
+class IntegrityError(HubExportError, OSError):
+    """A file's size or sha256 does not match what the manifest records."""
+
+
+class UnsafeExportError(HubExportError, ValueError):
+    """An export file would run code or reach outside its folder when loaded."""
+
+
+class HubError(HubExportError, RuntimeError):
+    """A Hub operation (publish, download, sync) failed."""

@@ -1,0 +1,1 @@
+"""Exporters: the shared pipeline (``base``), one module per format, and ``AutoHfExporter`` (``auto``)."""

@@ -1,0 +1,42 @@
+"""The mechanism shared by every patch: replace an attribute for the duration of a ``with`` block."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import HubExportError
+
+__all__ = ["PatchTargetMissing", "patch_attribute"]
+
+_MISSING = object()
+
+
+class PatchTargetMissing(HubExportError, AttributeError):
+    """A patch's target no longer exists upstream: the workaround must be reviewed (maybe it is fixed)."""
+
+
+@contextlib.contextmanager
+def patch_attribute(owner: Any, name: str, value: Any, *, reason: str) -> Iterator[None]:
+    """Set ``owner.name = value`` inside the block and restore the original in ``finally``.
+
+    Args:
+        owner: Module, class or config object holding the attribute.
+        name: Attribute name; it must exist.
+        value: Replacement value.
+        reason: The upstream bug worked around (shown when the target is missing).
+
+    Raises:
+        PatchTargetMissing: ``owner`` has no attribute ``name`` any more.
+    """
+    original = getattr(owner, name, _MISSING)
+    if original is _MISSING:
+        raise PatchTargetMissing(
+            f"Patch target {getattr(owner, '__name__', owner)!r}.{name} is gone; the workaround for {reason} needs review."
+        )
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)

@@ -1,0 +1,270 @@
+"""The traced signature of an export, encoded as plain data.
+
+A model is called with kwargs that hold tensors, caches and flags, and returns a ``ModelOutput`` holding
+tensors, caches and tuples. Every backend sees one flat graph instead: a tuple of named tensors in, a tuple of
+named tensors out. This module converts between the two and writes the conversion down as JSON "structure"
+trees (no code paths: classes are bare names resolved through :mod:`hub_export._allowlist`).
+
+Structure nodes::
+
+    {"type": "tensor", "index": i}                       # position in the flat input or output tuple
+    {"type": "none"} | {"type": "constant", "value": v}
+    {"type": "tuple" | "list", "items": [node, ...]}
+    {"type": "dict", "items": [[key, node], ...]}
+    {"type": "model_output", "class": "CausalLMOutputWithPast", "fields": [[key, node], ...]}
+    {"type": "cache", "class": "DynamicCache", "layers": [{"key": node, "value": node}, ...]}
+    {"type": "cache", "class": "EncoderDecoderCache", "layers": [{"decoder": {...}, "encoder": {...}}, ...]}
+
+Flat tensors are named after their path: ``logits``, ``past_key_values.0.key``, ``hidden_states.2``,
+``past_key_values.0.encoder.value``. When a name is both read and written, the pair becomes
+``input.<name>`` / ``output.<name>``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ._allowlist import cache_class, is_model_output, resolve_output_class
+from .errors import ExportError, InputError, ManifestError
+
+__all__ = [
+    "TRAINING_ONLY_INPUTS",
+    "TensorSpec",
+    "Flattened",
+    "flatten_value",
+    "unflatten",
+    "split_kwargs",
+    "pair_names",
+    "dtype_name",
+    "torch_dtype",
+]
+
+TRAINING_ONLY_INPUTS = frozenset(
+    {"labels", "start_positions", "end_positions", "next_sentence_label", "mc_labels", "return_loss", "decoder_labels"}
+)
+_CONSTANT_TYPES = (bool, int, float, str, type(None))
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One flat graph input or output.
+
+    Attributes:
+        name: Graph name (``input_ids``, ``past_key_values.0.key``).
+        dtype: torch dtype name without ``torch.`` (``int64``, ``float32``).
+        shape: Each dim an int (static) or a symbolic name (``batch``).
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int | str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The spec as JSON data."""
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TensorSpec:
+        """Rebuild a spec from :meth:`to_json` output."""
+        return cls(data["name"], data["dtype"], tuple(data["shape"]))
+
+
+def dtype_name(dtype: Any) -> str:
+    """``torch.float32`` -> ``"float32"``."""
+    return str(dtype).removeprefix("torch.")
+
+
+def torch_dtype(name: str) -> Any:
+    """``"float32"`` -> ``torch.float32``."""
+    import torch
+
+    value = getattr(torch, name, None)
+    if not isinstance(value, torch.dtype):
+        raise ManifestError(f"Unknown dtype {name!r}.")
+    return value
+
+
+@dataclass
+class Flattened:
+    """A value flattened to tensors: the structure tree, and ``(name, tensor)`` leaves in order."""
+
+    tree: dict[str, Any]
+    leaves: list[tuple[str, Any]]
+
+
+def _join(path: tuple[str, ...]) -> str:
+    return ".".join(path)
+
+
+def flatten_value(value: Any, path: tuple[str, ...], leaves: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Encode ``value`` as a structure node, appending its tensors to ``leaves``.
+
+    Raises:
+        ExportError: The value holds something that is neither a tensor, a cache, a container nor a constant.
+    """
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        leaves.append((_join(path), value))
+        return {"type": "tensor", "index": len(leaves) - 1}
+    if value is None:
+        return {"type": "none"}
+    if isinstance(value, _CONSTANT_TYPES):
+        return {"type": "constant", "value": value}
+    if is_model_output(value):
+        fields = [[key, flatten_value(item, (*path, key), leaves)] for key, item in value.items()]
+        return {"type": "model_output", "class": type(value).__name__, "fields": fields}
+    cls_name = type(value).__name__
+    if cls_name == "EncoderDecoderCache":
+        decoder, encoder = value.self_attention_cache, value.cross_attention_cache
+        layers = []
+        for i in range(max(len(decoder.layers), len(encoder.layers))):
+            layers.append(
+                {
+                    "decoder": _flatten_layer(decoder.layers, i, (*path, str(i), "decoder"), leaves),
+                    "encoder": _flatten_layer(encoder.layers, i, (*path, str(i), "encoder"), leaves),
+                }
+            )
+        return {"type": "cache", "class": cls_name, "layers": layers}
+    if cls_name in ("DynamicCache", "StaticCache"):
+        layers = [_flatten_layer(value.layers, i, (*path, str(i)), leaves) for i in range(len(value.layers))]
+        return {"type": "cache", "class": cls_name, "layers": layers}
+    if isinstance(value, (tuple, list)):
+        items = [flatten_value(item, (*path, str(i)), leaves) for i, item in enumerate(value)]
+        return {"type": type(value).__name__ if type(value) in (tuple, list) else "tuple", "items": items}
+    if isinstance(value, dict):
+        return {"type": "dict", "items": [[str(k), flatten_value(v, (*path, str(k)), leaves)] for k, v in value.items()]}
+    raise ExportError(
+        f"{_join(path) or 'value'}: cannot export a {cls_name}; exports take and return tensors, "
+        "DynamicCache/EncoderDecoderCache caches, tuples and constants."
+    )
+
+
+def _flatten_layer(layers: list[Any], i: int, path: tuple[str, ...], leaves: list[tuple[str, Any]]) -> dict[str, Any]:
+    layer = layers[i] if i < len(layers) else None
+    keys = getattr(layer, "keys", None)
+    values = getattr(layer, "values", None)
+    if keys is None or values is None or getattr(layer, "is_initialized", True) is False:
+        return {"key": {"type": "none"}, "value": {"type": "none"}}
+    return {
+        "key": flatten_value(keys, (*path, "key"), leaves),
+        "value": flatten_value(values, (*path, "value"), leaves),
+    }
+
+
+def unflatten(node: dict[str, Any], tensors: list[Any], architecture: str | None = None, where: str = "structure") -> Any:
+    """Rebuild a value from its structure node and flat tensors.
+
+    Raises:
+        ManifestError: The node names a class outside the allow-list or is malformed.
+    """
+    kind = node.get("type")
+    if kind == "tensor":
+        return tensors[node["index"]]
+    if kind == "none":
+        return None
+    if kind == "constant":
+        return node["value"]
+    if kind in ("tuple", "list"):
+        items = [unflatten(n, tensors, architecture, f"{where}.items[{i}]") for i, n in enumerate(node["items"])]
+        return tuple(items) if kind == "tuple" else items
+    if kind == "dict":
+        return {k: unflatten(n, tensors, architecture, f"{where}.{k}") for k, n in node["items"]}
+    if kind == "model_output":
+        cls = resolve_output_class(node["class"], architecture, where=f"{where}.class")
+        return cls(**{k: unflatten(n, tensors, architecture, f"{where}.{k}") for k, n in node["fields"]})
+    if kind == "cache":
+        return _unflatten_cache(node, tensors, where)
+    raise ManifestError(f"{where}: unknown structure node type {kind!r}.")
+
+
+def _layer_pairs(layers: list[dict[str, Any]], tensors: list[Any], part: str | None) -> list[tuple[Any, Any]]:
+    pairs = []
+    for layer in layers:
+        entry = layer[part] if part else layer
+        pairs.append((unflatten(entry["key"], tensors), unflatten(entry["value"], tensors)))
+    return pairs
+
+
+def _dynamic_cache(pairs: list[tuple[Any, Any]]) -> Any:
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for i, (key, value) in enumerate(pairs):
+        if key is not None:
+            cache.update(key, value, i)
+    return cache
+
+
+def _unflatten_cache(node: dict[str, Any], tensors: list[Any], where: str) -> Any:
+    cls = cache_class(node.get("class"), where=f"{where}.class")
+    if cls.__name__ == "EncoderDecoderCache":
+        decoder = _dynamic_cache(_layer_pairs(node["layers"], tensors, "decoder"))
+        encoder = _dynamic_cache(_layer_pairs(node["layers"], tensors, "encoder"))
+        return cls(decoder, encoder)
+    if cls.__name__ == "DynamicCache":
+        return _dynamic_cache(_layer_pairs(node["layers"], tensors, None))
+    raise ManifestError(f"{where}: rebuilding a {cls.__name__} from flat tensors is not supported.")
+
+
+def split_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split sample kwargs into traced values (tensors, caches) and trace-time constants (flags).
+
+    Raises:
+        ExportError: A training-only input such as ``labels`` is present.
+    """
+    training = sorted(TRAINING_ONLY_INPUTS & set(kwargs))
+    if training:
+        raise ExportError(
+            f"Training-only input(s) {training} cannot be exported: exports run inference. Remove them from the sample inputs."
+        )
+    traced, constants = {}, {}
+    for name, value in kwargs.items():
+        (constants if isinstance(value, _CONSTANT_TYPES) else traced)[name] = value
+    return traced, constants
+
+
+def pair_names(input_names: list[str], output_names: list[str]) -> tuple[list[str], list[str]]:
+    """Rename names that are both a graph input and output to ``input.<name>`` / ``output.<name>``."""
+    shared = set(input_names) & set(output_names)
+    return (
+        [f"input.{n}" if n in shared else n for n in input_names],
+        [f"output.{n}" if n in shared else n for n in output_names],
+    )
+
+
+def check_inputs_match(specs: list[TensorSpec], tensors: list[Any], dims: dict[str, dict[str, Any]]) -> None:
+    """Check flat tensors against the traced specs: dtype, rank, static dims and symbolic bounds.
+
+    Raises:
+        InputError: A tensor has the wrong dtype, rank or static size.
+        InputBoundsError: A symbolic dim lies outside its recorded bounds.
+    """
+    from .errors import InputBoundsError
+
+    expected = ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in specs)
+    for spec, tensor in zip(specs, tensors):
+        got = dtype_name(tensor.dtype)
+        if got != spec.dtype:
+            raise InputError(f"Input {spec.name!r} has dtype {got}, expected {spec.dtype}. Expected signature: {expected}.")
+        if tensor.dim() != len(spec.shape):
+            raise InputError(
+                f"Input {spec.name!r} has rank {tensor.dim()} (shape {list(tensor.shape)}), expected rank {len(spec.shape)} "
+                f"{list(spec.shape)}. Expected signature: {expected}."
+            )
+        for axis, (size, dim) in enumerate(zip(tensor.shape, spec.shape)):
+            if isinstance(dim, int):
+                if size != dim:
+                    raise InputError(
+                        f"Input {spec.name!r} has size {size} on axis {axis}, but this export is static there ({dim}). "
+                        f"Expected signature: {expected}. Re-export with dynamic=True to accept other sizes."
+                    )
+                continue
+            bounds = dims.get(dim, {})
+            low, high = bounds.get("min"), bounds.get("max")
+            if (low is not None and size < low) or (high is not None and size > high):
+                raise InputBoundsError(
+                    f"Input {spec.name!r} has size {size} on axis {axis} ({dim}), outside the exported bounds "
+                    f"[{low}, {high if high is not None else 'inf'}]. Re-export with a larger bound for {dim!r}."
+                )

@@ -1,0 +1,394 @@
+"""The embedded Hub, exercised through the real huggingface_hub client (and raw HTTP for the hostile cases)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import json
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+try:
+    from tests.hub_fixtures import HUB_TOKEN, hub_api, hub_env, hub_server  # noqa: F401 - fixtures
+except ImportError:
+    from hub_fixtures import HUB_TOKEN, hub_api, hub_env, hub_server  # noqa: F401 - fixtures
+
+from huggingface_hub import (
+    CommitOperationAdd,
+    CommitOperationDelete,
+    HfApi,
+    hf_hub_download,
+    snapshot_download,
+)
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    HfHubHTTPError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+
+from hub_export.hub.server import HubServer
+
+REPO = "me/tiny"
+HEX40 = set("0123456789abcdef")
+
+
+def _raw(server: HubServer, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read()
+    finally:
+        conn.close()
+
+
+def _head(api: HfApi, repo: str = REPO, rev: str = "main") -> str:
+    return api.model_info(repo, revision=rev).sha
+
+
+def _git_blob_oid(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@pytest.fixture
+def repo(hub_api: HfApi) -> str:
+    hub_api.create_repo(REPO)
+    return REPO
+
+
+def test_create_repo_conflict_exist_ok_and_default_namespace(hub_api: HfApi, hub_env: HubServer):
+    url = hub_api.create_repo(REPO)
+    assert url.repo_id == REPO and url.endswith("/me/tiny")
+    with pytest.raises(HfHubHTTPError) as info:
+        hub_api.create_repo(REPO)
+    assert info.value.response.status_code == 409
+    assert hub_api.create_repo(REPO, exist_ok=True).repo_id == REPO
+    assert hub_api.create_repo("solo").repo_id == "user/solo"  # like the Hub: your namespace
+    assert hub_api.repo_exists("user/solo") and hub_api.repo_exists("solo")
+    assert hub_api.list_repo_files(REPO) == [".gitattributes"]  # the Hub's initial commit
+    assert hub_api.list_repo_commits(REPO)[-1].title == "initial commit"
+    hub_api.delete_repo(REPO)
+    assert not hub_api.repo_exists(REPO)
+    hub_api.delete_repo(REPO, missing_ok=True)
+
+
+def test_regular_and_lfs_uploads_are_git_objects(hub_api: HfApi, hub_env: HubServer, repo: str, tmp_path: Path):
+    folder = tmp_path / "up"
+    (folder / "onnx").mkdir(parents=True)
+    files = {
+        "config.json": b'{"hidden_size": 32}\n',
+        "onnx/model.onnx": b"onnx-proto-bytes",  # .gitattributes pattern => LFS
+        "onnx/weights.dat": b"\x00\x01binary",  # NUL in the sample => LFS
+        "big.txt": b"a" * (10 * 1024 * 1024),  # >= 10 MiB => LFS
+    }
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    info = hub_api.upload_folder(folder_path=folder, repo_id=repo, commit_message="add files")
+    assert len(info.oid) == 40 and set(info.oid) <= HEX40
+    assert _head(hub_api) == info.oid
+
+    tree = {e.path: e for e in hub_api.list_repo_tree(repo, recursive=True)}
+    assert set(hub_api.list_repo_files(repo)) == {".gitattributes", *files}
+    assert tree["config.json"].lfs is None
+    assert tree["config.json"].blob_id == _git_blob_oid(files["config.json"])
+    for name in ("onnx/model.onnx", "onnx/weights.dat", "big.txt"):
+        assert tree[name].lfs.sha256 == hashlib.sha256(files[name]).hexdigest()
+        assert tree[name].size == len(files[name])
+    assert hub_api.model_info(repo, files_metadata=True).siblings[0].blob_id is not None
+
+    for name, data in files.items():
+        assert Path(hf_hub_download(repo, name, endpoint=hub_env.url)).read_bytes() == data
+    snap = snapshot_download(repo, endpoint=hub_env.url, allow_patterns=["onnx/*"])
+    assert sorted(p.name for p in Path(snap, "onnx").iterdir()) == ["model.onnx", "weights.dat"]
+
+    if shutil.which("git"):  # the repo on disk is a genuine git repository with the same ids
+        git_dir = next((hub_env.store.root / "repos" / "models" / "me").glob("tiny.git"))
+        run = lambda *a: subprocess.run(["git", "--git-dir", str(git_dir), *a], capture_output=True, text=True)  # noqa: E731
+        assert run("fsck", "--strict").returncode == 0
+        assert run("rev-parse", "main").stdout.strip() == info.oid
+        assert run("cat-file", "-p", "main:big.txt").stdout.startswith("version https://git-lfs.github.com/spec/v1")
+        blob = subprocess.run(["git", "hash-object", "--stdin"], input=files["config.json"], capture_output=True)
+        assert blob.stdout.decode().strip() == tree["config.json"].blob_id
+
+
+def test_revisions_branches_tags_and_pull_requests(hub_api: HfApi, hub_env: HubServer, repo: str):
+    first = hub_api.upload_file(path_or_fileobj=b"v1", path_in_repo="f.txt", repo_id=repo).oid
+    hub_api.create_branch(repo, branch="dev")
+    hub_api.create_branch(repo, branch="dev", exist_ok=True)
+    with pytest.raises(HfHubHTTPError) as info:
+        hub_api.create_branch(repo, branch="dev")
+    assert info.value.response.status_code == 409
+    hub_api.create_tag(repo, tag="v1", revision=first)
+    second = hub_api.upload_file(path_or_fileobj=b"v2", path_in_repo="f.txt", repo_id=repo).oid
+    pr = hub_api.create_commit(repo, [CommitOperationAdd("f.txt", b"pr")], commit_message="proposal", create_pr=True)
+    assert pr.pr_revision == "refs/pr/1" and pr.pr_num == 1 and pr.pr_url.endswith("/discussions/1")
+    assert _head(hub_api) == second  # a PR does not move main
+
+    read = lambda rev: Path(hf_hub_download(repo, "f.txt", revision=rev, endpoint=hub_env.url)).read_bytes()  # noqa: E731
+    assert read("main") == b"v2" and read("dev") == b"v1" and read("v1") == b"v1"
+    assert read(first) == b"v1" and read("refs/pr/1") == b"pr"
+    status, headers, body = _raw(hub_env, "GET", f"/{repo}/resolve/refs/pr/1/f.txt")  # unencoded refs/pr/N
+    assert status == 200 and body == b"pr" and headers["X-Repo-Commit"] == pr.oid
+
+    refs = hub_api.list_repo_refs(repo, include_pull_requests=True)
+    assert {b.name: b.target_commit for b in refs.branches} == {"main": second, "dev": first}
+    assert [(t.name, t.target_commit) for t in refs.tags] == [("v1", first)]
+    assert [(p.ref, p.target_commit) for p in refs.pull_requests] == [("refs/pr/1", pr.oid)]
+    hub_api.create_commit(repo, [CommitOperationAdd("g.txt", b"g")], commit_message="more", revision="refs/pr/1")
+    assert hub_api.list_repo_files(repo, revision="refs/pr/1") == [".gitattributes", "f.txt", "g.txt"]
+
+    hub_api.delete_tag(repo, tag="v1")
+    hub_api.delete_branch(repo, branch="dev")
+    assert hub_api.list_repo_refs(repo).tags == []
+    with pytest.raises(RevisionNotFoundError):
+        hub_api.delete_tag(repo, tag="v1")
+    with pytest.raises(RevisionNotFoundError):
+        hub_api.model_info(repo, revision="dev")
+
+
+def test_stale_parent_commit_is_refused_with_412(hub_api: HfApi, repo: str):
+    base = hub_api.upload_file(path_or_fileobj=b"1", path_in_repo="a.txt", repo_id=repo).oid
+    head = hub_api.upload_file(path_or_fileobj=b"2", path_in_repo="a.txt", repo_id=repo, parent_commit=base).oid
+    with pytest.raises(HfHubHTTPError) as info:
+        hub_api.upload_file(path_or_fileobj=b"3", path_in_repo="b.txt", repo_id=repo, parent_commit=base)
+    assert info.value.response.status_code == 412
+    assert _head(hub_api) == head and "b.txt" not in hub_api.list_repo_files(repo)
+
+
+def test_identical_reupload_sends_nothing_and_lfs_dedups(hub_api: HfApi, hub_env: HubServer, repo: str, tmp_path):
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    (folder / "export.json").write_text('{"schema_version": 1}')
+    (folder / "model.onnx").write_bytes(b"\x08\x07" * 5000)
+    hub_api.upload_folder(folder_path=folder, repo_id=repo, path_in_repo="onnx")
+    head = _head(hub_api)
+    hub_env.clear_log()
+    hub_api.upload_folder(folder_path=folder, repo_id=repo, path_in_repo="onnx")
+    assert _head(hub_api) == head  # no commit
+    paths = hub_env.summary()
+    assert not any("/commit/" in p or "/lfs/" in p for p in paths)
+    assert all(v["bytes_received"] == 0 for p, v in paths.items() if "/preupload/" not in p)
+
+    hub_env.clear_log()  # same LFS content under another path: the batch answer has no upload action
+    hub_api.upload_file(path_or_fileobj=folder / "model.onnx", path_in_repo="copy/model.onnx", repo_id=repo)
+    assert not [r for r in hub_env.log if r.method == "PUT"]
+    assert "copy/model.onnx" in hub_api.list_repo_files(repo)
+
+
+def test_deletions(hub_api: HfApi, repo: str):
+    ops = [CommitOperationAdd(p, b"x") for p in ("a/1.txt", "a/2.txt", "b/1.txt", "c.txt")]
+    hub_api.create_commit(repo, ops, commit_message="add")
+    hub_api.delete_file("c.txt", repo_id=repo)
+    hub_api.delete_folder("a", repo_id=repo)
+    assert hub_api.list_repo_files(repo) == [".gitattributes", "b/1.txt"]
+    with pytest.raises(EntryNotFoundError):
+        hub_api.delete_file("missing.txt", repo_id=repo)
+    hub_api.create_commit(repo, [CommitOperationDelete("b/"), CommitOperationAdd("b", b"now a file")],
+                          commit_message="folder becomes file")
+    assert hub_api.list_repo_files(repo) == [".gitattributes", "b"]
+
+
+def test_range_requests(hub_api: HfApi, hub_env: HubServer, repo: str):
+    data = bytes(range(256)) * 4
+    hub_api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id=repo)  # LFS
+    hub_api.upload_file(path_or_fileobj=b"0123456789", path_in_repo="t.txt", repo_id=repo)  # regular
+    status, headers, body = _raw(hub_env, "GET", f"/{repo}/resolve/main/w.bin", headers={"Range": "bytes=10-19"})
+    assert status == 206 and body == data[10:20] and headers["Content-Range"] == f"bytes 10-19/{len(data)}"
+    assert headers["X-Linked-Size"] == str(len(data)) and hashlib.sha256(data).hexdigest() in headers["X-Linked-Etag"]
+    assert _raw(hub_env, "GET", f"/{repo}/resolve/main/t.txt", headers={"Range": "bytes=-3"})[2] == b"789"
+    assert _raw(hub_env, "GET", f"/{repo}/resolve/main/t.txt", headers={"Range": "bytes=50-"})[0] == 416
+    status, headers, body = _raw(hub_env, "HEAD", f"/{repo}/resolve/main/t.txt")
+    assert status == 200 and body == b"" and headers["Content-Length"] == "10"
+    assert headers["ETag"] == f'"{_git_blob_oid(b"0123456789")}"'
+
+
+def test_errors_map_to_client_exceptions(hub_api: HfApi, hub_env: HubServer, repo: str):
+    with pytest.raises(RepositoryNotFoundError):
+        hub_api.model_info("nobody/nothing")
+    with pytest.raises(RevisionNotFoundError):
+        hf_hub_download(repo, ".gitattributes", revision="nope", endpoint=hub_env.url)
+    with pytest.raises(EntryNotFoundError):
+        hf_hub_download(repo, "missing.txt", endpoint=hub_env.url)
+    with pytest.raises(EntryNotFoundError):
+        hub_api.list_repo_tree(repo, path_in_repo="no-such-dir").__next__()
+    assert not hub_api.file_exists(repo, "missing.txt") and hub_api.file_exists(repo, ".gitattributes")
+
+
+def test_restart_keeps_everything(tmp_path: Path, hub_env: HubServer):
+    root = tmp_path / "persist"
+    with HubServer(root) as first:
+        api = HfApi(endpoint=first.url, token=HUB_TOKEN)
+        api.create_repo(REPO)
+        sha = api.upload_file(path_or_fileobj=b"\x00lfs", path_in_repo="m.bin", repo_id=REPO).oid
+        api.create_tag(REPO, tag="t1")
+    with HubServer(root) as second:
+        api = HfApi(endpoint=second.url, token=HUB_TOKEN)
+        assert _head(api) == sha and [t.name for t in api.list_repo_refs(REPO).tags] == ["t1"]
+        path = hf_hub_download(REPO, "m.bin", revision="t1", endpoint=second.url, cache_dir=tmp_path / "c")
+        assert Path(path).read_bytes() == b"\x00lfs"
+
+
+def test_tokens_401_and_403(tmp_path: Path, hub_env: HubServer):
+    with HubServer(tmp_path / "secure", token="rw", read_tokens=("ro",)) as server:
+        writer, reader = HfApi(endpoint=server.url, token="rw"), HfApi(endpoint=server.url, token="ro")
+        writer.create_repo(REPO)
+        writer.upload_file(path_or_fileobj=b"\x00" * 100, path_in_repo="w.bin", repo_id=REPO)  # signed LFS PUT
+        assert reader.list_repo_files(REPO) == [".gitattributes", "w.bin"]
+        assert reader.whoami()["auth"]["accessToken"]["role"] == "read"
+        with pytest.raises(HfHubHTTPError) as info:
+            reader.upload_file(path_or_fileobj=b"x", path_in_repo="x.txt", repo_id=REPO)
+        assert info.value.response.status_code == 403
+        for token in (False, "wrong"):
+            with pytest.raises(HfHubHTTPError) as info:
+                HfApi(endpoint=server.url, token=token).model_info(REPO)
+            assert info.value.response.status_code == 401
+        assert _raw(server, "GET", f"/{REPO}/resolve/main/w.bin")[0] == 401
+        lfs_put = f"/{REPO}.git/info/lfs/objects/{'0' * 64}?size=1&exp=99999999999&sig=forged"
+        assert _raw(server, "PUT", lfs_put, body=b"x")[0] == 403
+
+
+def test_concurrent_committers_never_lose_updates(hub_api: HfApi, repo: str):
+    errors: list[BaseException] = []
+
+    def _commit(i: int) -> None:
+        try:
+            hub_api.upload_file(path_or_fileobj=f"{i}".encode(), path_in_repo=f"part{i}/f.txt", repo_id=repo)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=_commit, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert set(hub_api.list_repo_files(repo)) == {".gitattributes", *(f"part{i}/f.txt" for i in range(8))}
+    assert len(hub_api.list_repo_commits(repo)) == 9
+
+
+def _commit_body(*ops: dict, parent: str | None = None) -> bytes:
+    header = {"key": "header", "value": {"summary": "raw", "description": "", **({"parentCommit": parent} if parent else {})}}
+    return b"".join(json.dumps(item).encode() + b"\n" for item in (header, *ops))
+
+
+def _file_op(path: str, data: bytes = b"x") -> dict:
+    return {"key": "file", "value": {"path": path, "content": base64.b64encode(data).decode(), "encoding": "base64"}}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/me/tiny/resolve/main/../../x",
+        "/me/tiny/resolve/main/%2e%2e/%2e%2e/etc/passwd",
+        "/me/tiny/resolve/main/a%2F..%2F..%2F..%2Fetc%2Fpasswd",
+        "/me/tiny/resolve/..%2F..%2F..%2Fetc/passwd",
+        "/../../etc/passwd",
+        "/api/models/me/..%2F..%2Fetc/tree/main",
+        "/api/models/../../etc",
+        "/me/..%2F..%2Ftiny/resolve/main/.gitattributes",
+        "/api/models/me/tiny/tree/main/..%2F..",
+        "/me/tiny/resolve/main/%00",
+    ],
+)
+def test_traversal_urls_are_refused(hub_env: HubServer, repo: str, path: str):
+    status, _, body = _raw(hub_env, "GET", path)
+    assert status in (400, 404), (path, status, body)
+    assert b"root:" not in body
+
+
+@pytest.mark.parametrize("bad", ["/etc/passwd", "../x", "a/../../x", "a//b", ".git/config", "a\\b", ""])
+def test_traversal_in_commit_operations_is_refused(hub_api: HfApi, hub_env: HubServer, repo: str, bad: str):
+    head = _head(hub_api)
+    status, _, body = _raw(hub_env, "POST", f"/api/models/{repo}/commit/main", _commit_body(_file_op(bad)))
+    assert status == 400, body
+    assert _head(hub_api) == head
+    assert _raw(hub_env, "POST", "/api/repos/create", json.dumps({"name": "..", "organization": "me"}).encode())[0] == 400
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json at all",
+        b'{"key": "file", "value": {"path": "a.txt", "content": "eA=="}}\n',  # no header
+        _commit_body(_file_op("ok.txt"))[:-20],  # cut mid-line
+        _commit_body(_file_op("ok.txt"), {"key": "file", "value": {"path": "b.txt", "content": "!!", "encoding": "base64"}}),
+        _commit_body(_file_op("ok.txt"), {"key": "mystery", "value": {}}),
+        _commit_body(_file_op("ok.txt"), {"key": "lfsFile", "value": {"path": "m.bin", "algo": "sha256", "oid": "a" * 64}}),
+        _commit_body(_file_op("ok.txt"), {"key": "deletedFile", "value": {"path": "absent.txt"}}),
+        b'{"key": "header", "value": {"summary": ""}}\n',
+    ],
+)
+def test_malformed_commits_change_nothing(hub_api: HfApi, hub_env: HubServer, repo: str, body: bytes):
+    head = _head(hub_api)
+    status, headers, data = _raw(hub_env, "POST", f"/api/models/{repo}/commit/main", body)
+    assert status in (400, 404) and json.loads(data)["error"], (status, data)
+    assert _head(hub_api) == head and hub_api.list_repo_files(repo) == [".gitattributes"]
+
+
+def test_header_only_commit_succeeds_like_the_hub(hub_api: HfApi, hub_env: HubServer, repo: str):
+    head = _head(hub_api)
+    status, _, data = _raw(hub_env, "POST", f"/api/models/{repo}/commit/main", _commit_body(parent=head))
+    assert status == 200
+    new = json.loads(data)["commitOid"]
+    assert new != head and _head(hub_api) == new and hub_api.list_repo_files(repo) == [".gitattributes"]
+
+
+def test_body_limit_413(tmp_path: Path, hub_env: HubServer):
+    with HubServer(tmp_path / "small", max_body=1000) as server:
+        HfApi(endpoint=server.url, token=HUB_TOKEN).create_repo(REPO)
+        status, _, _ = _raw(server, "POST", f"/api/models/{REPO}/commit/main", _commit_body(_file_op("a", b"x" * 5000)))
+        assert status == 413
+
+
+def test_preupload_modes_and_gitignore(hub_api: HfApi, hub_env: HubServer, repo: str):
+    files = [
+        {"path": "README.md", "size": 10, "sample": base64.b64encode(b"# hello").decode()},
+        {"path": "model.safetensors", "size": 10, "sample": base64.b64encode(b"{}").decode()},
+        {"path": "logs/x.bin", "size": 10, "sample": ""},
+    ]
+    body = json.dumps({"files": files, "gitIgnore": "logs/\n"}).encode()
+    status, _, data = _raw(hub_env, "POST", f"/api/models/{repo}/preupload/main", body)
+    modes = {f["path"]: (f["uploadMode"], f["shouldIgnore"]) for f in json.loads(data)["files"]}
+    assert status == 200
+    assert modes == {"README.md": ("regular", False), "model.safetensors": ("lfs", False), "logs/x.bin": ("lfs", True)}
+
+
+def test_readme_yaml_is_validated(hub_api: HfApi, repo: str):
+    hub_api.upload_file(path_or_fileobj=b"---\nlicense: mit\n---\n# card\n", path_in_repo="README.md", repo_id=repo)
+    with pytest.raises(ValueError, match="Invalid metadata"):
+        hub_api.upload_file(path_or_fileobj=b"---\n- a list\n---\n", path_in_repo="README.md", repo_id=repo)
+
+
+def test_tree_pagination_and_paths_info(hub_api: HfApi, hub_env: HubServer, repo: str):
+    hub_api.create_commit(repo, [CommitOperationAdd(f"d/{i}.txt", b"%d" % i) for i in range(5)], commit_message="m")
+    hub_env.tree_page_size = 2
+    hub_env.clear_log()
+    entries = [e.path for e in hub_api.list_repo_tree(repo, recursive=True)]
+    assert entries == [".gitattributes", "d", *(f"d/{i}.txt" for i in range(5))]
+    assert len([r for r in hub_env.log if "/tree/" in r.path]) == 4
+    infos = hub_api.get_paths_info(repo, ["d", "d/3.txt", "nope.txt"])
+    assert [(type(i).__name__, i.path) for i in infos] == [("RepoFolder", "d"), ("RepoFile", "d/3.txt")]
+
+
+def test_request_log_summary_and_faults(hub_api: HfApi, hub_env: HubServer, repo: str):
+    hub_api.upload_file(path_or_fileobj=b"0123456789" * 10, path_in_repo="f.txt", repo_id=repo)
+    path = f"/{repo}/resolve/main/f.txt"
+    hub_env.clear_log()
+    hub_env.add_fault("GET", r"/resolve/.*f\.txt$", "status:503")
+    assert _raw(hub_env, "GET", path)[0] == 503
+    hub_env.add_fault("GET", r"f\.txt$", "truncate", after_bytes=7)
+    assert _raw(hub_env, "GET", path)[2] == b"0123456"
+    hub_env.add_fault("GET", r"f\.txt$", "cut", after_bytes=5)
+    with pytest.raises(http.client.IncompleteRead):
+        _raw(hub_env, "GET", path)
+    assert _raw(hub_env, "GET", path)[2] == b"0123456789" * 10 and hub_env.faults == []
+    assert [r.status for r in hub_env.log] == [503, 200, 200, 200]
+    assert [r.bytes_sent for r in hub_env.log[1:]] == [7, 5, 100]
+    summary = hub_env.summary()[path]
+    assert summary["requests"] == 4 and summary["bytes_sent"] == 112 + hub_env.log[0].bytes_sent

@@ -1,0 +1,135 @@
+"""Tiny models built from configs with random weights (nothing is downloaded), with sample inputs.
+
+Each case gives the model, the sample kwargs to export with, and kwargs of another batch and sequence length
+to run the export on. Every test module takes its models from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+__all__ = ["TinyCase", "CASES", "build", "text_inputs"]
+
+
+@dataclass
+class TinyCase:
+    """A tiny model and its inputs."""
+
+    name: str
+    model: Any
+    sample: dict[str, Any]
+    other: dict[str, Any]
+
+
+def text_inputs(batch: int, seq: int, vocab: int = 96, *, pad_left: int = 0, seed: int = 0) -> dict[str, Any]:
+    """``input_ids`` + ``attention_mask`` (an all-ones mask unless ``pad_left`` zeros the first tokens of row 0)."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab, (batch, seq), generator=gen)
+    mask = torch.ones(batch, seq, dtype=torch.int64)
+    if pad_left:
+        mask[0, :pad_left] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def _seeded(factory: Callable[[], Any]) -> Any:
+    torch.manual_seed(0)
+    return factory().eval()
+
+
+def llama() -> TinyCase:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+    )
+    return TinyCase("llama", _seeded(lambda: LlamaForCausalLM(config)), text_inputs(1, 7), text_inputs(3, 11, pad_left=4, seed=1))
+
+
+def gpt2() -> TinyCase:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(vocab_size=96, n_embd=32, n_layer=2, n_head=4, n_positions=128, bos_token_id=1, eos_token_id=2)
+    return TinyCase("gpt2", _seeded(lambda: GPT2LMHeadModel(config)), text_inputs(2, 6), text_inputs(3, 9, pad_left=2, seed=1))
+
+
+def bert() -> TinyCase:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    config = BertConfig(
+        vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=128, num_labels=3,
+    )
+    sample = {**text_inputs(2, 8), "token_type_ids": torch.zeros(2, 8, dtype=torch.int64)}
+    other = {**text_inputs(4, 13, pad_left=3, seed=1), "token_type_ids": torch.zeros(4, 13, dtype=torch.int64)}
+    return TinyCase("bert", _seeded(lambda: BertForSequenceClassification(config)), sample, other)
+
+
+def t5() -> TinyCase:
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    config = T5Config(
+        vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
+        decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
+    )
+
+    def inputs(batch: int, seq: int, dec: int, seed: int) -> dict[str, Any]:
+        base = text_inputs(batch, seq, seed=seed)
+        base["decoder_input_ids"] = torch.randint(3, 96, (batch, dec), generator=torch.Generator().manual_seed(seed + 7))
+        return base
+
+    return TinyCase("t5", _seeded(lambda: T5ForConditionalGeneration(config)), inputs(2, 7, 3, 0), inputs(3, 10, 5, 1))
+
+
+def vit() -> TinyCase:
+    from transformers import ViTConfig, ViTForImageClassification
+
+    config = ViTConfig(
+        image_size=32, patch_size=8, num_channels=3, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, num_labels=5,
+    )
+    gen = torch.Generator().manual_seed(0)
+    return TinyCase(
+        "vit",
+        _seeded(lambda: ViTForImageClassification(config)),
+        {"pixel_values": torch.randn(2, 3, 32, 32, generator=gen)},
+        {"pixel_values": torch.randn(3, 3, 32, 32, generator=gen)},
+    )
+
+
+def whisper() -> TinyCase:
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    config = WhisperConfig(
+        vocab_size=96, num_mel_bins=16, encoder_layers=2, decoder_layers=2, d_model=32, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_source_positions=30,
+        max_target_positions=64, decoder_start_token_id=1, pad_token_id=0, eos_token_id=2, bos_token_id=1,
+        suppress_tokens=[], begin_suppress_tokens=[],
+    )
+    gen = torch.Generator().manual_seed(0)
+
+    def inputs(batch: int, dec: int) -> dict[str, Any]:
+        return {
+            "input_features": torch.randn(batch, 16, 60, generator=gen),
+            "decoder_input_ids": torch.randint(3, 96, (batch, dec), generator=gen),
+        }
+
+    return TinyCase("whisper", _seeded(lambda: WhisperForConditionalGeneration(config)), inputs(2, 3), inputs(3, 5))
+
+
+CASES: dict[str, Callable[[], TinyCase]] = {
+    "llama": llama,
+    "gpt2": gpt2,
+    "bert": bert,
+    "t5": t5,
+    "vit": vit,
+    "whisper": whisper,
+}
+
+
+def build(name: str) -> TinyCase:
+    """Build a fresh case by name."""
+    return CASES[name]()
