@@ -1,6 +1,6 @@
 """Shared pytest fixtures for tests that talk to the embedded Hub through the real huggingface_hub client.
 
-Register them in ``tests/conftest.py`` with ``from tests.hub_fixtures import *`` (or ``pytest_plugins``):
+``tests/conftest.py`` registers them (``from hub_fixtures import HUB_TOKEN, hub_api, hub_env, hub_server``):
 
 * ``hub_server``: a started :class:`~hub_export.hub.server.HubServer` on a free loopback port, storing in a
   tmp dir, without tokens;
@@ -49,7 +49,8 @@ def hub_env(hub_server: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("HF_TOKEN", HUB_TOKEN)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(constants, "ENDPOINT", hub_server.url)
-    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", hub_server.url + "/{repo_id}/resolve/{revision}/{filename}")
+    template = hub_server.url + "/{repo_id}/resolve/{revision}/{filename}"
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))

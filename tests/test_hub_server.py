@@ -13,11 +13,7 @@ from pathlib import Path
 
 import pytest
 
-try:
-    from tests.hub_fixtures import HUB_TOKEN, hub_api, hub_env, hub_server  # noqa: F401 - fixtures
-except ImportError:
-    from hub_fixtures import HUB_TOKEN, hub_api, hub_env, hub_server  # noqa: F401 - fixtures
-
+from hub_fixtures import HUB_TOKEN  # tests/ is on sys.path (conftest), which also registers the hub fixtures
 from huggingface_hub import (
     CommitOperationAdd,
     CommitOperationDelete,
@@ -109,7 +105,10 @@ def test_regular_and_lfs_uploads_are_git_objects(hub_api: HfApi, hub_env: HubSer
 
     if shutil.which("git"):  # the repo on disk is a genuine git repository with the same ids
         git_dir = next((hub_env.store.root / "repos" / "models" / "me").glob("tiny.git"))
-        run = lambda *a: subprocess.run(["git", "--git-dir", str(git_dir), *a], capture_output=True, text=True)  # noqa: E731
+
+        def run(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run(["git", "--git-dir", str(git_dir), *args], capture_output=True, text=True)
+
         assert run("fsck", "--strict").returncode == 0
         assert run("rev-parse", "main").stdout.strip() == info.oid
         assert run("cat-file", "-p", "main:big.txt").stdout.startswith("version https://git-lfs.github.com/spec/v1")
@@ -130,7 +129,9 @@ def test_revisions_branches_tags_and_pull_requests(hub_api: HfApi, hub_env: HubS
     assert pr.pr_revision == "refs/pr/1" and pr.pr_num == 1 and pr.pr_url.endswith("/discussions/1")
     assert _head(hub_api) == second  # a PR does not move main
 
-    read = lambda rev: Path(hf_hub_download(repo, "f.txt", revision=rev, endpoint=hub_env.url)).read_bytes()  # noqa: E731
+    def read(rev: str) -> bytes:
+        return Path(hf_hub_download(repo, "f.txt", revision=rev, endpoint=hub_env.url)).read_bytes()
+
     assert read("main") == b"v2" and read("dev") == b"v1" and read("v1") == b"v1"
     assert read(first) == b"v1" and read("refs/pr/1") == b"pr"
     status, headers, body = _raw(hub_env, "GET", f"/{repo}/resolve/refs/pr/1/f.txt")  # unencoded refs/pr/N
@@ -171,9 +172,9 @@ def test_identical_reupload_sends_nothing_and_lfs_dedups(hub_api: HfApi, hub_env
     hub_env.clear_log()
     hub_api.upload_folder(folder_path=folder, repo_id=repo, path_in_repo="onnx")
     assert _head(hub_api) == head  # no commit
-    paths = hub_env.summary()
-    assert not any("/commit/" in p or "/lfs/" in p for p in paths)
-    assert all(v["bytes_received"] == 0 for p, v in paths.items() if "/preupload/" not in p)
+    # the client still asks (preupload, LFS batch), but uploads no content and makes no commit
+    assert not [r for r in hub_env.log if r.method == "PUT" or "/commit/" in r.path]
+    assert sum(r.bytes_received for r in hub_env.log if not r.path.endswith(("/preupload/main", "/batch"))) == 0
 
     hub_env.clear_log()  # same LFS content under another path: the batch answer has no upload action
     hub_api.upload_file(path_or_fileobj=folder / "model.onnx", path_in_repo="copy/model.onnx", repo_id=repo)
@@ -273,7 +274,8 @@ def test_concurrent_committers_never_lose_updates(hub_api: HfApi, repo: str):
 
 
 def _commit_body(*ops: dict, parent: str | None = None) -> bytes:
-    header = {"key": "header", "value": {"summary": "raw", "description": "", **({"parentCommit": parent} if parent else {})}}
+    value = {"summary": "raw", "description": "", **({"parentCommit": parent} if parent else {})}
+    header = {"key": "header", "value": value}
     return b"".join(json.dumps(item).encode() + b"\n" for item in (header, *ops))
 
 
@@ -308,7 +310,8 @@ def test_traversal_in_commit_operations_is_refused(hub_api: HfApi, hub_env: HubS
     status, _, body = _raw(hub_env, "POST", f"/api/models/{repo}/commit/main", _commit_body(_file_op(bad)))
     assert status == 400, body
     assert _head(hub_api) == head
-    assert _raw(hub_env, "POST", "/api/repos/create", json.dumps({"name": "..", "organization": "me"}).encode())[0] == 400
+    create = json.dumps({"name": "..", "organization": "me"}).encode()
+    assert _raw(hub_env, "POST", "/api/repos/create", create)[0] == 400
 
 
 @pytest.mark.parametrize(
@@ -317,9 +320,9 @@ def test_traversal_in_commit_operations_is_refused(hub_api: HfApi, hub_env: HubS
         b"not json at all",
         b'{"key": "file", "value": {"path": "a.txt", "content": "eA=="}}\n',  # no header
         _commit_body(_file_op("ok.txt"))[:-20],  # cut mid-line
-        _commit_body(_file_op("ok.txt"), {"key": "file", "value": {"path": "b.txt", "content": "!!", "encoding": "base64"}}),
+        _commit_body(_file_op("ok"), {"key": "file", "value": {"path": "b", "content": "!!", "encoding": "base64"}}),
         _commit_body(_file_op("ok.txt"), {"key": "mystery", "value": {}}),
-        _commit_body(_file_op("ok.txt"), {"key": "lfsFile", "value": {"path": "m.bin", "algo": "sha256", "oid": "a" * 64}}),
+        _commit_body(_file_op("ok.txt"), {"key": "lfsFile", "value": {"path": "m", "algo": "sha256", "oid": "a" * 64}}),
         _commit_body(_file_op("ok.txt"), {"key": "deletedFile", "value": {"path": "absent.txt"}}),
         b'{"key": "header", "value": {"summary": ""}}\n',
     ],
@@ -392,3 +395,23 @@ def test_request_log_summary_and_faults(hub_api: HfApi, hub_env: HubServer, repo
     assert [r.bytes_sent for r in hub_env.log[1:]] == [7, 5, 100]
     summary = hub_env.summary()[path]
     assert summary["requests"] == 4 and summary["bytes_sent"] == 112 + hub_env.log[0].bytes_sent
+
+
+def test_download_survives_a_cut_connection(hub_api: HfApi, hub_env: HubServer, repo: str):
+    data = bytes(range(256)) * 1000
+    hub_api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id=repo)
+    hub_env.clear_log()
+    hub_env.add_fault("GET", r"/resolve/main/w\.bin$", "cut", after_bytes=50_000)
+    assert Path(hf_hub_download(repo, "w.bin", endpoint=hub_env.url)).read_bytes() == data  # the client retries
+    gets = [r for r in hub_env.log if r.method == "GET"]
+    assert [r.bytes_sent for r in gets] == [50_000, len(data)]
+
+
+def test_dataset_repos_use_their_url_prefix(hub_api: HfApi, hub_env: HubServer):
+    hub_api.create_repo("me/data", repo_type="dataset")
+    hub_api.upload_file(path_or_fileobj=b"a,b\n", path_in_repo="d.csv", repo_id="me/data", repo_type="dataset")
+    assert hub_api.list_repo_files("me/data", repo_type="dataset") == [".gitattributes", "d.csv"]
+    path = hf_hub_download("me/data", "d.csv", repo_type="dataset", endpoint=hub_env.url)
+    assert Path(path).read_bytes() == b"a,b\n"
+    with pytest.raises(RepositoryNotFoundError):
+        hub_api.model_info("me/data")

@@ -11,14 +11,18 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ..configs import ExportConfig
 from ..errors import ConfigError, ExportError
 from ..patches.dynamo import tracing_patches
 from ..signature import TensorSpec, dtype_name, flatten_value, pair_names, split_kwargs, unflatten
 
-__all__ = ["FlatModule", "Traced", "trace"]
+__all__ = ["DimBounds", "FlatModule", "Traced", "trace"]
+
+#: ``bounds(role, leaf, axis, sample_size) -> (min, max) | None`` for one axis of a ``dynamic=True`` trace; ``role``
+#: is the dim's readable name (``batch``, ``sequence``, ...), ``leaf`` the flat input's name.
+DimBounds = Callable[[str, str, int, int], "tuple[int | None, int | None] | None"]
 
 _SEQUENCE_INPUTS = {"input_ids", "attention_mask", "token_type_ids", "position_ids", "inputs_embeds", "cache_position"}
 _SEMANTIC = {
@@ -88,11 +92,30 @@ def _model_dtype_device(model: Any) -> tuple[str, str]:
     return dtype_name(param.dtype), param.device.type
 
 
-def _dynamic_shapes(config: ExportConfig, leaves: list[tuple[str, Any]], input_structure: list[tuple[str, dict]]) -> Any:
+def _dynamic_shapes(
+    config: ExportConfig, leaves: list[tuple[str, Any]], input_structure: list[tuple[str, dict]], bounds: DimBounds | None = None
+) -> Any:
     import torch
 
+    if config.dynamic and bounds is not None:
+        cache_inputs = any(n.endswith((".key", ".value")) for n, _ in leaves)
+        per_leaf = []
+        for leaf, t in leaves:
+            spec = {}
+            for axis in range(t.dim()):
+                limits = bounds(_semantic_name(leaf, axis, cache_inputs), leaf, axis, int(t.shape[axis]))
+                spec[axis] = torch.export.Dim.AUTO if limits is None else torch.export.Dim.AUTO(min=limits[0], max=limits[1])
+            per_leaf.append(spec)
+        return (tuple(per_leaf),)
     if config.dynamic:
-        return (tuple({axis: torch.export.Dim.AUTO for axis in range(t.dim())} for _, t in leaves),)
+        # Every axis is dynamic, except size-1 axes past the batch axis: a one-token query (a decode step) is
+        # static by nature, and a symbolic one turns `q_len > 1` checks in attention code into SymBools.
+        return (
+            tuple(
+                {axis: torch.export.Dim.AUTO for axis, size in enumerate(t.shape) if size != 1 or axis == 0}
+                for _, t in leaves
+            ),
+        )
     if not config.dynamic_shapes:
         return None
     names = {name for name, _ in input_structure}
@@ -170,8 +193,11 @@ def _rename_expr(size: Any, symbols: dict[str, str]) -> int | str:
     return int(text) if text.isdigit() else text  # a symbol the tracer has since pinned to a constant
 
 
-def trace(model: Any, sample_inputs: dict[str, Any], config: ExportConfig) -> Traced:
+def trace(model: Any, sample_inputs: dict[str, Any], config: ExportConfig, *, bounds: DimBounds | None = None) -> Traced:
     """Trace ``model(**sample_inputs)`` into a flat ExportedProgram.
+
+    ``bounds`` (used with ``dynamic=True`` only) gives each axis its ``(min, max)``, or None to leave it unbounded:
+    backends that plan memory ahead (ExecuTorch) need an upper bound on every dynamic dim.
 
     Raises:
         ExportError: Training-only inputs, untraceable values, or ``torch.export`` failed.
@@ -186,7 +212,7 @@ def trace(model: Any, sample_inputs: dict[str, Any], config: ExportConfig) -> Tr
     input_structure = [(name, flatten_value(value, (name,), leaves)) for name, value in traced_kwargs.items()]
     if not leaves:
         raise ExportError("sample_inputs hold no tensor: pass the model's tensor inputs (input_ids, pixel_values, ...).")
-    sample = [tensor.detach() for _, tensor in leaves]
+    sample = [tensor.detach().clone() for _, tensor in leaves]  # a view would bound dims by its base storage
     was_training = model.training
     model.eval()
     try:
@@ -194,7 +220,7 @@ def trace(model: Any, sample_inputs: dict[str, Any], config: ExportConfig) -> Tr
         with torch.no_grad():
             expected = [t.detach().clone() for t in wrapper(*sample)]
         output_names, output_structure = list(wrapper.output_names), wrapper.output_structure
-        dynamic_shapes = _dynamic_shapes(config, leaves, input_structure)
+        dynamic_shapes = _dynamic_shapes(config, leaves, input_structure, bounds)
         try:
             with tracing_patches(config.dynamic):
                 program = torch.export.export(

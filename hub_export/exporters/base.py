@@ -16,7 +16,7 @@ from ..configs import ExportConfig
 from ..errors import BackendUnavailableError, ConfigError
 from ..formats import ExportFormat
 from ..manifest import ComponentEntry
-from ._trace import Traced, trace
+from ._trace import DimBounds, Traced, trace
 
 __all__ = ["HfExporter"]
 
@@ -69,13 +69,14 @@ class HfExporter:
             {"model": component},
             model_config=getattr(model, "config", None),
             generation_config=getattr(model, "generation_config", None),
+            source=getattr(model, "_hub_export_source", None),
         )
 
     def export_component(self, name: str, module: Any, sample_inputs: dict[str, Any], config: ExportConfig) -> Any:
         """Trace, lower and parity-check one component."""
         from ..model import ExportedComponent
 
-        traced = trace(module, sample_inputs, config)
+        traced = trace(module, sample_inputs, config, bounds=self.dynamic_bounds(module, config) if config.dynamic else None)
         program = self.export_program(traced, config)
         metadata = _metadata(traced)
         runner = self.runner_class().from_program(program, metadata, device=None)
@@ -98,6 +99,10 @@ class HfExporter:
                 raise BackendUnavailableError(
                     f"{type(self).__name__} needs {package!r}; install it with `pip install \"hub-export[{self.extra}]\"`."
                 )
+
+    def dynamic_bounds(self, module: Any, config: ExportConfig) -> DimBounds | None:
+        """Per-axis ``(min, max)`` for a ``dynamic=True`` trace (see :data:`DimBounds`); None leaves dims unbounded."""
+        return None
 
     def export_program(self, traced: Traced, config: ExportConfig) -> Any:
         """Lower the traced ExportedProgram to this format's program object."""

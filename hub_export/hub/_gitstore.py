@@ -15,15 +15,14 @@ Design:
       unreferenced objects (harmless, as in git).
 
     Objects are immutable, so parsed trees and file sizes are cached by oid. Writers of one repo are
-    serialised by :meth:`HubStore.lock` (a thread lock plus ``flock`` on ``<repo>/hub.lock``, so two
-    processes sharing a root are safe too). Names that become filesystem paths (namespaces, repo names,
+    serialised by :meth:`HubStore.lock` (a thread lock plus ``flock`` on a lock file next to the repo, so
+    two processes sharing a root are safe too); repo creation and deletion are atomic renames. Names that become filesystem paths (namespaces, repo names,
     ref names, LFS oids) are validated against strict patterns before any path is built.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -41,6 +40,11 @@ from typing import BinaryIO
 
 from hub_export.errors import HubError
 
+try:
+    import fcntl
+except ImportError:  # Windows: the in-process lock still serialises writers of one server
+    fcntl = None
+
 REPO_TYPES = ("model", "dataset", "space")
 _NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?")
 _HEX40 = re.compile(r"[0-9a-f]{40}")
@@ -48,15 +52,6 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 _POINTER_RE = re.compile(rb"version https://git-lfs\.github\.com/spec/v1\noid sha256:([0-9a-f]{64})\nsize (\d+)\n")
 _BAD_REF = re.compile(r"(^|/)\.|\.\.|//|@\{|[\x00-\x20~^:?*\[\\\x7f]|\.lock(/|$)|/$|^/")
 _CACHE_MAX = 512
-_CHUNK = 1 << 20
-GITATTRIBUTES = "".join(
-    f"{pattern} filter=lfs diff=lfs merge=lfs -text\n"
-    for pattern in (
-        "*.7z *.arrow *.bin *.bz2 *.ckpt *.ftz *.gz *.h5 *.joblib *.lfs.* *.mlmodel *.model *.msgpack *.npy "
-        "*.npz *.onnx *.ot *.parquet *.pb *.pickle *.pkl *.pt *.pth *.rar *.safetensors saved_model/**/* "
-        "*.tar.* *.tar *.tflite *.tgz *.wasm *.xz *.zip *.zst *tfevents* *.pt2 *.pte *.onnx.data"
-    ).split()
-)
 
 
 class StoreError(HubError):
@@ -255,8 +250,8 @@ class GitRepo:
         """Remove a full ref (and empty parent folders)."""
         path = self._ref_path(ref)
         path.unlink()
-        for parent in path.parents:
-            if parent == self.path / "refs" or not parent.is_relative_to(self.path / "refs"):
+        for parent in path.parents:  # prune folders of nested names, keep refs/heads, refs/tags...
+            if parent.parent == self.path / "refs" or not parent.is_relative_to(self.path / "refs"):
                 break
             with contextlib.suppress(OSError):
                 parent.rmdir()
@@ -280,8 +275,10 @@ class GitRepo:
         Raises:
             StoreError: 400 for a malformed name, 404 ``RevisionNotFound`` when nothing matches.
         """
-        if _HEX40.fullmatch(rev) and self.has_commit(rev):
-            return rev, None
+        if _HEX40.fullmatch(rev):
+            if self.has_commit(rev):
+                return rev, None
+            raise revision_not_found(rev)
         check_ref_name(rev)
         candidates = [rev] if rev.startswith("refs/") else [f"refs/heads/{rev}", f"refs/tags/{rev}"]
         for ref in candidates:
@@ -330,6 +327,7 @@ class GitRepo:
             if len(self._trees) > _CACHE_MAX:
                 self._trees.clear()
             self._trees[oid] = entries
+            return entries
         return self._trees[oid]
 
     def walk(self, tree: str, prefix: str = "") -> Iterator[tuple[str, bool, str]]:
@@ -378,18 +376,26 @@ class GitRepo:
 
         return _write(root)
 
+    def _object_size(self, oid: str) -> int:
+        """Size of an object from its header, without inflating the whole object."""
+        try:
+            with open(self._obj_path(oid), "rb") as fh:
+                header = zlib.decompressobj().decompress(fh.read(4096), 64)
+        except OSError:
+            raise StoreError(f"Object not found: {oid}", 404) from None
+        return int(header.partition(b"\0")[0].split(b" ")[1])
+
     def file_info(self, oid: str) -> FileInfo:
         """Size and LFS details of a blob (cached: objects are immutable)."""
-        if oid not in self._infos:
-            _, data = self.read_object(oid)
-            match = _POINTER_RE.fullmatch(data) if len(data) < 256 else None
-            info = (
-                FileInfo(oid, int(match[2]), match[1].decode(), len(data)) if match else FileInfo(oid, len(data))
-            )
+        info = self._infos.get(oid)
+        if info is None:
+            size = self._object_size(oid)
+            match = _POINTER_RE.fullmatch(self.read_object(oid)[1]) if size < 256 else None
+            info = FileInfo(oid, int(match[2]), match[1].decode(), size) if match else FileInfo(oid, size)
             if len(self._infos) > _CACHE_MAX * 8:
                 self._infos.clear()
             self._infos[oid] = info
-        return self._infos[oid]
+        return info
 
     def history(self, oid: str, limit: int = 10_000) -> Iterator[Commit]:
         """First-parent history from ``oid``, newest first."""
@@ -532,14 +538,12 @@ class HubStore:
         with lock:
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path.parent / f".{path.name}.lock", "a+b") as fh:
-                fcntl.flock(fh, fcntl.LOCK_EX)
-                try:
-                    yield
-                finally:
-                    fcntl.flock(fh, fcntl.LOCK_UN)
+                if fcntl is not None:
+                    fcntl.flock(fh, fcntl.LOCK_EX)
+                yield
 
-    def create(self, repo_type: str, repo_id: str, private: bool = False) -> GitRepo:
-        """Create a repository with the Hub's initial commit (a ``.gitattributes`` listing LFS patterns).
+    def create(self, repo_type: str, repo_id: str, initial: dict[str, bytes], private: bool = False) -> GitRepo:
+        """Create a repository whose ``main`` starts with one ``initial commit`` holding ``initial`` files.
 
         Raises:
             StoreError: 409 when it already exists.
@@ -549,18 +553,20 @@ class HubStore:
             if (path / "hub.json").is_file():
                 raise StoreError("You already created this model repo", 409)
             staging = path.parent / f".new-{uuid.uuid4().hex}"
-            for sub in ("objects", "refs/heads", "refs/tags", "refs/pr", "lfs/objects"):
-                (staging / sub).mkdir(parents=True)
-            (staging / "HEAD").write_text("ref: refs/heads/main\n")
-            (staging / "config").write_text("[core]\n\trepositoryformatversion = 0\n\tbare = true\n")
-            repo = GitRepo(staging, repo_type, self.canonical_id(repo_id))
-            blob = repo.write_object("blob", GITATTRIBUTES.encode())
-            commit = repo.create_commit(repo.write_tree({".gitattributes": blob}), [], "initial commit", "", "system")
-            repo.write_ref("refs/heads/main", commit)
-            meta = {"createdAt": time.time(), "private": bool(private), "id": repo.repo_id, "type": repo_type}
-            (staging / "hub.json").write_text(json.dumps(meta))
-            shutil.rmtree(path, ignore_errors=True)
-            os.replace(staging, path)
+            try:
+                for sub in ("objects", "refs/heads", "refs/tags", "refs/pr", "lfs/objects"):
+                    (staging / sub).mkdir(parents=True)
+                (staging / "HEAD").write_text("ref: refs/heads/main\n")
+                (staging / "config").write_text("[core]\n\trepositoryformatversion = 0\n\tbare = true\n")
+                repo = GitRepo(staging, repo_type, self.canonical_id(repo_id))
+                tree = repo.write_tree({name: repo.write_object("blob", data) for name, data in initial.items()})
+                repo.write_ref("refs/heads/main", repo.create_commit(tree, [], "initial commit", "", "system"))
+                meta = {"createdAt": time.time(), "private": bool(private), "id": repo.repo_id, "type": repo_type}
+                (staging / "hub.json").write_text(json.dumps(meta))
+                shutil.rmtree(path, ignore_errors=True)  # leftovers of an interrupted delete
+                os.replace(staging, path)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
         return self.get(repo_type, repo_id)
 
     def delete(self, repo_type: str, repo_id: str) -> None:

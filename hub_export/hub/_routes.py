@@ -2,11 +2,8 @@
 
 Each route mirrors what huggingface_hub 2.4 sends and reads (``hf_api.py``, ``_commit_api.py``, ``lfs.py``,
 ``file_download.py``): the same paths, query parameters, JSON keys, ``X-Error-Code`` values and headers
-(``X-Repo-Commit``, ``ETag``, ``X-Linked-Etag``, ``X-Linked-Size``). Upload-mode rule of ``preupload``
-(documented for users of the server): a file goes through LFS when it is 10 MiB or larger, when its first
-512 bytes contain a NUL byte (binary, as git decides), or when it matches a ``filter=lfs`` pattern of the
-``.gitattributes`` at the target revision (every repo starts with the Hub's default one, plus ``*.pt2``,
-``*.pte`` and ``*.onnx.data``).
+(``X-Repo-Commit``, ``ETag``, ``X-Linked-Etag``, ``X-Linked-Size``). Upload rules and commit payloads live in
+:mod:`hub_export.hub._uploads`, storage in :mod:`hub_export.hub._gitstore`.
 """
 
 from __future__ import annotations
@@ -25,19 +22,20 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import parse_qs, unquote, urlencode
 
-from hub_export.hub._gitstore import (
-    GitRepo,
-    HubStore,
-    StoreError,
-    check_ref_name,
-    clean_path,
-    entry_not_found,
-    git_oid,
-    lfs_pointer,
-    revision_not_found,
+import yaml
+
+from hub_export.hub._gitstore import GitRepo, HubStore, StoreError, check_ref_name, clean_path, entry_not_found
+from hub_export.hub._gitstore import revision_not_found
+from hub_export.hub._uploads import (
+    GITATTRIBUTES,
+    apply_operations,
+    is_ignored,
+    lfs_batch,
+    parse_commit,
+    sign_upload,
+    upload_mode,
 )
 
-LFS_THRESHOLD = 10 * 1024 * 1024
 _PREFIX = {"model": "", "dataset": "datasets/", "space": "spaces/"}
 _API_TYPES = {"models": "model", "datasets": "dataset", "spaces": "space"}
 _SUBPATHS = {"revision", "refs", "branch", "tag", "tree", "paths-info", "preupload", "commit", "commits", "resolve"}
@@ -96,149 +94,20 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
 
 
-def _json_body(req: Request) -> Any:
-    raw = req.read_body()
-    try:
-        return json.loads(raw) if raw.strip() else {}
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise StoreError(f"Malformed JSON body: {exc}") from None
-
-
-def _glob_regex(pattern: str) -> re.Pattern:
-    out, i = "", 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out, i = out + "(?:.*/)?", i + 3
-        elif pattern.startswith("**", i):
-            out, i = out + ".*", i + 2
-        else:
-            out += {"*": "[^/]*", "?": "[^/]"}.get(pattern[i], re.escape(pattern[i]))
-            i += 1
-    return re.compile(out)
-
-
-def _matches(pattern: str, path: str) -> bool:
-    """gitattributes/gitignore matching: slash-less patterns match the basename, others the full path."""
-    anchored = "/" in pattern
-    target = path if anchored else path.rsplit("/", 1)[-1]
-    return _glob_regex(pattern.lstrip("/")).fullmatch(target) is not None
-
-
-def is_lfs_path(gitattributes: str, path: str) -> bool:
-    """Whether the last ``.gitattributes`` line matching ``path`` sets ``filter=lfs``."""
-    verdict = False
-    for line in gitattributes.splitlines():
-        parts = line.split()
-        if parts and not parts[0].startswith("#") and _matches(parts[0], path):
-            if "filter=lfs" in parts[1:]:
-                verdict = True
-            elif "-filter" in parts[1:] or "!filter" in parts[1:]:
-                verdict = False
-    return verdict
-
-
-def is_ignored(gitignore: str, path: str) -> bool:
-    """Whether ``path`` (or one of its folders) is ignored by ``.gitignore`` rules (last match wins)."""
-    segments = path.split("/")
-    candidates = ["/".join(segments[: i + 1]) for i in range(len(segments))]
-    verdict = False
-    for line in gitignore.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        negate, pattern = line.startswith("!"), line.lstrip("!").rstrip("/")
-        if any(_matches(pattern, c) for c in candidates):
-            verdict = not negate
-    return verdict
-
-
-def _parse_commit(body: bytes) -> tuple[dict, list[tuple]]:
-    """Parse and fully validate an NDJSON commit payload (nothing is written here).
-
-    Returns:
-        The header value and a list of ``(key, path, *args)`` operations.
+def _json_body(req: Request) -> dict:
+    """The request body as a JSON object (``{}`` when empty).
 
     Raises:
-        StoreError: 400 with a message naming the offending line.
+        StoreError: 400 when the body is not a JSON object.
     """
-    header, ops = None, []
-    for number, line in enumerate(body.split(b"\n"), 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-            key, value = item["key"], item["value"]
-            if not isinstance(value, dict):
-                raise TypeError("value must be an object")
-            if key == "header":
-                if header is not None or ops:
-                    raise ValueError("the header must come first, once")
-                if not isinstance(value.get("summary"), str) or not value["summary"].strip():
-                    raise ValueError("summary must be a non-empty string")
-                parent = value.get("parentCommit")
-                if parent is not None and not re.fullmatch(r"[0-9a-fA-F]{5,40}", str(parent)):
-                    raise ValueError("parentCommit must be a commit sha")
-                header = value
-            elif key == "file":
-                encoding = value.get("encoding", "utf-8")
-                content = value["content"]
-                if encoding == "base64":
-                    data = base64.b64decode(content, validate=True)
-                elif encoding in ("utf-8", "utf8"):
-                    data = content.encode("utf-8")
-                else:
-                    raise ValueError(f"unknown encoding {encoding!r}")
-                ops.append(("file", clean_path(value["path"]), data))
-            elif key == "lfsFile":
-                oid, size = value["oid"], value.get("size")
-                if value.get("algo", "sha256") != "sha256" or not re.fullmatch(r"[0-9a-f]{64}", str(oid)):
-                    raise ValueError("lfsFile needs a sha256 oid")
-                if size is not None and (not isinstance(size, int) or size < 0):
-                    raise ValueError("size must be a non-negative integer")
-                ops.append(("lfsFile", clean_path(value["path"]), oid, size))
-            elif key in ("deletedFile", "deletedFolder"):
-                ops.append((key, clean_path(value["path"], folder=key == "deletedFolder")))
-            else:
-                raise ValueError(f"unknown key {key!r}")
-        except StoreError as exc:
-            raise StoreError(f"Line {number}: {exc}") from None
-        except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as exc:
-            raise StoreError(f"Malformed commit payload, line {number}: {exc!s}") from None
-    if header is None:
-        raise StoreError("Malformed commit payload: missing header line")
-    return header, ops
-
-
-def _apply(repo: GitRepo, files: dict[str, str], ops: list[tuple]) -> tuple[dict[str, str], dict[str, bytes]]:
-    """Apply operations to a flat ``{path: oid}`` tree in memory; return it and the blobs to write."""
-    files, blobs = dict(files), {}
-    for op in ops:
-        kind, path = op[0], op[1]
-        if kind in ("file", "lfsFile"):
-            if kind == "lfsFile":
-                stored = repo.lfs_size(op[2])
-                if stored is None or (op[3] is not None and op[3] != stored):
-                    raise StoreError(f"LFS object {op[2]} for {path!r} was not uploaded (or has another size)")
-                data = lfs_pointer(op[2], stored)
-            else:
-                data = op[2]
-            oid = git_oid("blob", data)
-            blobs[oid], files[path] = data, oid
-        elif kind == "deletedFile":
-            if files.pop(path, None) is None:
-                raise entry_not_found(f"{path} (A file with this name doesn't exist)")
-        else:
-            doomed = [p for p in files if p.startswith(path + "/")]
-            if not doomed:
-                raise entry_not_found(f"{path}/ (A folder with this name doesn't exist)")
-            for p in doomed:
-                del files[p]
-    for path in files:
-        parts = path.split("/")
-        for i in range(1, len(parts)):
-            if "/".join(parts[:i]) in files:
-                raise StoreError(f"{path!r} conflicts with the file {'/'.join(parts[:i])!r}", 409)
-    return files, blobs
+    raw = req.read_body()
+    try:
+        body = json.loads(raw) if raw.strip() else {}
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise StoreError(f"Malformed JSON body: {exc}") from None
+    if not isinstance(body, dict):
+        raise StoreError("Malformed JSON body: expected an object")
+    return body
 
 
 def _byte_range(header: str | None, size: int) -> tuple[int, int] | None | bool:
@@ -374,16 +243,11 @@ class Router:
     def _validate_yaml(self, req: Request) -> Response:
         content = str(_json_body(req).get("content", ""))
         match = re.match(r"---\s*\n(.*?)\n---\s*(\n|$)", content, re.S)
-        if match:
-            try:
-                import yaml  # optional: validate metadata when PyYAML (a huggingface_hub dependency) exists
-            except ImportError:
-                yaml = None
-            try:
-                if yaml is not None and not isinstance(yaml.safe_load(match[1]) or {}, dict):
-                    raise ValueError("metadata must be a YAML mapping")
-            except (ValueError, yaml.YAMLError if yaml else ValueError) as exc:
-                return json_response({"errors": [{"message": str(exc)}], "warnings": []}, 400)
+        try:
+            if match and not isinstance(yaml.safe_load(match[1]) or {}, dict):
+                raise ValueError("metadata must be a YAML mapping")
+        except (ValueError, yaml.YAMLError) as exc:
+            return json_response({"errors": [{"message": str(exc)}], "warnings": []}, 400)
         return json_response({"errors": [], "warnings": []})
 
     def _url(self, req: Request, repo: GitRepo) -> str:
@@ -399,7 +263,8 @@ class Router:
         if self.store.exists(repo_type, repo_id):
             return json_response({"error": "You already created this model repo", "url": url}, 409)
         try:
-            repo = self.store.create(repo_type, repo_id, private=body.get("visibility") == "private")
+            initial = {".gitattributes": GITATTRIBUTES.encode()}
+            repo = self.store.create(repo_type, repo_id, initial, private=body.get("visibility") == "private")
         except StoreError as err:
             if err.status == 409:
                 return json_response({"error": str(err), "url": url}, 409)
@@ -576,8 +441,7 @@ class Router:
                 sample = base64.b64decode(str(item.get("sample", "")), validate=True)
             except binascii.Error:
                 raise StoreError(f"Malformed sample for {path!r}") from None
-            lfs = item["size"] >= LFS_THRESHOLD or b"\0" in sample or is_lfs_path(attributes, path)
-            entry = {"path": path, "uploadMode": "lfs" if lfs else "regular",
+            entry = {"path": path, "uploadMode": upload_mode(path, item["size"], sample, attributes),
                      "shouldIgnore": is_ignored(gitignore, path)}
             hit = repo.lookup(tree, path)
             if hit and not hit[0]:
@@ -587,7 +451,7 @@ class Router:
         return json_response({"files": out, "commitOid": sha})
 
     def _commit(self, req: Request, repo: GitRepo, rev: str) -> Response:
-        header, ops = _parse_commit(req.read_body())
+        header, ops = parse_commit(req.read_body())
         create_pr = req.flag("create_pr")
         with self.store.lock(repo.repo_type, repo.repo_id):
             head, ref = repo.resolve(rev)
@@ -596,7 +460,7 @@ class Router:
             parent = str(header.get("parentCommit") or "").lower()
             if parent and not head.startswith(parent):
                 raise StoreError("A commit has happened since. Please refresh and try again.", 412)
-            files, blobs = _apply(repo, repo.files(repo.read_commit(head).tree), ops)
+            files, blobs = apply_operations(repo, repo.files(repo.read_commit(head).tree), ops)
             for data in blobs.values():
                 repo.write_object("blob", data)
             commit = repo.create_commit(
@@ -649,29 +513,28 @@ class Router:
         return resp
 
     # -- LFS -----------------------------------------------------------------------------------------
-    def _sign(self, repo: GitRepo, oid: str, size: int, expires: int) -> str:
-        message = f"{repo.repo_type}|{repo.repo_id}|{oid}|{size}|{expires}".encode()
-        return hmac.new(self.secret, message, hashlib.sha256).hexdigest()
-
     def _lfs(self, req: Request, repo_type: str, repo_id: str, tail: list[str]) -> Response:
         if tail == ["batch"] and req.method == "POST":
             self._need(req, "read")
             body = _json_body(req)
-            upload = isinstance(body, dict) and body.get("operation") == "upload"
+            upload = body.get("operation") == "upload"
             self._need(req, "write" if upload else "read")
-            return self._lfs_batch(req, self.store.get(repo_type, repo_id), body, upload)
+            repo = self.store.get(repo_type, repo_id)
+            base = f"{req.base_url}/{_PREFIX[repo.repo_type]}{repo.repo_id}.git/info/lfs/objects"
+            data = json.dumps(lfs_batch(repo, body, upload, base, self.secret)).encode()
+            return Response(200, {"Content-Type": "application/vnd.git-lfs+json"}, data)
         if len(tail) == 2 and tail[1] == "verify" and req.method == "POST":
             self._need(req, "write")
             repo, body = self.store.get(repo_type, repo_id), _json_body(req)
             stored = repo.lfs_size(tail[0])
-            if stored is None or (isinstance(body, dict) and body.get("size", stored) != stored):
+            if stored is None or body.get("size", stored) != stored:
                 raise StoreError(f"LFS object {tail[0]} not found", 404)
             return json_response({})
         if len(tail) == 1 and req.method == "PUT":
             repo = self.store.get(repo_type, repo_id)
             size, expires = req.param("size") or "", req.param("exp") or ""
             valid = size.isdigit() and expires.isdigit() and int(expires) > time.time()
-            signature = self._sign(repo, tail[0], int(size), int(expires)) if valid else ""
+            signature = sign_upload(self.secret, repo, tail[0], int(size), int(expires)) if valid else ""
             if not valid or not hmac.compare_digest(signature, req.param("sig") or ""):
                 raise StoreError("Invalid or expired upload URL", 403)
             if repo.lfs_size(tail[0]) == int(size):
@@ -688,29 +551,3 @@ class Router:
             return self._ranged(req, Response(200, {"Accept-Ranges": "bytes"}, file=repo.lfs_path(tail[0]),
                                               length=size), size)
         raise StoreError(f"Not found: {req.path}", 404)
-
-    def _lfs_batch(self, req: Request, repo: GitRepo, body: Any, upload: bool) -> Response:
-        objects = body.get("objects") if isinstance(body, dict) else None
-        if not isinstance(objects, list):
-            raise StoreError("Malformed LFS batch request: 'objects' must be a list", 422)
-        base = f"{req.base_url}/{_PREFIX[repo.repo_type]}{repo.repo_id}.git/info/lfs/objects"
-        out = []
-        for obj in objects:
-            oid, size = (obj.get("oid"), obj.get("size")) if isinstance(obj, dict) else (None, None)
-            if not isinstance(oid, str) or not re.fullmatch(r"[0-9a-f]{64}", oid) or not isinstance(size, int):
-                out.append({"oid": str(oid), "size": 0, "error": {"code": 422, "message": "Invalid oid or size"}})
-                continue
-            entry: dict = {"oid": oid, "size": size, "authenticated": True}
-            stored = repo.lfs_size(oid)
-            if upload and stored != size:
-                expires = int(time.time()) + 3600
-                query = urlencode({"size": size, "exp": expires, "sig": self._sign(repo, oid, size, expires)})
-                entry["actions"] = {"upload": {"href": f"{base}/{oid}?{query}", "expires_in": 3600},
-                                    "verify": {"href": f"{base}/{oid}/verify", "header": {}}}
-            elif not upload and stored is None:
-                entry["error"] = {"code": 404, "message": "Object does not exist"}
-            elif not upload:
-                entry["actions"] = {"download": {"href": f"{base}/{oid}", "header": {}}}
-            out.append(entry)
-        return Response(200, {"Content-Type": "application/vnd.git-lfs+json"},
-                        json.dumps({"transfer": "basic", "objects": out, "hash_algo": "sha256"}).encode())

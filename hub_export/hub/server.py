@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hmac
 import logging
 import os
@@ -51,7 +52,11 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RequestRecord:
-    """One served request: what came in, what went out (body bytes, both ways)."""
+    """One served request: what came in, what went out (body bytes, both ways).
+
+    ``duration_s`` runs until the response headers are sent (the record is written then, so that it is in
+    :attr:`HubServer.log` before the client sees the end of the response).
+    """
 
     method: str
     path: str
@@ -97,6 +102,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # headers and body are 2 writes
         self.server.connections.add(self.connection)
 
     def finish(self) -> None:
@@ -186,8 +192,9 @@ class _Handler(BaseHTTPRequestHandler):
         return None if hub.token or hub.read_tokens else "write"
 
     def _handle(self) -> None:
-        hub, started = self.server.hub, time.monotonic()
+        hub, self._started = self.server.hub, time.monotonic()
         path, _, query = self.path.partition("?")
+        self._record: RequestRecord | None = None
         self._received, self._sent, self._body_state, self._remaining = 0, 0, "unread", 0
         self._chunked = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
         status = 500
@@ -223,8 +230,13 @@ class _Handler(BaseHTTPRequestHandler):
             status = 500
             self._send(error_response(StoreError(f"Internal server error: {type(exc).__name__}", 500)), None)
         finally:
-            hub._record(RequestRecord(self.command, path, status, self._sent, self._received,
-                                      time.monotonic() - started))
+            final = RequestRecord(self.command, path, status, self._sent, self._received,
+                                  time.monotonic() - self._started)
+            if self._record is None:
+                hub._record(final)
+            elif (final.bytes_sent, final.bytes_received) != (self._record.bytes_sent, self._record.bytes_received):
+                hub._replace_record(self._record, dataclasses.replace(self._record, bytes_sent=self._sent,
+                                                                       bytes_received=self._received))
 
     def _send(self, resp: Response, fault: FaultRule | None) -> None:
         size = resp.length if resp.file is not None else len(resp.body)
@@ -239,6 +251,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(declared))
             if self.close_connection:
                 self.send_header("Connection", "close")
+            # Record before the client can see a complete response, so the log is current when a call returns.
+            planned = 0 if self.command == "HEAD" else to_send
+            self._record = RequestRecord(self.command, self.path.partition("?")[0], resp.status,
+                                         self._sent + planned, self._received, time.monotonic() - self._started)
+            self.server.hub._record(self._record)
             self.end_headers()
             if self.command != "HEAD":
                 self._write_body(resp, to_send)
@@ -380,6 +397,13 @@ class HubServer:
     def _record(self, record: RequestRecord) -> None:
         with self._lock:
             self.log.append(record)
+
+    def _replace_record(self, old: RequestRecord, new: RequestRecord) -> None:
+        with self._lock:
+            for i in range(len(self.log) - 1, -1, -1):
+                if self.log[i] is old:
+                    self.log[i] = new
+                    return
 
     def clear_log(self) -> None:
         """Forget the recorded requests."""

@@ -1,0 +1,32 @@
+# `make demo`: set up and run the main job end to end on the embedded hub.
+# `make test`: set up and run the whole test suite.
+# Both create/update .venv and install hub-export with every backend under constraints.txt.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test install clean bench
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(PY) pyproject.toml constraints.txt
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[all,test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	HF_HUB_DISABLE_XET=1 HF_HUB_DISABLE_TELEMETRY=1 $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	HF_HUB_DISABLE_XET=1 HF_HUB_DISABLE_TELEMETRY=1 $(PY) -m hub_export.demo
+
+bench: $(STAMP)
+	$(PY) benchmarks/onnx_runner.py
+
+clean:
+	rm -rf $(VENV) demo-output

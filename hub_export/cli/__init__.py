@@ -1,0 +1,1 @@
+"""The ``hub-export`` command line: one module per command, thin over the library."""

@@ -1,0 +1,236 @@
+"""``OnnxExporter``: the traced ExportedProgram lowered to ONNX, saved as ``model.onnx`` + ``model.onnx.data``.
+
+Why ``torch.onnx.export(program, dynamo=True)`` rather than building the graph with ``onnx_ir`` ourselves: the
+flat ExportedProgram from :func:`~hub_export.exporters._trace.trace` is exactly what the torch exporter takes, and
+it owns the hard part (the ATen-to-ONNX translation library, decompositions, symbolic shapes, onnxscript's
+optimizer). What it does not do, this module does on the resulting ``onnx_ir.Model``:
+
+* graph inputs and outputs get the traced names (``input_ids``, ``logits``, ``past_key_values.0.key``) instead of
+  ``tensors_0`` / ``linear_14``;
+* symbolic dims get the names of the traced signature (``batch``, ``sequence``) instead of ``s0``; output dims that
+  are expressions read with those names (``past_sequence + sequence``);
+* weights are saved to ``model.onnx.data`` (every initializer of 1 KiB or more), so exports past protobuf's 2 GB
+  limit work, and loading keeps them there: :meth:`OnnxExporter.load_program` returns an ``onnx_ir.Model`` whose
+  initializers are lazy ``ExternalTensor`` objects, remembering its file so ONNX Runtime opens the file itself.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from ..configs import ExportConfig, OnnxConfig
+from ..errors import ExportError
+from ..formats import ExportFormat, layout_for
+from ..manifest import ComponentEntry
+from ._trace import Traced
+from .dynamo import DynamoExporter
+
+__all__ = ["OnnxExporter", "PATH_META_KEY", "program_path"]
+
+#: Key of ``onnx_ir.Model.meta`` holding the ``.onnx`` file a loaded program came from (never serialized).
+PATH_META_KEY = "hub_export.onnx_path"
+#: Initializers of at least this many bytes go to the external data file.
+_EXTERNAL_MIN_BYTES = 1024
+
+
+def program_path(program: Any) -> str | None:
+    """The ``.onnx`` file a loaded program came from, or None for a program built in memory."""
+    meta = getattr(program, "meta", None)
+    return None if meta is None else meta.get(PATH_META_KEY)
+
+
+class OnnxExporter(DynamoExporter):
+    """Export to ONNX (an ``onnx_ir.Model``), run with ONNX Runtime on CPU or CUDA."""
+
+    export_format = ExportFormat.ONNX
+    config_class = OnnxConfig
+    packages = ("onnx", "onnxscript", "onnx_ir", "onnxruntime")
+    distributions = ("torch", "transformers", "onnx", "onnxscript", "onnx-ir", "onnxruntime")
+    extra = "onnx"
+    parity_atol = 1e-3
+
+    def export_program(self, traced: Traced, config: ExportConfig) -> Any:
+        """Lower the flat ExportedProgram with ``torch.onnx.export``; name its I/O and dims after the signature.
+
+        Raises:
+            ExportError: The ONNX exporter failed (the message keeps its reason).
+        """
+        import torch
+
+        from ..patches.onnx import onnx_export_patches, translation_table
+
+        assert isinstance(config, OnnxConfig)
+        try:
+            with onnx_export_patches():
+                onnx_program = torch.onnx.export(
+                    traced.program,
+                    args=tuple(traced.sample),
+                    dynamo=True,
+                    opset_version=config.opset_version,
+                    optimize=config.optimize,
+                    custom_translation_table=translation_table(),
+                    verbose=False,
+                    report=False,
+                )
+        except Exception as exc:  # torch.onnx raises many types; keep its message
+            raise ExportError(
+                f"torch.onnx.export failed for {traced.architecture}: {type(exc).__name__}: {str(exc)[:2000]}\n"
+                "Try optimize=False, another opset_version, or export with DynamoConfig to check the trace."
+            ) from exc
+        model = onnx_program.model
+        if config.ort_fusions:
+            from onnxscript.rewriter.ort_fusions import optimize_for_ort
+
+            model, _ = optimize_for_ort(model, config.ort_fusions)
+        _name_io(model, traced)
+        _name_dims(model, traced)
+        model.graph.name = traced.architecture or "model"
+        model.producer_name = "hub_export"
+        return model
+
+    @classmethod
+    def save_program(cls, program: Any, directory: Path, component: str) -> list[str]:
+        """``onnx_ir.save`` to ``<component>.onnx``, initializers of 1 KiB or more in ``<component>.onnx.data``.
+
+        Both files are always written (the data file is empty when no initializer is large enough).
+        """
+        import onnx_ir as ir
+
+        main, data = layout_for(cls.export_format).files(component)
+        path = Path(directory) / main
+        ir.save(program, str(path), external_data=data, size_threshold_bytes=_EXTERNAL_MIN_BYTES - 1)
+        (Path(directory) / data).touch(exist_ok=True)
+        return [main, data]
+
+    @classmethod
+    def load_program(cls, directory: Path, component: str, entry: ComponentEntry) -> Any:
+        """The graph without its weights: initializers stay lazy ``ExternalTensor`` objects in ``.onnx.data``.
+
+        The path is kept unresolved in ``program.meta`` (see :func:`program_path`): ONNX Runtime opens it and finds
+        the data file beside it, also when both are symlinks into the huggingface_hub cache. Lazy tensors of a
+        symlinked data file are pointed at its target, which ``onnx_ir`` otherwise refuses to read.
+        """
+        import onnx_ir as ir
+
+        path = Path(directory) / entry.files[0].path
+        model = ir.load(str(path))
+        _follow_symlinked_data(model, path.parent)
+        model.meta[PATH_META_KEY] = str(path)
+        return model
+
+    @classmethod
+    def runner_class(cls) -> type:
+        """:class:`~hub_export.runners.onnx.OnnxRunner`."""
+        from ..runners.onnx import OnnxRunner
+
+        return OnnxRunner
+
+
+def _name_io(model: Any, traced: Traced) -> None:
+    """Give the graph's inputs and outputs the traced names (an output that is already named gets an Identity)."""
+    import onnx_ir as ir
+
+    graph = model.graph
+    by_placeholder = dict(zip(traced.program.graph_signature.user_inputs, (s.name for s in traced.inputs)))
+    wanted = {s.name for s in traced.inputs} | {s.name for s in traced.outputs}
+    for node in graph:  # free the names we are about to give
+        for value in node.outputs:
+            if value.name in wanted:
+                value.name = f"{value.name}__inner"
+    for value in graph.inputs:
+        if value.name not in by_placeholder:
+            raise ExportError(f"The ONNX graph has an input {value.name!r} that the traced program does not have.")
+        value.name = by_placeholder[value.name]
+    if len(graph.outputs) != len(traced.outputs):
+        raise ExportError(f"The ONNX graph has {len(graph.outputs)} outputs, the traced program {len(traced.outputs)}.")
+    named: set[int] = set()
+    for index, spec in enumerate(traced.outputs):
+        value = graph.outputs[index]
+        if value.is_graph_input() or value.is_initializer() or id(value) in named or value.producer() is None:
+            identity = ir.node("Identity", [value])
+            out = identity.outputs[0]
+            out.shape, out.type = value.shape, value.type
+            graph.append(identity)
+            graph.outputs[index] = value = out
+        named.add(id(value))
+        value.name = spec.name
+
+
+def _name_dims(model: Any, traced: Traced) -> None:
+    """Rename the exporter's symbols (``s0``) after the traced signature's dim names everywhere in the graph."""
+    import onnx_ir as ir
+
+    graph = model.graph
+    symbols: dict[str, str] = {}
+    for value, spec in zip(graph.inputs, _specs_by_name(graph.inputs, traced.inputs)):
+        if value.shape is None or spec is None:
+            continue
+        for dim, named in zip(value.shape, spec.shape):
+            if isinstance(dim, ir.SymbolicDim) and dim.value and isinstance(named, str):
+                symbols.setdefault(dim.value, named)
+    if not symbols:
+        return
+    pattern = re.compile(r"\b(" + "|".join(re.escape(s) for s in sorted(symbols, key=len, reverse=True)) + r")\b")
+
+    def rename(text: str) -> str:
+        return symbols.get(text) or pattern.sub(lambda m: symbols[m.group(1)], text)
+
+    outputs = {id(v): spec for v, spec in zip(graph.outputs, traced.outputs)}
+    for value in _all_values(model):
+        if value.shape is None:
+            continue
+        spec = outputs.get(id(value))
+        dims = []
+        for axis, dim in enumerate(value.shape):
+            if isinstance(dim, ir.SymbolicDim) and dim.value:
+                traced_dim = spec.shape[axis] if spec is not None and axis < len(spec.shape) else None
+                dim = traced_dim if isinstance(traced_dim, str) else rename(dim.value)
+            dims.append(dim)
+        value.shape = ir.Shape(dims)
+
+
+def _specs_by_name(values: Any, specs: list[Any]) -> list[Any]:
+    by_name = {s.name: s for s in specs}
+    return [by_name.get(v.name) for v in values]
+
+
+def _all_values(model: Any) -> list[Any]:
+    """Every value of the main graph and its subgraphs: inputs, node outputs (graph outputs are node outputs)."""
+    import onnx_ir as ir
+
+    seen: dict[int, Any] = {}
+    for graph in model.graphs():
+        for value in graph.inputs:
+            seen[id(value)] = value
+        for node in ir.traversal.RecursiveGraphIterator(graph):
+            for value in node.outputs:
+                seen[id(value)] = value
+        for value in graph.outputs:
+            seen[id(value)] = value
+    return list(seen.values())
+
+
+def _follow_symlinked_data(model: Any, base_dir: Path) -> None:
+    """Point lazy tensors stored in a symlinked data file at the file it links to."""
+    import onnx_ir as ir
+
+    for graph in model.graphs():
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            if not isinstance(tensor, ir.ExternalTensor):
+                continue
+            link = base_dir / tensor.location
+            if not link.is_symlink():
+                continue
+            target = link.resolve()
+            value.const_value = ir.ExternalTensor(
+                target.name,
+                tensor.offset,
+                tensor.length,
+                tensor.dtype,
+                shape=tensor.shape,
+                name=tensor.name,
+                base_dir=str(target.parent),
+            )

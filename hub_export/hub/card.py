@@ -1,0 +1,172 @@
+"""The repo README ("model card"): a managed section listing the exports, and the YAML front matter.
+
+The section lives between :data:`BEGIN` and :data:`END`; everything outside it is kept byte for byte. The front
+matter gains ``library_name`` (kept when present), ``base_model`` (the source repo, when known) and one tag per
+format plus ``hub-export``; it is rewritten only when one of those is missing, so a card that already says
+everything is left untouched. The card is a pure function of the exports (no dates), which keeps re-publishing
+an identical export a no-op.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from ..manifest import Manifest
+
+__all__ = ["BEGIN", "END", "CardExport", "render_card", "format_tags"]
+
+BEGIN = "<!-- hub-export:begin -->"
+END = "<!-- hub-export:end -->"
+
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?\r?\n)?---[ \t]*(\r?\n|\Z)", re.S)
+_FORMAT_TAGS = {
+    "dynamo": ("pt2", "torch-export"),
+    "onnx": ("onnx",),
+    "openvino": ("openvino",),
+    "executorch": ("executorch",),
+}
+
+
+@dataclass(frozen=True)
+class CardExport:
+    """One export as the card lists it.
+
+    Attributes:
+        subfolder: Its folder in the repo.
+        manifest: Its manifest, or None when ``export.json`` could not be read.
+        problem: Why the manifest could not be read.
+    """
+
+    subfolder: str
+    manifest: Manifest | None
+    problem: str | None = None
+
+
+def format_tags(export_format: str) -> tuple[str, ...]:
+    """The Hub tags of one export format."""
+    return _FORMAT_TAGS.get(export_format, (export_format,))
+
+
+def render_card(existing: str | None, exports: Mapping[str, CardExport], repo_id: str, *, default_library: str) -> str:
+    """The README text with the managed section and front matter brought up to date.
+
+    Args:
+        existing: The current README (None when the repo has none).
+        exports: Subfolder -> export, every export of the target revision.
+        repo_id: The repo (used in the loading snippets).
+        default_library: ``library_name`` to set when the front matter has none.
+
+    Returns:
+        The new README text (identical to ``existing`` when nothing changed).
+    """
+    text = existing if existing is not None else f"# {repo_id.split('/')[-1]}\n"
+    meta_text, body = _split_front_matter(text)
+    section = _section(exports, repo_id)
+    if BEGIN in body and END in body.split(BEGIN, 1)[1]:
+        head, rest = body.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1]
+        body = head + section + tail
+    else:
+        body = body + ("" if body.endswith("\n") or not body else "\n") + ("\n" if body.strip() else "") + section + "\n"
+    return _front_matter(meta_text, exports, repo_id, default_library) + body
+
+
+def _split_front_matter(text: str) -> tuple[str | None, str]:
+    match = _FRONT_MATTER.match(text)
+    if match is None:
+        return None, text
+    return text[: match.end()], text[match.end() :]
+
+
+def _front_matter(current: str | None, exports: Mapping[str, CardExport], repo_id: str, default_library: str) -> str:
+    meta: dict[str, Any] = {}
+    if current is not None:
+        match = _FRONT_MATTER.match(current)
+        try:
+            loaded = yaml.safe_load(match.group(1) or "") if match else None
+        except yaml.YAMLError:
+            return current  # not ours to repair: keep it as written
+        meta = dict(loaded) if isinstance(loaded, dict) else {}
+    wanted = dict(meta)
+    wanted.setdefault("library_name", default_library)
+    bases = sorted({e.manifest.source.repo_id for e in exports.values() if e.manifest and e.manifest.source} - {repo_id})
+    if bases and "base_model" not in wanted:
+        wanted["base_model"] = bases[0] if len(bases) == 1 else bases
+    tags = list(wanted.get("tags") or [])
+    if isinstance(wanted.get("tags"), str):
+        tags = [wanted["tags"]]
+    for export in exports.values():
+        if export.manifest is not None:
+            tags += [t for t in format_tags(export.manifest.export_format) if t not in tags]
+    if "hub-export" not in tags:
+        tags.append("hub-export")
+    wanted["tags"] = tags
+    if current is not None and wanted == meta:
+        return current
+    return "---\n" + yaml.safe_dump(wanted, sort_keys=False, allow_unicode=True) + "---\n"
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"  # pragma: no cover - unreachable
+
+
+def _parity(manifest: Manifest) -> str:
+    diffs = [c.parity["max_abs_diff"] for c in manifest.components.values() if c.parity]
+    return f"{max(diffs):.2e}" if diffs else "n/a"
+
+
+def _source(manifest: Manifest) -> str:
+    source = manifest.source
+    if source is None:
+        return "n/a"
+    return f"`{source.repo_id}@{source.revision[:12]}`"
+
+
+def _section(exports: Mapping[str, CardExport], repo_id: str) -> str:
+    lines = [
+        BEGIN,
+        "## Exports",
+        "",
+        "This section is maintained by [hub-export](https://github.com/hub-export/hub-export); edits inside it are",
+        "replaced on the next publish. Each folder holds one export; its `export.json` lists every file with its",
+        "size and sha256, checked on download.",
+        "",
+        "| Folder | Format | Components | Size | Parity (max abs diff) | Source commit |",
+        "|---|---|---|---|---|---|",
+    ]
+    details: list[str] = []
+    for sub in sorted(exports):
+        export = exports[sub]
+        manifest = export.manifest
+        if manifest is None:
+            lines.append(f"| `{sub}/` | ? | ? | ? | ? | export.json unreadable: {export.problem} |")
+            continue
+        files = manifest.all_files()
+        lines.append(
+            f"| `{sub}/` | {manifest.export_format} | {', '.join(manifest.components)} | "
+            f"{_size(sum(f.size for f in files))} | {_parity(manifest)} | {_source(manifest)} |"
+        )
+        details += ["", f"### `{sub}/`", ""]
+        for name, component in manifest.components.items():
+            listed = ", ".join(f"`{f.path}` ({_size(f.size)})" for f in component.files)
+            parity = component.parity or {}
+            measured = f"max abs diff {parity['max_abs_diff']:.2e} (atol {parity['atol']:g})" if parity else "not measured"
+            details.append(f"- `{name}`: {listed}; parity {measured}")
+        details += [
+            "",
+            "```python",
+            "from hub_export import ExportedModel",
+            "",
+            f'model = ExportedModel.from_pretrained("{repo_id}", subfolder="{sub}")',
+            "```",
+        ]
+    return "\n".join(lines + details + ["", END])

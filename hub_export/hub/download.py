@@ -1,0 +1,307 @@
+"""Load an export from a Hub repo: ``export.json`` first, then only the files it lists, sha256-checked.
+
+Everything goes through huggingface_hub's cache. The manifest is fetched and validated before anything else;
+the revision is then pinned to the commit it was served from, so every later file comes from that same commit.
+Only the requested components' files (and the export folder's ``config.json`` / ``generation_config.json``)
+are fetched: model weights and other subfolders never are. Each file is checked against the manifest's size
+and sha256; a file that does not match raises :class:`IntegrityError` and is removed from the cache so that a
+retry downloads it again. With a 40-hex revision and a warm cache no request is made at all; with
+``HF_HUB_OFFLINE=1`` (or ``local_files_only``) a previously downloaded export loads from the cache.
+
+``lazy=True`` returns components whose files are fetched the first time their program is needed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .._files import verify_file
+from ..configs import AutoExportConfig
+from ..errors import HubError, IntegrityError, ManifestError
+from ..formats import ExportFormat, parse_format
+from ..manifest import MANIFEST_NAME, ComponentEntry, FileEntry, Manifest
+from ..model import ExportedComponent, ExportedModel, _config_without_quantizer, _exporter_class, _load_side_configs
+
+__all__ = ["HubExport", "download_export", "load_from_hub"]
+
+_SIDE_FILES = ("config.json", "generation_config.json")
+_HEX40 = re.compile(r"[0-9a-f]{40}")
+
+
+@dataclass
+class HubExport:
+    """An export located in the local HF cache.
+
+    Attributes:
+        repo_id: The repo.
+        commit: The 40-hex commit every file was taken from.
+        subfolder: The export's folder in the repo ('' for the root).
+        directory: ``<cache>/snapshots/<commit>/<subfolder>``: where the files are.
+        manifest: The validated manifest.
+    """
+
+    repo_id: str
+    commit: str
+    subfolder: str
+    directory: Path
+    manifest: Manifest
+    _options: dict[str, Any]
+
+    def fetch(self, files: Iterable[FileEntry]) -> list[Path]:
+        """Make sure these files of the export are in the cache and match the manifest; return their paths.
+
+        Raises:
+            IntegrityError: A file's size or sha256 differs from the manifest (the bad copy is removed).
+            HubError: A file cannot be fetched (offline and not cached, network or Hub error).
+        """
+        paths = []
+        for entry in files:
+            path = self._get(entry.path)
+            if path is None:
+                raise HubError(f"{self._where(entry.path)} is listed in export.json but missing from the repo.")
+            try:
+                verify_file(path, entry)
+            except IntegrityError as exc:
+                _evict(path)
+                raise IntegrityError(
+                    f"{self._where(entry.path)}: {str(exc).split(': ', 1)[-1]} The bad copy was removed from the cache; "
+                    "a retry downloads it again."
+                ) from None
+            paths.append(path)
+        return paths
+
+    def side_files(self) -> None:
+        """Fetch ``config.json`` / ``generation_config.json`` of the export folder when the repo has them."""
+        for name in _SIDE_FILES:
+            self._get(name)
+
+    def _where(self, relative: str) -> str:
+        return f"{self.repo_id}@{self.commit[:12]}/{_join(self.subfolder, relative)}"
+
+    def _get(self, relative: str) -> Path | None:
+        return _fetch(self.repo_id, _join(self.subfolder, relative), self.commit, **self._options)
+
+
+def download_export(
+    repo_id: str,
+    *,
+    subfolder: str = "",
+    revision: str | None = None,
+    components: list[str] | None = None,
+    cache_dir: str | Path | None = None,
+    token: str | bool | None = None,
+    local_files_only: bool = False,
+    force_download: bool = False,
+    endpoint: str | None = None,
+    fetch_components: bool = True,
+) -> HubExport:
+    """Download (or find in the cache) ``export.json``, the side configs and the components' files.
+
+    Args:
+        repo_id: The Hub repo.
+        subfolder: The export's folder in the repo.
+        revision: Branch, tag, ``refs/pr/N`` or commit sha (default ``main``).
+        components: Only these components' files (all by default).
+        cache_dir, token, local_files_only, force_download, endpoint: As in huggingface_hub.
+        fetch_components: False to fetch only the manifest and side configs (lazy loading).
+
+    Raises:
+        ManifestError: ``export.json`` is missing or invalid, or a component does not exist.
+        IntegrityError: A file does not match the manifest.
+        HubError: The repo or revision does not exist, or the files cannot be fetched.
+    """
+    from huggingface_hub import constants
+
+    subfolder = subfolder.strip("/")
+    revision = revision or "main"
+    offline = local_files_only or constants.is_offline_mode()
+    options = {"cache_dir": cache_dir, "token": token, "offline": offline, "force": force_download, "endpoint": endpoint}
+    manifest_path = _join(subfolder, MANIFEST_NAME)
+    local = _fetch(repo_id, manifest_path, revision, **options)
+    if local is None:
+        raise ManifestError(f"$: {repo_id}@{revision} has no {manifest_path}.{_hint(repo_id, revision, subfolder, options)}")
+    commit = _commit_of(local, manifest_path)
+    manifest = Manifest.loads(local.read_bytes())
+    if components is not None:
+        manifest.all_files(components)  # raises ManifestError naming what exists
+    export = HubExport(repo_id, commit, subfolder, local.parent, manifest, options)
+    export.side_files()
+    if fetch_components:
+        export.fetch(manifest.all_files(components))
+    return export
+
+
+def load_from_hub(
+    repo_id: str,
+    *,
+    subfolder: str = "",
+    revision: str | None = None,
+    components: list[str] | None = None,
+    device: str | None = None,
+    lazy: bool = False,
+    cache_dir: str | Path | None = None,
+    token: str | bool | None = None,
+    local_files_only: bool = False,
+    force_download: bool = False,
+    runner_options: dict[str, Any] | None = None,
+    endpoint: str | None = None,
+) -> ExportedModel:
+    """Load an export from the Hub (see ``ExportedModel.from_pretrained``).
+
+    Raises:
+        ManifestError, IntegrityError, HubError: As :func:`download_export`.
+    """
+    export = download_export(
+        repo_id, subfolder=subfolder, revision=revision, components=components, cache_dir=cache_dir, token=token,
+        local_files_only=local_files_only, force_download=force_download, endpoint=endpoint, fetch_components=not lazy,
+    )
+    manifest = export.manifest
+    fmt = parse_format(manifest.export_format)
+    names = list(manifest.components) if components is None else list(components)
+    loaded = {name: HubComponent(name, fmt, manifest.components[name], export) for name in names}
+    if not lazy:
+        for component in loaded.values():
+            component.materialize()
+    model_config, generation_config = _load_side_configs(export.directory)
+    return ExportedModel(
+        fmt,
+        AutoExportConfig.from_dict(_config_without_quantizer(manifest.config)),
+        loaded,
+        model_config=model_config,
+        generation_config=generation_config,
+        source=manifest.source,
+        device=device,
+        generation=manifest.generation,
+        runner_options=runner_options,
+    )
+
+
+class HubComponent(ExportedComponent):
+    """A component of a Hub export whose files are fetched, verified and loaded on first use of ``program``."""
+
+    def __init__(self, name: str, export_format: ExportFormat, metadata: ComponentEntry, export: HubExport) -> None:
+        self._export = export
+        self._program: Any = None
+        self._lock = threading.Lock()
+        super().__init__(name, export_format, None, metadata)
+
+    @property
+    def program(self) -> Any:
+        """The backend program (files fetched and checked on first access)."""
+        if self._program is None:
+            self.materialize()
+        return self._program
+
+    @program.setter
+    def program(self, value: Any) -> None:
+        self._program = value
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the program is in memory."""
+        return self._program is not None
+
+    def materialize(self) -> None:
+        """Fetch and verify this component's files, then load its program (once)."""
+        with self._lock:
+            if self._program is not None:
+                return
+            self._export.fetch(self.metadata.files)
+            directory = self._export.directory
+            self._program = _exporter_class(self.export_format).load_program(directory, self.name, self.metadata)
+            self._files_dir = directory.resolve()
+
+    def save(self, directory: Path) -> ComponentEntry:
+        """Write this component's (verified) files into ``directory``."""
+        self.materialize()
+        return super().save(directory)
+
+
+# -- cache and HTTP -------------------------------------------------------------------------------------------
+def _join(subfolder: str, relative: str) -> str:
+    return f"{subfolder}/{relative}" if subfolder else relative
+
+
+def _commit_of(local: Path, repo_path: str) -> str:
+    snapshot = local
+    for _ in repo_path.split("/"):
+        snapshot = snapshot.parent
+    if not _HEX40.fullmatch(snapshot.name):
+        raise HubError(f"Unexpected cache layout for {local}: cannot tell which commit it came from.")
+    return snapshot.name
+
+
+def _fetch(
+    repo_id: str, path: str, revision: str, *, cache_dir: Any, token: Any, offline: bool, force: bool, endpoint: Any
+) -> Path | None:
+    """The cached copy of ``path`` at ``revision`` (downloaded when needed); None when the repo has no such file."""
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    if not force and _HEX40.fullmatch(revision):
+        cached = try_to_load_from_cache(repo_id, path, cache_dir=cache_dir, revision=revision)
+        if isinstance(cached, str):
+            return Path(cached)
+        if cached is not None:  # the cache knows the file does not exist at this commit
+            return None
+    try:
+        return Path(hf_hub_download(
+            repo_id, path, revision=revision, cache_dir=cache_dir, token=token, local_files_only=offline,
+            force_download=force, endpoint=endpoint,
+        ))
+    except LocalEntryNotFoundError as exc:
+        raise HubError(
+            f"{repo_id}@{revision}/{path} is not in the local cache and downloads are disabled "
+            "(HF_HUB_OFFLINE or local_files_only): download it once while online."
+            if offline else f"Cannot download {repo_id}@{revision}/{path}: {_first_line(exc)}"
+        ) from exc
+    except EntryNotFoundError:
+        return None
+    except RevisionNotFoundError as exc:
+        raise HubError(f"{repo_id} has no revision {revision!r} (branch, tag, refs/pr/N or commit sha).") from exc
+    except RepositoryNotFoundError as exc:
+        raise HubError(f"Repository {repo_id} not found (or private and no valid token given).") from exc
+    except HfHubHTTPError as exc:
+        raise HubError(f"Downloading {repo_id}@{revision}/{path} failed: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _hint(repo_id: str, revision: str, subfolder: str, options: dict[str, Any]) -> str:
+    """Where the repo's exports are, when the requested folder has none (one listing request, online only)."""
+    if options["offline"]:
+        return ""
+    try:
+        from huggingface_hub import HfApi
+
+        files = HfApi(endpoint=options["endpoint"], token=options["token"]).list_repo_files(repo_id, revision=revision)
+    except Exception:  # noqa: BLE001 - a hint must never hide the real error
+        return ""
+    found = sorted(f.rsplit("/", 1)[0] + "/" for f in files if f.endswith("/" + MANIFEST_NAME))
+    if not found or subfolder + "/" in found:
+        return ""
+    return f" Exports in this repo: {', '.join(found)} (pass subfolder=...)."
+
+
+def _evict(path: Path) -> None:
+    """Remove a cached file: the snapshot entry and the blob it links to."""
+    blob = Path(os.path.realpath(path))
+    for victim in {path, blob}:
+        try:
+            victim.unlink()
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,136 @@
+"""Provenance: load a source model from the Hub pinned to one commit, and remember which.
+
+:func:`load_source` resolves the requested revision to its 40-hex commit *before* downloading, downloads the
+config, generation config and safetensors weights of exactly that commit (never pickled weights, never remote
+code), loads the model from that snapshot and attaches a :class:`~hub_export.manifest.Source` to it. Exporters
+copy it into the export, so ``export.json`` records the commit the export was made from.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from ..errors import HubError
+from ..manifest import Source
+
+__all__ = ["SOURCE_ATTRIBUTE", "SOURCE_PATTERNS", "load_source", "resolve_revision"]
+
+#: Attribute of a loaded model holding its :class:`Source` (read by ``HfExporter.export``).
+SOURCE_ATTRIBUTE = "_hub_export_source"
+#: What is downloaded from the source repo: configs and safetensors weights only.
+SOURCE_PATTERNS = ("config.json", "generation_config.json", "*.safetensors", "model.safetensors.index.json")
+
+_HEX40 = re.compile(r"[0-9a-f]{40}")
+_AUTO_CLASSES = (
+    "AutoModelForCausalLM",
+    "AutoModelForSeq2SeqLM",
+    "AutoModelForSpeechSeq2Seq",
+    "AutoModelForSequenceClassification",
+    "AutoModelForTokenClassification",
+    "AutoModelForQuestionAnswering",
+    "AutoModelForMaskedLM",
+    "AutoModelForImageClassification",
+    "AutoModelForImageTextToText",
+    "AutoModelForAudioClassification",
+    "AutoModelForCTC",
+    "AutoModel",
+)
+_DEFAULT_ENDPOINT = "https://huggingface.co"
+
+
+def resolve_revision(repo_id: str, revision: str = "main", *, token: str | bool | None = None, endpoint: str | None = None) -> str:
+    """The 40-hex commit ``revision`` (branch, tag, ``refs/pr/N`` or sha) points at now.
+
+    Raises:
+        HubError: The repo or revision does not exist.
+    """
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        sha = HfApi(endpoint=endpoint, token=token).model_info(repo_id, revision=revision).sha
+    except HfHubHTTPError as exc:
+        raise HubError(f"Cannot resolve {repo_id}@{revision}: {(str(exc).splitlines() or [''])[0]}") from exc
+    if not sha or not _HEX40.fullmatch(sha):
+        raise HubError(f"The Hub answered {sha!r} for {repo_id}@{revision}, not a 40-hex commit sha.")
+    return sha
+
+
+def load_source(
+    repo_id: str,
+    *,
+    revision: str = "main",
+    model_class: Any = None,
+    token: str | bool | None = None,
+    endpoint: str | None = None,
+    **from_pretrained_kwargs: Any,
+) -> Any:
+    """Load ``repo_id`` at the commit ``revision`` resolves to, recording that commit on the model.
+
+    Args:
+        repo_id: The source model repo.
+        revision: Branch, tag, ``refs/pr/N`` or commit sha.
+        model_class: The class to load with (default: the ``AutoModel*`` class matching ``config.architectures``).
+        token: Hub token.
+        endpoint: Hub endpoint (defaults to ``HF_ENDPOINT``).
+        **from_pretrained_kwargs: Passed to ``from_pretrained`` (``torch_dtype``, ``cache_dir``, ...);
+            ``trust_remote_code`` is refused.
+
+    Returns:
+        The model (in eval mode), with ``model._hub_export_source`` set.
+
+    Raises:
+        HubError: The revision does not resolve, or it has no safetensors weights.
+    """
+    from huggingface_hub import constants, snapshot_download
+
+    if from_pretrained_kwargs.pop("trust_remote_code", False):
+        raise HubError("load_source never runs code from the Hub: drop trust_remote_code (exports need in-library models).")
+    sha = resolve_revision(repo_id, revision, token=token, endpoint=endpoint)
+    cache_dir = from_pretrained_kwargs.pop("cache_dir", None)
+    snapshot = Path(snapshot_download(
+        repo_id, revision=sha, allow_patterns=list(SOURCE_PATTERNS), cache_dir=cache_dir, token=token, endpoint=endpoint,
+    ))
+    if not (snapshot / "config.json").is_file():
+        raise HubError(f"{repo_id}@{sha[:12]} has no config.json; it is not a transformers model repo.")
+    if not any(snapshot.glob("*.safetensors")):
+        raise HubError(
+            f"{repo_id}@{sha[:12]} has no *.safetensors weights; hub_export does not load pickled (.bin) weights. "
+            "Convert the repo to safetensors first."
+        )
+    cls = model_class or _model_class(snapshot)
+    model = cls.from_pretrained(str(snapshot), **from_pretrained_kwargs)
+    model.eval()
+    used = endpoint or constants.ENDPOINT
+    source = Source(repo_id, sha, revision, None if used.rstrip("/") == _DEFAULT_ENDPOINT else used.rstrip("/"))
+    setattr(model, SOURCE_ATTRIBUTE, source)
+    return model
+
+
+def _model_class(snapshot: Path) -> Any:
+    """The ``AutoModel*`` class whose mapping gives the config's first architecture."""
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(str(snapshot), trust_remote_code=False)
+    architectures = list(getattr(config, "architectures", None) or [])
+    if not architectures:
+        return transformers.AutoModel
+    wanted = architectures[0]
+    for name in _AUTO_CLASSES:
+        auto = getattr(transformers, name, None)
+        mapping = getattr(auto, "_model_mapping", None)
+        if mapping is None:
+            continue
+        try:
+            found = mapping[type(config)]
+        except KeyError:
+            continue
+        for candidate in found if isinstance(found, (tuple, list)) else (found,):
+            if getattr(candidate, "__name__", None) == wanted:
+                return auto
+    direct = getattr(transformers, wanted, None)
+    if isinstance(direct, type) and issubclass(direct, transformers.PreTrainedModel):
+        return direct
+    raise HubError(f"No transformers model class for architecture {wanted!r}; pass model_class=.")

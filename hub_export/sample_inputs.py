@@ -1,0 +1,56 @@
+"""Sample inputs built from a model's config, for exports made without user inputs (CLI, sync, Action)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import ExportError
+
+__all__ = ["dummy_inputs"]
+
+
+def _get(config: Any, *names: str, default: Any = None) -> Any:
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None:
+            return value
+    return default
+
+
+def dummy_inputs(model: Any, *, batch: int = 2, sequence: int = 8) -> dict[str, Any]:
+    """Kwargs for one forward call of ``model``, shaped from its config (random ids, all-ones mask).
+
+    The batch and sequence are >= 2 so that ``dynamic=True`` keeps them symbolic.
+
+    Raises:
+        ExportError: The model's main input is not one this function knows how to build.
+    """
+    import torch
+
+    config = model.config
+    text = getattr(config, "get_text_config", lambda **_: config)(decoder=True)
+    main = getattr(model, "main_input_name", "input_ids")
+    gen = torch.Generator().manual_seed(0)
+    inputs: dict[str, Any] = {}
+    if main == "input_ids":
+        vocab = _get(text, "vocab_size", default=100)
+        inputs["input_ids"] = torch.randint(min(3, vocab - 1), vocab, (batch, sequence), generator=gen)
+        inputs["attention_mask"] = torch.ones(batch, sequence, dtype=torch.int64)
+    elif main == "pixel_values":
+        vision = _get(config, "vision_config", default=config)
+        size = _get(vision, "image_size", default=224)
+        size = size if isinstance(size, int) else (size.get("height") if isinstance(size, dict) else size[0])
+        channels = _get(vision, "num_channels", default=3)
+        inputs["pixel_values"] = torch.randn(batch, channels, size, size, generator=gen)
+    elif main == "input_features":
+        mels = _get(config, "num_mel_bins", "feature_size", default=80)
+        frames = 2 * _get(config, "max_source_positions", default=1500)
+        inputs["input_features"] = torch.randn(batch, mels, frames, generator=gen)
+    elif main == "input_values":
+        inputs["input_values"] = torch.randn(batch, 16000, generator=gen)
+    else:
+        raise ExportError(f"Cannot build sample inputs for main input {main!r}; export from Python with your own inputs.")
+    if getattr(config, "is_encoder_decoder", False):
+        start = _get(config, "decoder_start_token_id", "bos_token_id", default=0)
+        inputs["decoder_input_ids"] = torch.full((batch, max(2, sequence // 2)), int(start), dtype=torch.int64)
+    return inputs

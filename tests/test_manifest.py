@@ -1,0 +1,166 @@
+"""export.json: a saved manifest validates; malformed or hostile manifests raise ManifestError and run nothing."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from tiny_models import build
+
+from hub_export import DynamoConfig, DynamoExporter, ExportedModel, ManifestError
+from hub_export.manifest import Manifest, schema, schema_path
+
+SENTINEL_NAME = "pwned-sentinel"
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> Path:
+    case = build("llama")
+    directory = tmp_path_factory.mktemp("manifest") / "export"
+    DynamoExporter().export(case.model, case.sample, config=DynamoConfig(dynamic=True)).save_pretrained(directory)
+    return directory
+
+
+def test_saved_manifest_validates_and_round_trips(saved: Path) -> None:
+    text = (saved / "export.json").read_text()
+    manifest = Manifest.loads(text)
+    assert manifest.export_format == "dynamo" and manifest.source is None
+    assert set(manifest.created_with) >= {"hub_export", "torch", "transformers"}
+    component = manifest.components["model"]
+    assert component.files[0].path == "model.pt2" and len(component.files[0].sha256) == 64
+    assert component.architecture == "LlamaForCausalLM" and component.dtype == "float32"
+    assert component.parity["max_abs_diff"] <= 1e-5
+    assert json.loads(manifest.dumps()) == json.loads(text)
+    assert (saved / "config.json").is_file()
+
+
+def test_schema_is_the_repository_file() -> None:
+    assert schema_path() == Path(__file__).resolve().parents[1] / "schemas" / "export.schema.json"
+    assert schema()["$schema"].endswith("2020-12/schema")
+
+
+def _set(data: dict, path: str, value) -> dict:
+    data = copy.deepcopy(data)
+    node = data
+    keys = path.split("/")
+    for key in keys[:-1]:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    last = keys[-1]
+    if value is _DELETE:
+        del node[int(last) if isinstance(node, list) else last]
+    elif isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return data
+
+
+_DELETE = object()
+C = "components/model"
+
+HOSTILE = {
+    "missing_components": ("components", _DELETE, "$"),
+    "missing_format": ("export_format", _DELETE, "$"),
+    "unknown_format": ("export_format", "tflite", "$.export_format"),
+    "future_schema": ("schema_version", 99, "$.schema_version"),
+    "schema_as_string": ("schema_version", "1", "$.schema_version"),
+    "extra_top_level_key": ("loader", "os:system", "$"),
+    "files_not_list": (f"{C}/files", "model.pt2", "$.components.model.files"),
+    "size_negative": (f"{C}/files/0/size", -1, "$.components.model.files[0].size"),
+    "sha_short": (f"{C}/files/0/sha256", "abc", "$.components.model.files[0].sha256"),
+    "absolute_path": (f"{C}/files/0/path", "/etc/passwd", "$.components.model.files[0].path"),
+    "traversal_path": (f"{C}/files/0/path", "../../outside.pt2", "$.components.model.files[0].path"),
+    "inner_traversal": (f"{C}/files/0/path", "sub/../../x.pt2", "$.components.model.files[0].path"),
+    "backslash_path": (f"{C}/files/0/path", "sub\\model.pt2", "$.components.model.files[0].path"),
+    "windows_drive": (f"{C}/files/0/path", "C:/model.pt2", "$.components.model.files[0].path"),
+    "home_path": (f"{C}/files/0/path", "~/model.pt2", "$.components.model.files[0].path"),
+    "output_class_eval": (f"{C}/output_structure/class", "builtins:eval", "$.components.model.output_structure"),
+    "output_class_dotted": (f"{C}/output_structure/class", "os.system", "$.components.model.output_structure"),
+    "output_class_not_allowed": (f"{C}/output_structure/class", "Popen", "$.components.model.output_structure.class"),
+    "output_class_torch_module": (f"{C}/output_structure/class", "LlamaForCausalLM", "$.components.model.output_structure.class"),
+    "cache_class_not_allowed": (f"{C}/output_structure/fields/1/1/class", "QuantizedCache", "$.components.model.output_structure"),
+    "node_with_callable": (f"{C}/output_structure/fields/0/1/callable", "os:system", "$.components.model.output_structure"),
+    "index_past_end": (f"{C}/output_structure/fields/0/1/index", 999, "$.components.model.output_structure.logits.index"),
+    "unknown_dtype": (f"{C}/inputs/0/dtype", "object", "$.components.model.inputs[0].dtype"),
+    "bad_dim_name": (f"{C}/inputs/0/shape/0", "__import__('os')", "$.components.model.inputs[0].shape[0]"),
+    "bad_component_name": ("components", {"../x": {}}, "$.components"),
+    "architecture_code": (f"{C}/architecture", "os:system", "$.components.model.architecture"),
+    "bad_source_revision": ("source", {"repo_id": "a/b", "revision": "main"}, "$.source"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_hostile_manifest_is_rejected_with_its_json_path(saved: Path, case: str, tmp_path: Path, monkeypatch) -> None:
+    path, value, where = HOSTILE[case]
+    data = _set(json.loads((saved / "export.json").read_text()), path, value)
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "export.json").write_text(json.dumps(data))
+    # nothing but the manifest is there: loading must fail before any other file is needed or opened
+    opened: list[str] = []
+    import builtins
+
+    real_open = builtins.open
+
+    def spy(file, *args, **kwargs):
+        opened.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", spy)
+    with pytest.raises(ManifestError) as info:
+        ExportedModel.from_pretrained(export)
+    assert str(info.value).startswith(where), str(info.value)
+    assert not [f for f in opened if f.endswith((".pt2", "config.json"))]
+
+
+def test_not_json_and_missing_manifest(tmp_path: Path) -> None:
+    (tmp_path / "export.json").write_text("{not json")
+    with pytest.raises(ManifestError, match="not valid JSON"):
+        ExportedModel.from_pretrained(tmp_path)
+    with pytest.raises(ManifestError, match="no export.json"):
+        ExportedModel.from_pretrained(tmp_path / "empty" if (tmp_path / "empty").mkdir() is None else tmp_path)
+
+
+def test_hostile_manifest_runs_nothing(saved: Path, tmp_path: Path) -> None:
+    sentinel = tmp_path / SENTINEL_NAME
+    payload = f"__import__('pathlib').Path({str(sentinel)!r}).touch()"
+    data = json.loads((saved / "export.json").read_text())
+    attempts = [
+        _set(data, f"{C}/output_structure/class", f"builtins:eval({payload})"),
+        _set(data, f"{C}/output_structure/class", "eval"),
+        _set(data, f"{C}/architecture", payload),
+        _set(data, f"{C}/output_structure/fields/0/1", {"type": "constant", "value": payload, "call": "builtins:exec"}),
+    ]
+    for i, hostile in enumerate(attempts):
+        export = tmp_path / f"e{i}"
+        export.mkdir()
+        for name in ("model.pt2", "config.json"):
+            (export / name).write_bytes((saved / name).read_bytes())
+        (export / "export.json").write_text(json.dumps(hostile))
+        with pytest.raises(ManifestError):
+            ExportedModel.from_pretrained(export)
+    assert not sentinel.exists()
+
+
+def test_symlink_out_of_the_folder_is_rejected(saved: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "model.pt2").write_bytes((saved / "model.pt2").read_bytes())
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "export.json").write_text((saved / "export.json").read_text())
+    (export / "model.pt2").symlink_to(outside / "model.pt2")
+    with pytest.raises(ManifestError, match=r"files\[0\].path.*outside the export folder"):
+        ExportedModel.from_pretrained(export)
+
+
+def test_write_validates(saved: Path, tmp_path: Path) -> None:
+    import dataclasses
+
+    manifest = Manifest.read(saved)
+    broken = dataclasses.replace(manifest, export_format="tflite")
+    with pytest.raises(ManifestError, match="export_format"):
+        broken.write(tmp_path)
+    assert not (tmp_path / "export.json").exists()
