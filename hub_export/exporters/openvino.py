@@ -1,4 +1,4 @@
-"""``OpenVINOExporter``: convert the traced ExportedProgram to an ``openvino.Model`` (``openvino_model.xml`` + ``.bin``).
+"""``OpenVINOExporter``: the traced ExportedProgram as an ``openvino.Model`` (``openvino_model.xml`` + ``.bin``).
 
 The flat program goes through ``openvino.convert_model`` with one input spec per graph input: static dims stay
 static, symbolic ones become ``Dimension(min, max)`` ranges from the trace. Every input and output port then
@@ -154,8 +154,13 @@ def _name_inputs(model: Any, specs: list[TensorSpec], placeholders: list[str], d
     if len(placeholders) != len(specs):
         raise ExportError(f"The program has {len(placeholders)} user inputs but the trace recorded {len(specs)}.")
     by_placeholder = dict(zip(placeholders, specs))
+    params = model.get_parameters()
+    if len(params) == len(specs) and not any(param.output(0).get_names() & set(placeholders) for param in params):
+        by_placeholder = {}  # the frontend renamed every input: fall back on their order, which it keeps
+        for param, spec in zip(params, specs):
+            by_placeholder.update({n: spec for n in param.output(0).get_names()})
     seen: set[str] = set()
-    for param in model.get_parameters():
+    for param in params:
         names = param.output(0).get_names()
         spec = next((by_placeholder[n] for n in names if n in by_placeholder), None)
         if spec is None:
@@ -192,3 +197,4 @@ def _name_outputs(model: Any, specs: list[TensorSpec]) -> None:
             key = (copy.get_name(), 0)
         taken.add(key)
         model.output(index).get_tensor().set_names({spec.name})
+        result.set_friendly_name(spec.name)

@@ -15,7 +15,7 @@ __all__ = ["OpenVINORunner", "core", "openvino_device"]
 
 #: torch-style device type -> OpenVINO device name
 _DEVICES = {"cpu": "CPU", "xpu": "GPU", "npu": "NPU"}
-_OV_NAMES = ("AUTO", "CPU", "GPU", "NPU")
+_OV_NAMES = ("AUTO", "CPU", "GPU", "NPU", "MULTI", "HETERO")
 _PRECISION_KEY = ["runtime_options", "INFERENCE_PRECISION_HINT"]
 
 # program -> {(device, properties): CompiledModel}; entries go away with the program
@@ -43,21 +43,23 @@ def openvino_device(device: str | None) -> str:
     else:
         text = str(device).strip()
         kind, _, index = text.partition(":")
-        if kind.lower() in _DEVICES:
-            name = _DEVICES[kind.lower()] + (f".{index}" if index else "")
-        elif text.split(".", 1)[0].upper() in _OV_NAMES:
-            name = text.upper()
+        if kind.lower() in _DEVICES and (not index or index.isdigit()):
+            name = _DEVICES[kind.lower()] + (f".{index}" if index and kind.lower() != "cpu" else "")
+        elif kind.split(".", 1)[0].upper() in _OV_NAMES:
+            name = text.upper()  # OpenVINO's own spelling: CPU, GPU.1, AUTO:GPU,CPU, HETERO:GPU,CPU
         else:
             raise DeviceUnavailableError(
                 f"OpenVINO cannot run on {device!r}; use device=None (AUTO), 'cpu', 'xpu' (Intel GPU) or 'npu'. "
                 f"Devices OpenVINO sees here: {available}."
             )
-    if name == "AUTO":
+    if name.startswith(("AUTO", "MULTI", "HETERO")):
         if not available:
             raise DeviceUnavailableError("OpenVINO sees no device at all; check the openvino installation.")
         return name
     base = name.split(".", 1)[0]
-    if name not in available and not (name == base and any(d.split(".", 1)[0] == base for d in available)):
+    bases = {d.split(".", 1)[0] for d in available}
+    # OpenVINO lists a single GPU as "GPU" and several as "GPU.0", "GPU.1": accept both spellings of the first
+    if name not in available and not (base in bases and name in (base, f"{base}.0")):
         raise DeviceUnavailableError(
             f"device={device!r} maps to OpenVINO device {name!r}, which is not available here "
             f"(available: {available}); use one of those (e.g. device='cpu') or device=None for AUTO."
@@ -71,8 +73,8 @@ def _compile_properties(program: Any, device: str, options: dict[str, Any] | Non
     if program.has_rt_info(_PRECISION_KEY):
         precision = program.get_rt_info(_PRECISION_KEY).astype(str)
         if device.startswith(("AUTO", "MULTI", "HETERO")):
-            targets = [d for d in core().available_devices]
-            properties["DEVICE_PROPERTIES"] = {d: {"INFERENCE_PRECISION_HINT": precision} for d in targets}
+            devices = list(core().available_devices)
+            properties["DEVICE_PROPERTIES"] = {d: {"INFERENCE_PRECISION_HINT": precision} for d in devices}
         else:
             properties["INFERENCE_PRECISION_HINT"] = precision
     properties.update(options or {})
@@ -129,7 +131,9 @@ class OpenVINORunner(ModelRunner):
             DeviceUnavailableError: OpenVINO does not see the device.
         """
         if options:
-            raise TypeError(f"Unknown OpenVINORunner option(s) {sorted(options)}; pass compile properties as config={{...}}.")
+            raise TypeError(
+                f"Unknown OpenVINORunner option(s) {sorted(options)}; pass OpenVINO compile properties as config={{...}}."
+            )
         name = openvino_device(device)
         compiled = _compiled(program, name, _compile_properties(program, name, config))
         return cls(compiled, metadata, name)

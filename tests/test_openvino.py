@@ -1,0 +1,232 @@
+"""OpenVINO backend: export, save (openvino_model.xml + .bin), load, run on OpenVINO Runtime, devices, patches."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from tiny_models import CASES, build
+
+from hub_export import ExportedModel, OpenVINOConfig, OpenVINOExporter
+from hub_export.errors import BackendUnavailableError, DeviceUnavailableError
+from hub_export.signature import flatten_value
+
+ATOL = 1e-4
+
+
+def flat(output: Any) -> list[tuple[str, torch.Tensor]]:
+    leaves: list = []
+    flatten_value(output, (), leaves)
+    return leaves
+
+
+def max_diff(got: Any, expected: Any) -> float:
+    got_leaves, expected_leaves = flat(got), flat(expected)
+    assert [n for n, _ in got_leaves] == [n for n, _ in expected_leaves]
+    worst = 0.0
+    for (leaf, a), (_, b) in zip(got_leaves, expected_leaves):
+        assert a.shape == b.shape, leaf
+        assert a.dtype == b.dtype, leaf
+        worst = max(worst, float((a.double() - b.double()).abs().max()))
+    return worst
+
+
+def param_bytes(model: Any) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """name -> (case, saved folder, loaded export); each tiny model is exported and saved once."""
+    done: dict[str, tuple[Any, Path, ExportedModel]] = {}
+
+    def get(name: str) -> tuple[Any, Path, ExportedModel]:
+        if name not in done:
+            case = build(name)
+            exported = OpenVINOExporter().export(case.model, case.sample, config=OpenVINOConfig(dynamic=True))
+            assert exported.components["model"].metadata.parity["max_abs_diff"] <= ATOL
+            folder = exported.save_pretrained(tmp_path_factory.mktemp(name) / "openvino")
+            done[name] = (case, folder, ExportedModel.from_pretrained(folder))
+        return done[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_tiny_models_match_eager(name: str, exports: Any) -> None:
+    import openvino
+
+    case, folder, loaded = exports(name)
+    assert isinstance(loaded.program, openvino.Model)
+    assert [f.path for f in loaded.components["model"].metadata.files] == ["openvino_model.xml", "openvino_model.bin"]
+    for inputs in (case.sample, case.other):  # `other`: another batch and length, left-padded mask
+        with torch.no_grad():
+            expected = case.model(**inputs)
+        got = loaded(**inputs)
+        assert type(got) is type(expected)
+        assert max_diff(got, expected) <= ATOL, name
+
+
+def _xml_ports(xml_path: Path) -> tuple[dict[str, str], set[str]]:
+    """Parameter name -> its ``shape`` attribute, and the Results' output names, read from the IR text."""
+    root = ET.parse(xml_path).getroot()
+    inputs, outputs = {}, set()
+    for layer in root.iter("layer"):
+        if layer.get("type") == "Parameter":
+            port = layer.find("output/port")
+            inputs[port.get("names")] = layer.find("data").get("shape")
+        elif layer.get("type") == "Result":
+            outputs.add(layer.get("output_names"))
+    return inputs, outputs
+
+
+@pytest.mark.parametrize("name", ["llama", "t5", "vit"])
+def test_port_names_and_dims_follow_the_manifest(name: str, exports: Any) -> None:
+    _, folder, loaded = exports(name)
+    metadata = loaded.components["model"].metadata
+    inputs, outputs = _xml_ports(folder / "openvino_model.xml")
+    assert set(inputs) == {s.name for s in metadata.inputs}
+    assert outputs == {s.name for s in metadata.outputs}
+    program = loaded.program
+    assert [p.get_any_name() for p in program.inputs] == [s.name for s in metadata.inputs]
+    assert [p.get_any_name() for p in program.outputs] == [s.name for s in metadata.outputs]
+    for spec in metadata.inputs:
+        dims = inputs[spec.name].split(",")
+        for dim, xml_dim in zip(spec.shape, dims, strict=True):
+            if isinstance(dim, int):
+                assert xml_dim == str(dim), (spec.name, spec.shape, dims)
+            else:  # symbolic: dynamic in the IR, with the traced lower bound
+                low = metadata.dims[dim]["min"]
+                assert xml_dim == ("?" if low == 0 else f"{low}.."), (spec.name, spec.shape, dims)
+    for port, spec in zip(program.outputs, metadata.outputs):
+        shape = port.get_partial_shape()
+        for axis, dim in enumerate(spec.shape):
+            assert shape[axis].is_static == isinstance(dim, int), (spec.name, shape)
+
+
+def test_weights_stay_float32_unless_compressed(exports: Any, tmp_path: Path) -> None:
+    case, folder, loaded = exports("llama")
+    fp32_bin = (folder / "openvino_model.bin").stat().st_size
+    assert 0.95 <= fp32_bin / param_bytes(case.model) <= 1.1
+    assert 'element_type="f16"' not in (folder / "openvino_model.xml").read_text()
+    assert loaded.components["model"].metadata.extra == {
+        "compress_to_fp16": False,
+        "stateful": True,
+        "inference_precision": "f32",
+    }
+
+    vit = build("vit")
+    config = OpenVINOConfig(dynamic=True, compress_to_fp16=True)
+    compressed = OpenVINOExporter().export(vit.model, vit.sample, config=config)
+    out = compressed.save_pretrained(tmp_path / "fp16")
+    ratio = (out / "openvino_model.bin").stat().st_size / param_bytes(vit.model)
+    assert 0.4 <= ratio <= 0.6
+    assert 'element_type="f16"' in (out / "openvino_model.xml").read_text()
+    assert compressed.components["model"].metadata.extra["compress_to_fp16"] is True
+    reloaded = ExportedModel.from_pretrained(out)
+    assert reloaded.config.compress_to_fp16 is True
+    with torch.no_grad():
+        expected = vit.model(**vit.other)
+    assert max_diff(reloaded(**vit.other), expected) <= 2e-2  # fp16 weights: close, not exact
+
+
+def test_cpu_runs_in_float32(exports: Any) -> None:
+    import openvino
+
+    case, folder, _ = exports("gpt2")
+    on_cpu = ExportedModel.from_pretrained(folder, device="cpu")
+    got = on_cpu(**case.other)
+    runner = on_cpu.runners["model"]
+    assert runner.device == "CPU"
+    assert runner.compiled_model.get_property("INFERENCE_PRECISION_HINT") == openvino.Type.f32
+    with torch.no_grad():
+        assert max_diff(got, case.model(**case.other)) <= ATOL
+
+
+@pytest.mark.parametrize("device", ["npu", "xpu", "cuda"])
+def test_unavailable_device_is_a_clear_error(device: str, exports: Any) -> None:
+    import openvino
+
+    case, folder, _ = exports("bert")
+    loaded = ExportedModel.from_pretrained(folder, device=device)
+    present = device != "cuda" and {"npu": "NPU", "xpu": "GPU"}[device] in "".join(openvino.Core().available_devices)
+    if present:  # a machine with that device: it must run there instead
+        with torch.no_grad():
+            assert max_diff(loaded(**case.sample), case.model(**case.sample)) <= 1e-2
+        return
+    with pytest.raises(DeviceUnavailableError, match=rf"(?s){device}.*CPU"):
+        loaded(**case.sample)
+
+
+def test_default_device_is_auto_and_compiles_once(exports: Any) -> None:
+    case, _, loaded = exports("bert")
+    component = loaded.components["model"]
+    first, second = component.runner(None), component.runner(None)
+    assert first.device == "AUTO"
+    assert first.compiled_model is second.compiled_model  # compiled once per program and device
+    assert first.request is not second.request
+    a = first.run_flat(first.flatten_inputs(case.sample))
+    kept = [t.clone() for t in a]
+    b = first.run_flat(first.flatten_inputs(case.other))  # another shape through the same request
+    assert all(torch.equal(x, y) for x, y in zip(a, kept))  # outputs were copied out of OpenVINO's buffers
+    assert a[0].shape != b[0].shape
+    with torch.no_grad():
+        assert max_diff(loaded(**case.other), case.model(**case.other)) <= ATOL
+
+
+class _PaddedAttention(torch.nn.Module):
+    """The three graph shapes the patches fix: an empty-cache ``cat``, a ``-1`` reshape, a fully masked row."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
+        from transformers.modeling_outputs import BaseModelOutput
+
+        batch, seq = input_ids.shape
+        x = self.proj(torch.nn.functional.one_hot(input_ids, 8).float()).view(batch, seq, 2, 4).transpose(1, 2)
+        keys = torch.cat([torch.tensor([]), x], dim=-2)  # DynamicCache's first update
+        causal = torch.ones(seq, seq, dtype=torch.bool).tril()
+        mask = causal[None, None] & attention_mask.bool()[:, None, None, :]
+        out = torch.nn.functional.scaled_dot_product_attention(x, keys, keys, attn_mask=mask)
+        return BaseModelOutput(last_hidden_state=out.transpose(1, 2).reshape(batch, seq, -1))
+
+
+def test_patches_fix_the_graph_and_restore_it() -> None:
+    from hub_export.exporters._trace import trace
+    from hub_export.patches.openvino import conversion_patches, pin_reshape_wildcards, skip_empty_cat_inputs
+    from hub_export.patches.openvino import zero_fully_masked_attention_rows
+
+    torch.manual_seed(0)
+    model = _PaddedAttention().eval()
+    sample = {"input_ids": torch.randint(0, 8, (1, 5)), "attention_mask": torch.ones(1, 5, dtype=torch.long)}
+    program = trace(model, sample, OpenVINOConfig(dynamic=True)).program
+    before = program.graph_module.code
+    for patch in (skip_empty_cat_inputs, pin_reshape_wildcards, zero_fully_masked_attention_rows):
+        with patch(program) as count:
+            assert count >= 1, patch.__name__
+            assert program.graph_module.code != before
+        assert program.graph_module.code == before, patch.__name__
+    padded = {"input_ids": torch.randint(0, 8, (3, 6)), "attention_mask": torch.ones(3, 6, dtype=torch.long)}
+    padded["attention_mask"][0, :2] = 0  # rows 0-1 of entry 0 see no key at all
+    with torch.no_grad():
+        expected = model(**padded)
+    with conversion_patches(program), torch.no_grad():  # same semantics as the original graph
+        patched = program.module()(padded["input_ids"], padded["attention_mask"])
+    torch.testing.assert_close(patched[0], expected.last_hidden_state, rtol=0, atol=1e-6)
+
+    exported = OpenVINOExporter().export(model, sample, config=OpenVINOConfig(dynamic=True))
+    got = exported(**padded)
+    assert not got.last_hidden_state.isnan().any()
+    assert max_diff(got, expected) <= ATOL
+
+
+def test_missing_openvino_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(OpenVINOExporter, "packages", ("hub_export_no_such_package",))
+    case = build("bert")
+    with pytest.raises(BackendUnavailableError, match=r"hub-export\[openvino\]"):
+        OpenVINOExporter().export(case.model, case.sample, config=OpenVINOConfig(dynamic=True))
