@@ -1,0 +1,112 @@
+"""``hub-export publish REPO DIR1 DIR2 ...``: commit several saved export folders to a repo together.
+
+The split mode of ``sync`` (a CI matrix exports one format per job; one job publishes them all): every folder
+must hold a valid export (``export.json`` and files matching their sha256), all of them exported from the same
+source commit; they go to ``<format folder>/`` (or ``--subfolder-of DIR=NAME``) in ONE commit tagged
+``source-<12 hex>``. Nothing is committed when any check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``publish`` command."""
+    parser = subparsers.add_parser(
+        "publish",
+        help="publish several saved export folders to a Hub repo in one commit",
+        description="Commit several export folders (written by `hub-export export` or save_pretrained) to REPO "
+        "together, each in its format's folder, tagged source-<12 hex>. All exports must come from the same source commit.",
+    )
+    parser.add_argument("repo_id", help="target model repo (created when missing)")
+    parser.add_argument("directories", nargs="+", type=Path, help="export folders (each holds export.json)")
+    parser.add_argument("--subfolder-of", action="append", default=[], metavar="DIR=NAME",
+                        help="put the export in DIR into the repo folder NAME (default: its format's folder)")
+    parser.add_argument("--revision", default="main", help="branch to commit to, or base of the PR (default: main)")
+    parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
+    parser.add_argument("--message", default=None, help="commit message")
+    parser.add_argument("--tag", default=None, help="tag the commit (default: source-<12 hex>)")
+    parser.add_argument("--endpoint", default=None, help="Hub endpoint (default: HF_ENDPOINT or huggingface.co)")
+    parser.add_argument("--token", default=None, help="Hub token (default: HF_TOKEN / the logged-in one)")
+    parser.set_defaults(func=run)
+
+
+def _subfolders(args: argparse.Namespace) -> dict[str, Path]:
+    from ..errors import HubExportError
+    from ..formats import layout_for
+    from ..manifest import Manifest
+
+    named: dict[Path, str] = {}
+    for item in args.subfolder_of:
+        directory, sep, name = item.rpartition("=")
+        if not sep or not directory or not name:
+            raise HubExportError(f"--subfolder-of takes DIR=NAME, got {item!r}.")
+        named[Path(directory).resolve()] = name
+    exports: dict[str, Path] = {}
+    for directory in args.directories:
+        manifest = Manifest.read(directory)
+        sub = named.pop(directory.resolve(), None) or layout_for(manifest.export_format).subfolder
+        if sub in exports:
+            raise HubExportError(
+                f"{exports[sub]} and {directory} both go to {sub}/; give one of them --subfolder-of {directory}=NAME."
+            )
+        exports[sub] = directory
+    if named:
+        raise HubExportError(f"--subfolder-of names folders that are not published: {', '.join(map(str, named))}.")
+    return exports
+
+
+def _check(exports: dict[str, Path]) -> tuple[Any, list[tuple]]:
+    """All exports valid, within their parity tolerance and from one source commit; returns it and summary rows."""
+    from ..errors import HubExportError
+    from ..manifest import Manifest
+    from .validate import validate_directory
+
+    sources, rows = {}, []
+    for sub, directory in exports.items():
+        validate_directory(directory)
+        manifest = Manifest.read(directory)
+        sources[sub] = manifest.source
+        parity = next(iter(manifest.components.values())).parity or {}
+        diff, atol = parity.get("max_abs_diff"), parity.get("atol")
+        if diff is not None and atol is not None and not diff <= atol:
+            raise HubExportError(f"{directory}: max abs diff vs eager {diff:.3g} is over atol {atol:g}; not publishing.")
+        rows.append((manifest.export_format, sub, "published", diff, atol, sum(e.size for e in manifest.all_files())))
+    distinct = {(s.repo_id, s.revision) if s else None for s in sources.values()}
+    if len(distinct) > 1:
+        listed = ", ".join(f"{sub}/: {f'{s.repo_id}@{s.revision[:12]}' if s else 'no source'}" for sub, s in sources.items())
+        raise HubExportError(f"The exports come from different sources ({listed}); export them all from one commit.")
+    return next(iter(sources.values())), rows
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check, publish in one commit, print and report the outputs."""
+    from ..hub.publish import publish
+    from ._actions import summary_markdown, write_outputs, write_summary
+
+    exports = _subfolders(args)
+    source, rows = _check(exports)
+    result = publish(args.repo_id, exports, revision=args.revision, create_pr=args.create_pr,
+                     commit_message=args.message, tag=args.tag, token=args.token, endpoint=args.endpoint)
+    if result.changed:
+        print(f"committed {', '.join(f'{s}/' for s in exports)} as {result.commit_sha}: {result.commit_url}")
+    else:
+        print(f"unchanged: {args.repo_id}@{result.commit_sha} already holds these exports")
+    if result.pr_url:
+        print(f"pull request {result.pr_ref}: {result.pr_url}")
+    if result.tag:
+        print(f"tag: {result.tag}")
+    for note in result.notes:
+        if not note.startswith("unchanged"):
+            print(f"note: {note}")
+    write_outputs({"updated": result.changed, "source-sha": source.revision if source else "",
+                   "commit-sha": result.commit_sha, "pr-url": result.pr_url or ""})
+    origin = f" from {source.repo_id}@`{source.revision[:12]}`" if source else ""
+    status = f"Published {len(exports)} export(s){origin} to {args.repo_id}." if result.changed else "Unchanged."
+    write_summary(summary_markdown("hub-export publish", status, rows, result.commit_url, result.pr_url, result.tag))
+    return 0

@@ -1,0 +1,390 @@
+"""Keep a repo's exports in step with a source model: plan, export what is stale, publish it in ONE commit.
+
+:func:`plan_sync` resolves the source revision to its commit and reads the target's ``export.json`` files (one
+per format subfolder); it downloads no weights. A format is up to date when its manifest records the same
+source commit (or a commit whose model files, ``config.json``, ``generation_config.json`` and ``*.safetensors``,
+are identical: this is what stops a repo that receives its own exports from re-exporting forever) and the same
+export config. :func:`sync` loads the model at the planned commit, exports and validates every stale format
+(all or nothing), and publishes them together with ``parent_commit`` set to the target head read while
+planning. When the target moved meanwhile it re-plans against the new head, keeping the same source commit, so
+that two syncs of one source commit never make two commits: the loser finds the exports already there.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..configs import AutoExportConfig
+from ..errors import ConfigError, ExportError, HubError, HubExportError, ManifestError
+from ..formats import ExportFormat, layout_for, parse_format
+from ..manifest import MANIFEST_NAME, Manifest
+from .source import SOURCE_PATTERNS, load_source, resolve_revision
+
+__all__ = ["FormatPlan", "SyncPlan", "SyncResult", "load_sync_config", "plan_sync", "sync", "sync_config_schema"]
+
+MISSING, OLDER_SOURCE, CONFIG_CHANGED, UP_TO_DATE = "missing", "older source sha", "config changed", "up to date"
+_MAX_REPLANS = 3
+
+
+@dataclass(frozen=True)
+class FormatPlan:
+    """What the plan found for one format.
+
+    Attributes:
+        export_format: The format.
+        subfolder: Its folder in the target repo.
+        config: The export config it must have (``ExportConfig.to_dict()``).
+        status: ``up to date``, ``missing``, ``older source sha`` or ``config changed``.
+        reason: One human line (which sha, which config fields).
+    """
+
+    export_format: ExportFormat
+    subfolder: str
+    config: dict[str, Any]
+    status: str
+    reason: str
+
+    @property
+    def stale(self) -> bool:
+        """Whether this format has to be exported again."""
+        return self.status != UP_TO_DATE
+
+
+@dataclass(frozen=True)
+class SyncPlan:
+    """The state of a target against a source commit.
+
+    Attributes:
+        source_repo: The source model repo.
+        source_sha: The 40-hex commit the source revision resolved to.
+        target_repo: The repo the exports go to.
+        target_revision: Its branch.
+        target_head: The branch head the plan was read at (None: the repo or branch does not exist yet).
+        formats: One :class:`FormatPlan` per requested format.
+    """
+
+    source_repo: str
+    source_sha: str
+    target_repo: str
+    target_revision: str
+    target_head: str | None
+    formats: tuple[FormatPlan, ...]
+
+    @property
+    def stale(self) -> tuple[FormatPlan, ...]:
+        """The formats to export."""
+        return tuple(f for f in self.formats if f.stale)
+
+    @property
+    def up_to_date(self) -> bool:
+        """Whether nothing has to be exported."""
+        return not self.stale
+
+    def describe(self) -> list[str]:
+        """One line per format."""
+        return [f"{f.export_format.value} ({f.subfolder}/): {f.status}" + (f" - {f.reason}" if f.reason else "")
+                for f in self.formats]
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """What a sync did.
+
+    Attributes:
+        plan: The (last) plan.
+        updated: Whether a commit was made.
+        commit_sha: The new commit, or the target head that already holds the exports.
+        commit_url: Its URL (when a commit was made).
+        pr_url: The pull request (``create_pr``).
+        tag: The ``source-<12 hex>`` tag on the commit, if any.
+        exports: Format -> {"subfolder", "parity", "atol", "bytes"} of what was exported.
+        notes: Things to know (re-plans after a concurrent commit, ...).
+    """
+
+    plan: SyncPlan
+    updated: bool
+    commit_sha: str | None
+    commit_url: str | None = None
+    pr_url: str | None = None
+    tag: str | None = None
+    exports: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
+# -- config ---------------------------------------------------------------------------------------------------
+def _schema_path() -> Path:
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here / "schemas" / "sync-config.schema.json", here.parent / "schemas" / "sync-config.schema.json"):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError("sync-config.schema.json not found: reinstall hub-export (the wheel ships it).")
+
+
+def sync_config_schema() -> dict[str, Any]:
+    """The JSON Schema of a sync config file."""
+    return json.loads(_schema_path().read_text(encoding="utf-8"))
+
+
+def load_sync_config(path: str | Path) -> dict[str, dict[str, Any]]:
+    """Read a ``{format: {config fields}}`` file (JSON, or YAML for ``.yml``/``.yaml``) and validate it.
+
+    Raises:
+        ConfigError: The file cannot be parsed or does not satisfy ``schemas/sync-config.schema.json``.
+    """
+    import jsonschema
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"Cannot read sync config {path}: {exc}") from None
+    try:
+        if path.suffix.lower() in (".yml", ".yaml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except Exception as exc:  # noqa: BLE001 - json.JSONDecodeError or yaml.YAMLError
+        raise ConfigError(f"Cannot parse sync config {path}: {(str(exc).splitlines() or [''])[0]}") from None
+    data = {} if data is None else data
+    errors = sorted(jsonschema.Draft202012Validator(sync_config_schema()).iter_errors(data), key=lambda e: list(e.path))
+    if errors:
+        where = "$" + "".join(f".{p}" for p in errors[0].absolute_path)
+        raise ConfigError(f"{path}: {where}: {errors[0].message} (see schemas/sync-config.schema.json).")
+    return data
+
+
+def _wanted_configs(formats: Sequence[str], overrides: Mapping[str, Mapping[str, Any]] | None) -> dict[ExportFormat, dict]:
+    wanted: dict[ExportFormat, dict] = {}
+    for name in formats:
+        fmt = parse_format(name)
+        data = {"dynamic": True, **dict((overrides or {}).get(fmt.value, {})), "export_format": fmt.value}
+        if data.get("dynamic_shapes") is not None and "dynamic" not in (overrides or {}).get(fmt.value, {}):
+            data["dynamic"] = False
+        wanted[fmt] = AutoExportConfig.from_dict(data).to_dict()
+    if not wanted:
+        raise ConfigError("Pass at least one --format.")
+    return wanted
+
+
+# -- planning -------------------------------------------------------------------------------------------------
+def _head(api: Any, repo_id: str, revision: str) -> tuple[str | None, set[str]]:
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        info = api.model_info(repo_id, revision=revision)
+    except (RepositoryNotFoundError, RevisionNotFoundError):
+        return None, set()
+    except HfHubHTTPError as exc:
+        raise HubError(f"Reading {repo_id}@{revision} failed: {(str(exc).splitlines() or [''])[0]}") from exc
+    return info.sha, {s.rfilename for s in info.siblings or []}
+
+
+def _model_files(api: Any, repo_id: str, sha: str, cache: dict[str, Any]) -> Any:
+    """The identity (path, blob id) of the files ``load_source`` reads at ``sha``."""
+    if sha not in cache:
+        from huggingface_hub.errors import HfHubHTTPError
+
+        try:
+            info = api.model_info(repo_id, revision=sha, files_metadata=True)
+        except HfHubHTTPError:
+            cache[sha] = None  # unknown commit (history rewritten, another endpoint): treat as different
+        else:
+            cache[sha] = frozenset(
+                (s.rfilename, s.blob_id) for s in info.siblings or []
+                if "/" not in s.rfilename and any(fnmatch.fnmatch(s.rfilename, p) for p in SOURCE_PATTERNS)
+            )
+    return cache[sha]
+
+
+def _read_manifest(api: Any, repo_id: str, path: str, head: str) -> Manifest | None:
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        text = Path(api.hf_hub_download(repo_id, path, revision=head)).read_bytes()
+        return Manifest.loads(text)
+    except (HfHubHTTPError, ManifestError):
+        return None
+
+
+def _plan(api: Any, source: str, sha: str, target: str, target_revision: str, wanted: dict[ExportFormat, dict]) -> SyncPlan:
+    head, files = _head(api, target, target_revision)
+    same_files: dict[str, Any] = {}
+    plans = []
+    for fmt, config in wanted.items():
+        sub = layout_for(fmt).subfolder
+        path = f"{sub}/{MANIFEST_NAME}"
+        manifest = _read_manifest(api, target, path, head) if head and path in files else None
+        if manifest is None:
+            status, reason = MISSING, f"no valid {path} in {target}@{target_revision}"
+        elif manifest.export_format != fmt.value:
+            status, reason = MISSING, f"{path} holds a {manifest.export_format} export"
+        elif manifest.source is None or manifest.source.repo_id != source:
+            status, reason = OLDER_SOURCE, f"{path} was not exported from {source}"
+        elif manifest.source.revision != sha and (
+            _model_files(api, source, sha, same_files) is None
+            or _model_files(api, source, sha, same_files) != _model_files(api, source, manifest.source.revision, same_files)
+        ):
+            status, reason = OLDER_SOURCE, f"exported from {manifest.source.revision[:12]}, source is at {sha[:12]}"
+        elif manifest.config != config:
+            changed = sorted(k for k in set(config) | set(manifest.config) if config.get(k) != manifest.config.get(k))
+            status, reason = CONFIG_CHANGED, "fields " + ", ".join(
+                f"{k}: {manifest.config.get(k)!r} -> {config.get(k)!r}" for k in changed)
+        else:
+            status = UP_TO_DATE
+            reason = "" if manifest.source.revision == sha else (
+                f"exported from {manifest.source.revision[:12]}, whose model files are identical")
+        plans.append(FormatPlan(fmt, sub, config, status, reason))
+    return SyncPlan(source, sha, target, target_revision, head, tuple(plans))
+
+
+def plan_sync(
+    source: str,
+    formats: Sequence[str],
+    *,
+    target: str | None = None,
+    revision: str = "main",
+    target_revision: str = "main",
+    configs: Mapping[str, Mapping[str, Any]] | None = None,
+    source_sha: str | None = None,
+    token: str | bool | None = None,
+    endpoint: str | None = None,
+) -> SyncPlan:
+    """Which formats of ``target`` are stale against ``source@revision`` (downloads manifests only).
+
+    Args:
+        source: Source model repo.
+        formats: Formats to keep (``dynamo``, ``onnx``, ``executorch``, ``openvino``).
+        target: Repo holding the exports (default: ``source``).
+        revision: Source revision to follow.
+        target_revision: Branch of the target holding the exports.
+        configs: Per-format config overrides ``{format: {field: value}}`` (``dynamic`` defaults to True).
+        source_sha: Use this source commit instead of resolving ``revision``.
+        token: Hub token.
+        endpoint: Hub endpoint.
+    """
+    from huggingface_hub import HfApi
+
+    wanted = _wanted_configs(formats, configs)
+    sha = source_sha or resolve_revision(source, revision, token=token, endpoint=endpoint)
+    return _plan(HfApi(endpoint=endpoint, token=token), source, sha, target or source, target_revision, wanted)
+
+
+# -- syncing --------------------------------------------------------------------------------------------------
+def _export_all(model: Any, plan: SyncPlan, directory: Path) -> dict[str, dict[str, Any]]:
+    """Export, save and validate every stale format; the first failure raises and nothing is kept."""
+    from .._files import verify_file
+    from ..exporters.auto import exporter_class
+    from ..sample_inputs import dummy_inputs
+
+    done: dict[str, dict[str, Any]] = {}
+    for item in plan.stale:
+        fmt = item.export_format.value
+        try:
+            inputs = dummy_inputs(model)
+            config = AutoExportConfig.from_dict(item.config)
+            exported = exporter_class(item.export_format)().export(model, inputs, config=config)
+            folder = exported.save_pretrained(directory / item.subfolder)
+            manifest = Manifest.read(folder)
+            for entry in manifest.all_files():
+                verify_file(folder / entry.path, entry)
+            parity = manifest.components["model"].parity or {}
+            diff, atol = parity.get("max_abs_diff"), parity.get("atol")
+            if diff is not None and atol is not None and not diff <= atol:
+                raise ExportError(f"parity check failed: max abs diff {diff:.3g} vs eager is over atol {atol:g}")
+        except Exception as exc:  # noqa: BLE001 - any failure of one format stops the whole sync
+            message = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ExportError(
+                f"Exporting {fmt} failed: {message} Nothing was published (a sync publishes all formats or none)."
+            ) from exc
+        done[fmt] = {
+            "subfolder": item.subfolder,
+            "path": folder,
+            "parity": diff,
+            "atol": atol,
+            "bytes": sum(e.size for e in manifest.all_files()),
+        }
+    return done
+
+
+def sync(
+    source: str,
+    formats: Sequence[str],
+    *,
+    target: str | None = None,
+    revision: str = "main",
+    target_revision: str = "main",
+    configs: Mapping[str, Mapping[str, Any]] | None = None,
+    create_pr: bool = False,
+    generation: bool = False,
+    commit_message: str | None = None,
+    token: str | bool | None = None,
+    endpoint: str | None = None,
+) -> SyncResult:
+    """Export the stale formats of ``target`` from ``source@revision`` and publish them in one commit.
+
+    Args:
+        source: Source model repo.
+        formats: Formats to keep up to date.
+        target: Repo receiving the exports (default: ``source``; its own export commits are recognised).
+        revision: Source revision to follow (resolved once to a commit).
+        target_revision: Branch of the target (the base of the pull request with ``create_pr``).
+        configs: Per-format config overrides (see :func:`load_sync_config`).
+        create_pr: Open a pull request instead of committing to ``target_revision``.
+        generation: Export for generation (not available yet).
+        commit_message: Commit title.
+        token: Hub token.
+        endpoint: Hub endpoint.
+
+    Returns:
+        A :class:`SyncResult` (``updated=False`` when everything was up to date, nothing downloaded).
+
+    Raises:
+        ExportError: A format failed to export or validate; nothing was published.
+        HubError: The Hub refused, or the target kept moving after several re-plans.
+    """
+    from huggingface_hub import HfApi
+
+    from .publish import publish
+
+    if generation:
+        raise HubExportError("generation exports are not available yet; sync without --generation.")
+    api = HfApi(endpoint=endpoint, token=token)
+    wanted = _wanted_configs(formats, configs)
+    sha = resolve_revision(source, revision, token=token, endpoint=endpoint)
+    target = target or source
+    plan = _plan(api, source, sha, target, target_revision, wanted)
+    if plan.up_to_date:
+        return SyncResult(plan, False, plan.target_head)
+    model = load_source(source, revision=sha, token=token, endpoint=endpoint)
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="hub-export-sync-") as tmp:
+        exports = _export_all(model, plan, Path(tmp))
+        for attempt in range(1, _MAX_REPLANS + 1):
+            todo = {f.subfolder: exports[f.export_format.value]["path"] for f in plan.stale}
+            message = commit_message or f"Sync {', '.join(f.export_format.value for f in plan.stale)} exports from {source}@{sha[:12]}"
+            try:
+                result = publish(target, todo, revision=target_revision, create_pr=create_pr, commit_message=message,
+                                 parent_commit=plan.target_head, token=token, endpoint=endpoint)
+            except HubError as exc:
+                head, _ = _head(api, target, target_revision)
+                if head == plan.target_head or attempt == _MAX_REPLANS:
+                    raise
+                notes.append(f"{target}@{target_revision} moved to {head[:12] if head else None} while exporting: re-planned")
+                plan = _plan(api, source, sha, target, target_revision, wanted)  # same source commit
+                if plan.up_to_date:
+                    notes.append(f"another sync already published {source}@{sha[:12]}; nothing to commit")
+                    return SyncResult(plan, False, plan.target_head, notes=tuple(notes))
+                continue
+            published = {fmt: {k: v for k, v in info.items() if k != "path"} for fmt, info in exports.items()
+                         if any(f.export_format.value == fmt for f in plan.stale)}
+            return SyncResult(plan, result.changed, result.commit_sha, result.commit_url if result.changed else None,
+                              result.pr_url, result.tag, published, tuple(notes) + result.notes)
+    raise HubError(f"Gave up syncing {target}@{target_revision}: it kept moving.")  # pragma: no cover
