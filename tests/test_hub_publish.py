@@ -44,26 +44,27 @@ def _readme(api: HfApi, repo: str = REPO, revision: str = "main") -> str:
 
 def test_round_trip_by_branch_tag_sha_and_pull_request(llama, hub_api: HfApi, hub_env: HubServer):
     case, dynamic, static = llama
-    result = dynamic.push_to_hub(REPO, tag="v1", endpoint=hub_env.url)
+    result = static.push_to_hub(REPO, tag="v1", endpoint=hub_env.url)
     assert isinstance(result, PublishResult) and result.changed and result.tag == "v1"
     assert len(result.commit_sha) == 40 and result.commit_sha == hub_api.model_info(REPO).sha
-    local = _logits(dynamic, case.other)
+    local = _logits(static, case.sample)
+    assert torch.allclose(local, _logits(case.model, case.sample), atol=1e-5)
     for revision in ("main", "v1", result.commit_sha):
         loaded = ExportedModel.from_pretrained(REPO, subfolder="pt2", revision=revision)
-        assert torch.equal(_logits(loaded, case.other), local), revision
-        assert torch.allclose(_logits(loaded, case.sample), _logits(case.model, case.sample), atol=1e-5)
-    # a pull request: the static export proposed for pt2/, main keeps the dynamic one
-    pr = static.push_to_hub(REPO, create_pr=True, endpoint=hub_env.url)
+        assert torch.equal(_logits(loaded, case.sample), local), revision
+    # a pull request: the dynamic export proposed for pt2/, main keeps the static one
+    pr = dynamic.push_to_hub(REPO, create_pr=True, endpoint=hub_env.url)
     assert pr.changed and pr.pr_ref == "refs/pr/1" and pr.pr_url.endswith("/discussions/1")
     assert pr.tag is None and hub_api.model_info(REPO).sha == result.commit_sha
     proposed = ExportedModel.from_pretrained(REPO, subfolder="pt2", revision=pr.pr_ref)
-    assert proposed.config.dynamic is False
-    assert torch.equal(_logits(proposed, case.sample), _logits(static, case.sample))
-    assert ExportedModel.from_pretrained(REPO, subfolder="pt2").config.dynamic is True
+    assert proposed.config.dynamic is True
+    assert torch.equal(_logits(proposed, case.other), _logits(dynamic, case.other))
+    assert ExportedModel.from_pretrained(REPO, subfolder="pt2", lazy=True).config.dynamic is False
     # a branch that does not exist yet is created from main
-    branch = static.push_to_hub(REPO, subfolder="pt2", revision="static", endpoint=hub_env.url)
-    assert branch.changed and hub_api.model_info(REPO, revision="static").sha == branch.commit_sha
-    assert _commits(hub_api, revision="static")[1] == result.commit_sha
+    branch = dynamic.push_to_hub(REPO, subfolder="pt2", revision="dynamic", endpoint=hub_env.url)
+    assert branch.changed and hub_api.model_info(REPO, revision="dynamic").sha == branch.commit_sha
+    assert _commits(hub_api, revision="dynamic")[1] == result.commit_sha
+    assert ExportedModel.from_pretrained(REPO, subfolder="pt2", revision="dynamic", lazy=True).config.dynamic is True
 
 
 def test_one_commit_replaces_the_subfolder_and_leaves_the_rest(llama, hub_api: HfApi, hub_env: HubServer):
@@ -95,8 +96,8 @@ def test_one_commit_replaces_the_subfolder_and_leaves_the_rest(llama, hub_api: H
     # several exports in ONE commit
     both = publish(REPO, {"pt2-static": static, "pt2-copy": dynamic})
     assert _commits(hub_api)[1] == result.commit_sha and both.commit_sha == _commits(hub_api)[0]
-    for sub in ("pt2-static", "pt2-copy"):
-        assert ExportedModel.from_pretrained(REPO, subfolder=sub).components["model"].metadata.parity is not None
+    for sub, dynamic_axes in (("pt2-static", False), ("pt2-copy", True)):
+        assert ExportedModel.from_pretrained(REPO, subfolder=sub, lazy=True).config.dynamic is dynamic_axes
     assert all(f"`{sub}/`" in _readme(hub_api) for sub in ("pt2", "pt2-static", "pt2-copy", "pt2/nested"))
 
 
@@ -114,6 +115,16 @@ def test_identical_republish_makes_no_commit_and_uploads_nothing(llama, hub_api:
     assert _commits(hub_api)[0] == first.commit_sha
     # pushing the export did not change the in-memory export (its files still save from the program)
     assert dynamic.components["model"]._files_dir in (None, saved.resolve())
+
+    # only export.json changes: the .pt2 is not uploaded again
+    manifest = json.loads((saved / "export.json").read_text())
+    manifest["components"]["model"]["parity"]["atol"] = 0.5
+    (saved / "export.json").write_text(json.dumps(manifest))
+    hub_env.clear_log()
+    changed = publish(REPO, {"pt2": saved})
+    assert changed.changed and changed.uploaded_bytes == (saved / "export.json").stat().st_size + len(_readme(hub_api).encode())
+    assert not [r for r in hub_env.log if r.method == "PUT" or "/info/lfs/" in r.path]
+    assert "atol 0.5" in _readme(hub_api)
 
 
 def test_stale_parent_commit_fails_cleanly(llama, hub_api: HfApi, hub_env: HubServer):
@@ -153,7 +164,7 @@ def test_eight_concurrent_publishers(llama, hub_api: HfApi, hub_env: HubServer, 
     card = _readme(hub_api)
     assert all(f"`pt2-{i}/`" in card for i in range(8))  # the last commit's card lists every export
     assert len(_commits(hub_api)) == 9  # initial commit + one per publisher
-    assert ExportedModel.from_pretrained(REPO, subfolder="pt2-5", revision=results[5].commit_sha).components
+    assert ExportedModel.from_pretrained(REPO, subfolder="pt2-5", revision=results[5].commit_sha, lazy=True).components
 
 
 def test_card_keeps_text_outside_its_section(llama, hub_api: HfApi, hub_env: HubServer):
@@ -207,7 +218,7 @@ def test_load_source_records_the_commit_and_tags_it(llama, hub_api: HfApi, hub_e
     tag = f"source-{upload.oid[:12]}"
     assert result.tag == tag
     assert {t.name: t.target_commit for t in hub_api.list_repo_refs("me/tiny").tags}[tag] == result.commit_sha
-    remote = ExportedModel.from_pretrained("me/tiny", subfolder="pt2", revision=tag)
+    remote = ExportedModel.from_pretrained("me/tiny", subfolder="pt2", revision=tag, lazy=True)
     assert remote.source == source
     card = _readme(hub_api)
     assert "base_model: me/source" in card and f"`me/source@{upload.oid[:12]}`" in card

@@ -72,6 +72,42 @@ class HfExporter:
             source=getattr(model, "_hub_export_source", None),
         )
 
+    def export_for_generation(
+        self,
+        model: Any,
+        inputs: dict[str, Any],
+        *,
+        config: ExportConfig | dict[str, ExportConfig] | None = None,
+        generation_config: Any = None,
+        multi_token_decode: bool = False,
+    ) -> Any:
+        """Export the stages ``model.generate`` runs (``prefill``, ``decode``; ``encoder`` too for seq2seq).
+
+        The stages' inputs are captured from a real ``generate(**inputs, max_new_tokens=2)`` run (see
+        :func:`hub_export.utils.decompose_for_generation`); the returned export's ``generate()`` drives them.
+
+        Example::
+
+            exported = DynamoExporter().export_for_generation(model, inputs, config=DynamoConfig(dynamic=True))
+            exported.save_pretrained("out")
+            ids = ExportedModel.from_pretrained("out").generate(**inputs, max_new_tokens=8)
+
+        Args:
+            model: A transformers generative model.
+            inputs: The kwargs of ``generate`` (tokenizer/processor output); small but representative.
+            config: One export config, or a dict ``{component: config}`` (``"default"`` for the rest).
+            generation_config: The ``GenerationConfig`` to capture with and to save (the model's by default).
+            multi_token_decode: Capture ``decode`` over two query tokens so the query axis stays symbolic.
+
+        Returns:
+            An ``ExportedModel`` with one component per stage and a ``generation`` loop description.
+        """
+        from ..generation.export import export_for_generation
+
+        return export_for_generation(
+            self, model, inputs, config=config, generation_config=generation_config, multi_token_decode=multi_token_decode
+        )
+
     def export_component(self, name: str, module: Any, sample_inputs: dict[str, Any], config: ExportConfig) -> Any:
         """Trace, lower and parity-check one component."""
         from ..model import ExportedComponent

@@ -67,10 +67,10 @@ def render_card(existing: str | None, exports: Mapping[str, CardExport], repo_id
     text = existing if existing is not None else f"# {repo_id.split('/')[-1]}\n"
     meta_text, body = _split_front_matter(text)
     section = _section(exports, repo_id)
-    if BEGIN in body and END in body.split(BEGIN, 1)[1]:
-        head, rest = body.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1]
-        body = head + section + tail
+    end = body.find(END)
+    begin = body.rfind(BEGIN, 0, end) if end >= 0 else -1  # the BEGIN closest to the first END
+    if begin >= 0:
+        body = body[:begin] + section + body[end + len(END) :]
     else:
         body = body + ("" if body.endswith("\n") or not body else "\n") + ("\n" if body.strip() else "") + section + "\n"
     return _front_matter(meta_text, exports, repo_id, default_library) + body
@@ -136,9 +136,8 @@ def _section(exports: Mapping[str, CardExport], repo_id: str) -> str:
         BEGIN,
         "## Exports",
         "",
-        "This section is maintained by [hub-export](https://github.com/hub-export/hub-export); edits inside it are",
-        "replaced on the next publish. Each folder holds one export; its `export.json` lists every file with its",
-        "size and sha256, checked on download.",
+        "This section is maintained by `hub-export`: edits inside it are replaced on the next publish. Each folder",
+        "holds one export; its `export.json` lists every file with its size and sha256, checked on download.",
         "",
         "| Folder | Format | Components | Size | Parity (max abs diff) | Source commit |",
         "|---|---|---|---|---|---|",

@@ -17,7 +17,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from ..formats import ExportFormat, parse_format
 from ..manifest import MANIFEST_NAME, ComponentEntry, FileEntry, Manifest
 from ..model import ExportedComponent, ExportedModel, _config_without_quantizer, _exporter_class, _load_side_configs
 
-__all__ = ["HubExport", "download_export", "load_from_hub"]
+__all__ = ["HubComponent", "HubExport", "download_export", "load_from_hub"]
 
 _SIDE_FILES = ("config.json", "generation_config.json")
 _HEX40 = re.compile(r"[0-9a-f]{40}")
@@ -51,7 +51,7 @@ class HubExport:
     subfolder: str
     directory: Path
     manifest: Manifest
-    _options: dict[str, Any]
+    _options: dict[str, Any] = field(repr=False)
 
     def fetch(self, files: Iterable[FileEntry]) -> list[Path]:
         """Make sure these files of the export are in the cache and match the manifest; return their paths.
@@ -190,6 +190,10 @@ class HubComponent(ExportedComponent):
         self._program: Any = None
         self._lock = threading.Lock()
         super().__init__(name, export_format, None, metadata)
+
+    def __repr__(self) -> str:
+        state = type(self._program).__name__ if self._program is not None else "not loaded"
+        return f"HubComponent(name={self.name!r}, format={self.export_format.value!r}, program={state})"
 
     @property
     def program(self) -> Any:

@@ -229,7 +229,8 @@ def _publish_once(
     if not ops:
         url = f"{api.endpoint}/{repo_id}/commit/{head}"
         tagged, notes = _tags(api, repo_id, head, tag, sources, create_pr=False)
-        return PublishResult(head, url, None, None, False, 0, tagged, ("unchanged: the revision already holds this export", *notes))
+        notes = ["unchanged: the revision already holds this export", *notes]
+        return PublishResult(head, url, None, None, False, 0, tagged, tuple(notes))
     try:
         info = api.create_commit(
             repo_id, ops, commit_message=message or _default_message(local), commit_description=_description(local),

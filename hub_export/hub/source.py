@@ -40,7 +40,9 @@ _AUTO_CLASSES = (
 _DEFAULT_ENDPOINT = "https://huggingface.co"
 
 
-def resolve_revision(repo_id: str, revision: str = "main", *, token: str | bool | None = None, endpoint: str | None = None) -> str:
+def resolve_revision(
+    repo_id: str, revision: str = "main", *, token: str | bool | None = None, endpoint: str | None = None
+) -> str:
     """The 40-hex commit ``revision`` (branch, tag, ``refs/pr/N`` or sha) points at now.
 
     Raises:
