@@ -48,6 +48,11 @@ _LAZY = {
     "ModelRunner": "runners.base",
     "Manifest": "manifest",
     "TensorSpec": "signature",
+    "publish": "hub.publish",
+    "PublishResult": "hub.publish",
+    "load_source": "hub.source",
+    "sync": "hub.sync",
+    "decompose_for_generation": "generation.decompose",
 }
 
 __all__ = [

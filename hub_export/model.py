@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -219,6 +218,7 @@ class ExportedModel:
         token: str | bool | None = None,
         local_files_only: bool = False,
         force_download: bool = False,
+        endpoint: str | None = None,
         **runner_options: Any,
     ) -> ExportedModel:
         """Load an export from a local folder or a Hub repo.
@@ -234,6 +234,7 @@ class ExportedModel:
             device: Where runners execute (``cpu``, ``cuda``, ``xpu``, ...).
             lazy: Defer each component's download to its first use (Hub only).
             cache_dir, token, local_files_only, force_download: As in huggingface_hub.
+            endpoint: Hub endpoint (default ``HF_ENDPOINT``), e.g. the embedded hub's URL.
             **runner_options: Passed to the backend runner (e.g. ``providers=`` for ONNX Runtime).
 
         Raises:
@@ -256,6 +257,7 @@ class ExportedModel:
             token=token,
             local_files_only=local_files_only,
             force_download=force_download,
+            endpoint=endpoint,
             runner_options=runner_options,
         )
 
@@ -316,7 +318,3 @@ def _config_without_quantizer(config: dict[str, Any]) -> dict[str, Any]:
     # a quantizer is recorded as its recipe (plain data); the loaded export does not re-run it
     return {**config, "quantizer": None}
 
-
-def read_json(path: Path) -> Any:
-    """Parse a JSON file."""
-    return json.loads(path.read_text(encoding="utf-8"))
