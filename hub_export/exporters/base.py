@@ -167,7 +167,7 @@ class HfExporter:
     def _check_config(self, config: ExportConfig | None) -> ExportConfig:
         if config is None:
             return self.config_class()
-        if not isinstance(config, self.config_class):
+        if not isinstance(config, self.config_class) or config.export_format is not self.export_format:
             raise ConfigError(
                 f"{type(self).__name__} takes a {self.config_class.__name__}, got {type(config).__name__}; "
                 "use AutoHfExporter.from_config(config) to pick the matching exporter."

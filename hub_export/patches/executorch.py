@@ -1,0 +1,182 @@
+"""Workarounds applied while lowering to ExecuTorch; each names the upstream behaviour it works around.
+
+* :func:`planned_sizes_must_be_bounded` and :func:`list_outputs_validated_whole` (reversible patches, applied
+  by :func:`executorch_patches` around the lowering).
+* :func:`retrace_without_size_one_hints` (a re-trace of the program, not a patch: it changes nothing upstream).
+* :func:`contiguous_attention_outputs` (an edit of hub_export's own traced graph, before lowering).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import ExportError
+from ._base import patch_attribute
+
+__all__ = [
+    "contiguous_attention_outputs",
+    "executorch_patches",
+    "list_outputs_validated_whole",
+    "planned_sizes_must_be_bounded",
+    "retrace_without_size_one_hints",
+    "upper_bound",
+]
+
+_HINT_FALLBACK = "eval_upper_bound planning unbounded sizes at the trace-time hint (pytorch/executorch#20834)"
+
+
+@contextlib.contextmanager
+def planned_sizes_must_be_bounded() -> Iterator[None]:
+    """Fail the export when a tensor size has no upper bound, instead of planning it at its traced size.
+
+    ExecuTorch plans every buffer for its largest size. Since pytorch/executorch#20834, ``eval_upper_bound``
+    returns the trace-time hint when a symbolic size has no finite bound: the program then holds buffers sized
+    for the sample inputs, and a larger input overruns them at run time (``Attempted to resize a bounded tensor``)
+    or is silently truncated. hub_export bounds every input dim, so an unbounded size here is data-dependent
+    (``nonzero``, ``.item()``): raise an :class:`ExportError` that names it.
+    """
+    import executorch.exir.passes.sym_shape_eval_pass as sym_shape_eval_pass
+    import executorch.exir.sym_util as sym_util
+
+    original = sym_util.eval_upper_bound
+
+    def bounded(value: Any) -> int:
+        node = getattr(value, "node", None)
+        if node is None:
+            return original(value)
+        if upper_bound(value) is None:
+            raise ExportError(
+                f"ExecuTorch cannot plan memory for a tensor of size {node.expr}: it has no upper bound (a "
+                "data-dependent size, or an input dim without a max). Give every dynamic input dim a max "
+                "(dynamic_shapes={'input_ids': {1: Dim('sequence', min=1, max=N)}}) or export with static shapes."
+            )
+        return original(value)
+
+    with contextlib.ExitStack() as stack:
+        for owner in (sym_util, sym_shape_eval_pass):
+            stack.enter_context(patch_attribute(owner, "eval_upper_bound", bounded, reason=_HINT_FALLBACK))
+        yield
+
+
+def upper_bound(size: Any) -> int | None:
+    """The largest value a SymInt can take under its ShapeEnv's ranges (an int is its own), or None if unbounded."""
+    from torch.utils._sympy.numbers import IntInfinity
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    node = getattr(size, "node", None)
+    if node is None:
+        return int(size)
+    upper = bound_sympy(node.expr, node.shape_env.var_to_range).upper
+    if isinstance(upper, IntInfinity) or not (upper.is_finite and upper.is_integer):  # int_oo claims to be finite
+        return None
+    return int(upper)
+
+
+@contextlib.contextmanager
+def list_outputs_validated_whole() -> Iterator[None]:
+    """Make the edge dtype validator read a ``Tensor[]`` output as a list, not as its first tensor.
+
+    ``EdgeOpArgValidator.call_function`` (executorch/exir/verification/arg_validator.py, executorch 1.5.1) iterates a
+    node's outputs one per schema return; for an op with a single ``Tensor[]`` return (``split_with_sizes_copy``,
+    ``unbind_copy``) it takes the first tensor for the list and calls ``len()`` on it. ``len`` of a tensor with a
+    dynamic first dim guards it to its traced size: GPT-2's ``c_attn(...).split(...)`` pins ``batch`` to the
+    sample's batch and the program is planned for that batch only. No upstream issue is known to us; the patch
+    presents such outputs wrapped in a one-item list for the duration of the check.
+    """
+    import torch
+    from executorch.exir.verification.arg_validator import EdgeOpArgValidator
+
+    original = EdgeOpArgValidator.call_function
+    tensor_list = torch.ListType.ofTensors()
+
+    def call_function(self: Any, target: Any, args: Any, kwargs: Any) -> Any:
+        node, returns = self.node, getattr(getattr(target, "_schema", None), "returns", ())
+        value = node.meta.get("val")
+        if not (isinstance(value, (list, tuple)) and len(returns) == 1 and returns[0].type == tensor_list):
+            return original(self, target, args, kwargs)
+        node.meta["val"] = [value]
+        try:
+            return original(self, target, args, kwargs)
+        finally:
+            node.meta["val"] = value
+
+    reason = "EdgeOpArgValidator calling len() on the first tensor of a Tensor[] output (executorch 1.5.1)"
+    with patch_attribute(EdgeOpArgValidator, "call_function", call_function, reason=reason):
+        yield
+
+
+@contextlib.contextmanager
+def executorch_patches() -> Iterator[None]:
+    """Every patch applied while lowering to ExecuTorch."""
+    with planned_sizes_must_be_bounded(), list_outputs_validated_whole():
+        yield
+
+
+def retrace_without_size_one_hints(program: Any, inputs: list[Any], sample: list[Any], dims: dict[str, dict]) -> Any:
+    """Re-export ``program`` with every size-1 dynamic dim of the sample widened to 2, or return it unchanged.
+
+    ``to_edge`` runs ``run_decompositions``, whose C++ decompositions (``reshape`` inside ``matmul``, ...) evaluate
+    guards with each symbol's trace-time hint and ignore ``backed_size_oblivious``. A dim traced at size 1 (batch 1
+    from ``tokenizer("Hello")``) then takes the size-1 branch, and the frozen ShapeEnv still narrows its range
+    (``batch`` in [1, 8] becomes [1, 2]): the program is planned and specialized for the sample, not the bounds
+    (0/1 specialization, pytorch/pytorch#106289; decompositions adding guards, pytorch/pytorch#175281). The flat
+    program is already general, so exporting it again from inputs of size 2 (same bounds) only changes the hints.
+
+    Args:
+        program: The traced flat ExportedProgram.
+        inputs: Its input specs (symbolic dims by name).
+        sample: The flat sample tensors.
+        dims: Bounds of each named dim.
+
+    Returns:
+        The re-exported program, or ``program`` itself when no dynamic dim was traced at size 1.
+    """
+    import torch
+
+    shapes, widened, changed = [], [], False
+    for spec, tensor in zip(inputs, sample):
+        axes: dict[int, Any] = {}
+        for axis, dim in enumerate(spec.shape):
+            if not isinstance(dim, str):
+                continue
+            bounds = dims.get(dim, {})
+            axes[axis] = torch.export.Dim.AUTO(min=bounds.get("min"), max=bounds.get("max"))
+            if tensor.shape[axis] == 1 and (bounds.get("max") is None or bounds["max"] >= 2):
+                tensor, changed = torch.cat([tensor, tensor], dim=axis), True
+        shapes.append(axes or None)
+        widened.append(tensor.contiguous())
+    if not changed:
+        return program
+    from .dynamo import size_one_dims_stay_dynamic
+
+    with size_one_dims_stay_dynamic():
+        return torch.export.export(program.module(), tuple(widened), dynamic_shapes=tuple(shapes), strict=False)
+
+
+def contiguous_attention_outputs(program: Any) -> int:
+    """Follow every ``scaled_dot_product_attention`` in ``program`` with a contiguous ``clone``; returns how many.
+
+    Traced SDPA outputs are contiguous, so the model's ``transpose(1, 2).reshape(...)`` and later ``view(-1, d)``
+    are recorded as views. ``to_edge`` decomposes SDPA through ``_scaled_dot_product_flash_attention_for_cpu``,
+    whose output has another layout, and the recorded view then fails ("Cannot view a tensor with shape ... and
+    strides ...", pytorch/pytorch#136543). A contiguous clone gives every later view the layout it was traced with.
+    The graph is hub_export's own copy: nothing upstream is changed.
+    """
+    import torch
+
+    graph = program.graph_module.graph
+    count = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not torch.ops.aten.scaled_dot_product_attention.default:
+            continue
+        with graph.inserting_after(node):
+            contiguous = {"memory_format": torch.contiguous_format}
+            clone = graph.call_function(torch.ops.aten.clone.default, (node,), contiguous)
+        clone.meta.update(node.meta)
+        node.replace_all_uses_with(clone, delete_user_cb=lambda user: user is not clone)
+        count += 1
+    if count:
+        program.graph_module.recompile()
+    return count

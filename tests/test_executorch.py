@@ -1,0 +1,198 @@
+"""ExecuTorch backend: six tiny models through XNNPACK with dynamic shapes, bounds, delegates and the runner.
+
+Lowering a dynamic program with XNNPACK takes 10-60 s per tiny model on two cores, so each model is exported
+once per module (the ``exports`` fixture caches them) and every test of that model shares the export.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from hub_export import (
+    DeviceUnavailableError,
+    ExecutorchConfig,
+    ExecutorchExporter,
+    ExportedModel,
+    ExportError,
+    InputBoundsError,
+)
+from hub_export.signature import flatten_value
+from tiny_models import build, text_inputs
+
+MODELS = ["llama", "gpt2", "bert", "t5", "vit", "whisper"]
+# The upper bounds dynamic=True plans for, from each tiny model's config (batch: ExecutorchExporter.max_batch).
+EXPECTED_MAX = {
+    "llama": {"batch": 8, "sequence": 128},  # max_position_embeddings
+    "gpt2": {"batch": 8, "sequence": 128},  # n_positions
+    "bert": {"batch": 8, "sequence": 128},  # max_position_embeddings
+    "t5": {"batch": 8, "sequence": 512, "decoder_sequence": 512},  # no maximum in the config: max_sequence
+    "vit": {"batch": 8},  # channels, height and width are fixed by the weights and position embeddings
+    "whisper": {"batch": 8, "decoder_sequence": 64},  # max_target_positions (frames are fixed by the model)
+}
+ATOL = 1e-3
+
+Export = tuple[Any, Any, Path]
+
+
+def _flat(output: Any) -> list[tuple[str, Any]]:
+    leaves: list[tuple[str, Any]] = []
+    flatten_value(output, (), leaves)
+    return leaves
+
+
+def _max_diff(got: Any, expected: Any) -> float:
+    got_leaves, expected_leaves = _flat(got), _flat(expected)
+    assert [n for n, _ in got_leaves] == [n for n, _ in expected_leaves]
+    return max(float((a - b).abs().max()) for (_, a), (_, b) in zip(got_leaves, expected_leaves))
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Export]:
+    """``get(name) -> (case, in-memory export, saved folder)``, exporting each model once for the module."""
+    cache: dict[str, Export] = {}
+
+    def get(name: str) -> Export:
+        if name not in cache:
+            case = build(name)
+            export = ExecutorchExporter().export(case.model, case.sample, config=ExecutorchConfig(dynamic=True))
+            folder = export.save_pretrained(tmp_path_factory.mktemp(name) / "executorch")
+            cache[name] = (case, export, folder)
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_saved_export_matches_eager_within_bounds(exports: Callable[[str], Export], name: str) -> None:
+    from executorch.exir import ExecutorchProgramManager
+    from executorch.runtime import Program
+
+    case, export, folder = exports(name)
+    assert isinstance(export.program, ExecutorchProgramManager)
+    assert sorted(p.name for p in folder.iterdir() if p.name not in ("config.json", "generation_config.json")) == [
+        "export.json",
+        "model.pte",
+    ]
+    loaded = ExportedModel.from_pretrained(folder)
+    assert isinstance(loaded.program, Program)
+    metadata = loaded.components["model"].metadata
+    assert metadata.parity["max_abs_diff"] <= ATOL
+    assert metadata.extra["backend"] == "xnnpack"
+    for inputs in (case.sample, case.other):
+        with torch.no_grad():
+            expected = case.model(**inputs)
+        got = loaded(**inputs)
+        assert type(got) is type(expected)
+        assert _max_diff(got, expected) <= ATOL
+    with torch.no_grad():
+        assert _max_diff(export(**case.other), case.model(**case.other)) <= ATOL  # the in-memory manager runs too
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_manifest_dims_carry_the_planned_upper_bounds(exports: Callable[[str], Export], name: str) -> None:
+    _, _, folder = exports(name)
+    dims = json.loads((folder / "export.json").read_text())["components"]["model"]["dims"]
+    assert {dim: bounds["max"] for dim, bounds in dims.items()} == EXPECTED_MAX[name]
+    assert all(bounds["min"] >= 1 for bounds in dims.values())
+
+
+def test_input_beyond_a_bound_raises_naming_input_size_and_bound(exports: Callable[[str], Export]) -> None:
+    _, _, folder = exports("llama")
+    loaded = ExportedModel.from_pretrained(folder)
+    with pytest.raises(InputBoundsError, match=r"'input_ids' has size 9 on axis 0 \(batch\).*\[1, 8\]"):
+        loaded(**text_inputs(9, 5))
+    with pytest.raises(InputBoundsError, match=r"'input_ids' has size 129 on axis 1 \(sequence\).*\[2, 128\]"):
+        loaded(**text_inputs(1, 129))
+    at_bounds = text_inputs(8, 128, seed=3)  # the largest planned input still runs, and correctly
+    with torch.no_grad():
+        assert _max_diff(loaded(**at_bounds), exports("llama")[0].model(**at_bounds)) <= ATOL
+
+
+def test_saving_a_loaded_program_writes_the_same_pte(exports: Callable[[str], Export], tmp_path: Path) -> None:
+    _, _, folder = exports("vit")
+    loaded = ExportedModel.from_pretrained(folder)
+    assert ExecutorchExporter.save_program(loaded.program, tmp_path, "model") == ["model.pte"]
+    assert (tmp_path / "model.pte").read_bytes() == (folder / "model.pte").read_bytes()
+    resaved = loaded.save_pretrained(tmp_path / "again")
+    assert ExportedModel.from_pretrained(resaved)(**build("vit").other).logits.shape == (3, 5)
+
+
+def test_runner_refuses_another_device(exports: Callable[[str], Export]) -> None:
+    case, _, folder = exports("vit")
+    loaded = ExportedModel.from_pretrained(folder, device="cuda")
+    with pytest.raises(DeviceUnavailableError, match="runs where it was lowered"):
+        loaded(**case.sample)
+    assert loaded.to("cpu")(**case.sample).logits.shape == (2, 5)
+
+
+class _MustNotBeTraced(torch.nn.Module):
+    """A model whose forward fails: an export that traced it would raise ExportError, not RuntimeError."""
+
+    def forward(self, **kwargs: Any) -> Any:
+        raise AssertionError("traced")
+
+
+@pytest.mark.parametrize("backend, reason", [("cuda", "CUDA"), ("mlx", "Apple Silicon")])
+def test_unavailable_delegate_raises_before_tracing(backend: str, reason: str) -> None:
+    with pytest.raises(RuntimeError, match=reason) as info:
+        config = ExecutorchConfig(backend=backend)
+        ExecutorchExporter().export(_MustNotBeTraced(), {"x": torch.ones(2, 3)}, config=config)
+    assert isinstance(info.value, DeviceUnavailableError)
+    assert f"backend {backend!r}" in str(info.value)
+
+
+def test_explicit_dims_are_honoured_exactly() -> None:
+    case = build("vit")
+    batch = torch.export.Dim("images", min=1, max=4)
+    config = ExecutorchConfig(dynamic_shapes={"pixel_values": {0: batch}})
+    export = ExecutorchExporter().export(case.model, case.sample, config=config)
+    assert export.components["model"].metadata.dims == {"batch": {"min": 1, "max": 4}}
+    assert export.config.to_dict()["dynamic_shapes"]["items"][0][1]["items"][0][1] == {
+        "dim": {"name": "images", "min": 1, "max": 4}
+    }
+    with torch.no_grad():
+        assert _max_diff(export(**case.other), case.model(**case.other)) <= ATOL  # batch 3
+    with pytest.raises(InputBoundsError, match=r"'pixel_values' has size 5 on axis 0 \(batch\).*\[1, 4\]"):
+        export(pixel_values=torch.randn(5, 3, 32, 32))
+
+
+def test_a_dim_without_upper_bound_is_refused() -> None:
+    case = build("vit")
+    config = ExecutorchConfig(dynamic_shapes={"pixel_values": {0: torch.export.Dim("images", min=1)}})
+    with pytest.raises(ExportError, match=r"dims \['batch'\] have no upper bound"):
+        ExecutorchExporter().export(case.model, case.sample, config=config)
+
+
+class _SplitMul(torch.nn.Module):
+    """``split`` returns a ``Tensor[]``: the edge dtype validator used to pin the batch of such outputs."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        left, right = x.split(2, dim=-1)
+        return left * right
+
+
+def test_split_outputs_keep_the_batch_dynamic() -> None:
+    export = ExecutorchExporter().export(_SplitMul(), {"x": torch.randn(2, 4)}, config=ExecutorchConfig(dynamic=True))
+    assert export.components["model"].metadata.dims["batch"] == {"min": 1, "max": 8}
+    x = torch.randn(5, 4)
+    assert torch.allclose(export(x=x), _SplitMul()(x))
+
+
+def test_unbounded_sizes_fail_the_lowering_instead_of_planning_the_sample() -> None:
+    import executorch.exir.sym_util as sym_util
+    from executorch.exir import to_edge_transform_and_lower
+
+    from hub_export.patches.executorch import executorch_patches
+
+    original = sym_util.eval_upper_bound
+    program = torch.export.export(_SplitMul(), (torch.randn(3, 4),), dynamic_shapes=({0: torch.export.Dim("n")},))
+    with pytest.raises(ExportError, match="has no upper bound"):
+        with executorch_patches():
+            to_edge_transform_and_lower(program).to_executorch()
+    assert sym_util.eval_upper_bound is original  # the patch is undone
