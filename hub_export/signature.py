@@ -193,7 +193,10 @@ def _dynamic_cache(pairs: list[tuple[Any, Any]]) -> Any:
     cache = DynamicCache()
     for i, (key, value) in enumerate(pairs):
         if key is not None:
-            cache.update(key, value, i)
+            # an empty update creates the layer; it then holds the tensors as they are: `update` would copy every
+            # key and value (a torch.cat whose OpenMP threads keep spinning and slow the runtime's next call)
+            cache.update(key[..., :0, :], value[..., :0, :], i)
+            cache.layers[i].keys, cache.layers[i].values = key, value
     return cache
 
 

@@ -12,6 +12,11 @@ optimizer). What it does not do, this module does on the resulting ``onnx_ir.Mod
 * weights are saved to ``model.onnx.data`` (every initializer of 1 KiB or more), so exports past protobuf's 2 GB
   limit work, and loading keeps them there: :meth:`OnnxExporter.load_program` returns an ``onnx_ir.Model`` whose
   initializers are lazy ``ExternalTensor`` objects, remembering its file so ONNX Runtime opens the file itself.
+
+Lowering runs under :func:`hub_export.patches.onnx.onnx_export_patches` with its ``translation_table`` (two upstream
+bugs, named there). ``OnnxConfig.ort_fusions`` applies onnxscript's ONNX Runtime fusions (``com.microsoft`` ops such
+as ``MultiHeadAttention``: the graph then runs on ONNX Runtime only). A loaded program runs from its saved file:
+edits made to it in memory are neither run nor saved by ``ExportedModel`` (which copies the verified files).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from ..errors import ExportError
 from ..formats import ExportFormat, layout_for
 from ..manifest import ComponentEntry
 from ._trace import Traced
-from .dynamo import DynamoExporter
+from .base import HfExporter
 
 __all__ = ["OnnxExporter", "PATH_META_KEY", "program_path"]
 
@@ -41,7 +46,7 @@ def program_path(program: Any) -> str | None:
     return None if meta is None else meta.get(PATH_META_KEY)
 
 
-class OnnxExporter(DynamoExporter):
+class OnnxExporter(HfExporter):
     """Export to ONNX (an ``onnx_ir.Model``), run with ONNX Runtime on CPU or CUDA."""
 
     export_format = ExportFormat.ONNX
@@ -61,7 +66,8 @@ class OnnxExporter(DynamoExporter):
 
         from ..patches.onnx import onnx_export_patches, translation_table
 
-        assert isinstance(config, OnnxConfig)
+        if not isinstance(config, OnnxConfig):
+            raise ExportError(f"OnnxExporter lowers with an OnnxConfig, got {type(config).__name__}.")
         try:
             with onnx_export_patches():
                 onnx_program = torch.onnx.export(
@@ -87,7 +93,6 @@ class OnnxExporter(DynamoExporter):
         _name_io(model, traced)
         _name_dims(model, traced)
         model.graph.name = traced.architecture or "model"
-        model.producer_name = "hub_export"
         return model
 
     @classmethod
@@ -133,16 +138,21 @@ def _name_io(model: Any, traced: Traced) -> None:
     import onnx_ir as ir
 
     graph = model.graph
-    by_placeholder = dict(zip(traced.program.graph_signature.user_inputs, (s.name for s in traced.inputs)))
-    wanted = {s.name for s in traced.inputs} | {s.name for s in traced.outputs}
+    names = [s.name for s in traced.inputs]
+    by_placeholder = dict(zip(traced.program.graph_signature.user_inputs, names))
+    wanted = set(names) | {s.name for s in traced.outputs}
     for node in graph:  # free the names we are about to give
         for value in node.outputs:
             if value.name in wanted:
                 value.name = f"{value.name}__inner"
-    for value in graph.inputs:
-        if value.name not in by_placeholder:
+    for index, value in enumerate(graph.inputs):
+        # onnx_ir's OutputFixPass renames an input returned as is to "<name>_orig"
+        name = by_placeholder.get(value.name) or by_placeholder.get(value.name.removesuffix("_orig"))
+        if name is None and len(graph.inputs) == len(names):
+            name = names[index]
+        if name is None:
             raise ExportError(f"The ONNX graph has an input {value.name!r} that the traced program does not have.")
-        value.name = by_placeholder[value.name]
+        value.name = name
     if len(graph.outputs) != len(traced.outputs):
         raise ExportError(f"The ONNX graph has {len(graph.outputs)} outputs, the traced program {len(traced.outputs)}.")
     named: set[int] = set()
@@ -159,34 +169,44 @@ def _name_io(model: Any, traced: Traced) -> None:
 
 
 def _name_dims(model: Any, traced: Traced) -> None:
-    """Rename the exporter's symbols (``s0``) after the traced signature's dim names everywhere in the graph."""
+    """Rename the exporter's symbols (``s0``) after the traced signature's dim names everywhere in the graph.
+
+    Graph inputs and outputs take the traced shapes (names, expressions such as ``past_sequence + sequence``, and
+    the sizes the tracer pinned, which the exporter may still write as a symbol ``"2"``); other values get their
+    symbols substituted.
+    """
     import onnx_ir as ir
 
     graph = model.graph
+    io_specs = dict(zip(map(id, graph.inputs), _specs_by_name(graph.inputs, traced.inputs)))
+    io_specs.update(zip(map(id, graph.outputs), traced.outputs))
     symbols: dict[str, str] = {}
-    for value, spec in zip(graph.inputs, _specs_by_name(graph.inputs, traced.inputs)):
+    for value in graph.inputs:
+        spec = io_specs.get(id(value))
         if value.shape is None or spec is None:
             continue
         for dim, named in zip(value.shape, spec.shape):
             if isinstance(dim, ir.SymbolicDim) and dim.value and isinstance(named, str):
                 symbols.setdefault(dim.value, named)
-    if not symbols:
-        return
-    pattern = re.compile(r"\b(" + "|".join(re.escape(s) for s in sorted(symbols, key=len, reverse=True)) + r")\b")
+    keys = sorted(symbols, key=len, reverse=True)
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, keys)) + r")\b") if keys else None
 
-    def rename(text: str) -> str:
-        return symbols.get(text) or pattern.sub(lambda m: symbols[m.group(1)], text)
+    def rename(text: str) -> int | str:
+        if text.isdigit():
+            return int(text)
+        if text in symbols or pattern is None:
+            return symbols.get(text, text)
+        return pattern.sub(lambda m: symbols[m.group(1)], text)
 
-    outputs = {id(v): spec for v, spec in zip(graph.outputs, traced.outputs)}
     for value in _all_values(model):
         if value.shape is None:
             continue
-        spec = outputs.get(id(value))
+        spec = io_specs.get(id(value))
+        traced_shape = spec.shape if spec is not None and len(spec.shape) == len(value.shape) else None
         dims = []
         for axis, dim in enumerate(value.shape):
             if isinstance(dim, ir.SymbolicDim) and dim.value:
-                traced_dim = spec.shape[axis] if spec is not None and axis < len(spec.shape) else None
-                dim = traced_dim if isinstance(traced_dim, str) else rename(dim.value)
+                dim = traced_shape[axis] if traced_shape is not None else rename(dim.value)
             dims.append(dim)
         value.shape = ir.Shape(dims)
 

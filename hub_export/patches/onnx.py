@@ -30,12 +30,14 @@ def views_as_reshapes() -> Iterator[None]:
 
     original = getattr(_fx_passes, "insert_type_promotion_nodes", None)
 
+    views = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+
     def insert_type_promotion_nodes(graph_module: Any) -> None:
         for module in graph_module.modules():
             if isinstance(module, torch.fx.GraphModule):
                 changed = False
                 for node in module.graph.nodes:
-                    if node.op == "call_function" and node.target in (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default):
+                    if node.op == "call_function" and node.target in views:
                         node.target = torch.ops.aten.reshape.default
                         changed = True
                 if changed:

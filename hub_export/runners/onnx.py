@@ -12,7 +12,7 @@ import os
 import tempfile
 from typing import Any
 
-from ..errors import ConfigError, DeviceUnavailableError
+from ..errors import ConfigError, DeviceUnavailableError, ExportError
 from ..formats import ExportFormat
 from ..manifest import ComponentEntry
 from .base import ModelRunner
@@ -60,7 +60,8 @@ def execution_providers(device: str | None, providers: list[Any] | None = None) 
             )
         return [(_CUDA, {"device_id": int(index or 0)}), "CPUExecutionProvider"]
     raise DeviceUnavailableError(
-        f"ONNX Runtime cannot run on device={device!r}: use 'cpu' or 'cuda[:N]', or pass providers= (available: {available})."
+        f"ONNX Runtime cannot run on device={device!r}: use 'cpu' or 'cuda[:N]', or pass providers= "
+        f"(available: {available})."
     )
 
 
@@ -96,7 +97,7 @@ class OnnxRunner(ModelRunner):
         self._outputs = [spec.name for spec in metadata.outputs]
         missing = sorted({o.name for o in session.get_outputs()} ^ set(self._outputs))
         if missing:
-            raise ConfigError(f"The ONNX graph's outputs differ from the export's signature at {missing}.")
+            raise ExportError(f"The ONNX graph's outputs differ from the export's signature at {missing}.")
         dtypes = {s.dtype for s in (*metadata.inputs, *metadata.outputs)}
         self._binding = self._torch_device.type != "cpu" or bool(dtypes & _NON_NUMPY)
 
@@ -167,9 +168,8 @@ class OnnxRunner(ModelRunner):
             tensor = tensor.contiguous()
             buffer = tensor if tensor.numel() else torch.empty(1, dtype=tensor.dtype, device=tensor.device)
             kept.append(buffer)
-            binding.bind_input(
-                name, buffer.device.type, buffer.device.index or 0, _onnx_type(tensor.dtype), list(tensor.shape), buffer.data_ptr()
-            )
+            where = (buffer.device.type, buffer.device.index or 0)
+            binding.bind_input(name, *where, _onnx_type(tensor.dtype), list(tensor.shape), buffer.data_ptr())
         for name in self._outputs:
             binding.bind_output(name, device.type, device.index or 0)
         if on_gpu:

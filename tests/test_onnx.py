@@ -1,0 +1,274 @@
+"""ONNX backend: export, save (model.onnx + model.onnx.data), lazy load, run on ONNX Runtime, errors."""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from tiny_models import CASES, build, text_inputs
+
+from hub_export import ExportedModel, OnnxConfig, OnnxExporter
+from hub_export.errors import ConfigError, DeviceUnavailableError, InputError
+from hub_export.formats import ExportFormat
+from hub_export.manifest import Manifest
+from hub_export.model import load_component
+from hub_export.signature import flatten_value
+
+ATOL = 1e-4
+
+
+def flat(output: Any) -> list[tuple[str, torch.Tensor]]:
+    leaves: list = []
+    flatten_value(output, (), leaves)
+    return leaves
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """name -> (case, saved folder, loaded export); each tiny model is exported and saved once."""
+    done: dict[str, tuple[Any, Path, ExportedModel]] = {}
+
+    def get(name: str) -> tuple[Any, Path, ExportedModel]:
+        if name not in done:
+            case = build(name)
+            exported = OnnxExporter().export(case.model, case.sample, config=OnnxConfig(dynamic=True))
+            assert exported.components["model"].metadata.parity["max_abs_diff"] <= ATOL
+            folder = exported.save_pretrained(tmp_path_factory.mktemp(name) / "onnx")
+            done[name] = (case, folder, ExportedModel.from_pretrained(folder))
+        return done[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_tiny_models_match_eager(name: str, exports: Any) -> None:
+    import onnx
+    import onnx_ir as ir
+
+    case, folder, loaded = exports(name)
+    assert isinstance(loaded.program, ir.Model)
+    for inputs in (case.sample, case.other):
+        with torch.no_grad():
+            expected = case.model(**inputs)
+        got = loaded(**inputs)
+        assert type(got) is type(expected)
+        got_leaves, expected_leaves = flat(got), flat(expected)
+        assert [n for n, _ in got_leaves] == [n for n, _ in expected_leaves]
+        for (leaf, a), (_, b) in zip(got_leaves, expected_leaves):
+            assert a.shape == b.shape, leaf
+            assert float((a - b).abs().max()) <= ATOL, (name, leaf)
+    onnx.checker.check_model(str(folder / "model.onnx"), full_check=True)
+
+
+def test_files_weights_external_and_listed(exports: Any) -> None:
+    import onnx
+    from onnx.external_data_helper import uses_external_data
+
+    _, folder, loaded = exports("llama")
+    files = loaded.components["model"].metadata.files
+    assert [f.path for f in files] == ["model.onnx", "model.onnx.data"]
+    for entry in files:
+        assert entry.sha256 == hashlib.sha256((folder / entry.path).read_bytes()).hexdigest()
+    proto = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    external = 0
+    for init in proto.graph.initializer:
+        count = int(torch.tensor(list(init.dims), dtype=torch.int64).prod())
+        nbytes = onnx.helper.tensor_dtype_to_np_dtype(init.data_type).itemsize * count
+        if nbytes >= 1024:
+            assert uses_external_data(init), init.name
+            location = {e.key: e.value for e in init.external_data}["location"]
+            assert location == "model.onnx.data"  # relative, beside model.onnx
+            external += 1
+    assert external > 0
+    # the loaded program keeps its weights on disk
+    import onnx_ir as ir
+
+    lazy = [v.const_value for v in loaded.program.graph.initializers.values()]
+    assert any(isinstance(t, ir.ExternalTensor) for t in lazy)
+
+
+def test_io_and_dim_names(exports: Any, tmp_path: Path) -> None:
+    import onnx
+
+    case, folder, loaded = exports("llama")
+    metadata = loaded.components["model"].metadata
+    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+    assert [i.name for i in graph.input] == [s.name for s in metadata.inputs] == ["input_ids", "attention_mask"]
+    assert [o.name for o in graph.output] == [s.name for s in metadata.outputs]
+    assert [o.name for o in graph.output][:3] == ["logits", "past_key_values.0.key", "past_key_values.0.value"]
+    assert [d.dim_param for d in graph.input[0].type.tensor_type.shape.dim] == ["batch", "sequence"]
+    # a decode step: the cache output's length is an expression over the named dims
+    with torch.no_grad():
+        prompt = case.model(**text_inputs(2, 5), use_cache=True)
+    step = {
+        "input_ids": text_inputs(2, 3, seed=3)["input_ids"],
+        "attention_mask": torch.ones(2, 8, dtype=torch.int64),
+        "past_key_values": prompt.past_key_values,
+    }
+    exported = OnnxExporter().export(case.model, step, config=OnnxConfig(dynamic=True))
+    exported.save_pretrained(tmp_path / "step")
+    proto = onnx.load(str(tmp_path / "step" / "model.onnx"), load_external_data=False)
+    dims = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in proto.graph.output}
+    assert dims["output.past_key_values.0.key"] == ["batch", 2, "past_sequence + sequence", 8]
+    inputs = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in proto.graph.input}
+    assert inputs["input.past_key_values.1.value"] == ["batch", 2, "past_sequence", 8]
+    assert inputs["attention_mask"] == ["batch", "total_sequence"]
+    # no exporter symbol (s0, s42) is left anywhere in the graph
+    every = [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]
+    params = {d.dim_param for v in every for d in v.type.tensor_type.shape.dim if d.dim_param}
+    assert not [p for p in params if re.search(r"\bs\d+\b", p) or p.isdigit()], params
+    loaded_step = ExportedModel.from_pretrained(tmp_path / "step")
+    with torch.no_grad():  # eager updates the cache it is given: each side gets its own
+        expected = case.model(**{**step, "past_key_values": case.model(**text_inputs(2, 5)).past_key_values})
+        fresh = case.model(**text_inputs(2, 5)).past_key_values
+    got = loaded_step(**{**step, "past_key_values": fresh})
+    assert max(float((a - b).abs().max()) for (_, a), (_, b) in zip(flat(got), flat(expected))) <= ATOL
+
+
+def test_wrong_inputs_raise_input_error(exports: Any) -> None:
+    case, _, loaded = exports("bert")
+    good = dict(case.sample)
+    with pytest.raises(InputError, match="token_type_ids"):
+        loaded(**{k: v for k, v in good.items() if k != "token_type_ids"})
+    with pytest.raises(InputError, match="dtype"):
+        loaded(**{**good, "input_ids": good["input_ids"].float()})
+    with pytest.raises(InputError, match="rank"):
+        loaded(**{**good, "attention_mask": good["attention_mask"][0]})
+
+
+def test_providers_and_devices(exports: Any) -> None:
+    import onnxruntime as ort
+
+    case, folder, _ = exports("bert")
+    with pytest.raises(DeviceUnavailableError, match="CUDAExecutionProvider"):
+        ExportedModel.from_pretrained(folder, device="cuda")(**case.sample)
+    with pytest.raises(DeviceUnavailableError, match="BogusExecutionProvider"):
+        ExportedModel.from_pretrained(folder, providers=["BogusExecutionProvider"])(**case.sample)
+    with pytest.raises(ConfigError, match="either"):
+        ExportedModel.from_pretrained(folder, device="cpu", providers=["CPUExecutionProvider"])(**case.sample)
+    with pytest.raises(ConfigError, match="providers, session_options"):
+        ExportedModel.from_pretrained(folder, thread_count=2)(**case.sample)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    loaded = ExportedModel.from_pretrained(folder, providers=["CPUExecutionProvider"], session_options=options)
+    out = loaded(**case.sample)
+    session = loaded.runners["model"].session
+    assert session.get_providers() == ["CPUExecutionProvider"]
+    assert session.get_session_options().intra_op_num_threads == 1
+    assert out.logits.shape == (2, 3)
+
+
+def _hf_cache_layout(src: Path, root: Path) -> Path:
+    """Copy an export into ``root`` the way huggingface_hub caches it: snapshot symlinks into blobs/."""
+    blobs, snapshot = root / "blobs", root / "snapshots" / ("0" * 40) / "onnx"
+    blobs.mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    for file in src.iterdir():
+        blob = blobs / hashlib.sha256(file.read_bytes()).hexdigest()
+        shutil.copyfile(file, blob)
+        (snapshot / file.name).symlink_to(os.path.relpath(blob, snapshot))
+    return snapshot
+
+
+def test_symlinked_export_folder_loads_and_runs(exports: Any, tmp_path: Path) -> None:
+    import onnx_ir as ir
+
+    case, folder, _ = exports("gpt2")
+    snapshot = _hf_cache_layout(folder, tmp_path / "cache")
+    assert (snapshot / "model.onnx.data").is_symlink()
+    manifest = Manifest.loads((snapshot / "export.json").read_bytes())
+    component = load_component(snapshot, "model", manifest.components["model"], ExportFormat.ONNX)
+    got = component.runner()(**case.other)
+    with torch.no_grad():
+        expected = case.model(**case.other)
+    assert float((got.logits - expected.logits).abs().max()) <= ATOL
+    # the lazy weights still read (onnx_ir refuses a data symlink that leaves the folder unless redirected)
+    values = [v.const_value for v in component.program.graph.initializers.values()]
+    tensor = next(t for t in values if isinstance(t, ir.ExternalTensor))
+    assert tensor.numpy().size > 0
+    # and the loaded program saves again as a whole export
+    copy = OnnxExporter.save_program(component.program, tmp_path, "again")
+    assert copy == ["again.onnx", "again.onnx.data"]
+
+
+def test_hub_round_trip_through_the_cache(exports: Any, hub_env: Any) -> None:
+    case, folder, _ = exports("vit")
+    ExportedModel.from_pretrained(folder).push_to_hub("tester/vit-onnx", endpoint=hub_env.url)
+    loaded = ExportedModel.from_pretrained("tester/vit-onnx", subfolder="onnx")
+    with torch.no_grad():
+        expected = case.model(**case.other)
+    assert float((loaded(**case.other).logits - expected.logits).abs().max()) <= ATOL
+
+
+def _rss() -> int:
+    import psutil
+
+    return psutil.Process().memory_info().rss
+
+
+def test_loading_keeps_weights_on_disk_until_the_session(tmp_path: Path) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    # ~205 MB of float32 weights, almost all in two 50000 x 512 matrices (embedding and untied lm_head)
+    config = LlamaConfig(
+        vocab_size=50000, hidden_size=512, intermediate_size=256, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, tie_word_embeddings=False, max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    inputs = {"input_ids": torch.randint(3, 50000, (1, 8)), "attention_mask": torch.ones(1, 8, dtype=torch.int64)}
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    OnnxExporter().export(model, inputs, config=OnnxConfig()).save_pretrained(tmp_path / "big")
+    data_size = (tmp_path / "big" / "model.onnx.data").stat().st_size
+    assert data_size >= 200 * 10**6
+    assert (tmp_path / "big" / "model.onnx").stat().st_size < 10**6
+    del model
+    gc.collect()
+    before = _rss()
+    loaded = ExportedModel.from_pretrained(tmp_path / "big")
+    after_load = _rss()
+    assert after_load - before < 0.25 * data_size, (after_load - before, data_size)
+    got = loaded(**inputs)  # the session opens the file now
+    after_call = _rss()
+    assert float((got.logits - expected).abs().max()) <= ATOL
+    assert after_call - before > 0.25 * data_size  # the measurement does see weights once they are read
+
+
+def test_patches_are_restored_after_export(exports: Any) -> None:
+    from torch.onnx._internal.exporter import _fx_passes
+
+    exports("t5")  # needs the view -> reshape patch (pytorch/pytorch#141107)
+    assert _fx_passes.insert_type_promotion_nodes.__module__ == "torch.onnx._internal.exporter._fx_passes"
+
+
+def test_io_binding_path_matches_numpy_path(exports: Any) -> None:
+    # the path CUDA sessions take (and CPU graphs with dtypes numpy lacks), run here on CPU buffers
+    case, _, loaded = exports("llama")
+    runner = loaded.runners["model"]
+    plain = runner(**case.other)
+    runner._binding = True
+    try:
+        bound = runner(**case.other)
+    finally:
+        runner._binding = False
+    for (name, a), (_, b) in zip(flat(bound), flat(plain)):
+        assert a.dtype == b.dtype and torch.equal(a, b), name
+
+
+def test_missing_onnxruntime_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from hub_export.errors import BackendUnavailableError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxruntime" else real(name, *a))
+    with pytest.raises(BackendUnavailableError, match=r"hub-export\[onnx\]"):
+        OnnxExporter().export(torch.nn.Linear(2, 2), {"input": torch.ones(1, 2)}, config=OnnxConfig())
