@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["TinyCase", "CASES", "build", "text_inputs"]
+__all__ = ["TinyCase", "CASES", "GENERATIVE", "build", "text_inputs"]
 
 
 @dataclass
@@ -120,6 +120,17 @@ def whisper() -> TinyCase:
     return TinyCase("whisper", _seeded(lambda: WhisperForConditionalGeneration(config)), inputs(2, 3), inputs(3, 5))
 
 
+def qwen3() -> TinyCase:
+    """A tiny Qwen3 (q/k norms, GQA); not in :data:`CASES`: generation tests build it by name."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=128, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+    )
+    return TinyCase("qwen3", _seeded(lambda: Qwen3ForCausalLM(config)), text_inputs(1, 7), text_inputs(3, 11, pad_left=4, seed=1))
+
+
 CASES: dict[str, Callable[[], TinyCase]] = {
     "llama": llama,
     "gpt2": gpt2,
@@ -130,6 +141,10 @@ CASES: dict[str, Callable[[], TinyCase]] = {
 }
 
 
+#: Generative models used only by the generation tests.
+GENERATIVE: dict[str, Callable[[], TinyCase]] = {"qwen3": qwen3}
+
+
 def build(name: str) -> TinyCase:
     """Build a fresh case by name."""
-    return CASES[name]()
+    return {**CASES, **GENERATIVE}[name]()

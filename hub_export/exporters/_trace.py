@@ -103,6 +103,8 @@ def _dynamic_shapes(
         for leaf, t in leaves:
             spec = {}
             for axis in range(t.dim()):
+                if axis != 0 and t.shape[axis] == 1:
+                    continue  # static, as below: a one-token query (decode step) stays 1
                 limits = bounds(_semantic_name(leaf, axis, cache_inputs), leaf, axis, int(t.shape[axis]))
                 spec[axis] = torch.export.Dim.AUTO if limits is None else torch.export.Dim.AUTO(min=limits[0], max=limits[1])
             per_leaf.append(spec)

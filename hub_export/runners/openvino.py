@@ -143,5 +143,7 @@ class OpenVINORunner(ModelRunner):
         import torch
 
         feed = {port: tensors[i].detach().cpu().contiguous().numpy() for i, port in self._inputs}
-        results = self.request.infer(feed, share_inputs=True, share_outputs=False)
+        # share_inputs=True lets OpenVINO keep pointers into our arrays across calls; with inputs whose shapes
+        # change between calls (generation) that corrupted the heap (seen on T5 decode), so inputs are copied.
+        results = self.request.infer(feed, share_inputs=False, share_outputs=False)
         return [torch.from_numpy(results[port]) for port in self._outputs]

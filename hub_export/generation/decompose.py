@@ -1,0 +1,264 @@
+"""Split a generative model into the graphs its generation loop calls, from one real ``generate`` run.
+
+:func:`decompose_for_generation` runs ``model.generate`` for two (or three) new tokens with ``model.forward``
+(and the encoder's ``forward``) wrapped, records the kwargs of every call (tensors cloned, caches deep-copied
+before the call mutates them), then restores the original methods. The recorded calls are the sample inputs
+of the components:
+
+* decoder-only: ``prefill`` (the prompt, empty cache) and ``decode`` (one token against the filled cache);
+* encoder-decoder: ``encoder`` (``model.get_encoder()`` with the kwargs ``generate`` gave it), ``prefill`` (the
+  first decoder step: ``encoder_outputs`` and an empty cache, which fills the cross-attention cache) and
+  ``decode`` (one decoder token against the self- and cross-attention ``EncoderDecoderCache``).
+
+It works for any architecture whose ``generate`` calls ``forward`` with kwargs: no per-model glue.
+
+Example::
+
+    from hub_export.utils import decompose_for_generation
+
+    components = decompose_for_generation(model, tokenizer("Hello", return_tensors="pt"))
+    # {"prefill": (model, {...}), "decode": (model, {"input_ids": ..., "past_key_values": DynamicCache, ...})}
+    for name, (module, kwargs) in components.items():
+        eager = module(**kwargs)  # each captured call runs as is
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from ..errors import ExportError
+
+__all__ = ["Capture", "capture_generation", "decompose_for_generation", "decompose_with_capture"]
+
+_ENCODER_OUTPUTS = "encoder_outputs"
+
+
+class Capture:
+    """What one ``generate`` run passed to the model.
+
+    Attributes:
+        calls: The kwargs of each ``model.forward`` call, in order (deep copies taken before the call).
+        encoder_calls: The kwargs of each encoder ``forward`` call (encoder-decoder models).
+        sequences: The token ids ``generate`` returned.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.encoder_calls: list[dict[str, Any]] = []
+        self.sequences: Any = None
+
+
+def _snapshot(args: tuple[Any, ...], kwargs: dict[str, Any], signature: inspect.Signature | None) -> dict[str, Any]:
+    """The call's kwargs (positional args bound by name), deep-copied so later steps cannot change them."""
+    bound = dict(kwargs)
+    if args:
+        if signature is None:
+            raise ExportError("generate() called forward with positional arguments that cannot be named.")
+        names = [p for p in signature.parameters if p != "self"]
+        bound.update(dict(zip(names, args)))
+    return {name: copy.deepcopy(value) for name, value in bound.items() if value is not None}
+
+
+@contextmanager
+def _wrapped_forward(module: Any, record: list[dict[str, Any]]) -> Iterator[None]:
+    """Wrap ``module.forward`` (an instance attribute, removed or restored on exit) to record each call."""
+    had_own = "forward" in vars(module)
+    previous = vars(module).get("forward")
+    original = module.forward
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError):
+        signature = None
+
+    @functools.wraps(original)  # generate() inspects forward's signature to decide what to pass
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        record.append(_snapshot(args, kwargs, signature))
+        return original(*args, **kwargs)
+
+    module.forward = forward
+    try:
+        yield
+    finally:
+        if had_own:
+            module.forward = previous
+        else:
+            del module.forward
+
+
+def _clone_inputs(inputs: Any) -> dict[str, Any]:
+    if not hasattr(inputs, "items"):
+        raise ExportError("inputs must be a mapping of the model's kwargs (e.g. a tokenizer or processor output).")
+    return {name: copy.deepcopy(value) for name, value in inputs.items()}
+
+
+def capture_generation(model: Any, inputs: dict[str, Any], *, generation_config: Any = None, steps: int = 2) -> Capture:
+    """Run ``model.generate(**inputs)`` for ``steps`` new tokens and record every forward call.
+
+    The model is put in eval mode for the run and restored; ``inputs`` and ``generation_config`` are copied,
+    so neither the caller's model, inputs nor config change.
+
+    Raises:
+        ExportError: The model has no ``generate`` or it failed on these inputs.
+    """
+    import torch
+
+    if not hasattr(model, "generate"):
+        raise ExportError(f"{type(model).__name__} has no generate(); export_for_generation needs a generative model.")
+    capture = Capture()
+    config = copy.deepcopy(generation_config if generation_config is not None else getattr(model, "generation_config", None))
+    kwargs: dict[str, Any] = {"max_new_tokens": steps, "min_new_tokens": steps, "do_sample": False}
+    if config is not None:
+        for name in ("max_length", "min_length", "num_beams", "num_return_sequences"):
+            if hasattr(config, name):
+                setattr(config, name, None if name.endswith("length") else 1)
+        kwargs["generation_config"] = config
+    encoder = model.get_encoder() if _is_encoder_decoder(model) else None
+    was_training = model.training
+    model.eval()
+    try:
+        with _wrapped_forward(model, capture.calls):
+            if encoder is not None and encoder is not model:
+                with _wrapped_forward(encoder, capture.encoder_calls), torch.no_grad():
+                    capture.sequences = model.generate(**_clone_inputs(inputs), **kwargs)
+            else:
+                with torch.no_grad():
+                    capture.sequences = model.generate(**_clone_inputs(inputs), **kwargs)
+    except ExportError:
+        raise
+    except Exception as exc:
+        raise ExportError(
+            f"{type(model).__name__}.generate failed while capturing the prefill and decode calls: "
+            f"{type(exc).__name__}: {str(exc)[:1000]}. Check that generate(**inputs) runs in eager mode."
+        ) from exc
+    finally:
+        model.train(was_training)
+    if hasattr(capture.sequences, "sequences"):
+        capture.sequences = capture.sequences.sequences
+    return capture
+
+
+def _is_encoder_decoder(model: Any) -> bool:
+    return bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False)) and hasattr(model, "get_encoder")
+
+
+def _empty_cache(value: Any) -> bool:
+    """True for a cache holding no tokens (the prefill's fresh cache)."""
+    get_len = getattr(value, "get_seq_length", None)
+    if get_len is None or type(value).__name__ == "StaticCache":
+        return False
+    try:
+        return int(get_len()) == 0
+    except Exception:
+        return False
+
+
+def _without_empty_caches(kwargs: dict[str, Any]) -> dict[str, Any]:
+    # a fresh cache has no tensors to trace: the model creates its own when it gets none (use_cache=True)
+    return {name: value for name, value in kwargs.items() if not _empty_cache(value)}
+
+
+def _cache_length(cache: Any) -> int | None:
+    try:
+        return int(cache.get_seq_length()) if cache is not None else None
+    except Exception:
+        return None
+
+
+def _restore_masks(model: Any, calls: list[dict[str, Any]], inputs: Any, input_name: str) -> None:
+    """Give every captured call an attention mask when ``generate`` dropped an all-ones one.
+
+    ``generate`` omits a mask without padding, but the export must take one so that left-padded batches run
+    through the same graph; an all-ones mask computes exactly what no mask does.
+    """
+    import torch
+
+    try:
+        accepts = "attention_mask" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        accepts = False
+    if not accepts or any("attention_mask" in call for call in calls):
+        return
+    user_mask = inputs.get("attention_mask") if hasattr(inputs, "get") else None
+    dtype = user_mask.dtype if isinstance(user_mask, torch.Tensor) else torch.int64
+    for call in calls:
+        ids = call.get(input_name)
+        if not isinstance(ids, torch.Tensor):
+            return
+        past = _cache_length(call.get("past_key_values")) or 0
+        call["attention_mask"] = torch.ones((ids.shape[0], past + ids.shape[1]), dtype=dtype, device=ids.device)
+
+
+def _merge_decode_calls(first: dict[str, Any], second: dict[str, Any], input_name: str) -> dict[str, Any]:
+    """Two consecutive one-token decode calls as one two-token call from the first call's cache."""
+    import torch
+
+    merged = dict(first)
+    for name, value in second.items():
+        old = first.get(name)
+        if not isinstance(value, torch.Tensor) or not isinstance(old, torch.Tensor):
+            continue
+        if name in (input_name, "position_ids", "decoder_position_ids", "cache_position", "token_type_ids"):
+            merged[name] = torch.cat([old, value], dim=-1)
+        elif name in ("attention_mask", "decoder_attention_mask") and value.dim() == 2 and value.shape[-1] > old.shape[-1]:
+            merged[name] = value  # the longer 2D mask covers both new tokens
+    return merged
+
+
+def decompose_for_generation(
+    model: Any, inputs: dict[str, Any], *, generation_config: Any = None, multi_token_decode: bool = False
+) -> dict[str, tuple[Any, dict[str, Any]]]:
+    """Capture the real kwargs of each generation stage of ``model`` on ``inputs``.
+
+    Args:
+        model: A transformers generative model (``...ForCausalLM``, ``...ForConditionalGeneration``).
+        inputs: The kwargs of ``generate`` (a tokenizer/processor output); keep them small.
+        generation_config: Passed to ``generate`` (e.g. a static-cache config); the model's own by default.
+        multi_token_decode: Capture ``decode`` as two tokens at once (from three generated tokens) so its query
+            axis stays symbolic under ``dynamic=True``.
+
+    Returns:
+        ``{name: (module, kwargs)}``: ``prefill`` and ``decode`` for decoder-only models; ``encoder``, ``prefill``
+        and ``decode`` for encoder-decoder models. Calling ``module(**kwargs)`` reproduces the captured step.
+
+    Raises:
+        ExportError: ``generate`` failed or did not call the model the expected number of times.
+    """
+    return decompose_with_capture(
+        model, inputs, generation_config=generation_config, multi_token_decode=multi_token_decode
+    )[0]
+
+
+def decompose_with_capture(
+    model: Any, inputs: dict[str, Any], *, generation_config: Any = None, multi_token_decode: bool = False
+) -> tuple[dict[str, tuple[Any, dict[str, Any]]], Capture]:
+    """:func:`decompose_for_generation`, also returning the :class:`Capture` it was built from."""
+    steps = 3 if multi_token_decode else 2
+    # one step more than needed: a one-token cache (seq2seq's first decoder step) would export a static axis
+    capture = capture_generation(model, inputs, generation_config=generation_config, steps=steps + 1)
+    if len(capture.calls) < steps + 1:
+        raise ExportError(
+            f"{type(model).__name__}.generate called forward {len(capture.calls)} time(s) for {steps + 1} new tokens; "
+            "expected one prefill and decode calls (is use_cache disabled in the generation config?)."
+        )
+    input_name = "decoder_input_ids" if "decoder_input_ids" in capture.calls[0] else "input_ids"
+    if not _is_encoder_decoder(model):
+        _restore_masks(model, capture.calls, inputs, input_name)
+    first = 2 if _cache_length(capture.calls[1].get("past_key_values")) == 1 else 1
+    prefill = _without_empty_caches(capture.calls[0])
+    decode = capture.calls[first]
+    if multi_token_decode:
+        decode = _merge_decode_calls(capture.calls[first], capture.calls[first + 1], input_name)
+    if "past_key_values" not in decode:
+        raise ExportError(f"{type(model).__name__}'s decode step got no past_key_values; export_for_generation needs a KV cache.")
+    components: dict[str, tuple[Any, dict[str, Any]]] = {}
+    if _is_encoder_decoder(model):
+        if not capture.encoder_calls:
+            raise ExportError(f"{type(model).__name__}.generate did not call its encoder (get_encoder()).")
+        components["encoder"] = (model.get_encoder(), capture.encoder_calls[0])
+    components["prefill"] = (model, prefill)
+    components["decode"] = (model, decode)
+    return components, capture

@@ -1,0 +1,174 @@
+"""``export_for_generation``: export each captured generation stage and describe the loop that drives them.
+
+The loop description (``ExportedModel.generation``, the manifest's ``generation`` field) is plain data, so a
+runtime in any language can drive the components from ``export.json`` alone::
+
+    {
+      "version": 1,
+      "kind": "decoder_only" | "encoder_decoder",
+      "stages": {"encoder": "encoder", "prefill": "prefill", "decode": "decode"},  # stage -> component
+      "token_input": "input_ids",            # the kwarg fed the prompt, then each new token
+      "cache": "past_key_values",            # kwarg and output field carrying the KV cache between steps
+      "logits": "logits",                    # output field with the next-token scores (last position)
+      "encoder_output": "encoder_outputs",   # kwarg taking the encoder's output (encoder-decoder only)
+      "attention_mask": "extend" | "fixed" | null,  # extended by one 1 per token, the encoder's mask, or none
+      "position_ids": false,                 # true: pass cumsum(mask) - 1 (1 where masked) for the new tokens
+      "decoder_start_token_id": null,        # the first decoder token (encoder-decoder)
+      "returns_prompt": true,                # whether generate() returns the prompt before the new tokens
+      "multi_token_decode": false,           # the decode graph takes any number of query tokens
+    }
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from ..configs import ExportConfig
+from ..errors import ConfigError
+from .decompose import decompose_with_capture
+
+__all__ = ["GENERATION_PLAN_VERSION", "export_for_generation"]
+
+GENERATION_PLAN_VERSION = 1
+
+
+def _component_config(config: Any, name: str) -> ExportConfig | None:
+    if not isinstance(config, dict):
+        return config
+    if name in config:
+        return config[name]
+    if "default" in config:
+        return config["default"]
+    raise ConfigError(f"config is a dict per component but has no entry for {name!r} (nor 'default'); keys: {sorted(config)}.")
+
+
+def _main_config(exporter: Any, config: Any) -> ExportConfig:
+    if isinstance(config, dict):
+        unknown = [v for v in config.values() if not isinstance(v, ExportConfig)]
+        if unknown:
+            raise ConfigError(f"config dict values must be export configs, got {[type(v).__name__ for v in unknown]}.")
+        return exporter._check_config(config.get("decode", config.get("default", next(iter(config.values()), None))))
+    return exporter._check_config(config)
+
+
+#: kwargs whose tensors all share the batch axis (axis 0) in a generation step
+_BATCHED = (
+    "input_ids", "attention_mask", "position_ids", "token_type_ids", "decoder_input_ids",
+    "decoder_attention_mask", "decoder_position_ids", "past_key_values", "encoder_outputs", "input_features",
+)
+
+
+def _batch_tied(module: Any) -> Any:
+    """``module`` behind a forward that tells ``torch.export`` every batched input has the same batch size.
+
+    With ``Dim.AUTO`` each input gets its own batch symbol; broadcasting ``position_ids`` against the hidden
+    states then guards ``batch != 1``, so the graph would refuse a batch of one at run time.
+    """
+    import torch
+
+    from ..signature import flatten_value
+
+    class Tied(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = module
+            self.config = getattr(module, "config", None)
+
+        def forward(self, **kwargs: Any) -> Any:
+            leaves: list[tuple[str, Any]] = []
+            for name, value in kwargs.items():
+                if name in _BATCHED:
+                    flatten_value(value, (name,), leaves)
+            tensors = [t for _, t in leaves if t.dim() > 0]
+            for tensor in tensors[1:]:
+                torch._check(tensor.shape[0] == tensors[0].shape[0])
+            keep = kwargs.get("logits_to_keep")
+            ids = kwargs.get("input_ids", kwargs.get("decoder_input_ids"))
+            if type(keep) is int and keep > 0 and isinstance(ids, torch.Tensor):
+                # int logits_to_keep slices hidden states into a strided view, whose reshape in lm_head guards
+                # batch != 1; the same positions as an index tensor gather a contiguous copy instead
+                length = ids.shape[1]
+                kwargs["logits_to_keep"] = torch.arange(length - keep, length, device=ids.device)
+            return self.model(**kwargs)
+
+    Tied.__name__ = Tied.__qualname__ = type(module).__name__  # the manifest records the model's class name
+    return Tied().train(module.training)  # a new Module starts in training mode; trace() restores this mode
+
+
+def _batch_of_two(inputs: Any) -> Any:
+    """A batch-1 capture repeated to batch 2: torch.export specializes size-1 axes, so a batch-1 sample would
+    export graphs that only take batch 1 (a dynamic export must take any batch)."""
+    import torch
+
+    tensors = [v for v in inputs.values() if isinstance(v, torch.Tensor)]
+    if not tensors or any(t.dim() == 0 or t.shape[0] != 1 for t in tensors):
+        return inputs
+    return {k: v.repeat(2, *([1] * (v.dim() - 1))) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+
+
+def _plan(model: Any, components: dict[str, tuple[Any, dict[str, Any]]], capture: Any, multi_token_decode: bool, cache: str) -> dict[str, Any]:
+    prefill = components["prefill"][1]
+    encoder_decoder = "encoder" in components
+    token_input = "decoder_input_ids" if "decoder_input_ids" in prefill else "input_ids"
+    prompt_len = int(prefill[token_input].shape[1])
+    new_tokens = len(capture.calls)
+    if encoder_decoder:
+        mask_mode = "fixed" if "attention_mask" in prefill else None
+    else:
+        mask_mode = "extend" if "attention_mask" in prefill else None
+    start = None
+    if encoder_decoder:
+        start = int(prefill[token_input][0, 0])
+    return {
+        "version": GENERATION_PLAN_VERSION,
+        "kind": "encoder_decoder" if encoder_decoder else "decoder_only",
+        "stages": {name: name for name in components},
+        "token_input": token_input,
+        "cache": "past_key_values",
+        "cache_implementation": cache,
+        "logits": "logits",
+        "encoder_output": "encoder_outputs" if encoder_decoder else None,
+        "attention_mask": mask_mode,
+        "position_ids": "position_ids" in prefill or "decoder_position_ids" in prefill,
+        "decoder_start_token_id": start,
+        "returns_prompt": int(capture.sequences.shape[1]) >= prompt_len + new_tokens,
+        "multi_token_decode": bool(multi_token_decode),
+    }
+
+
+def export_for_generation(
+    exporter: Any,
+    model: Any,
+    inputs: dict[str, Any],
+    *,
+    config: Any = None,
+    generation_config: Any = None,
+    multi_token_decode: bool = False,
+) -> Any:
+    """See :meth:`hub_export.exporters.base.HfExporter.export_for_generation`."""
+    from ..model import ExportedModel
+
+    main = _main_config(exporter, config)
+    exporter.check_available(main)
+    if main.dynamic:
+        inputs = _batch_of_two(inputs)
+    components, capture = decompose_with_capture(
+        model, inputs, generation_config=generation_config, multi_token_decode=multi_token_decode
+    )
+    exported = {}
+    for name, (module, kwargs) in components.items():
+        component_config = exporter._check_config(_component_config(config, name)) if isinstance(config, dict) else main
+        module = _batch_tied(module) if component_config.dynamic else module
+        exported[name] = exporter.export_component(name, module, kwargs, component_config)
+    gen_config = copy.deepcopy(generation_config if generation_config is not None else getattr(model, "generation_config", None))
+    cache = getattr(gen_config, "cache_implementation", None) or "dynamic"
+    return ExportedModel(
+        exporter.export_format,
+        main,
+        exported,
+        model_config=getattr(model, "config", None),
+        generation_config=gen_config,
+        source=getattr(model, "_hub_export_source", None),
+        generation=_plan(model, components, capture, multi_token_decode, cache),
+    )

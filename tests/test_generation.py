@@ -1,0 +1,221 @@
+"""export_for_generation + generate(): captured stages, saved plans, and greedy tokens equal to eager generate."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+from tiny_models import build, text_inputs
+
+from hub_export import DynamoConfig, DynamoExporter, ExportedModel, OnnxConfig, OnnxExporter
+from hub_export.errors import HubExportError
+from hub_export.utils import decompose_for_generation
+
+_BACKENDS = {"dynamo": (DynamoExporter, DynamoConfig), "onnx": (OnnxExporter, OnnxConfig)}
+_CASES = [("llama", "dynamo"), ("qwen3", "dynamo"), ("gpt2", "dynamo"), ("t5", "dynamo"), ("whisper", "dynamo"), ("llama", "onnx"), ("whisper", "onnx")]
+_ENCODER_DECODER = {"t5", "whisper"}
+
+
+def _prompt(case) -> dict:
+    return {k: v for k, v in case.sample.items() if not k.startswith("decoder")}
+
+
+def _runs(name: str) -> list[dict]:
+    """Inputs to generate from: a left-padded batch of 2 and a batch of 1 of other lengths than the capture."""
+    if name == "whisper":
+        gen = torch.Generator().manual_seed(3)
+        return [{"input_features": torch.randn(2, 16, 60, generator=gen)}, {"input_features": torch.randn(1, 16, 60, generator=gen)}]
+    return [text_inputs(2, 9, pad_left=3, seed=5), text_inputs(1, 4, seed=6)]
+
+
+@pytest.fixture(scope="module")
+def models() -> dict:
+    return {}
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory, models) -> dict:
+    """Each (model, backend) exported once, saved and loaded back; built lazily on first use."""
+    cache: dict = {}
+
+    def get(name: str, backend: str):
+        if (name, backend) not in cache:
+            if name not in models:
+                models[name] = build(name)
+            case = models[name]
+            exporter, config = _BACKENDS[backend]
+            exported = exporter().export_for_generation(case.model, _prompt(case), config=config(dynamic=True))
+            folder = tmp_path_factory.mktemp(f"{name}-{backend}") / "export"
+            exported.save_pretrained(folder)
+            cache[(name, backend)] = (case, exported, ExportedModel.from_pretrained(folder), folder)
+        return cache[(name, backend)]
+
+    return get
+
+
+@pytest.mark.parametrize("name,backend", _CASES)
+def test_greedy_tokens_equal_eager_generate(exports, name, backend):
+    case, exported, loaded, _ = exports(name, backend)
+    for component in exported.components.values():
+        assert component.metadata.parity["max_abs_diff"] < 1e-5
+    for inputs in [_prompt(case), *_runs(name)]:
+        expected = case.model.generate(**inputs, max_new_tokens=8, do_sample=False)
+        produced = loaded.generate(**inputs, max_new_tokens=8)
+        assert produced.dtype == torch.int64
+        assert torch.equal(produced, expected), (inputs["input_ids" if "input_ids" in inputs else "input_features"].shape, produced, expected)
+
+
+def test_saved_export_describes_the_loop(exports):
+    _, exported, loaded, folder = exports("llama", "dynamo")
+    manifest = json.loads((folder / "export.json").read_text())
+    assert set(manifest["components"]) == {"prefill", "decode"}
+    plan = manifest["generation"]
+    assert plan == exported.generation == loaded.generation
+    assert plan["kind"] == "decoder_only" and plan["token_input"] == "input_ids" and plan["position_ids"] is True
+    assert plan["attention_mask"] == "extend" and plan["returns_prompt"] is True
+    assert (folder / "generation_config.json").is_file()
+    assert loaded.generation_config.eos_token_id == 2
+    decode = {s.name: s.shape for s in loaded.components["decode"].metadata.inputs}
+    assert decode["input_ids"] == ("batch", 1)
+    assert decode["input.past_key_values.0.key"][2] == "past_sequence"
+    outputs = {s.name for s in loaded.components["decode"].metadata.outputs}
+    assert {"logits", "output.past_key_values.0.key", "output.past_key_values.1.value"} <= outputs
+
+
+def test_encoder_decoder_plan(exports):
+    _, _, loaded, _ = exports("whisper", "dynamo")
+    plan = loaded.generation
+    assert set(loaded.components) == {"encoder", "prefill", "decode"}
+    assert plan["kind"] == "encoder_decoder" and plan["token_input"] == "decoder_input_ids"
+    assert plan["decoder_start_token_id"] == 1 and plan["returns_prompt"] is False  # Whisper's generate drops it
+    decode = {s.name: s.shape for s in loaded.components["decode"].metadata.inputs}
+    assert decode["input.past_key_values.0.decoder.key"][2] == "past_sequence"
+    assert decode["input.past_key_values.0.encoder.key"][2] == "encoder_sequence"
+
+
+def test_decode_graph_runs_at_other_cache_lengths(exports):
+    case, _, loaded, _ = exports("gpt2", "dynamo")
+    decode = loaded.runners["decode"]
+    for length in (3, 20):
+        inputs = text_inputs(2, length, seed=length)
+        with torch.no_grad():
+            cache = case.model(**inputs, use_cache=True).past_key_values
+            step = {
+                "input_ids": torch.tensor([[5], [7]]),
+                "attention_mask": torch.ones(2, length + 1, dtype=torch.int64),
+                "position_ids": torch.full((2, 1), length),
+            }
+            produced = decode(**step, past_key_values=cache)
+            expected = case.model(**step, past_key_values=cache, use_cache=True)
+        assert produced.past_key_values.get_seq_length() == length + 1
+        assert float((produced.logits[:, -1] - expected.logits[:, -1]).abs().max()) < 1e-5
+
+
+def test_eos_stops_rows_and_pads_like_eager(exports):
+    case, _, loaded, _ = exports("llama", "dynamo")
+    inputs = text_inputs(2, 9, pad_left=3, seed=5)
+    greedy = case.model.generate(**inputs, max_new_tokens=8, do_sample=False)
+    eos = int(greedy[0, 11])  # row 0 stops at its third new token
+    expected = case.model.generate(**inputs, max_new_tokens=8, do_sample=False, eos_token_id=eos, pad_token_id=0)
+    produced = loaded.generate(**inputs, max_new_tokens=8, eos_token_id=eos, pad_token_id=0)
+    assert torch.equal(produced, expected)
+    assert (produced[0, 12:] == 0).all()
+
+
+def test_sampling_is_seeded_and_top_k_1_is_greedy(exports):
+    _, _, loaded, _ = exports("llama", "dynamo")
+    inputs = text_inputs(2, 5, seed=9)
+    first = loaded.generate(**inputs, max_new_tokens=6, do_sample=True, temperature=0.8, top_p=0.9, seed=123)
+    again = loaded.generate(**inputs, max_new_tokens=6, do_sample=True, temperature=0.8, top_p=0.9, seed=123)
+    assert torch.equal(first, again) and first.shape == (2, 11)
+    top1 = loaded.generate(**inputs, max_new_tokens=6, do_sample=True, top_k=1, seed=0)
+    assert torch.equal(top1, loaded.generate(**inputs, max_new_tokens=6))
+
+
+def test_streamer_receives_prompt_then_each_token(exports):
+    _, _, loaded, _ = exports("llama", "dynamo")
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.chunks, self.ended = [], False
+
+        def put(self, ids):
+            self.chunks.append(ids.clone())
+
+        def end(self):
+            self.ended = True
+
+    inputs = text_inputs(1, 4, seed=2)
+    recorder = Recorder()
+    produced = loaded.generate(**inputs, max_new_tokens=3, streamer=recorder)
+    assert recorder.ended and len(recorder.chunks) == 4
+    assert torch.equal(recorder.chunks[0], inputs["input_ids"])
+    assert torch.equal(torch.cat([c.reshape(1, -1) for c in recorder.chunks], dim=-1), produced)
+
+
+def test_decompose_restores_the_model_and_leaves_inputs_alone(models):
+    case = models.setdefault("llama", build("llama"))
+    inputs = _prompt(case)
+    before = {k: v.clone() for k, v in inputs.items()}
+    case.model.train()
+    try:
+        stages = decompose_for_generation(case.model, inputs, multi_token_decode=True)
+        assert case.model.training
+    finally:
+        case.model.eval()
+    assert "forward" not in vars(case.model)
+    assert all(torch.equal(inputs[k], before[k]) for k in inputs)
+    assert list(stages) == ["prefill", "decode"]
+    prefill_module, prefill = stages["prefill"]
+    _, decode = stages["decode"]
+    assert prefill_module is case.model and "past_key_values" not in prefill
+    assert prefill["input_ids"].shape == (1, 7) and prefill["attention_mask"].shape == (1, 7)
+    assert decode["input_ids"].shape == (1, 2)  # two decode steps merged into one call
+    assert decode["past_key_values"].get_seq_length() == 7 and decode["attention_mask"].shape == (1, 9)
+    with torch.no_grad():
+        logits = case.model(**decode).logits
+    assert torch.isfinite(logits).all()
+
+
+def test_decompose_encoder_decoder_stages(models):
+    case = models.setdefault("t5", build("t5"))
+    stages = decompose_for_generation(case.model, _prompt(case))
+    assert list(stages) == ["encoder", "prefill", "decode"]
+    assert stages["encoder"][0] is case.model.get_encoder()
+    assert set(stages["encoder"][1]) >= {"input_ids", "attention_mask"}
+    assert stages["prefill"][1]["decoder_input_ids"].shape == (2, 1)
+    cache = stages["decode"][1]["past_key_values"]
+    assert type(cache).__name__ == "EncoderDecoderCache"
+    assert cache.self_attention_cache.get_seq_length() == 2  # past one token: a symbolic past_sequence
+    assert cache.cross_attention_cache.get_seq_length() == 7
+
+
+def test_per_component_configs_and_multi_token_decode_guard(models):
+    case = models.setdefault("whisper", build("whisper"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exported = DynamoExporter().export_for_generation(
+            case.model, _prompt(case), config={"encoder": DynamoConfig(dynamic=False), "default": DynamoConfig(dynamic=True)}
+        )
+    assert exported.components["encoder"].metadata.inputs[0].shape == (2, 16, 60)  # static
+    assert exported.components["prefill"].metadata.inputs[0].shape[0] == "batch"
+    exported.generation = {**exported.generation, "multi_token_decode": True}
+    with pytest.raises(HubExportError, match="multi_token_decode"):
+        exported.generate(**_prompt(case), max_new_tokens=2)
+
+
+def test_generate_needs_a_generation_export(exports):
+    case, _, _, _ = exports("gpt2", "dynamo")
+    plain = DynamoExporter().export(case.model, case.sample, config=DynamoConfig(dynamic=True))
+    with pytest.raises(HubExportError, match="export_for_generation"):
+        plain.generate(**case.sample, max_new_tokens=2)
+
+
+@pytest.mark.parametrize("name,backend", [("gpt2", "dynamo"), ("llama", "onnx")])
+def test_one_token_prompt_runs_decode_on_an_empty_cache(exports, name, backend):
+    case, _, loaded, _ = exports(name, backend)
+    inputs = {"input_ids": torch.tensor([[5], [9]]), "attention_mask": torch.ones(2, 1, dtype=torch.int64)}
+    expected = case.model.generate(**inputs, max_new_tokens=5, do_sample=False)
+    assert torch.equal(loaded.generate(**inputs, max_new_tokens=5), expected)
