@@ -219,6 +219,8 @@ class ExportedModel:
         local_files_only: bool = False,
         force_download: bool = False,
         endpoint: str | None = None,
+        trust_pickles: bool = False,
+        allow_custom_domains: tuple[str, ...] = (),
         **runner_options: Any,
     ) -> ExportedModel:
         """Load an export from a local folder or a Hub repo.
@@ -235,15 +237,21 @@ class ExportedModel:
             lazy: Defer each component's download to its first use (Hub only).
             cache_dir, token, local_files_only, force_download: As in huggingface_hub.
             endpoint: Hub endpoint (default ``HF_ENDPOINT``), e.g. the embedded hub's URL.
+            trust_pickles: Load ``.pt2`` archives whose pickles reference globals outside the tensor
+                allow-list. DANGEROUS: such a file runs arbitrary code when loaded; only for files you made.
+            allow_custom_domains: ONNX operator domains to accept besides the standard ones.
             **runner_options: Passed to the backend runner (e.g. ``providers=`` for ONNX Runtime).
 
         Raises:
             ManifestError: ``export.json`` is missing or invalid.
             IntegrityError: A file does not match the manifest.
+            UnsafeExportError: A file would run code or read outside the export when loaded (see
+                :mod:`hub_export.safety`).
         """
+        safety = {"trust_pickles": trust_pickles, "allow_custom_domains": tuple(allow_custom_domains)}
         local = Path(pretrained_model_name_or_path) / subfolder
         if local.is_dir():
-            return load_directory(local, components=components, device=device, runner_options=runner_options)
+            return load_directory(local, components=components, device=device, runner_options=runner_options, **safety)
         from .hub.download import load_from_hub
 
         return load_from_hub(
@@ -259,6 +267,7 @@ class ExportedModel:
             force_download=force_download,
             endpoint=endpoint,
             runner_options=runner_options,
+            **safety,
         )
 
 
@@ -275,10 +284,16 @@ def _load_side_configs(directory: Path) -> tuple[Any, Any]:
     return model_config, generation_config
 
 
-def load_component(directory: Path, name: str, entry: ComponentEntry, export_format: ExportFormat) -> ExportedComponent:
-    """Verify a component's files against the manifest, then load its program."""
+def load_component(
+    directory: Path, name: str, entry: ComponentEntry, export_format: ExportFormat, *, trust_pickles: bool = False,
+    allow_custom_domains: tuple[str, ...] = (),
+) -> ExportedComponent:
+    """Verify a component's files against the manifest, run the format's safety checks, then load its program."""
+    from .safety import check_component
+
     for file in entry.files:
         verify_file(directory / file.path, file)
+    check_component(export_format, directory, entry, trust_pickles=trust_pickles, allow_custom_domains=allow_custom_domains)
     program = _exporter_class(export_format).load_program(directory, name, entry)
     return ExportedComponent(name, export_format, program, entry, files_dir=directory.resolve())
 
@@ -290,6 +305,8 @@ def load_directory(
     device: str | None = None,
     runner_options: dict[str, Any] | None = None,
     manifest: Manifest | None = None,
+    trust_pickles: bool = False,
+    allow_custom_domains: tuple[str, ...] = (),
 ) -> ExportedModel:
     """Load an export folder: manifest first (validated, paths checked), then the listed files."""
     directory = Path(directory)
@@ -299,7 +316,8 @@ def load_directory(
     missing = [n for n in names if n not in manifest.components]
     if missing:
         raise ManifestError(f"No component(s) {missing} in this export; it has {sorted(manifest.components)}.")
-    loaded = {name: load_component(directory, name, manifest.components[name], fmt) for name in names}
+    safety = {"trust_pickles": trust_pickles, "allow_custom_domains": tuple(allow_custom_domains)}
+    loaded = {name: load_component(directory, name, manifest.components[name], fmt, **safety) for name in names}
     model_config, generation_config = _load_side_configs(directory)
     return ExportedModel(
         fmt,

@@ -9,12 +9,27 @@ import pytest
 import torch
 from tiny_models import build, text_inputs
 
-from hub_export import DynamoConfig, DynamoExporter, ExportedModel, OnnxConfig, OnnxExporter
+from hub_export import (
+    DynamoConfig,
+    DynamoExporter,
+    ExportedModel,
+    OnnxConfig,
+    OnnxExporter,
+    OpenVINOConfig,
+    OpenVINOExporter,
+)
 from hub_export.errors import HubExportError
 from hub_export.utils import decompose_for_generation
 
-_BACKENDS = {"dynamo": (DynamoExporter, DynamoConfig), "onnx": (OnnxExporter, OnnxConfig)}
-_CASES = [("llama", "dynamo"), ("qwen3", "dynamo"), ("gpt2", "dynamo"), ("t5", "dynamo"), ("whisper", "dynamo"), ("llama", "onnx"), ("whisper", "onnx")]
+_BACKENDS = {
+    "dynamo": (DynamoExporter, DynamoConfig),
+    "onnx": (OnnxExporter, OnnxConfig),
+    "openvino": (OpenVINOExporter, OpenVINOConfig),
+}
+_CASES = [
+    ("llama", "dynamo"), ("qwen3", "dynamo"), ("gpt2", "dynamo"), ("t5", "dynamo"), ("whisper", "dynamo"),
+    ("llama", "onnx"), ("whisper", "onnx"), ("gpt2", "openvino"), ("t5", "openvino"),
+]
 _ENCODER_DECODER = {"t5", "whisper"}
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..configs import ExecutorchConfig, ExportConfig
-from ..errors import DeviceUnavailableError, ExportError
+from ..errors import DeviceUnavailableError, ExportError, UnsafeExportError
 from ..formats import ExportFormat, layout_for
 from ..manifest import ComponentEntry
 from ._trace import DimBounds, Traced
@@ -163,10 +163,13 @@ class ExecutorchExporter(HfExporter):
     @classmethod
     def load_program(cls, directory: Path, component: str, entry: ComponentEntry) -> Any:
         """The ``.pte`` as an ``executorch.runtime.Program`` (the export-time manager cannot be rebuilt from it)."""
-        from executorch.runtime import Runtime
+        from executorch.runtime import Runtime, Verification
 
         data = (Path(directory) / entry.files[0].path).read_bytes()
-        program = Runtime.get().load_program(data)
+        try:  # full flatbuffer verification: the file may come from an untrusted repo
+            program = Runtime.get().load_program(data, verification=Verification.InternalConsistency)
+        except RuntimeError as exc:
+            raise UnsafeExportError(f"{entry.files[0].path}: the ExecuTorch runtime refused the program ({exc}).") from None
         _LOADED_BYTES[program] = data
         return program
 

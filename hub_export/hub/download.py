@@ -9,13 +9,23 @@ retry downloads it again. With a 40-hex revision and a warm cache no request is 
 ``HF_HUB_OFFLINE=1`` (or ``local_files_only``) a previously downloaded export loads from the cache.
 
 ``lazy=True`` returns components whose files are fetched the first time their program is needed.
+
+Transient failures are retried with exponential backoff (:data:`RETRY_DELAYS`, so at most 4 attempts per file):
+huggingface_hub 2.4 itself retries the file GET only on 408/429 and resumes a connection cut mid-body, so a
+5xx answer, a failed metadata request, a refused connection or a body shorter than announced ("consistency
+check failed") are retried here. huggingface_hub writes to ``blobs/<id>.incomplete`` and only renames a file
+whose size matches; a file that then fails its sha256 is evicted and downloaded once more before
+:class:`IntegrityError` is raised.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import random
 import re
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,11 +37,14 @@ from ..errors import HubError, IntegrityError, ManifestError
 from ..formats import ExportFormat, parse_format
 from ..manifest import MANIFEST_NAME, ComponentEntry, FileEntry, Manifest
 from ..model import ExportedComponent, ExportedModel, _config_without_quantizer, _exporter_class, _load_side_configs
+from ..safety import check_component
 
 __all__ = ["HubComponent", "HubExport", "download_export", "load_from_hub"]
 
 _SIDE_FILES = ("config.json", "generation_config.json")
 _HEX40 = re.compile(r"[0-9a-f]{40}")
+#: Seconds to wait before each retry of a download that failed transiently (len + 1 attempts in all).
+RETRY_DELAYS: tuple[float, ...] = (0.5, 1.0, 2.0)
 
 
 @dataclass
@@ -67,12 +80,20 @@ class HubExport:
                 raise HubError(f"{self._where(entry.path)} is listed in export.json but missing from the repo.")
             try:
                 verify_file(path, entry)
-            except IntegrityError as exc:
-                _evict(path)
-                raise IntegrityError(
-                    f"{self._where(entry.path)}: {str(exc).split(': ', 1)[-1]} The bad copy was removed from the cache; "
-                    "a retry downloads it again."
-                ) from None
+            except IntegrityError:
+                _evict(path)  # never keep an unverified file in the cache; download it once more
+                path = self._get(entry.path)
+                try:
+                    if path is None:
+                        raise IntegrityError(f"{entry.path}: listed in export.json but missing.") from None
+                    verify_file(path, entry)
+                except IntegrityError as exc:
+                    if path is not None:
+                        _evict(path)
+                    raise IntegrityError(
+                        f"{self._where(entry.path)}: {str(exc).split(': ', 1)[-1]} (downloaded twice). The bad copy "
+                        "was removed from the cache; a retry downloads it again."
+                    ) from None
             paths.append(path)
         return paths
 
@@ -127,6 +148,13 @@ def download_export(
     if local is None:
         raise ManifestError(f"$: {repo_id}@{revision} has no {manifest_path}.{_hint(repo_id, revision, subfolder, options)}")
     commit = _commit_of(local, manifest_path)
+    if not offline and not _matches_blob_id(local):
+        # huggingface_hub reads the commit and blob id with a HEAD on the branch, then GETs the branch URL again: a
+        # commit landing in between files a newer export.json under the older commit. Take it by commit instead.
+        _evict(local)
+        local = _fetch(repo_id, manifest_path, commit, **options)
+        if local is None or not _matches_blob_id(local):
+            raise HubError(f"{repo_id}@{commit[:12]}/{manifest_path} changed while it was downloaded; try again.")
     manifest = Manifest.loads(local.read_bytes())
     if components is not None:
         manifest.all_files(components)  # raises ManifestError naming what exists
@@ -151,6 +179,8 @@ def load_from_hub(
     force_download: bool = False,
     runner_options: dict[str, Any] | None = None,
     endpoint: str | None = None,
+    trust_pickles: bool = False,
+    allow_custom_domains: tuple[str, ...] = (),
 ) -> ExportedModel:
     """Load an export from the Hub (see ``ExportedModel.from_pretrained``).
 
@@ -164,7 +194,8 @@ def load_from_hub(
     manifest = export.manifest
     fmt = parse_format(manifest.export_format)
     names = list(manifest.components) if components is None else list(components)
-    loaded = {name: HubComponent(name, fmt, manifest.components[name], export) for name in names}
+    safety = {"trust_pickles": trust_pickles, "allow_custom_domains": tuple(allow_custom_domains)}
+    loaded = {name: HubComponent(name, fmt, manifest.components[name], export, **safety) for name in names}
     if not lazy:
         for component in loaded.values():
             component.materialize()
@@ -185,8 +216,11 @@ def load_from_hub(
 class HubComponent(ExportedComponent):
     """A component of a Hub export whose files are fetched, verified and loaded on first use of ``program``."""
 
-    def __init__(self, name: str, export_format: ExportFormat, metadata: ComponentEntry, export: HubExport) -> None:
+    def __init__(
+        self, name: str, export_format: ExportFormat, metadata: ComponentEntry, export: HubExport, **safety: Any
+    ) -> None:
         self._export = export
+        self._safety = safety  # trust_pickles / allow_custom_domains for hub_export.safety.check_component
         self._program: Any = None
         self._lock = threading.Lock()
         super().__init__(name, export_format, None, metadata)
@@ -218,6 +252,7 @@ class HubComponent(ExportedComponent):
                 return
             self._export.fetch(self.metadata.files)
             directory = self._export.directory
+            check_component(self.export_format, directory, self.metadata, **self._safety)
             self._program = _exporter_class(self.export_format).load_program(directory, self.name, self.metadata)
             self._files_dir = directory.resolve()
 
@@ -241,7 +276,29 @@ def _commit_of(local: Path, repo_path: str) -> str:
     return snapshot.name
 
 
-def _fetch(
+def _fetch(repo_id: str, path: str, revision: str, **options: Any) -> Path | None:
+    """:func:`_fetch_once`, retried with backoff while it fails transiently (see :data:`RETRY_DELAYS`)."""
+    for delay in (*RETRY_DELAYS, None):
+        try:
+            return _fetch_once(repo_id, path, revision, **options)
+        except _Transient as exc:
+            if delay is None:
+                raise HubError(
+                    f"Downloading {repo_id}@{revision}/{path} failed {len(RETRY_DELAYS) + 1} times: {exc.reason}"
+                ) from exc.__cause__
+            time.sleep(delay * random.uniform(1.0, 1.25))
+    raise AssertionError("unreachable")
+
+
+class _Transient(Exception):
+    """A download failure worth retrying (5xx, connection error, short body)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _fetch_once(
     repo_id: str, path: str, revision: str, *, cache_dir: Any, token: Any, offline: bool, force: bool, endpoint: Any
 ) -> Path | None:
     """The cached copy of ``path`` at ``revision`` (downloaded when needed); None when the repo has no such file."""
@@ -266,6 +323,8 @@ def _fetch(
             force_download=force, endpoint=endpoint,
         ))
     except LocalEntryNotFoundError as exc:
+        if not offline:  # online, huggingface_hub reports a failed metadata request (5xx, connection) this way
+            raise _Transient(_first_line(exc)) from exc
         raise HubError(
             f"{repo_id}@{revision}/{path} is not in the local cache and downloads are disabled "
             "(HF_HUB_OFFLINE or local_files_only): download it once while online."
@@ -278,7 +337,22 @@ def _fetch(
     except RepositoryNotFoundError as exc:
         raise HubError(f"Repository {repo_id} not found (or private and no valid token given).") from exc
     except HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else None
+        if status is None or status >= 500 or status in (408, 429):
+            raise _Transient(_first_line(exc)) from exc
         raise HubError(f"Downloading {repo_id}@{revision}/{path} failed: {_first_line(exc)}") from exc
+    except Exception as exc:
+        if _is_transport_error(exc) or isinstance(exc, OSError):  # refused/cut connection, short body
+            raise _Transient(f"{type(exc).__name__}: {_first_line(exc)}") from exc
+        raise
+
+
+def _is_transport_error(exc: BaseException) -> bool:
+    try:
+        import httpx2 as httpx
+    except ImportError:  # pragma: no cover - older huggingface_hub
+        import httpx
+    return isinstance(exc, httpx.TransportError)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -299,6 +373,15 @@ def _hint(repo_id: str, revision: str, subfolder: str, options: dict[str, Any]) 
     if not found or subfolder + "/" in found:
         return ""
     return f" Exports in this repo: {', '.join(found)} (pass subfolder=...)."
+
+
+def _matches_blob_id(path: Path) -> bool:
+    """Whether a cached regular file's bytes hash to the git blob id the cache filed them under."""
+    blob = Path(os.path.realpath(path))
+    if not _HEX40.fullmatch(blob.name):
+        return True  # not filed under a git blob id (LFS sha256, or not a symlinked cache): the sha256 check decides
+    data = blob.read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() == blob.name
 
 
 def _evict(path: Path) -> None:

@@ -241,8 +241,12 @@ def _publish_once(
         if status in (409, 412):
             raise _Conflict() from exc
         raise HubError(f"Publishing to {repo_id}@{revision} failed: {_first_line(exc)}") from exc
-    except ValueError as exc:
-        raise HubError(f"Publishing to {repo_id}@{revision} failed: {_first_line(exc)}") from exc
+    except (ValueError, RuntimeError) as exc:  # huggingface_hub wraps a failed LFS upload in RuntimeError
+        cause = f" ({_first_line(exc.__cause__)})" if exc.__cause__ is not None else ""
+        raise HubError(
+            f"Publishing to {repo_id}@{revision} failed: {_first_line(exc)}{cause} Nothing was committed; publishing "
+            "again uploads only the files the Hub does not have yet."
+        ) from exc
     tagged, notes = _tags(api, repo_id, info.oid, tag, sources, create_pr=create_pr)
     return PublishResult(info.oid, info.commit_url, info.pr_url, info.pr_revision, True, uploaded, tagged, tuple(notes))
 
