@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -234,3 +236,73 @@ def test_one_token_prompt_runs_decode_on_an_empty_cache(exports, name, backend):
     inputs = {"input_ids": torch.tensor([[5], [9]]), "attention_mask": torch.ones(2, 1, dtype=torch.int64)}
     expected = case.model.generate(**inputs, max_new_tokens=5, do_sample=False)
     assert torch.equal(loaded.generate(**inputs, max_new_tokens=5), expected)
+
+
+# -- OpenVINO stateful=True (the default): the decode KV cache is ReadValue/Assign state inside OpenVINO --
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_openvino_stateful_generate_equals_eager_and_resets(exports, name):
+    case, _, loaded, _ = exports(name, "openvino")
+    prompt = _prompt(case)
+    assert loaded.generation["stateful"] == ["decode"]
+    assert loaded.runners["decode"].stateful and not loaded.runners["prefill"].stateful
+    for inputs in [prompt, *_runs(name)]:
+        expected = case.model.generate(**inputs, max_new_tokens=8, do_sample=False)
+        first = loaded.generate(**inputs, max_new_tokens=8)
+        again = loaded.generate(**inputs, max_new_tokens=8)  # the state of the previous sequence is reset
+        assert torch.equal(first, expected), (first, expected)
+        assert torch.equal(again, expected)
+
+
+def test_openvino_saved_decode_keeps_the_cache_as_state(exports):
+    _, exported, loaded, folder = exports("llama", "openvino")
+    xml = (folder / "openvino_decode.xml").read_text()
+    assert 'type="ReadValue"' in xml and 'type="Assign"' in xml
+    assert "past_key_values" not in "".join(p.get_friendly_name() for p in loaded.components["decode"].program.get_parameters())
+    assert 'type="ReadValue"' not in (folder / "openvino_prefill.xml").read_text()
+    state = loaded.components["decode"].metadata.extra["state"]
+    assert ["input.past_key_values.0.key", "output.past_key_values.0.key",
+            "input.past_key_values.0.keyoutput.past_key_values.0.key"] in state
+    assert len(state) == 4  # 2 layers x key/value
+    assert exported.components["decode"].metadata.parity["max_abs_diff"] < 1e-5
+
+
+def test_openvino_stateful_runner_continues_from_its_state(exports):
+    case, _, loaded, _ = exports("gpt2", "openvino")
+    decode = loaded.runners["decode"]
+    assert decode.state_inputs == ["past_key_values"]
+    inputs = text_inputs(2, 5, seed=4)
+    with torch.no_grad():
+        cache = case.model(**inputs, use_cache=True).past_key_values
+    mask = inputs["attention_mask"]
+    decode.reset()
+    for index, ids in enumerate([torch.tensor([[5], [7]]), torch.tensor([[11], [13]])]):
+        mask = torch.cat([mask, torch.ones(2, 1, dtype=mask.dtype)], dim=-1)
+        step = {"input_ids": ids, "attention_mask": mask, "position_ids": torch.full((2, 1), 5 + index)}
+        # the first call seeds the state with the eager cache; the second passes no cache at all
+        produced = decode(**step, past_key_values=copy.deepcopy(cache)) if index == 0 else decode(**step)
+        with torch.no_grad():
+            expected = case.model(**step, past_key_values=cache, use_cache=True)  # grows `cache` by one token
+        assert float((produced.logits - expected.logits).abs().max()) < 1e-5
+        assert (produced.past_key_values is None) == (index == 1)
+    decode.reset()  # a fresh sequence starts from an empty cache of the inputs' batch
+    step = {"input_ids": torch.tensor([[3], [4], [8]]), "attention_mask": torch.ones(3, 1, dtype=torch.int64),
+            "position_ids": torch.zeros(3, 1, dtype=torch.int64)}
+    with torch.no_grad():
+        expected = case.model(**step, use_cache=True)
+    assert float((decode(**step).logits - expected.logits).abs().max()) < 1e-5
+
+
+def test_openvino_stateful_false_keeps_explicit_cache_tensors(exports):
+    # the same decode signature under stateful=False (or outside export_for_generation) pairs no cache tensor
+    # with state, so convert_model's explicit past_key_values Parameters/Results stay (today's behaviour)
+    _, _, loaded, _ = exports("llama", "openvino")
+    meta = loaded.components["decode"].metadata
+    traced = SimpleNamespace(inputs=meta.inputs, outputs=meta.outputs, input_structure=meta.input_structure)
+    exporter = OpenVINOExporter()
+    assert exporter._state_pairs(traced, OpenVINOConfig(stateful=True)) == []  # a plain export()
+    exporter._generation = True
+    assert exporter._state_pairs(traced, OpenVINOConfig(stateful=False)) == []
+    assert [list(p) for p in exporter._state_pairs(traced, OpenVINOConfig())] == [s[:2] for s in meta.extra["state"]]
+    assert exporter.component_extra(traced, OpenVINOConfig(stateful=False)) == {
+        "compress_to_fp16": False, "stateful": False, "inference_precision": "f32"
+    }

@@ -1,0 +1,99 @@
+"""Tokens/s of ``ExportedModel.generate`` per backend vs eager ``model.generate``, measured in one run.
+
+A small random-weight Llama built from a config (~50M parameters, fp32), prompt 64, 64 new tokens, batch 1,
+greedy. Also prints the memory-bandwidth bound: weight bytes / measured read bandwidth, i.e. the best a decode
+step can do when it must read every weight once.
+
+    python benchmarks/generation.py [--formats dynamo onnx openvino executorch] [--new-tokens 64] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+
+def small_llama() -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8,
+        num_key_value_heads=4, max_position_embeddings=512, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def read_bandwidth(nbytes: int = 512 * 1024 * 1024, repeats: int = 5) -> float:
+    """Bytes/s of summing a large float32 buffer (a read-bound kernel)."""
+    buffer = torch.ones(nbytes // 4, dtype=torch.float32)
+    buffer.sum()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        buffer.sum()
+        best = min(best, time.perf_counter() - start)
+    return nbytes / best
+
+
+def timed(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--formats", nargs="+", default=["dynamo", "onnx", "openvino", "executorch"])
+    parser.add_argument("--prompt", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    from hub_export import ExportedModel
+    from hub_export.exporters.auto import exporter_class
+
+    model = small_llama()
+    params = sum(p.numel() for p in model.parameters())
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    gen = torch.Generator().manual_seed(0)
+    inputs = {"input_ids": torch.randint(3, 32000, (1, args.prompt), generator=gen), "attention_mask": torch.ones(1, args.prompt, dtype=torch.int64)}
+    kwargs = {"max_new_tokens": args.new_tokens, "do_sample": False, "min_new_tokens": args.new_tokens}
+    with torch.no_grad():
+        eager_ids = model.generate(**inputs, **kwargs)
+        eager_s = timed(lambda: model.generate(**inputs, **kwargs), args.repeats)
+    rows = [("eager PyTorch", eager_s, True)]
+    for fmt in args.formats:
+        exporter = exporter_class(fmt)()
+        with tempfile.TemporaryDirectory() as tmp:
+            exported = exporter.export_for_generation(model, inputs, config=exporter.config_class(dynamic=True))
+            exported.save_pretrained(Path(tmp) / fmt)
+            loaded = ExportedModel.from_pretrained(Path(tmp) / fmt)
+            ids = loaded.generate(**inputs, max_new_tokens=args.new_tokens)
+            same = ids.shape == eager_ids.shape and bool((ids == eager_ids).all())
+            seconds = timed(lambda: loaded.generate(**inputs, max_new_tokens=args.new_tokens), args.repeats)
+        rows.append((fmt, seconds, same))
+
+    bandwidth = read_bandwidth()
+    bound = args.new_tokens / (weight_bytes / bandwidth)
+    print(f"small Llama: {params / 1e6:.1f}M params, {weight_bytes / 1e6:.0f} MB fp32; prompt {args.prompt}, "
+          f"{args.new_tokens} new tokens, batch 1, greedy; read bandwidth {bandwidth / 1e9:.1f} GB/s")
+    print()
+    print("| runtime | tokens/s | vs eager | tokens == eager |")
+    print("|---|---:|---:|---|")
+    for name, seconds, same in rows:
+        print(f"| {name} | {args.new_tokens / seconds:.1f} | {eager_s / seconds:.2f}x | {'yes' if same else 'NO'} |")
+    print(f"| memory-bandwidth bound (decode only) | {bound:.1f} | {bound / (args.new_tokens / eager_s):.2f}x | |")
+
+
+if __name__ == "__main__":
+    main()
