@@ -3,7 +3,8 @@
 1. start the embedded hub (real HTTP on loopback) and publish a tiny Llama (random weights) as a model repo;
 2. load it pinned to its commit, export it to every available format, and publish all exports in one commit;
 3. load one format back by its subfolder with lazy download, run it, compare with eager, print the traffic;
-4. publish the same exports again: nothing changes, no commit.
+4. publish the same exports again: nothing changes, no commit;
+5. ``hub-export sync``: up to date (no weights downloaded), then a new checkpoint is pushed and sync re-exports it.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def _tiny_llama(directory: Path) -> None:
+def _tiny_llama(directory: Path, seed: int = 0) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0,
@@ -115,7 +116,22 @@ def main() -> int:
         _say("4. publishing the same exports again")
         again = publish(repo, exports, endpoint=server.url)
         _say(f"   changed={again.changed}, uploaded {again.uploaded_bytes} bytes, head still {again.commit_sha[:12]}")
-        if diff > 1e-3 or again.changed:
+
+        from hub_export.hub.sync import sync
+
+        formats = [f for f in ("onnx", "openvino") if f in exports]
+        _say(f"5. hub-export sync {repo} --format {' --format '.join(formats)}")
+        server.clear_log()
+        first = sync(repo, formats, endpoint=server.url)
+        weights = sum(1 for r in server.log if r.path.endswith(".safetensors"))
+        _say(f"   up to date: updated={first.updated}, {weights} weight downloads, source {first.plan.source_sha[:12]}")
+        with tempfile.TemporaryDirectory() as tmp:
+            _tiny_llama(Path(tmp), seed=1)
+            api.upload_folder(repo_id=repo, folder_path=tmp, commit_message="New checkpoint", allow_patterns=["*.safetensors"])
+        second = sync(repo, formats, endpoint=server.url)
+        _say(f"   after a new checkpoint: updated={second.updated}, commit {str(second.commit_sha)[:12]}, "
+             f"tag {second.tag}, source {second.plan.source_sha[:12]}")
+        if diff > 1e-3 or again.changed or first.updated or not second.updated:
             _say("demo FAILED")
             return 1
     _say("demo OK")

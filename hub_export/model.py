@@ -318,11 +318,23 @@ def load_directory(
         raise ManifestError(f"No component(s) {missing} in this export; it has {sorted(manifest.components)}.")
     safety = {"trust_pickles": trust_pickles, "allow_custom_domains": tuple(allow_custom_domains)}
     loaded = {name: load_component(directory, name, manifest.components[name], fmt, **safety) for name in names}
+    return assemble_export(manifest, loaded, directory, device=device, runner_options=runner_options)
+
+
+def assemble_export(
+    manifest: Manifest,
+    components: dict[str, ExportedComponent],
+    directory: Path,
+    *,
+    device: str | None = None,
+    runner_options: dict[str, Any] | None = None,
+) -> ExportedModel:
+    """The ``ExportedModel`` of loaded (or lazily loading) components, with the side configs of ``directory``."""
     model_config, generation_config = _load_side_configs(directory)
     return ExportedModel(
-        fmt,
+        parse_format(manifest.export_format),
         AutoExportConfig.from_dict(_config_without_quantizer(manifest.config)),
-        loaded,
+        components,
         model_config=model_config,
         generation_config=generation_config,
         source=manifest.source,

@@ -32,11 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from .._files import verify_file
-from ..configs import AutoExportConfig
 from ..errors import HubError, IntegrityError, ManifestError
 from ..formats import ExportFormat, parse_format
 from ..manifest import MANIFEST_NAME, ComponentEntry, FileEntry, Manifest
-from ..model import ExportedComponent, ExportedModel, _config_without_quantizer, _exporter_class, _load_side_configs
+from ..model import ExportedComponent, ExportedModel, _exporter_class, assemble_export
 from ..safety import check_component
 
 __all__ = ["HubComponent", "HubExport", "download_export", "load_from_hub"]
@@ -199,18 +198,7 @@ def load_from_hub(
     if not lazy:
         for component in loaded.values():
             component.materialize()
-    model_config, generation_config = _load_side_configs(export.directory)
-    return ExportedModel(
-        fmt,
-        AutoExportConfig.from_dict(_config_without_quantizer(manifest.config)),
-        loaded,
-        model_config=model_config,
-        generation_config=generation_config,
-        source=manifest.source,
-        device=device,
-        generation=manifest.generation,
-        runner_options=runner_options,
-    )
+    return assemble_export(manifest, loaded, export.directory, device=device, runner_options=runner_options)
 
 
 class HubComponent(ExportedComponent):
