@@ -53,6 +53,14 @@ _LAZY = {
     "load_source": "hub.source",
     "sync": "hub.sync",
     "decompose_for_generation": "generation.decompose",
+    "ExportQuantizer": "quantization",
+    "OnnxRuntimeQuantizer": "quantization",
+    "OnnxRuntimeDynamicConfig": "quantization",
+    "OnnxRuntimeStaticConfig": "quantization",
+    "NNCFQuantizer": "quantization",
+    "NNCFWeightCompressionConfig": "quantization",
+    "NNCFQuantizationConfig": "quantization",
+    "PT2EQuantizer": "quantization",
 }
 
 __all__ = [

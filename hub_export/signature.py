@@ -13,6 +13,7 @@ Structure nodes::
     {"type": "dict", "items": [[key, node], ...]}
     {"type": "model_output", "class": "CausalLMOutputWithPast", "fields": [[key, node], ...]}
     {"type": "cache", "class": "DynamicCache", "layers": [{"key": node, "value": node}, ...]}
+    {"type": "cache", "class": "StaticCache", "max_cache_len": n, "layers": [{"key": node, "value": node, "length": node}, ...]}
     {"type": "cache", "class": "EncoderDecoderCache", "layers": [{"decoder": {...}, "encoder": {...}}, ...]}
 
 Flat tensors are named after their path: ``logits``, ``past_key_values.0.key``, ``hidden_states.2``,
@@ -127,7 +128,9 @@ def flatten_value(value: Any, path: tuple[str, ...], leaves: list[tuple[str, Any
                 }
             )
         return {"type": "cache", "class": cls_name, "layers": layers}
-    if cls_name in ("DynamicCache", "StaticCache"):
+    if cls_name == "StaticCache":
+        return _flatten_static_cache(value, path, leaves)
+    if cls_name == "DynamicCache":
         layers = [_flatten_layer(value.layers, i, (*path, str(i)), leaves) for i in range(len(value.layers))]
         return {"type": "cache", "class": cls_name, "layers": layers}
     if isinstance(value, (tuple, list)):
@@ -151,6 +154,44 @@ def _flatten_layer(layers: list[Any], i: int, path: tuple[str, ...], leaves: lis
         "key": flatten_value(keys, (*path, "key"), leaves),
         "value": flatten_value(values, (*path, "value"), leaves),
     }
+
+
+def _flatten_static_cache(cache: Any, path: tuple[str, ...], leaves: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A ``StaticCache``: per layer its preallocated ``key``/``value`` buffers ``[batch, heads, max_cache_len, dim]``
+    and ``length`` (the 0-d count of filled positions, ``cumulative_length``); the graph updates all in place."""
+    kinds = sorted({type(layer).__name__ for layer in cache.layers} - {"StaticLayer"})
+    if kinds:
+        raise ExportError(f"{_join(path)}: StaticCache layers of type {kinds} cannot be exported; only full-attention StaticLayer.")
+    lengths = {int(layer.max_cache_len) for layer in cache.layers}
+    if len(lengths) != 1:
+        raise ExportError(f"{_join(path)}: StaticCache layers with different max_cache_len {sorted(lengths)} cannot be exported.")
+    layers = []
+    for i, layer in enumerate(cache.layers):
+        node = _flatten_layer(cache.layers, i, (*path, str(i)), leaves)
+        if node["key"]["type"] != "none":
+            node["length"] = flatten_value(layer.cumulative_length, (*path, str(i), "length"), leaves)
+        layers.append(node)
+    return {"type": "cache", "class": "StaticCache", "max_cache_len": lengths.pop(), "layers": layers}
+
+
+def _static_cache(cls: Any, node: dict[str, Any], tensors: list[Any]) -> Any:
+    """Rebuild a ``StaticCache`` whose layers hold the given tensors themselves (no copy: in-place updates of
+    the graph land in the caller's buffers)."""
+    from transformers.cache_utils import Cache, StaticLayer
+
+    cache = cls.__new__(cls)  # StaticCache.__init__ needs the model config only to choose the layer types
+    Cache.__init__(cache, layers=[StaticLayer(max_cache_len=int(node["max_cache_len"])) for _ in node["layers"]])
+    for layer, entry in zip(cache.layers, node["layers"]):
+        key, value = unflatten(entry["key"], tensors), unflatten(entry["value"], tensors)
+        if key is None:
+            continue
+        layer.dtype, layer.device = key.dtype, key.device
+        layer.batch_size, layer.num_heads = key.shape[:2]
+        layer.k_head_dim, layer.v_head_dim = key.shape[-1], value.shape[-1]
+        layer.keys, layer.values = key, value
+        layer.cumulative_length = unflatten(entry["length"], tensors)
+        layer.is_initialized = True
+    return cache
 
 
 def unflatten(node: dict[str, Any], tensors: list[Any], architecture: str | None = None, where: str = "structure") -> Any:
@@ -208,6 +249,8 @@ def _unflatten_cache(node: dict[str, Any], tensors: list[Any], where: str) -> An
         return cls(decoder, encoder)
     if cls.__name__ == "DynamicCache":
         return _dynamic_cache(_layer_pairs(node["layers"], tensors, None))
+    if cls.__name__ == "StaticCache":
+        return _static_cache(cls, node, tensors)
     raise ManifestError(f"{where}: rebuilding a {cls.__name__} from flat tensors is not supported.")
 
 

@@ -20,7 +20,7 @@ from hub_export import (
     OpenVINOConfig,
     OpenVINOExporter,
 )
-from hub_export.errors import HubExportError
+from hub_export.errors import HubExportError, InputError
 from hub_export.utils import decompose_for_generation
 
 _BACKENDS = {
@@ -306,3 +306,52 @@ def test_openvino_stateful_false_keeps_explicit_cache_tensors(exports):
     assert exporter.component_extra(traced, OpenVINOConfig(stateful=False)) == {
         "compress_to_fp16": False, "stateful": False, "inference_precision": "f32"
     }
+
+
+# -- static KV cache (GenerationConfig(cache_implementation="static")): preallocated buffers updated in place --
+@pytest.fixture(scope="module")
+def static_llama(models, tmp_path_factory):
+    from transformers import GenerationConfig
+
+    case = models.setdefault("llama", build("llama"))
+    config = GenerationConfig(**{**case.model.generation_config.to_dict(), "cache_implementation": "static", "max_cache_len": 24})
+    exported = DynamoExporter().export_for_generation(case.model, _prompt(case), config=DynamoConfig(dynamic=True), generation_config=config)
+    folder = exported.save_pretrained(tmp_path_factory.mktemp("llama-static") / "export")
+    return case, config, exported, ExportedModel.from_pretrained(folder), folder
+
+
+def test_static_cache_generate_equals_eager_static_generate(static_llama):
+    case, config, exported, loaded, folder = static_llama
+    assert loaded.generation["cache_implementation"] == "static" and loaded.generation_config.max_cache_len == 24
+    for component in exported.components.values():
+        assert component.metadata.parity["max_abs_diff"] < 1e-5
+    node = dict(loaded.components["decode"].metadata.input_structure)["past_key_values"]
+    assert node["class"] == "StaticCache" and node["max_cache_len"] == 24 and set(node["layers"][0]) == {"key", "value", "length"}
+    assert {s.name: s.shape for s in loaded.components["prefill"].metadata.inputs}["input.past_key_values.0.key"] == ("batch", 2, 24, 8)
+    for inputs in [_prompt(case), *_runs("llama")]:
+        expected = case.model.generate(**inputs, max_new_tokens=8, do_sample=False, generation_config=config)
+        assert torch.equal(loaded.generate(**inputs, max_new_tokens=8), expected)
+    with pytest.raises(InputError, match="max_cache_len=24"):
+        loaded.generate(**text_inputs(1, 9, seed=1), max_new_tokens=20)
+
+
+def test_static_cache_is_updated_in_the_callers_buffers(static_llama):
+    case, _, _, loaded, _ = static_llama
+    from hub_export.generation.loop import _empty_cache
+
+    prefill, decode = loaded.runners["prefill"], loaded.runners["decode"]
+    cache = _empty_cache(prefill, "past_key_values", 2)
+    keys, length = cache.layers[0].keys, cache.layers[0].cumulative_length
+    inputs = text_inputs(2, 5, seed=4)
+    out = prefill(**inputs, position_ids=torch.arange(5)[None].expand(2, -1), past_key_values=cache)
+    assert out.past_key_values.layers[0].keys.data_ptr() == keys.data_ptr() and int(length) == 5
+    assert keys[:, :, :5].abs().sum() > 0 and keys[:, :, 5:].abs().sum() == 0
+    step = {"input_ids": torch.tensor([[3], [4]]), "position_ids": torch.full((2, 1), 5)}
+    step["attention_mask"] = torch.cat([inputs["attention_mask"], torch.ones(2, 1, dtype=torch.int64)], dim=-1)
+    out = decode(**step, past_key_values=cache)
+    assert out.past_key_values.layers[0].keys.data_ptr() == keys.data_ptr() and int(length) == 6
+    assert keys[:, :, 5].abs().sum() > 0 and keys[:, :, 6:].abs().sum() == 0
+    with torch.no_grad():  # the same two steps in eager, from the prompt without a cache
+        eager = case.model(**{**inputs, "input_ids": torch.cat([inputs["input_ids"], step["input_ids"]], -1),
+                              "attention_mask": step["attention_mask"]})
+    assert float((out.logits[:, -1] - eager.logits[:, -1]).abs().max()) < 1e-5

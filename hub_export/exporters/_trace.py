@@ -220,7 +220,8 @@ def trace(model: Any, sample_inputs: dict[str, Any], config: ExportConfig, *, bo
     try:
         wrapper = FlatModule(model, input_structure, constants)
         with torch.no_grad():
-            expected = [t.detach().clone() for t in wrapper(*sample)]
+            # on copies: a graph that updates its inputs in place (a StaticCache) must not change the sample
+            expected = [t.detach().clone() for t in wrapper(*[t.clone() for t in sample])]
         output_names, output_structure = list(wrapper.output_names), wrapper.output_structure
         dynamic_shapes = _dynamic_shapes(config, leaves, input_structure, bounds)
         try:

@@ -113,6 +113,10 @@ class HfExporter:
         from ..model import ExportedComponent
 
         traced = trace(module, sample_inputs, config, bounds=self.dynamic_bounds(module, config) if config.dynamic else None)
+        if config.quantizer is not None:  # an "fx"-stage quantizer (PT2E) rewrites the traced program
+            from ..quantization.pt2e import quantize_traced
+
+            traced = quantize_traced(traced, config)
         program = self.export_program(traced, config)
         metadata = _metadata(traced)
         runner = self.runner_class().from_program(program, metadata, device=None)
@@ -123,6 +127,8 @@ class HfExporter:
             "inputs": {s.name: list(t.shape) for s, t in zip(metadata.inputs, traced.sample)},
         }
         metadata = _replace(metadata, parity=parity, extra=self.component_extra(traced, config))
+        if config.quantizer is not None:  # the recipe, as plain data (hub_export.quantization)
+            metadata = _replace(metadata, quantization=config.quantizer.to_dict())
         return ExportedComponent(name, self.export_format, program, metadata)
 
     # -- backend verbs ----------------------------------------------------------------------------------
@@ -135,6 +141,11 @@ class HfExporter:
                 raise BackendUnavailableError(
                     f"{type(self).__name__} needs {package!r}; install it with `pip install \"hub-export[{self.extra}]\"`."
                 )
+        if config.quantizer is not None:
+            from ..quantization.base import find_quantizer, stage_for
+
+            find_quantizer(config, "")  # type check only
+            config.quantizer.check_available(stage_for(config, config.quantizer), config.export_format.value)
 
     def dynamic_bounds(self, module: Any, config: ExportConfig) -> DimBounds | None:
         """Per-axis ``(min, max)`` for a ``dynamic=True`` trace (see :data:`DimBounds`); None leaves dims unbounded."""

@@ -87,13 +87,19 @@ class OnnxExporter(HfExporter):
             ) from exc
         model = onnx_program.model
         if config.ort_fusions:
-            from onnxscript.rewriter.ort_fusions import optimize_for_ort
-
-            model, _ = optimize_for_ort(model, config.ort_fusions)
+            _fuse_for_ort(model, config.ort_fusions)
+            self._last_contrib_ops = contrib_ops(model)  # read by component_extra for the manifest
         _name_io(model, traced)
         _name_dims(model, traced)
         model.graph.name = traced.architecture or "model"
-        return model
+        return _quantize(model, traced, config)
+
+    def component_extra(self, traced: Traced, config: ExportConfig) -> dict[str, Any]:
+        """With ``ort_fusions``: the provider and the ``com.microsoft`` ops the fused graph holds."""
+        fused = getattr(self, "_last_contrib_ops", None)
+        if not getattr(config, "ort_fusions", None) or fused is None:
+            return {}
+        return {"ort_fusions": config.ort_fusions, "contrib_ops": fused}
 
     @classmethod
     def save_program(cls, program: Any, directory: Path, component: str) -> list[str]:
@@ -131,6 +137,40 @@ class OnnxExporter(HfExporter):
         from ..runners.onnx import OnnxRunner
 
         return OnnxRunner
+
+
+#: Ops of a graph that is already quantized (ORT's fusions do not match them).
+_QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "MatMulNBits", "QLinearMatMul"}
+
+
+def _fuse_for_ort(model: Any, provider: str) -> None:
+    """onnxscript's ``optimize_for_ort`` (its ``config_name`` is not used by onnxscript 0.7: every provider gets
+    the same fusions); a graph that is already quantized is left as is, with a warning."""
+    import warnings
+
+    from onnxscript.rewriter.ort_fusions import optimize_for_ort
+
+    if any(node.op_type in _QUANT_OPS for node in model.graph):
+        warnings.warn("The graph is already quantized: skipping ort_fusions, which need the float graph.", UserWarning, stacklevel=3)
+        return
+    optimize_for_ort(model, provider)
+
+
+def contrib_ops(model: Any) -> list[str]:
+    """Sorted ``com.microsoft`` op types in the main graph."""
+    return sorted({n.op_type for n in model.graph if n.domain == "com.microsoft"})
+
+
+def _quantize(model: Any, traced: Traced, config: ExportConfig) -> Any:
+    """Run the config's ONNX-stage quantizer (after fusions, as ONNX Runtime recommends)."""
+    from ..quantization.base import calibration_for, find_quantizer
+
+    quantizer = find_quantizer(config, "onnx")
+    if quantizer is None:
+        return model
+    quantized = quantizer.quantize(model, calibration_for(quantizer, traced), "onnx")
+    quantized.graph.name = model.graph.name
+    return quantized
 
 
 def _name_io(model: Any, traced: Traced) -> None:

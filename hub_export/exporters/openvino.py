@@ -5,6 +5,12 @@ static, symbolic ones become ``Dimension(min, max)`` ranges from the trace. Ever
 gets its manifest name (``input_ids``, ``logits``, ``past_key_values.0.key``) as its tensor name, so the IR
 reads like the model's own signature. Weights stay float32 unless ``compress_to_fp16=True`` (OpenVINO's
 ``save_model`` compresses by default; this exporter never does unless asked).
+
+Under ``export_for_generation`` with ``stateful=True`` (the default), every component that takes a KV cache
+(``decode``) keeps it as internal OpenVINO state: each ``input.past_key_values.N.key`` Parameter and its
+``output.past_key_values.N.key`` Result become a ``ReadValue``/``Assign`` pair on one variable (OpenVINO's
+MakeStateful transformation; the variable id is the two names joined). The runner then feeds only the other
+inputs and keeps the cache inside its infer request between calls (see :class:`~hub_export.runners.openvino.OpenVINORunner`).
 """
 
 from __future__ import annotations
@@ -51,6 +57,16 @@ class OpenVINOExporter(HfExporter):
     extra = "openvino"
     parity_atol = 1e-4
 
+    _generation: bool = False
+
+    def export_for_generation(self, model: Any, inputs: dict[str, Any], **kwargs: Any) -> Any:
+        """:meth:`HfExporter.export_for_generation`; with ``stateful=True`` the decode cache becomes OpenVINO state."""
+        self._generation = True
+        try:
+            return super().export_for_generation(model, inputs, **kwargs)
+        finally:
+            self._generation = False
+
     def export_program(self, traced: Traced, config: ExportConfig) -> Any:
         """Convert ``traced.program`` with OpenVINO's PyTorch frontend and name its ports.
 
@@ -74,6 +90,16 @@ class OpenVINOExporter(HfExporter):
         _name_inputs(model, traced.inputs, placeholders, traced.dims)
         _name_outputs(model, traced.outputs)
         model.validate_nodes_and_infer_types()
+        from ..quantization.base import calibration_for, find_quantizer
+
+        quantizer = find_quantizer(config, "openvino")
+        if quantizer is not None:  # NNCF on the named float model, before any fp16 compression
+            model = quantizer.quantize(model, calibration_for(quantizer, traced), "openvino")
+        pairs = self._state_pairs(traced, config)
+        if pairs:  # after quantization: NNCF calibrates the stateless graph
+            from openvino._offline_transformations import apply_make_stateful_transformation
+
+            apply_make_stateful_transformation(model, dict(pairs))
         compress = bool(getattr(config, "compress_to_fp16", False))
         if compress:
             from openvino._offline_transformations import compress_model_transformation
@@ -87,11 +113,29 @@ class OpenVINOExporter(HfExporter):
     def component_extra(self, traced: Traced, config: ExportConfig) -> dict[str, Any]:
         """Record the weight precision and the stateful flag (used by generation exports)."""
         compress = bool(getattr(config, "compress_to_fp16", False))
-        return {
+        extra: dict[str, Any] = {
             "compress_to_fp16": compress,
             "stateful": bool(getattr(config, "stateful", True)),
             "inference_precision": None if compress else "f32",
         }
+        pairs = self._state_pairs(traced, config)
+        if pairs:  # [input, output, variable id] of each cache tensor kept as OpenVINO state
+            extra["state"] = [[i, o, i + o] for i, o in pairs]
+        return extra
+
+    def _state_pairs(self, traced: Traced, config: ExportConfig) -> list[tuple[str, str]]:
+        """The (input, output) names of the cache tensors to keep as state: only in generation exports with
+        ``stateful=True``, for the ``input.<cache>...`` inputs whose ``output.<cache>...`` twin exists."""
+        if not (self._generation and getattr(config, "stateful", True)):
+            return []
+        caches = {name for name, node in traced.input_structure if node.get("type") == "cache"}
+        outputs = {spec.name for spec in traced.outputs}
+        pairs = []
+        for spec in traced.inputs:
+            name = spec.name.removeprefix("input.")
+            if spec.name.startswith("input.") and name.split(".", 1)[0] in caches and f"output.{name}" in outputs:
+                pairs.append((spec.name, f"output.{name}"))
+        return pairs
 
     @classmethod
     def save_program(cls, program: Any, directory: Path, component: str) -> list[str]:

@@ -192,6 +192,39 @@ def _restore_masks(model: Any, calls: list[dict[str, Any]], inputs: Any, input_n
         call["attention_mask"] = torch.ones((ids.shape[0], past + ids.shape[1]), dtype=dtype, device=ids.device)
 
 
+def _static_cache_inputs(calls: list[dict[str, Any]], inputs: Any, input_name: str) -> None:
+    """Make the calls of a static-cache ``generate`` exportable with the same loop as a dynamic cache.
+
+    ``generate`` hands the prefill a lazily allocated ``StaticCache`` and later steps a 4D mask built for
+    ``torch.compile``. The prefill's cache is allocated here (zeros, the decode's head shapes) so both graphs
+    take the preallocated buffers and update them in place, and every call gets the 2D mask (the user's, then
+    ones) the model turns into that same 4D mask itself.
+    """
+    import torch
+
+    caches = [call.get("past_key_values") for call in calls]
+    if not any(type(c).__name__ == "StaticCache" for c in caches):
+        return
+    filled = next((c for c in caches if c is not None and all(layer.is_initialized for layer in c.layers)), None)
+    ids = calls[0].get(input_name)
+    if filled is None or not isinstance(ids, torch.Tensor):
+        return
+    for cache in caches:
+        if type(cache).__name__ == "StaticCache" and not all(layer.is_initialized for layer in cache.layers):
+            for layer, model in zip(cache.layers, filled.layers):
+                empty = model.keys.new_zeros((ids.shape[0], model.num_heads, 0, model.k_head_dim))
+                layer.lazy_initialization(empty, model.values.new_zeros((*empty.shape[:3], model.v_head_dim)))
+    user_mask = inputs.get("attention_mask") if hasattr(inputs, "get") else None
+    base = user_mask if isinstance(user_mask, torch.Tensor) and user_mask.dim() == 2 else torch.ones_like(ids)
+    for call in calls:
+        mask = call.get("attention_mask")
+        if mask is not None and mask.dim() == 2:
+            continue
+        tokens = call[input_name].shape[1]
+        total = (_cache_length(call.get("past_key_values")) or 0) + tokens
+        call["attention_mask"] = torch.cat([base, base.new_ones((base.shape[0], max(total - base.shape[1], 0)))], dim=-1)[:, :total]
+
+
 def _merge_decode_calls(first: dict[str, Any], second: dict[str, Any], input_name: str) -> dict[str, Any]:
     """Two consecutive one-token decode calls as one two-token call from the first call's cache."""
     import torch
@@ -246,6 +279,7 @@ def decompose_with_capture(
         )
     input_name = "decoder_input_ids" if "decoder_input_ids" in capture.calls[0] else "input_ids"
     if not _is_encoder_decoder(model):
+        _static_cache_inputs(capture.calls, inputs, input_name)
         _restore_masks(model, capture.calls, inputs, input_name)
     first = 2 if _cache_length(capture.calls[1].get("past_key_values")) == 1 else 1
     prefill = _without_empty_caches(capture.calls[0])

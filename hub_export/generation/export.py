@@ -9,6 +9,8 @@ runtime in any language can drive the components from ``export.json`` alone::
       "stages": {"encoder": "encoder", "prefill": "prefill", "decode": "decode"},  # stage -> component
       "token_input": "input_ids",            # the kwarg fed the prompt, then each new token
       "cache": "past_key_values",            # kwarg and output field carrying the KV cache between steps
+      "cache_implementation": "dynamic" | "static",  # static: generate() allocates the StaticCache buffers
+                                             # (max_cache_len positions) and every graph updates them in place
       "logits": "logits",                    # output field with the next-token scores (last position)
       "encoder_output": "encoder_outputs",   # kwarg taking the encoder's output (encoder-decoder only)
       "attention_mask": "extend" | "fixed" | null,  # extended by one 1 per token, the encoder's mask, or none
@@ -16,6 +18,7 @@ runtime in any language can drive the components from ``export.json`` alone::
       "decoder_start_token_id": null,        # the first decoder token (encoder-decoder)
       "returns_prompt": true,                # whether generate() returns the prompt before the new tokens
       "multi_token_decode": false,           # the decode graph takes any number of query tokens
+      "stateful": [],                        # components keeping the cache as backend state (OpenVINO)
     }
 """
 
@@ -170,5 +173,11 @@ def export_for_generation(
         model_config=getattr(model, "config", None),
         generation_config=gen_config,
         source=getattr(model, "_hub_export_source", None),
-        generation=_plan(model, components, capture, multi_token_decode, cache),
+        generation={**_plan(model, components, capture, multi_token_decode, cache), "stateful": _stateful(exported)},
     )
+
+
+def _stateful(exported: dict[str, Any]) -> list[str]:
+    """The components that keep the cache as backend state (OpenVINO ``stateful=True``): generate() resets them
+    per call, seeds them once with the cache of the stage before, then passes them no cache."""
+    return [name for name, component in exported.items() if component.metadata.extra.get("state")]

@@ -26,10 +26,10 @@ def _traced_inputs(runner: Any) -> set[str]:
 
 def _select(runner: Any, candidates: dict[str, Any]) -> dict[str, Any]:
     names = _traced_inputs(runner)
-    missing = sorted(names - set(candidates))
+    missing = sorted(names - set(candidates) - set(getattr(runner, "state_inputs", ())))  # state: kept by the runner
     if missing:
         raise InputError(f"generate() has no value for the traced input(s) {missing}; pass them as keyword arguments.")
-    return {name: candidates[name] for name in names}
+    return {name: candidates[name] for name in names if name in candidates}
 
 
 def _min_length(runner: Any, name: str) -> int:
@@ -50,7 +50,18 @@ def _empty_cache(runner: Any, name: str, batch: int) -> Any:
         for s in runner.metadata.inputs
     ]
     node = dict(runner.metadata.input_structure)[name]
+    if node.get("class") == "StaticCache":  # preallocated buffers: every layer holds max_cache_len positions
+        for layer in node["layers"]:
+            for part in ("key", "value"):
+                index = layer[part]["index"]
+                shape = list(flat[index].shape)
+                flat[index] = torch.zeros([*shape[:2], int(node["max_cache_len"]), shape[3]], dtype=flat[index].dtype)
     return unflatten(node, flat)
+
+
+def _static_capacity(runner: Any, name: str) -> int | None:
+    node = dict(runner.metadata.input_structure).get(name) or {}
+    return int(node["max_cache_len"]) if node.get("class") == "StaticCache" else None
 
 
 def _positions(mask: Any) -> Any:
@@ -159,6 +170,9 @@ def generate(
         generator = torch.Generator().manual_seed(seed)
     runners = exported.runners
     stages = plan["stages"]
+    stateful = {runners[name] for name in plan.get("stateful") or ()}
+    for stateful_runner in stateful:
+        stateful_runner.reset()  # a new sequence: the cache kept inside the runner starts empty
     token_input, cache_name, logits_name = plan["token_input"], plan["cache"], plan["logits"]
     user = dict(model_inputs)
     if input_ids is not None:
@@ -199,7 +213,16 @@ def generate(
     if plan.get("position_ids"):
         step_inputs["position_ids"] = _positions(mask) if mask is not None else torch.arange(prompt.shape[1])[None].expand(batch, -1)
     runner = runners[stages["prefill"]]
-    if plan["kind"] == "decoder_only" and prompt.shape[1] < _min_length(runner, token_input):
+    capacity = _static_capacity(runner, cache_name)
+    if capacity is not None:  # a static cache: the graphs fill preallocated buffers, starting from zeros
+        if prompt.shape[1] + max_new_tokens - 1 > capacity:
+            raise InputError(
+                f"The prompt ({prompt.shape[1]} tokens) plus max_new_tokens={max_new_tokens} needs "
+                f"{prompt.shape[1] + max_new_tokens - 1} cache positions, but this export's static cache holds "
+                f"max_cache_len={capacity}; shorten them or re-export with a larger max_cache_len."
+            )
+        step_inputs[cache_name] = _empty_cache(runner, cache_name, batch)
+    elif plan["kind"] == "decoder_only" and prompt.shape[1] < _min_length(runner, token_input):
         # torch.export bounds a traced prompt axis below by 2: a shorter prompt runs the decode graph on an empty cache
         runner = runners[stages["decode"]]
         step_inputs[cache_name] = _empty_cache(runner, cache_name, batch)
@@ -217,7 +240,10 @@ def generate(
                 break
         if step + 1 == max_new_tokens:
             break
-        step_inputs = {**constant, token_input: new[:, None], cache_name: outputs[cache_name]}
+        step_inputs = {**constant, token_input: new[:, None]}
+        following = runners[stages["decode"]]
+        if following is not runner or following not in stateful:
+            step_inputs[cache_name] = outputs[cache_name]  # a stateful decode is seeded once, then keeps its cache
         if mask is not None:
             mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype)], dim=-1)
             step_inputs["attention_mask"] = mask

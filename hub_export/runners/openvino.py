@@ -1,4 +1,17 @@
-"""Run an ``openvino.Model`` with OpenVINO Runtime: compiled once per device, one reused infer request."""
+"""Run an ``openvino.Model`` with OpenVINO Runtime: compiled once per device, one reused infer request.
+
+A stateful program (a generation ``decode`` exported with ``stateful=True``) keeps its KV cache inside the infer
+request, one sequence at a time::
+
+    decode = exported.runners["decode"]
+    decode.reset()                                                  # new sequence: forget the cache
+    out = decode(input_ids=..., attention_mask=..., position_ids=..., past_key_values=prefill_cache)  # seeds it
+    out = decode(input_ids=..., attention_mask=..., position_ids=...)  # continues from the state;
+    # out.past_key_values is None: the cache stays inside OpenVINO
+
+Passing the cache seeds the state with it (and returns the updated cache, read back from the state), so a
+stateful runner also computes exactly what the stateless one does.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +22,7 @@ from typing import Any
 from ..errors import DeviceUnavailableError, InputError
 from ..formats import ExportFormat
 from ..manifest import ComponentEntry
+from ..signature import unflatten
 from .base import ModelRunner
 
 __all__ = ["OpenVINORunner", "core", "openvino_device"]
@@ -94,6 +108,9 @@ class OpenVINORunner(ModelRunner):
 
     Inputs and outputs live in host memory whatever the device; outputs are copied out of OpenVINO's
     buffers, so a later call never overwrites tensors an earlier call returned.
+
+    Attributes:
+        stateful: Whether the program keeps cache tensors as OpenVINO state (see the module docstring).
     """
 
     export_format = ExportFormat.OPENVINO
@@ -105,10 +122,33 @@ class OpenVINORunner(ModelRunner):
         ports = {name: port for port in compiled.inputs for name in port.get_names()}
         self._inputs = [(i, ports[s.name]) for i, s in enumerate(metadata.inputs) if s.name in ports]
         outputs = {name: port for port in compiled.outputs for name in port.get_names()}
-        missing = [s.name for s in metadata.outputs if s.name not in outputs]
+        self._state = _state_slots(metadata, {state.name for state in self.request.query_state()})
+        state_outputs = {j for _, j, _ in self._state}
+        missing = [s.name for j, s in enumerate(metadata.outputs) if s.name not in outputs and j not in state_outputs]
         if missing:
             raise InputError(f"The OpenVINO model has no output port(s) {missing}; it does not match its manifest.")
-        self._outputs = [outputs[s.name] for s in metadata.outputs]
+        self._outputs = [(j, outputs[s.name]) for j, s in enumerate(metadata.outputs) if j not in state_outputs]
+        self._seeded = False
+        self._stateless_view: ModelRunner | None = None
+        if self._state:
+            self._stateless_view = ModelRunner(_without_state(metadata, self._state))
+            self._state_kwargs = _state_kwargs(metadata, self._state)
+
+    @property
+    def stateful(self) -> bool:
+        """Whether the program keeps cache tensors as OpenVINO state."""
+        return bool(self._state)
+
+    @property
+    def state_inputs(self) -> list[str]:
+        """The kwargs (``past_key_values``) a call may omit because the runner keeps them as state."""
+        return list(self._state_kwargs) if self._state else []
+
+    def reset(self) -> None:
+        """Start a new sequence: clear the OpenVINO state (a no-op for stateless programs)."""
+        if self._state:
+            self.request.reset_state()
+            self._seeded = False
 
     @classmethod
     def from_program(
@@ -139,11 +179,101 @@ class OpenVINORunner(ModelRunner):
         return cls(compiled, metadata, name)
 
     def run_flat(self, tensors: list[Any]) -> list[Any]:
-        """Run on flat torch inputs (signature order); returns torch tensors in ``metadata.outputs`` order."""
+        """Run on flat torch inputs (signature order); returns torch tensors in ``metadata.outputs`` order.
+
+        A stateful program's cache inputs seed its state and its cache outputs are read back from the state.
+        """
+        if self._state:
+            self._set_state([tensors[i] for i, _, _ in self._state])
+        outputs = self._infer({port: tensors[i] for i, port in self._inputs})
+        if self._state:
+            import torch
+
+            states = {state.name: state for state in self.request.query_state()}
+            for _, j, variable in self._state:
+                outputs[j] = torch.from_numpy(states[variable].state.data.copy())
+        return outputs
+
+    def __call__(self, **kwargs: Any) -> Any:
+        """Run with the model's kwargs. A stateful runner called without its cache continues from its state
+        (empty after :meth:`reset`) and returns the output with the cache field None."""
+        if not self._state or all(kwargs.get(name) is not None for name in self._state_kwargs):
+            return super().__call__(**kwargs)
+        flat = self._stateless_view.flatten_inputs(kwargs)
+        ports = [port for _, port in self._inputs]
+        if not self._seeded:
+            self._set_state(_empty_state(self.metadata, self._state, self._stateless_view.metadata.inputs, flat))
+        outputs = self._infer(dict(zip(ports, flat)))
+        result = unflatten(self.metadata.output_structure, outputs, self.metadata.architecture, "output_structure")
+        for name in self._state_kwargs:
+            if name in result:
+                result[name] = None
+        return result
+
+    def _infer(self, feed: dict[Any, Any]) -> list[Any]:
         import torch
 
-        feed = {port: tensors[i].detach().cpu().contiguous().numpy() for i, port in self._inputs}
+        arrays = {port: tensor.detach().cpu().contiguous().numpy() for port, tensor in feed.items()}
         # share_inputs=True lets OpenVINO keep pointers into our arrays across calls; with inputs whose shapes
         # change between calls (generation) that corrupted the heap (seen on T5 decode), so inputs are copied.
-        results = self.request.infer(feed, share_inputs=False, share_outputs=False)
-        return [torch.from_numpy(results[port]) for port in self._outputs]
+        results = self.request.infer(arrays, share_inputs=False, share_outputs=False)
+        outputs: list[Any] = [None] * len(self.metadata.outputs)
+        for j, port in self._outputs:
+            outputs[j] = torch.from_numpy(results[port])
+        return outputs
+
+    def _set_state(self, tensors: list[Any]) -> None:
+        import openvino
+
+        states = {state.name: state for state in self.request.query_state()}
+        for (_, _, variable), tensor in zip(self._state, tensors):
+            states[variable].state = openvino.Tensor(tensor.detach().cpu().contiguous().numpy())
+        self._seeded = True
+
+
+def _state_slots(metadata: ComponentEntry, variables: set[str]) -> list[tuple[int, int, str]]:
+    """(input index, output index, variable id) of each ``input.X``/``output.X`` pair kept as state
+    (MakeStateful names the variable after the two names joined)."""
+    outputs = {spec.name: j for j, spec in enumerate(metadata.outputs)}
+    slots = []
+    for i, spec in enumerate(metadata.inputs):
+        twin = "output." + spec.name.removeprefix("input.")
+        if spec.name.startswith("input.") and spec.name + twin in variables and twin in outputs:
+            slots.append((i, outputs[twin], spec.name + twin))
+    return slots
+
+
+def _state_kwargs(metadata: ComponentEntry, slots: list[tuple[int, int, str]]) -> list[str]:
+    """The top-level kwargs (``past_key_values``) whose every tensor is kept as state."""
+    state = {metadata.inputs[i].name.removeprefix("input.") for i, _, _ in slots}
+    names = []
+    for name, _ in metadata.input_structure:
+        leaves = [s.name.removeprefix("input.") for s in metadata.inputs if s.name.removeprefix("input.").startswith(f"{name}.")]
+        if leaves and set(leaves) <= state:
+            names.append(name)
+    return names
+
+
+def _without_state(metadata: ComponentEntry, slots: list[tuple[int, int, str]]) -> ComponentEntry:
+    """The signature a stateful call takes: the manifest's inputs minus the cache kwargs kept as state."""
+    import dataclasses
+
+    state = set(_state_kwargs(metadata, slots))
+    inputs = tuple(s for i, s in enumerate(metadata.inputs) if i not in {i for i, _, _ in slots})
+    structure = tuple((name, node) for name, node in metadata.input_structure if name not in state)
+    return dataclasses.replace(metadata, inputs=inputs, input_structure=structure)
+
+
+def _empty_state(metadata: ComponentEntry, slots: list[tuple[int, int, str]], specs: Any, flat: list[Any]) -> list[Any]:
+    """Zero-length state tensors for a fresh sequence: the batch of the inputs, every other symbolic axis 0."""
+    import torch
+
+    from ..signature import torch_dtype
+
+    batch = next((int(t.shape[0]) for s, t in zip(specs, flat) if s.shape and s.shape[0] == "batch"), 1)
+    empty = []
+    for i, _, _ in slots:
+        spec = metadata.inputs[i]
+        shape = [batch if d == "batch" else (d if isinstance(d, int) else 0) for d in spec.shape]
+        empty.append(torch.zeros(shape, dtype=torch_dtype(spec.dtype)))
+    return empty
