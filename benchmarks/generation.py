@@ -84,7 +84,7 @@ def main() -> None:
         rows.append((fmt, seconds, same))
 
     bandwidth = read_bandwidth()
-    bound = args.new_tokens / (weight_bytes / bandwidth)
+    bound = bandwidth / weight_bytes  # tokens/s if each decode step only had to read every weight once
     print(f"small Llama: {params / 1e6:.1f}M params, {weight_bytes / 1e6:.0f} MB fp32; prompt {args.prompt}, "
           f"{args.new_tokens} new tokens, batch 1, greedy; read bandwidth {bandwidth / 1e9:.1f} GB/s")
     print()
