@@ -4,7 +4,8 @@
 2. load it pinned to its commit, export it to every available format, and publish all exports in one commit;
 3. load one format back by its subfolder with lazy download, run it, compare with eager, print the traffic;
 4. publish the same exports again: nothing changes, no commit;
-5. ``hub-export sync``: up to date (no weights downloaded), then a new checkpoint is pushed and sync re-exports it.
+5. ``hub-export sync``: up to date (no weights downloaded), then a new checkpoint is pushed and sync re-exports it;
+6. generation: ``export_for_generation`` to ONNX, ``generate()`` next to eager ``model.generate``.
 """
 
 from __future__ import annotations
@@ -131,7 +132,21 @@ def main() -> int:
         second = sync(repo, formats, endpoint=server.url)
         _say(f"   after a new checkpoint: updated={second.updated}, commit {str(second.commit_sha)[:12]}, "
              f"tag {second.tag}, source {second.plan.source_sha[:12]}")
-        if diff > 1e-3 or again.changed or first.updated or not second.updated:
+        _say("6. export_for_generation (ONNX) and generate(max_new_tokens=8), batch of 2 with left padding")
+        from hub_export import OnnxConfig, OnnxExporter
+
+        prompt = {"input_ids": torch.randint(3, 128, (2, 7), generator=gen), "attention_mask": torch.ones(2, 7, dtype=torch.int64)}
+        prompt["attention_mask"][1, :3] = 0
+        generator = OnnxExporter().export_for_generation(model, prompt, config=OnnxConfig(dynamic=True))
+        generator.save_pretrained(OUTPUT / "tiny-llama-generation")
+        ids = ExportedModel.from_pretrained(OUTPUT / "tiny-llama-generation").generate(**prompt, max_new_tokens=8)
+        with torch.no_grad():
+            eager_ids = model.generate(**prompt, max_new_tokens=8, do_sample=False)
+        same = ids.shape == eager_ids.shape and bool((ids == eager_ids).all())
+        for row, (ours, theirs) in enumerate(zip(ids.tolist(), eager_ids.tolist())):
+            _say(f"   row {row} exported: {ours[-8:]}\n         eager:    {theirs[-8:]}")
+        _say(f"   token-identical: {same}")
+        if diff > 1e-3 or again.changed or first.updated or not second.updated or not same:
             _say("demo FAILED")
             return 1
     _say("demo OK")
