@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     """Check, publish in one commit, print and report the outputs."""
     from ..hub.publish import publish
     from ._actions import summary_markdown, write_outputs, write_summary
+    from .push import print_publish_details
 
     exports = _subfolders(args)
     source, rows = _check(exports)
@@ -97,13 +98,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"committed {', '.join(f'{s}/' for s in exports)} as {result.commit_sha}: {result.commit_url}")
     else:
         print(f"unchanged: {args.repo_id}@{result.commit_sha} already holds these exports")
-    if result.pr_url:
-        print(f"pull request {result.pr_ref}: {result.pr_url}")
-    if result.tag:
-        print(f"tag: {result.tag}")
-    for note in result.notes:
-        if not note.startswith("unchanged"):
-            print(f"note: {note}")
+    print_publish_details(result)
     write_outputs({"updated": result.changed, "source-sha": source.revision if source else "",
                    "commit-sha": result.commit_sha, "pr-url": result.pr_url or ""})
     origin = f" from {source.repo_id}@`{source.revision[:12]}`" if source else ""

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
-__all__ = ["register", "run"]
+__all__ = ["register", "run", "print_publish_details"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -51,6 +52,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"committed {result.commit_sha} ({result.uploaded_bytes} bytes uploaded): {result.commit_url}")
     else:
         print(f"unchanged: {args.repo_id}@{result.commit_sha} already holds this export (nothing uploaded)")
+    print_publish_details(result)
+    return 0
+
+
+def print_publish_details(result: Any) -> None:
+    """Print a publish's pull request, tag and notes (shared by ``push`` and ``publish``)."""
     if result.pr_url:
         print(f"pull request {result.pr_ref}: {result.pr_url}")
     if result.tag:
@@ -58,4 +65,3 @@ def run(args: argparse.Namespace) -> int:
     for note in result.notes:
         if not note.startswith("unchanged"):
             print(f"note: {note}")
-    return 0
