@@ -1,0 +1,303 @@
+"""Architecture coverage: every zoo model through every backend, hub_export vs the peer ``transformers.exporters``.
+
+Not a test. For each case of ``tests/zoo.py`` and each backend, the model is exported with ``dynamic=True`` on
+its sample kwargs, by hub_export (``exporter_class(fmt)()`` + the format's config class) and by the peer
+(``AutoHfExporter`` + ``AutoExportConfig``), then run at the sample shape and at another batch/sequence length
+and compared with eager PyTorch:
+
+* hub_export: max abs diff over every flattened output leaf (``hub_export.signature.flatten_value``: logits, caches,
+  hidden states...), and the output class must be the eager one;
+* peer: max abs diff of ``logits``, else ``last_hidden_state``, else the first tensor output (the peer's
+  runners rebuild outputs differently; this is the tensor every task reads).
+
+A cell passes when the export succeeded, both shapes ran, and the max diff is <= 1e-4 (dynamo) / 1e-3 (others).
+Each case runs in a child process; a cell that hangs past ``--timeout`` (or kills its process) is recorded as
+failed and the child restarts on the next cell. Results go to a JSON-lines file; the Markdown matrix
+(``docs/support-matrix.md``) is written from it. Usage::
+
+    python benchmarks/coverage.py [--backends dynamo onnx openvino executorch] [--cases llama bert]
+        [--tools hub peer] [--timeout 120] [--results /tmp/coverage.jsonl] [--report-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+DEFAULT_BACKENDS = ["dynamo", "onnx", "openvino"]
+TOOLS = ["hub", "peer"]
+TOOL_NAMES = {"hub": "hub_export", "peer": "transformers.exporters"}
+
+
+def atol(backend: str) -> float:
+    """The pass threshold of a backend."""
+    return 1e-4 if backend == "dynamo" else 1e-3
+
+
+def _reason(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    return text if len(text) <= 180 else text[:177] + "..."
+
+
+def _diff(got: Any, expected: Any) -> float:
+    """Max abs diff of two tensors; NaN where both are NaN counts as equal, a shape mismatch as inf."""
+    import torch
+
+    if tuple(got.shape) != tuple(expected.shape):
+        return math.inf
+    got, expected = got.detach().double().cpu(), expected.detach().double().cpu()
+    if got.numel() == 0:
+        return 0.0
+    delta = (got - expected).abs()
+    delta[torch.isnan(got) & torch.isnan(expected)] = 0.0
+    return math.inf if torch.isnan(delta).any() else float(delta.max())
+
+
+def _flat(value: Any) -> list[tuple[str, Any]]:
+    from hub_export.signature import flatten_value
+
+    leaves: list[tuple[str, Any]] = []
+    flatten_value(value, (), leaves)
+    return leaves
+
+
+def _compare_hub(got: Any, expected: Any) -> float:
+    if type(got) is not type(expected):
+        raise AssertionError(f"output class {type(got).__name__} != eager {type(expected).__name__}")
+    got_leaves, expected_leaves = dict(_flat(got)), dict(_flat(expected))
+    if list(got_leaves) != list(expected_leaves):
+        missing = sorted(set(expected_leaves) ^ set(got_leaves))[:4]
+        raise AssertionError(f"output leaves differ from eager: {missing}")
+    return max((_diff(got_leaves[k], expected_leaves[k]) for k in expected_leaves), default=0.0)
+
+
+def _main_tensor(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value
+    for key in ("logits", "last_hidden_state"):
+        item = value.get(key) if hasattr(value, "get") else None
+        if isinstance(item, torch.Tensor):
+            return item
+    for _name, leaf in _flat(value):
+        return leaf
+    raise AssertionError("no tensor output")
+
+
+def _compare_peer(got: Any, expected: Any) -> float:
+    return _diff(_main_tensor(got), _main_tensor(expected))
+
+
+def _export(tool: str, backend: str, model: Any, sample: dict[str, Any]) -> Any:
+    if tool == "hub":
+        from hub_export.configs import AutoExportConfig
+        from hub_export.exporters.auto import exporter_class
+
+        config = AutoExportConfig.config_class(backend)(dynamic=True)
+        return exporter_class(backend)().export(model, sample, config=config)
+    from transformers.exporters import AutoExportConfig, AutoHfExporter
+
+    config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
+    return AutoHfExporter.from_config(config).export(model, sample, config)
+
+
+def run_cell(case_name: str, tool: str, backend: str) -> dict[str, Any]:
+    """Export one case with one tool and backend, run both shapes, compare with eager."""
+    import torch
+    from zoo import build
+
+    row: dict[str, Any] = {"case": case_name, "tool": tool, "backend": backend, "ok": False}
+    try:
+        case = build(case_name)
+        with torch.no_grad():
+            expected = [case.model(**inputs) for inputs in (case.sample, case.other)]
+        start = time.perf_counter()
+        exported = _export(tool, backend, case.model, case.sample)
+        row["export_s"] = round(time.perf_counter() - start, 2)
+        compare = _compare_hub if tool == "hub" else _compare_peer
+        diffs = []
+        for where, inputs, eager in (("sample", case.sample, expected[0]), ("other", case.other, expected[1])):
+            row["stage"] = f"run {where}"
+            with torch.no_grad():
+                diffs.append(compare(exported(**inputs), eager))
+        row.pop("stage")
+        row["max_diff"] = max(diffs)
+        row["ok"] = row["max_diff"] <= atol(backend)
+        if not row["ok"]:
+            row["reason"] = (f"max abs diff {row['max_diff']:.2e} > {atol(backend):g} "
+                             f"(sample {diffs[0]:.1e}, other {diffs[1]:.1e})")
+    except BaseException as exc:  # noqa: BLE001 - every failure is a result
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        row["reason"] = (f"[{row.pop('stage')}] " if "stage" in row else "") + _reason(exc)
+        row["trace"] = "".join(traceback.format_exception(exc)[-3:])[-1500:]
+    return row
+
+
+def _alarm(_signum: int, _frame: Any) -> None:
+    raise TimeoutError("cell timed out")
+
+
+def child(cells: list[tuple[str, str, str]], results: Path, timeout: int) -> None:
+    """Run cells in order, appending one JSON line per cell (flushed, so a crash loses only the current cell)."""
+    warnings.filterwarnings("ignore")
+    signal.signal(signal.SIGALRM, _alarm)
+    for case_name, tool, backend in cells:
+        print(f"  {case_name:12s} {tool:4s} {backend:10s}", end=" ", flush=True)
+        signal.alarm(timeout)
+        try:
+            row = run_cell(case_name, tool, backend)
+        finally:
+            signal.alarm(0)
+        print("ok" if row["ok"] else "FAIL", row.get("max_diff", ""), row.get("export_s", ""), flush=True)
+        with results.open("a") as handle:
+            handle.write(json.dumps(row) + "\n")
+
+
+def _done(results: Path) -> set[tuple[str, str, str]]:
+    if not results.exists():
+        return set()
+    return {(r["case"], r["tool"], r["backend"]) for r in map(json.loads, results.read_text().splitlines())}
+
+
+def drive(cases: list[str], tools: list[str], backends: list[str], results: Path, timeout: int) -> None:
+    """Run every missing cell, one child process per case, restarting after a cell kills or hangs its child."""
+    for case_name in cases:
+        print(case_name, flush=True)
+        pending = [(case_name, t, b) for b in backends for t in tools if (case_name, t, b) not in _done(results)]
+        while pending:
+            cmd = [sys.executable, __file__, "--child", json.dumps(pending), "--results", str(results),
+                   "--timeout", str(timeout)]
+            try:
+                subprocess.run(cmd, timeout=timeout * len(pending) + 60, check=False)
+                why = "process died"
+            except subprocess.TimeoutExpired:
+                why = "timed out (process killed)"
+            pending = [cell for cell in pending if cell not in _done(results)]
+            if pending:
+                stuck = pending.pop(0)
+                row = {"case": stuck[0], "tool": stuck[1], "backend": stuck[2], "ok": False, "reason": why}
+                with results.open("a") as handle:
+                    handle.write(json.dumps(row) + "\n")
+
+
+# lines of a backend's long error that name the actual cause (the first line is often generic)
+_CAUSES = ("No ONNX function found", "No conversion rule found", "Unsupported", "not supported", "Error:")
+
+
+def _why(row: dict[str, Any]) -> str:
+    """The row's reason, plus the line of its traceback naming the cause when the first line is generic."""
+    reason = row.get("reason", "?")
+    for line in row.get("trace", "").splitlines():
+        line = line.strip(" -")
+        if any(marker in line for marker in _CAUSES[:3]) and line not in reason:
+            reason = f"{reason.split(': ', 1)[0]}: … {line}"
+            break
+    reason = reason.replace("|", "/").replace("\x1b", "")
+    return reason if len(reason) <= 240 else reason[:237] + "..."
+
+
+def _cell(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "—"
+    diff = row.get("max_diff")
+    shown = "" if diff is None else (" inf" if math.isinf(diff) else f" {diff:.0e}")
+    secs = f" · {row['export_s']:.1f}s" if "export_s" in row else ""
+    return ("✅" if row["ok"] else "❌") + shown + secs
+
+
+def report(results: Path, out: Path, backends: list[str], tools: list[str]) -> None:
+    """Write the Markdown support matrix from the results file (latest row per cell wins)."""
+    from zoo import FAMILIES, ZOO
+
+    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for row in map(json.loads, results.read_text().splitlines()):
+        rows[(row["case"], row["tool"], row["backend"])] = row
+    cases = [name for name in ZOO if any((name, t, b) in rows for t in tools for b in backends)]
+    lines = [
+        "# Support matrix",
+        "",
+        "Generated by `python benchmarks/coverage.py` (do not edit by hand). Each tiny model of `tests/zoo.py`",
+        "(random weights, hidden 32, 2 layers) is exported with `dynamic=True` on its sample inputs, then run at the",
+        "sample shape and at another batch/sequence length, and compared with eager PyTorch on CPU.",
+        "",
+        "* **hub** = hub_export: max abs diff over every flattened output (logits, caches, hidden states), and the",
+        "  output class must match eager.",
+        "* **peer** = `transformers.exporters`: max abs diff of `logits`, else `last_hidden_state`, else the first",
+        "  tensor output.",
+        "* Pass: exported, ran both shapes, max diff <= 1e-4 (dynamo) / 1e-3 (others). A cell reads",
+        "  `pass/fail  max-abs-diff · export-seconds`; `—` = not run.",
+        "",
+        "## Totals",
+        "",
+        "| backend | " + " | ".join(TOOL_NAMES[t] for t in tools) + " |",
+        "|---|" + "---|" * len(tools),
+    ]
+    for backend in backends:
+        cells = []
+        for tool in tools:
+            ran = [rows[(c, tool, backend)] for c in cases if (c, tool, backend) in rows]
+            cells.append(f"{sum(r['ok'] for r in ran)} / {len(ran)}")
+        lines.append(f"| {backend} | " + " | ".join(cells) + " |")
+    header = " | ".join(f"{b} {t}" for b in backends for t in tools)
+    rule = "|---|---|" + "---|" * (len(backends) * len(tools))
+    lines += ["", "## Matrix", "", f"| architecture | family | {header} |", rule]
+    for case in cases:
+        cells = " | ".join(_cell(rows.get((case, t, b))) for b in backends for t in tools)
+        lines.append(f"| {case} | {FAMILIES.get(case, '')} | {cells} |")
+    for tool in tools:
+        ran = [rows[(c, tool, b)] for c in cases for b in backends if (c, tool, b) in rows]
+        failing = [row for row in ran if not row["ok"]]
+        lines += ["", f"## Failing {TOOL_NAMES[tool]} cells", ""]
+        reasons = [f"* **{r['case']}** / {r['backend']}: {_why(r)}" for r in failing]
+        lines += reasons or ["None."]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--backends", nargs="+", default=DEFAULT_BACKENDS)
+    parser.add_argument("--cases", nargs="+", default=None)
+    parser.add_argument("--tools", nargs="+", default=TOOLS, choices=TOOLS)
+    parser.add_argument("--timeout", type=int, default=120, help="seconds per cell")
+    parser.add_argument("--results", type=Path, default=Path("/tmp/hub_export_coverage.jsonl"))
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "support-matrix.md")
+    parser.add_argument("--fresh", action="store_true", help="discard earlier results instead of resuming")
+    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child([tuple(cell) for cell in json.loads(args.child)], args.results, args.timeout)
+        return
+    from zoo import ZOO
+
+    cases = args.cases or list(ZOO)
+    unknown = [c for c in cases if c not in ZOO]
+    if unknown:
+        parser.error(f"unknown cases {unknown}; the zoo has {sorted(ZOO)}")
+    if args.fresh and args.results.exists():
+        os.remove(args.results)
+    if not args.report_only:
+        drive(cases, args.tools, args.backends, args.results, args.timeout)
+    report(args.results, args.out, args.backends, args.tools)
+
+
+if __name__ == "__main__":
+    main()
