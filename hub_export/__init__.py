@@ -1,8 +1,8 @@
 """hub_export: export Transformers models to torch.export, ONNX, ExecuTorch and OpenVINO, run them with the
 model's own call, and manage the exports on the Hugging Face Hub.
 
-The API mirrors ``transformers.exporters``: change ``from transformers.exporters import X`` to
-``from hub_export import X``. Heavy modules (torch, backends) load on first use of the name that needs them.
+The API mirrors the experimental exporters module of Transformers 5.23: a user switches by importing each name
+from ``hub_export`` instead. Heavy modules (torch, backends) load on first use of the name that needs them.
 """
 
 from __future__ import annotations
