@@ -209,7 +209,7 @@ def test_decompose_encoder_decoder_stages(models):
     assert cache.cross_attention_cache.get_seq_length() == 7
 
 
-def test_per_component_configs_and_multi_token_decode_guard(models):
+def test_per_component_configs(models):
     case = models.setdefault("whisper", build("whisper"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -218,9 +218,36 @@ def test_per_component_configs_and_multi_token_decode_guard(models):
         )
     assert exported.components["encoder"].metadata.inputs[0].shape == (2, 16, 60)  # static
     assert exported.components["prefill"].metadata.inputs[0].shape[0] == "batch"
-    exported.generation = {**exported.generation, "multi_token_decode": True}
-    with pytest.raises(HubExportError, match="multi_token_decode"):
-        exported.generate(**_prompt(case), max_new_tokens=2)
+
+
+@pytest.mark.parametrize("backend", ["dynamo", "onnx"])
+def test_multi_token_decode_generates_and_continues_several_tokens(models, tmp_path, backend):
+    case = models.setdefault("llama", build("llama"))
+    exporter, config = _BACKENDS[backend]
+    exported = exporter().export_for_generation(case.model, _prompt(case), config=config(dynamic=True), multi_token_decode=True)
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "export"))
+    assert loaded.generation["multi_token_decode"] is True
+    assert {s.name: s.shape for s in loaded.components["decode"].metadata.inputs}["input_ids"] == ("batch", "sequence")
+    for inputs in [_prompt(case), *_runs("llama")]:  # one-token steps: the previous token re-fed, cache shortened by one
+        expected = case.model.generate(**inputs, max_new_tokens=8, do_sample=False)
+        assert torch.equal(loaded.generate(**inputs, max_new_tokens=8), expected)
+    inputs = text_inputs(2, 6, pad_left=2, seed=8)
+    with torch.no_grad():  # four speculative tokens at once against a cache, as eager computes them
+        cache = case.model(**inputs, use_cache=True).past_key_values
+        step = {"input_ids": torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]]),
+                "attention_mask": torch.cat([inputs["attention_mask"], torch.ones(2, 4, dtype=torch.int64)], -1)}
+        step["position_ids"] = step["attention_mask"].cumsum(-1)[:, -4:] - 1
+        expected = case.model(**step, past_key_values=copy.deepcopy(cache), use_cache=True)
+        produced = loaded.runners["decode"](**step, past_key_values=cache)
+    assert produced.past_key_values.get_seq_length() == 10 and produced.logits.shape == (2, 4, 96)  # every position
+    assert float((produced.logits - expected.logits).abs().max()) < 1e-4
+
+
+def test_multi_token_decode_with_a_stateful_decode_is_refused(models):
+    case = models.setdefault("llama", build("llama"))
+    exported = OpenVINOExporter().export_for_generation(case.model, _prompt(case), config=OpenVINOConfig(dynamic=True), multi_token_decode=True)
+    with pytest.raises(HubExportError, match="stateful=False"):
+        exported.generate(**_prompt(case), max_new_tokens=3)
 
 
 def test_generate_needs_a_generation_export(exports):
@@ -309,14 +336,16 @@ def test_openvino_stateful_false_keeps_explicit_cache_tensors(exports):
 
 
 # -- static KV cache (GenerationConfig(cache_implementation="static")): preallocated buffers updated in place --
-@pytest.fixture(scope="module")
-def static_llama(models, tmp_path_factory):
+@pytest.fixture(scope="module", params=["dynamo", "onnx"])
+def static_llama(request, models, tmp_path_factory):
+    """Dynamo: the program mutates its inputs; ONNX: I/O binding writes each output.X into input.X's buffer."""
     from transformers import GenerationConfig
 
     case = models.setdefault("llama", build("llama"))
     config = GenerationConfig(**{**case.model.generation_config.to_dict(), "cache_implementation": "static", "max_cache_len": 24})
-    exported = DynamoExporter().export_for_generation(case.model, _prompt(case), config=DynamoConfig(dynamic=True), generation_config=config)
-    folder = exported.save_pretrained(tmp_path_factory.mktemp("llama-static") / "export")
+    exporter, export_config = _BACKENDS[request.param]
+    exported = exporter().export_for_generation(case.model, _prompt(case), config=export_config(dynamic=True), generation_config=config)
+    folder = exported.save_pretrained(tmp_path_factory.mktemp(f"llama-static-{request.param}") / "export")
     return case, config, exported, ExportedModel.from_pretrained(folder), folder
 
 

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["TinyCase", "CASES", "GENERATIVE", "build", "text_inputs"]
+__all__ = ["TinyCase", "CASES", "GENERATIVE", "build", "llava_inputs", "text_inputs"]
 
 
 @dataclass
@@ -131,6 +131,50 @@ def qwen3() -> TinyCase:
     return TinyCase("qwen3", _seeded(lambda: Qwen3ForCausalLM(config)), text_inputs(1, 7), text_inputs(3, 11, pad_left=4, seed=1))
 
 
+LLAVA_IMAGE_TOKEN = 95
+LLAVA_IMAGE_TOKENS = 16  # (16 / 4) ** 2 patches of a 16x16 image, CLS dropped
+
+
+def llava_inputs(batch: int, text: int, *, pad_left: int = 0, seed: int = 0, image: bool = True) -> dict[str, Any]:
+    """A LLaVA prompt as its processor builds it: 2 text tokens, one placeholder per image feature, ``text``
+    tokens (left padding zeroes the first tokens of row 0), and the pixels (unless ``image=False``)."""
+    gen = torch.Generator().manual_seed(seed)
+    parts = [torch.randint(3, 90, (batch, 2), generator=gen)]
+    if image:
+        parts.append(torch.full((batch, LLAVA_IMAGE_TOKENS), LLAVA_IMAGE_TOKEN))
+    parts.append(torch.randint(3, 90, (batch, text), generator=gen))
+    ids = torch.cat(parts, dim=1)
+    mask = torch.ones_like(ids)
+    if pad_left:
+        ids[0, :pad_left], mask[0, :pad_left] = 0, 0
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if image:
+        inputs["pixel_values"] = torch.randn(batch, 3, 16, 16, generator=gen)
+    return inputs
+
+
+def llava() -> TinyCase:
+    """A tiny LLaVA (CLIP vision tower, 2-layer projector, Llama text model) built from a config."""
+    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
+
+    vision = CLIPVisionConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=16, patch_size=4,
+        projection_dim=32,
+    )
+    text = LlamaConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+    )
+    config = LlavaConfig(
+        vision_config=vision.to_dict(), text_config=text.to_dict(), image_token_id=LLAVA_IMAGE_TOKEN,
+        vision_feature_layer=-2, vision_feature_select_strategy="default", image_seq_length=LLAVA_IMAGE_TOKENS,
+    )
+    return TinyCase(
+        "llava", _seeded(lambda: LlavaForConditionalGeneration(config)), llava_inputs(1, 5),
+        llava_inputs(2, 6, pad_left=1, seed=3),
+    )
+
+
 CASES: dict[str, Callable[[], TinyCase]] = {
     "llama": llama,
     "gpt2": gpt2,
@@ -142,7 +186,7 @@ CASES: dict[str, Callable[[], TinyCase]] = {
 
 
 #: Generative models used only by the generation tests.
-GENERATIVE: dict[str, Callable[[], TinyCase]] = {"qwen3": qwen3}
+GENERATIVE: dict[str, Callable[[], TinyCase]] = {"qwen3": qwen3, "llava": llava}
 
 
 def build(name: str) -> TinyCase:

@@ -8,7 +8,9 @@ of the components:
 * decoder-only: ``prefill`` (the prompt, empty cache) and ``decode`` (one token against the filled cache);
 * encoder-decoder: ``encoder`` (``model.get_encoder()`` with the kwargs ``generate`` gave it), ``prefill`` (the
   first decoder step: ``encoder_outputs`` and an empty cache, which fills the cross-attention cache) and
-  ``decode`` (one decoder token against the self- and cross-attention ``EncoderDecoderCache``).
+  ``decode`` (one decoder token against the self- and cross-attention ``EncoderDecoderCache``);
+* multimodal (vision/audio-language): ``image_encoder`` / ``audio_encoder``, the projector, ``embed_tokens``,
+  ``language_model``, ``lm_head`` and ``decode`` (see :mod:`hub_export.generation.multimodal`).
 
 It works for any architecture whose ``generate`` calls ``forward`` with kwargs: no per-model glue.
 
@@ -25,12 +27,12 @@ Example::
 from __future__ import annotations
 
 import copy
-import functools
 import inspect
-from contextlib import contextmanager
-from typing import Any, Iterator
+from contextlib import ExitStack
+from typing import Any
 
 from ..errors import ExportError
+from .multimodal import feature_watches, find_parts, multimodal_components, recording
 
 __all__ = ["Capture", "capture_generation", "decompose_for_generation", "decompose_with_capture"]
 
@@ -43,50 +45,17 @@ class Capture:
     Attributes:
         calls: The kwargs of each ``model.forward`` call, in order (deep copies taken before the call).
         encoder_calls: The kwargs of each encoder ``forward`` call (encoder-decoder models).
+        watched: The kwargs of each call of the other methods watched (multimodal feature functions, projectors).
         sequences: The token ids ``generate`` returned.
+        multimodal: The plan entries chaining a multimodal model's components (None for text-only models).
     """
 
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
         self.encoder_calls: list[dict[str, Any]] = []
+        self.watched: dict[str, list[dict[str, Any]]] = {}
         self.sequences: Any = None
-
-
-def _snapshot(args: tuple[Any, ...], kwargs: dict[str, Any], signature: inspect.Signature | None) -> dict[str, Any]:
-    """The call's kwargs (positional args bound by name), deep-copied so later steps cannot change them."""
-    bound = dict(kwargs)
-    if args:
-        if signature is None:
-            raise ExportError("generate() called forward with positional arguments that cannot be named.")
-        names = [p for p in signature.parameters if p != "self"]
-        bound.update(dict(zip(names, args)))
-    return {name: copy.deepcopy(value) for name, value in bound.items() if value is not None}
-
-
-@contextmanager
-def _wrapped_forward(module: Any, record: list[dict[str, Any]]) -> Iterator[None]:
-    """Wrap ``module.forward`` (an instance attribute, removed or restored on exit) to record each call."""
-    had_own = "forward" in vars(module)
-    previous = vars(module).get("forward")
-    original = module.forward
-    try:
-        signature = inspect.signature(original)
-    except (TypeError, ValueError):
-        signature = None
-
-    @functools.wraps(original)  # generate() inspects forward's signature to decide what to pass
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        record.append(_snapshot(args, kwargs, signature))
-        return original(*args, **kwargs)
-
-    module.forward = forward
-    try:
-        yield
-    finally:
-        if had_own:
-            module.forward = previous
-        else:
-            del module.forward
+        self.multimodal: dict[str, Any] | None = None
 
 
 def _clone_inputs(inputs: Any) -> dict[str, Any]:
@@ -95,8 +64,13 @@ def _clone_inputs(inputs: Any) -> dict[str, Any]:
     return {name: copy.deepcopy(value) for name, value in inputs.items()}
 
 
-def capture_generation(model: Any, inputs: dict[str, Any], *, generation_config: Any = None, steps: int = 2) -> Capture:
+def capture_generation(
+    model: Any, inputs: dict[str, Any], *, generation_config: Any = None, steps: int = 2,
+    watches: dict[str, tuple[Any, str]] | None = None,
+) -> Capture:
     """Run ``model.generate(**inputs)`` for ``steps`` new tokens and record every forward call.
+
+    ``watches`` names more methods to record, ``{key: (owner, method name)}``, into ``capture.watched[key]``.
 
     The model is put in eval mode for the run and restored; ``inputs`` and ``generation_config`` are copied,
     so neither the caller's model, inputs nor config change.
@@ -110,23 +84,27 @@ def capture_generation(model: Any, inputs: dict[str, Any], *, generation_config:
         raise ExportError(f"{type(model).__name__} has no generate(); export_for_generation needs a generative model.")
     capture = Capture()
     config = copy.deepcopy(generation_config if generation_config is not None else getattr(model, "generation_config", None))
-    kwargs: dict[str, Any] = {"max_new_tokens": steps, "min_new_tokens": steps, "do_sample": False}
-    if config is not None:
+    settings = {"max_new_tokens": steps, "min_new_tokens": steps, "do_sample": False}
+    kwargs: dict[str, Any] = dict(settings)
+    if config is not None:  # the capture's settings go on the (copied) config: generate() refuses both at once
         for name in ("max_length", "min_length", "num_beams", "num_return_sequences"):
             if hasattr(config, name):
                 setattr(config, name, None if name.endswith("length") else 1)
-        kwargs["generation_config"] = config
+        for name, value in settings.items():
+            setattr(config, name, value)
+        kwargs = {"generation_config": config}
     encoder = model.get_encoder() if _is_encoder_decoder(model) else None
     was_training = model.training
     model.eval()
     try:
-        with _wrapped_forward(model, capture.calls):
+        with ExitStack() as stack:
+            stack.enter_context(recording(model, "forward", capture.calls))
             if encoder is not None and encoder is not model:
-                with _wrapped_forward(encoder, capture.encoder_calls), torch.no_grad():
-                    capture.sequences = model.generate(**_clone_inputs(inputs), **kwargs)
-            else:
-                with torch.no_grad():
-                    capture.sequences = model.generate(**_clone_inputs(inputs), **kwargs)
+                stack.enter_context(recording(encoder, "forward", capture.encoder_calls))
+            for key, (owner, method) in (watches or {}).items():
+                stack.enter_context(recording(owner, method, capture.watched.setdefault(key, [])))
+            stack.enter_context(torch.no_grad())
+            capture.sequences = model.generate(**_clone_inputs(inputs), **kwargs)
     except ExportError:
         raise
     except Exception as exc:
@@ -230,6 +208,8 @@ def _merge_decode_calls(first: dict[str, Any], second: dict[str, Any], input_nam
     import torch
 
     merged = dict(first)
+    if "logits_to_keep" in merged:  # every query position's logits (e.g. to verify speculative tokens)
+        merged["logits_to_keep"] = 0
     for name, value in second.items():
         old = first.get(name)
         if not isinstance(value, torch.Tensor) or not isinstance(old, torch.Tensor):
@@ -255,7 +235,9 @@ def decompose_for_generation(
 
     Returns:
         ``{name: (module, kwargs)}``: ``prefill`` and ``decode`` for decoder-only models; ``encoder``, ``prefill``
-        and ``decode`` for encoder-decoder models. Calling ``module(**kwargs)`` reproduces the captured step.
+        and ``decode`` for encoder-decoder models; ``image_encoder`` (and/or ``audio_encoder``), the projector
+        (``multi_modal_projector``, ...), ``embed_tokens``, ``language_model``, ``lm_head`` and ``decode`` for
+        multimodal models. Calling ``module(**kwargs)`` reproduces the captured step.
 
     Raises:
         ExportError: ``generate`` failed or did not call the model the expected number of times.
@@ -270,8 +252,10 @@ def decompose_with_capture(
 ) -> tuple[dict[str, tuple[Any, dict[str, Any]]], Capture]:
     """:func:`decompose_for_generation`, also returning the :class:`Capture` it was built from."""
     steps = 3 if multi_token_decode else 2
+    parts = None if _is_encoder_decoder(model) else find_parts(model)
+    watches = feature_watches(parts) if parts is not None else None
     # one step more than needed: a one-token cache (seq2seq's first decoder step) would export a static axis
-    capture = capture_generation(model, inputs, generation_config=generation_config, steps=steps + 1)
+    capture = capture_generation(model, inputs, generation_config=generation_config, steps=steps + 1, watches=watches)
     if len(capture.calls) < steps + 1:
         raise ExportError(
             f"{type(model).__name__}.generate called forward {len(capture.calls)} time(s) for {steps + 1} new tokens; "
@@ -293,6 +277,10 @@ def decompose_with_capture(
         if not capture.encoder_calls:
             raise ExportError(f"{type(model).__name__}.generate did not call its encoder (get_encoder()).")
         components["encoder"] = (model.get_encoder(), capture.encoder_calls[0])
-    components["prefill"] = (model, prefill)
+    if parts is not None:
+        prompt_components, capture.multimodal = multimodal_components(parts, capture.watched, capture.calls[0], input_name)
+        components.update(prompt_components)
+    else:
+        components["prefill"] = (model, prefill)
     components["decode"] = (model, decode)
     return components, capture

@@ -5,7 +5,7 @@ runtime in any language can drive the components from ``export.json`` alone::
 
     {
       "version": 1,
-      "kind": "decoder_only" | "encoder_decoder",
+      "kind": "decoder_only" | "encoder_decoder" | "multimodal",
       "stages": {"encoder": "encoder", "prefill": "prefill", "decode": "decode"},  # stage -> component
       "token_input": "input_ids",            # the kwarg fed the prompt, then each new token
       "cache": "past_key_values",            # kwarg and output field carrying the KV cache between steps
@@ -19,6 +19,13 @@ runtime in any language can drive the components from ``export.json`` alone::
       "returns_prompt": true,                # whether generate() returns the prompt before the new tokens
       "multi_token_decode": false,           # the decode graph takes any number of query tokens
       "stateful": [],                        # components keeping the cache as backend state (OpenVINO)
+      # multimodal only: the prompt step runs encoders -> projector -> features written over the placeholder
+      # tokens of embed_tokens(input_ids) -> language_model -> lm_head(last hidden state); then decode as above
+      "modalities": [{"modality": "image", "encoder": "image_encoder", "inputs": ["pixel_values"],
+                      "features": "image_features", "projector": "multi_modal_projector",
+                      "projector_input": "image_features", "embeds": "image_embeds", "token_id": 32000}],
+      "embeds_input": "inputs_embeds", "hidden": "last_hidden_state",
+      "runnable": true,                      # or why generate() cannot chain the components
     }
 """
 
@@ -57,7 +64,7 @@ def _main_config(exporter: Any, config: Any) -> ExportConfig:
 
 #: kwargs whose tensors all share the batch axis (axis 0) in a generation step
 _BATCHED = (
-    "input_ids", "attention_mask", "position_ids", "token_type_ids", "decoder_input_ids",
+    "input_ids", "attention_mask", "position_ids", "token_type_ids", "decoder_input_ids", "inputs_embeds",
     "decoder_attention_mask", "decoder_position_ids", "past_key_values", "encoder_outputs", "input_features",
 )
 
@@ -111,8 +118,9 @@ def _batch_of_two(inputs: Any) -> Any:
 
 
 def _plan(model: Any, components: dict[str, tuple[Any, dict[str, Any]]], capture: Any, multi_token_decode: bool, cache: str) -> dict[str, Any]:
-    prefill = components["prefill"][1]
     encoder_decoder = "encoder" in components
+    multimodal = capture.multimodal is not None
+    prefill = capture.calls[0] if multimodal else components["prefill"][1]
     token_input = "decoder_input_ids" if "decoder_input_ids" in prefill else "input_ids"
     prompt_len = int(prefill[token_input].shape[1])
     new_tokens = len(capture.calls)
@@ -123,9 +131,9 @@ def _plan(model: Any, components: dict[str, tuple[Any, dict[str, Any]]], capture
     start = None
     if encoder_decoder:
         start = int(prefill[token_input][0, 0])
-    return {
+    plan = {
         "version": GENERATION_PLAN_VERSION,
-        "kind": "encoder_decoder" if encoder_decoder else "decoder_only",
+        "kind": "encoder_decoder" if encoder_decoder else "multimodal" if multimodal else "decoder_only",
         "stages": {name: name for name in components},
         "token_input": token_input,
         "cache": "past_key_values",
@@ -138,6 +146,9 @@ def _plan(model: Any, components: dict[str, tuple[Any, dict[str, Any]]], capture
         "returns_prompt": int(capture.sequences.shape[1]) >= prompt_len + new_tokens,
         "multi_token_decode": bool(multi_token_decode),
     }
+    if multimodal:
+        plan.update(capture.multimodal)
+    return plan
 
 
 def export_for_generation(

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import HubExportError, InputError
 
-__all__ = ["generate"]
+__all__ = ["generate", "merge_features", "positions_from_mask"]
 
 
 def _traced_inputs(runner: Any) -> set[str]:
@@ -64,10 +64,53 @@ def _static_capacity(runner: Any, name: str) -> int | None:
     return int(node["max_cache_len"]) if node.get("class") == "StaticCache" else None
 
 
-def _positions(mask: Any) -> Any:
+def positions_from_mask(mask: Any) -> Any:
     """Position ids from a (left-padded) mask, as transformers computes them: cumsum - 1, 1 where masked."""
     positions = mask.long().cumsum(-1) - 1
     return positions.masked_fill(mask == 0, 1)
+
+
+def merge_features(embeds: Any, ids: Any, features: Any, token_id: int, modality: str) -> Any:
+    """``embeds`` with the rows of ``features`` written over the ``token_id`` placeholders, in order.
+
+    Raises:
+        InputError: The prompt holds a different number of placeholders than the features have rows.
+    """
+    placeholders = ids == token_id
+    rows = features.reshape(-1, embeds.shape[-1])
+    if int(placeholders.sum()) != rows.shape[0]:
+        raise InputError(
+            f"The prompt holds {int(placeholders.sum())} {modality} placeholder tokens (id {token_id}) but the "
+            f"{modality} inputs give {rows.shape[0]} feature vectors; build the prompt with the model's processor "
+            f"(one placeholder per feature vector)."
+        )
+    return embeds.masked_scatter(placeholders[..., None].expand_as(embeds), rows.to(embeds.dtype))
+
+
+def _multimodal_prompt(exported: Any, plan: dict[str, Any], user: dict[str, Any], ids: Any, mask: Any, positions: Any) -> dict[str, Any]:
+    """The prompt step of a multimodal export: encoders, projectors, embeddings with the features merged,
+    the language model and ``lm_head``; returns ``{logits, <cache>}`` like a prefill graph would."""
+    runners = exported.runners
+    embeds = runners[plan["stages"]["embed_tokens"]](input_ids=ids)["inputs_embeds"]
+    for entry in plan["modalities"]:
+        given = {name: user[name] for name in entry["inputs"] if name in user}
+        if not given:
+            continue
+        if len(given) != len(entry["inputs"]):
+            raise InputError(f"generate() got {sorted(given)} but the {entry['modality']} encoder needs {entry['inputs']}.")
+        features = runners[entry["encoder"]](**given)[entry["features"]]
+        if entry["projector"]:
+            features = runners[entry["projector"]](**{entry["projector_input"]: features})[entry["embeds"]]
+        embeds = merge_features(embeds, ids, features, entry["token_id"], entry["modality"])
+    language = runners[plan["stages"]["language_model"]]
+    step = {plan["embeds_input"]: embeds}
+    if mask is not None:
+        step["attention_mask"] = mask
+    if positions is not None:
+        step["position_ids"] = positions
+    hidden = language(**_select(language, step))
+    logits = runners[plan["stages"]["lm_head"]](hidden_states=hidden[plan["hidden"]][:, -1:])["logits"]
+    return {plan["logits"]: logits, plan["cache"]: hidden[plan["cache"]]}
 
 
 def _token_ids(value: Any) -> list[int]:
@@ -109,6 +152,27 @@ def _next_tokens(logits: Any, sample: bool, temperature: float, top_k: int | Non
         return logits.argmax(-1)
     probs = _filter_logits(logits, temperature, top_k, top_p).softmax(-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def _decode_window(plan: dict[str, Any], decode: Any, fixed_cache: bool) -> int:
+    """How many tokens each decode step feeds: 1, or 2 for a ``multi_token_decode`` graph whose query axis
+    starts at 2 (torch.export bounds a symbolic query length below by 2): such a step re-feeds the previous
+    token against the cache shortened by one, which recomputes exactly the entry it dropped."""
+    if not plan.get("multi_token_decode") or _min_length(decode, plan["token_input"]) < 2:
+        return 1
+    if fixed_cache:
+        raise HubExportError(
+            "generate() runs a multi_token_decode graph by re-feeding the previous token with the cache shortened by "
+            "one, which a static cache or a stateful (OpenVINO) decode cannot do; export with multi_token_decode=False "
+            "for generate(), or with OpenVINOConfig(stateful=False)."
+        )
+    return 2
+
+
+def _shortened(cache: Any) -> Any:
+    """``cache`` without its last position (a DynamicCache or EncoderDecoderCache from a runner: a fresh object)."""
+    cache.crop(-1)  # transformers >= 5: a negative count drops that many positions
+    return cache
 
 
 def generate(
@@ -153,11 +217,10 @@ def generate(
     plan = exported.generation
     if not plan or plan.get("version") != 1:
         raise HubExportError(f"This export's generation plan is missing or of an unknown version: {plan!r}.")
-    if plan.get("multi_token_decode"):
+    if plan["kind"] == "multimodal" and plan.get("runnable") is not True:
         raise HubExportError(
-            "This export's decode graph was captured with multi_token_decode=True: it takes two or more query tokens "
-            "(torch.export guards the query length != 1), so it cannot run one-token decode steps. Call "
-            "exported.runners['decode'] directly for multi-token steps, or export without multi_token_decode for generate()."
+            f"generate() cannot chain this export's components: {plan.get('runnable')}. Every component still runs "
+            "through exported.runners[name]."
         )
     if max_new_tokens < 1:
         raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}.")
@@ -211,8 +274,9 @@ def generate(
     if mask is not None:
         step_inputs["attention_mask"] = mask
     if plan.get("position_ids"):
-        step_inputs["position_ids"] = _positions(mask) if mask is not None else torch.arange(prompt.shape[1])[None].expand(batch, -1)
-    runner = runners[stages["prefill"]]
+        step_inputs["position_ids"] = positions_from_mask(mask) if mask is not None else torch.arange(prompt.shape[1])[None].expand(batch, -1)
+    multimodal = plan["kind"] == "multimodal"
+    runner = runners[stages["language_model" if multimodal else "prefill"]]
     capacity = _static_capacity(runner, cache_name)
     if capacity is not None:  # a static cache: the graphs fill preallocated buffers, starting from zeros
         if prompt.shape[1] + max_new_tokens - 1 > capacity:
@@ -226,8 +290,12 @@ def generate(
         # torch.export bounds a traced prompt axis below by 2: a shorter prompt runs the decode graph on an empty cache
         runner = runners[stages["decode"]]
         step_inputs[cache_name] = _empty_cache(runner, cache_name, batch)
+    window = _decode_window(plan, runners[stages["decode"]], capacity is not None or bool(stateful))
     for step in range(max_new_tokens):
-        outputs = runner(**_select(runner, step_inputs))
+        if multimodal and step == 0:
+            outputs = _multimodal_prompt(exported, plan, user, prompt, mask, step_inputs.get("position_ids"))
+        else:
+            outputs = runner(**_select(runner, step_inputs))
         logits = outputs[logits_name][:, -1, :]
         new = _next_tokens(logits, do_sample, temperature, top_k, top_p, generator).to(torch.int64).cpu()
         new = torch.where(finished, torch.full_like(new, pad), new)
@@ -240,15 +308,20 @@ def generate(
                 break
         if step + 1 == max_new_tokens:
             break
-        step_inputs = {**constant, token_input: new[:, None]}
+        fed = torch.as_tensor(step_inputs[token_input])[:, -1:]
+        step_inputs = {**constant, token_input: new[:, None] if window == 1 else torch.cat([fed, new[:, None]], dim=-1)}
         following = runners[stages["decode"]]
         if following is not runner or following not in stateful:
-            step_inputs[cache_name] = outputs[cache_name]  # a stateful decode is seeded once, then keeps its cache
+            # a stateful decode is seeded once, then keeps its cache; a two-token window re-feeds the last token
+            step_inputs[cache_name] = outputs[cache_name] if window == 1 else _shortened(outputs[cache_name])
         if mask is not None:
             mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype)], dim=-1)
             step_inputs["attention_mask"] = mask
         if plan.get("position_ids"):
-            step_inputs["position_ids"] = _positions(mask)[:, -1:] if mask is not None else torch.full((batch, 1), prompt.shape[1] + step)
+            total = prompt.shape[1] + step + 1
+            step_inputs["position_ids"] = (
+                positions_from_mask(mask)[:, -window:] if mask is not None else torch.arange(total - window, total)[None].expand(batch, -1)
+            )
         runner = runners[stages["decode"]]
     if streamer is not None:
         streamer.end()

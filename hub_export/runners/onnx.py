@@ -99,7 +99,8 @@ class OnnxRunner(ModelRunner):
         if missing:
             raise ExportError(f"The ONNX graph's outputs differ from the export's signature at {missing}.")
         dtypes = {s.dtype for s in (*metadata.inputs, *metadata.outputs)}
-        self._binding = self._torch_device.type != "cpu" or bool(dtypes & _NON_NUMPY)
+        self._shared = _shared_buffers(metadata, graph_inputs)
+        self._binding = self._torch_device.type != "cpu" or bool(dtypes & _NON_NUMPY) or bool(self._shared)
 
     @classmethod
     def from_program(
@@ -170,17 +171,45 @@ class OnnxRunner(ModelRunner):
             kept.append(buffer)
             where = (buffer.device.type, buffer.device.index or 0)
             binding.bind_input(name, *where, _onnx_type(tensor.dtype), list(tensor.shape), buffer.data_ptr())
-        for name in self._outputs:
-            binding.bind_output(name, device.type, device.index or 0)
+        position = {i: k for k, (i, _) in enumerate(self._feed)}
+        in_place: dict[int, Any] = {}
+        for j, name in enumerate(self._outputs):
+            source = self._shared.get(j)
+            buffer = kept[position[source]] if source is not None else None
+            if buffer is not None and buffer.numel() and buffer.data_ptr() == tensors[source].data_ptr():
+                # an updated-in-place cache (input.X -> output.X of one shape): ORT writes into the caller's buffer
+                where = (buffer.device.type, buffer.device.index or 0)
+                binding.bind_output(name, *where, _onnx_type(buffer.dtype), list(buffer.shape), buffer.data_ptr())
+                in_place[j] = tensors[source]
+            else:
+                binding.bind_output(name, device.type, device.index or 0)
         if on_gpu:
             torch.cuda.current_stream(device).synchronize()  # ORT runs on its own stream
         self.session.run_with_iobinding(binding)
         binding.synchronize_outputs()
         outputs = []
-        for spec, value in zip(self.metadata.outputs, binding.get_outputs()):
+        for j, (spec, value) in enumerate(zip(self.metadata.outputs, binding.get_outputs())):
+            if j in in_place:
+                outputs.append(in_place[j])
+                continue
             out = torch.from_dlpack(value)
             outputs.append(out.view(torch.bool) if spec.dtype == "bool" and out.dtype != torch.bool else out)
         return outputs
+
+
+def _shared_buffers(metadata: ComponentEntry, graph_inputs: set[str]) -> dict[int, int]:
+    """``{output index: input index}`` of the ``input.X``/``output.X`` pairs of one shape and dtype (a static KV
+    cache updated in place): I/O binding makes ORT write such an output into the input's buffer, so the cache
+    is never copied between steps."""
+    inputs = {spec.name: i for i, spec in enumerate(metadata.inputs) if spec.name in graph_inputs}
+    shared = {}
+    for j, spec in enumerate(metadata.outputs):
+        if not spec.name.startswith("output."):
+            continue
+        i = inputs.get("input." + spec.name[len("output."):])
+        if i is not None and tuple(metadata.inputs[i].shape) == tuple(spec.shape) and metadata.inputs[i].dtype == spec.dtype:
+            shared[j] = i
+    return shared
 
 
 def _session_device(session: Any) -> str:

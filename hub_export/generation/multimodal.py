@@ -1,0 +1,326 @@
+"""Split a vision/audio-language model into graphs that ``generate()`` can chain without the model's Python code.
+
+A multimodal ``generate`` runs, per modality, the encoder's feature function (``get_image_features``: the vision
+tower, a feature selection, the projector), embeds the prompt, writes the features over the placeholder tokens
+(``image_token_id``), runs the language model on those embeddings, then ``lm_head``. The components are found
+through ``get_encoder(modality=...)``, ``get_decoder()``, the projector attribute (``multi_modal_projector``,
+``connector``, ``embed_vision``, ``embed_audio``), ``get_input_embeddings()`` and ``get_output_embeddings()``,
+and their sample inputs are the kwargs each received during one real ``generate`` run:
+
+* ``image_encoder`` / ``audio_encoder``: the model's own ``get_<modality>_features`` up to the projector's input,
+  so the model's feature selection (e.g. LLaVA's hidden layer -2 without the CLS token) is inside the graph
+  and no per-model glue is needed at run time; without a projector, its whole output (the merged features);
+* the projector (``multi_modal_projector``, ...) on that input;
+* ``embed_tokens`` (token ids -> embeddings), ``language_model`` (embeddings, mask, positions -> hidden
+  states and the KV cache), ``lm_head`` (last hidden state -> logits);
+* ``decode``: the whole model for one token against the cache, as for text-only models.
+
+The glue between them (features written over the placeholder tokens in order, positions from the mask) is
+plain data in the generation plan, and it is checked against the captured run when exporting: an
+architecture whose glue is different (e.g. Qwen2-VL's 3D rotary positions) still exports every component, but
+its plan says why ``generate()`` cannot chain them.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+from contextlib import ExitStack, contextmanager
+from typing import Any, Iterator
+
+from ..errors import ExportError
+
+__all__ = ["MultimodalParts", "find_parts", "multimodal_components"]
+
+_PROJECTORS = {"image": ("multi_modal_projector", "connector", "embed_vision"), "audio": ("embed_audio", "multi_modal_projector", "connector")}
+_TOKEN_IDS = {"image": ("image_token_id", "image_token_index"), "audio": ("audio_token_id", "audio_token_index")}
+
+
+class MultimodalParts:
+    """The submodules of a multimodal generative model (see the module docstring)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.base = getattr(model, "base_model", model)
+        self.encoders: dict[str, Any] = {}
+        self.projectors: dict[str, tuple[str, Any]] = {}
+        for modality in ("image", "audio"):
+            try:
+                encoder = model.get_encoder(modality=modality)
+            except (ValueError, AttributeError):
+                continue
+            if encoder is None or encoder is model or encoder is self.base:
+                continue
+            if getattr(self.base, f"get_{modality}_features", None) is None:
+                continue
+            self.encoders[modality] = encoder
+            for name in _PROJECTORS[modality]:
+                module = getattr(self.base, name, None) or getattr(model, name, None)
+                if module is not None and all(module is not p for _, p in self.projectors.values()):
+                    self.projectors[modality] = (name, module)
+                    break
+        self.decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+        self.embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+        self.lm_head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+
+    @property
+    def complete(self) -> bool:
+        """An encoder, a language model distinct from the model, embeddings and an output head."""
+        decoder_ok = self.decoder is not None and self.decoder is not self.model and self.decoder is not self.base
+        return bool(self.encoders) and decoder_ok and self.embeddings is not None and self.lm_head is not None
+
+    def token_id(self, modality: str) -> int | None:
+        config = getattr(self.model, "config", None)
+        for name in _TOKEN_IDS[modality]:
+            value = getattr(config, name, None)
+            if isinstance(value, int):
+                return value
+        return None
+
+
+def find_parts(model: Any) -> MultimodalParts | None:
+    """The multimodal parts of ``model``, or None for a text-only (or unrecognised) model."""
+    if not hasattr(model, "get_encoder"):
+        return None
+    parts = MultimodalParts(model)
+    return parts if parts.complete else None
+
+
+def _bind(signature: inspect.Signature | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    bound = dict(kwargs)
+    if args:
+        if signature is None:
+            raise ExportError("a multimodal submodule was called with positional arguments that cannot be named.")
+        names = [n for n, p in signature.parameters.items() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        bound.update(dict(zip(names, args)))
+    return {name: copy.deepcopy(value) for name, value in bound.items() if value is not None}
+
+
+@contextmanager
+def recording(owner: Any, attribute: str, record: list[dict[str, Any]]) -> Iterator[None]:
+    """Wrap the bound method ``owner.<attribute>`` (an instance attribute, removed on exit) to record each call's
+    kwargs, positional arguments bound by name."""
+    had_own = attribute in vars(owner)
+    previous = vars(owner).get(attribute)
+    original = getattr(owner, attribute)
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError):
+        signature = None
+
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        record.append(_bind(signature, args, kwargs))
+        return original(*args, **kwargs)
+
+    setattr(owner, attribute, wrapper)
+    try:
+        yield
+    finally:
+        if had_own:
+            setattr(owner, attribute, previous)
+        else:
+            delattr(owner, attribute)
+
+
+def feature_watches(parts: MultimodalParts) -> dict[str, tuple[Any, str]]:
+    """What to record during the ``generate`` run: each modality's feature function and projector."""
+    watches: dict[str, tuple[Any, str]] = {}
+    for modality in parts.encoders:
+        watches[f"{modality}_features"] = (parts.base, f"get_{modality}_features")
+        if modality in parts.projectors:
+            watches[f"{modality}_projector"] = (parts.projectors[modality][1], "forward")
+    return watches
+
+
+class _Reached(Exception):
+    """Raised by the projector inside :func:`_until_projector` to hand back its input."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__("projector reached")
+        self.value = value
+
+
+def _named(module: Any, name: str, forward: Any) -> Any:
+    """A ``torch.nn.Module`` holding ``module`` whose forward is ``forward(self, **kwargs)``; it is named after
+    ``module``'s class (the manifest records it as the component's architecture)."""
+    import torch
+
+    class Component(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = module
+            self.config = getattr(module, "config", None)
+
+        def forward(self, **kwargs: Any) -> Any:
+            return forward(self.inner, **kwargs)
+
+    Component.__name__ = Component.__qualname__ = name
+    return Component().train(getattr(module, "training", False))
+
+
+def _as_tensor(value: Any) -> Any:
+    import torch
+
+    if hasattr(value, "pooler_output"):
+        value = value.pooler_output
+    if isinstance(value, (list, tuple)):
+        value = torch.cat([v.reshape(-1, v.shape[-1]) for v in value], dim=0)
+    return value
+
+
+def _encoder_component(parts: MultimodalParts, modality: str) -> Any:
+    """``get_<modality>_features`` up to the projector's input (or entirely, without a projector)."""
+    features = getattr(parts.base, f"get_{modality}_features")
+    projector = parts.projectors.get(modality, (None, None))[1]
+    output = f"{modality}_features"
+
+    def forward(encoder: Any, **kwargs: Any) -> Any:
+        if projector is None:
+            return {output: _as_tensor(features(**kwargs))}
+
+        def stop(*args: Any, **inner: Any) -> Any:
+            raise _Reached(args[0] if args else next(iter(inner.values())))
+
+        previous = vars(projector).get("forward")
+        projector.forward = stop  # an instance attribute, restored below
+        try:
+            features(**kwargs)
+        except _Reached as reached:
+            return {output: reached.value}
+        finally:
+            if previous is None:
+                del projector.forward
+            else:
+                projector.forward = previous
+        raise ExportError(f"get_{modality}_features did not call its projector; cannot split the encoder from it.")
+
+    return _named(parts.encoders[modality], type(parts.encoders[modality]).__name__, forward)
+
+
+def _single_input(module: Any, input_name: str, output_name: str) -> Any:
+    """``module(x)`` as ``forward(<input_name>=x) -> {<output_name>: ...}`` (readable graph I/O names)."""
+
+    def forward(inner: Any, **kwargs: Any) -> Any:
+        return {output_name: inner(kwargs[input_name])}
+
+    return _named(module, type(module).__name__, forward)
+
+
+def _first_value(call: dict[str, Any]) -> Any:
+    import torch
+
+    return next(v for v in call.values() if isinstance(v, torch.Tensor))
+
+
+def multimodal_components(
+    parts: MultimodalParts, watched: dict[str, list[dict[str, Any]]], prefill: dict[str, Any], input_name: str
+) -> tuple[dict[str, tuple[Any, dict[str, Any]]], dict[str, Any]]:
+    """The components of the prompt step and the plan entries that chain them.
+
+    ``watched`` holds the recorded feature-function and projector calls; ``prefill`` the model's first forward
+    kwargs (masks restored). The prompt step is replayed with the embeddings, language model and head recorded.
+
+    Returns:
+        ``({name: (module, kwargs)}, plan)``; ``plan["runnable"]`` is True, or a sentence saying why the captured
+        run does not follow the chain ``generate()`` implements.
+    """
+    import torch
+
+    calls: dict[str, list[dict[str, Any]]] = {"embeddings": [], "language_model": [], "lm_head": []}
+    with ExitStack() as stack, torch.no_grad():
+        stack.enter_context(recording(parts.embeddings, "forward", calls["embeddings"]))
+        stack.enter_context(recording(parts.decoder, "forward", calls["language_model"]))
+        stack.enter_context(recording(parts.lm_head, "forward", calls["lm_head"]))
+        replay = parts.model(**copy.deepcopy(prefill))
+    missing = [name for name, recorded in calls.items() if not recorded]
+    if missing:
+        raise ExportError(f"{type(parts.model).__name__}'s prompt step did not call its {missing}; cannot split it for generation.")
+    components: dict[str, tuple[Any, dict[str, Any]]] = {}
+    modalities = []
+    for modality in parts.encoders:
+        feature_calls = watched.get(f"{modality}_features") or []
+        if not feature_calls:
+            continue  # the prompt has no input of this modality
+        name = f"{modality}_encoder"
+        kwargs = {k: v for k, v in feature_calls[0].items() if k != "return_dict"}
+        components[name] = (_encoder_component(parts, modality), kwargs)
+        entry: dict[str, Any] = {
+            "modality": modality, "encoder": name, "inputs": sorted(k for k, v in kwargs.items() if isinstance(v, torch.Tensor)),
+            "features": f"{modality}_features", "projector": None, "token_id": parts.token_id(modality),
+        }
+        if modality in parts.projectors:
+            projector_name, projector = parts.projectors[modality]
+            (projector_input,) = [k for k, v in watched[f"{modality}_projector"][0].items() if isinstance(v, torch.Tensor)][:1] or ["x"]
+            components[projector_name] = (
+                _single_input(projector, projector_input, f"{modality}_embeds"),
+                {projector_input: _first_value(watched[f"{modality}_projector"][0])},
+            )
+            entry.update(projector=projector_name, projector_input=projector_input, embeds=f"{modality}_embeds")
+        modalities.append(entry)
+    if not modalities:
+        raise ExportError(
+            f"{type(parts.model).__name__}.generate computed no image/audio features: pass the prompt's pixel_values "
+            "(or audio features) in inputs so the encoders can be captured."
+        )
+    components["embed_tokens"] = (_single_input(parts.embeddings, "input_ids", "inputs_embeds"), {"input_ids": _first_value(calls["embeddings"][0])})
+    language = {k: v for k, v in calls["language_model"][0].items() if not _is_empty_cache(v)}
+    components["language_model"] = (parts.decoder, language)
+    components["lm_head"] = (_single_input(parts.lm_head, "hidden_states", "logits"), {"hidden_states": _first_value(calls["lm_head"][0])})
+    plan = {"modalities": modalities, "embeds_input": "inputs_embeds", "hidden": "last_hidden_state"}
+    plan["runnable"] = _check_chain(parts, modalities, components, prefill, language, replay, input_name)
+    return components, plan
+
+
+def _is_empty_cache(value: Any) -> bool:
+    get_len = getattr(value, "get_seq_length", None)
+    try:
+        return get_len is not None and int(get_len()) == 0
+    except Exception:
+        return False
+
+
+def _eager(component: tuple[Any, dict[str, Any]]) -> Any:
+    import torch
+
+    module, kwargs = component
+    with torch.no_grad():
+        return module(**copy.deepcopy(kwargs))
+
+
+def _check_chain(
+    parts: MultimodalParts, modalities: list[dict[str, Any]], components: dict[str, Any], prefill: dict[str, Any],
+    language: dict[str, Any], replay: Any, input_name: str,
+) -> bool | str:
+    """Replay the chain ``generate()`` runs on the captured prompt with the eager components; True when it gives
+    exactly the captured language-model inputs and logits, else the reason it does not."""
+    import torch
+
+    from .loop import merge_features, positions_from_mask
+
+    ids = prefill.get(input_name)
+    if not isinstance(ids, torch.Tensor):
+        return f"the prompt step got no {input_name}"
+    embeds = _eager(components["embed_tokens"])["inputs_embeds"]
+    for entry in modalities:
+        if entry["token_id"] is None:
+            return f"the model config names no {entry['modality']} placeholder token id"
+        features = _eager(components[entry["encoder"]])[entry["features"]]
+        if entry["projector"]:
+            features = _eager((components[entry["projector"]][0], {entry["projector_input"]: features}))[entry["embeds"]]
+        try:
+            embeds = merge_features(embeds, ids, features, entry["token_id"], entry["modality"])
+        except Exception as exc:
+            return f"the {entry['modality']} features do not fill the placeholder tokens one per position ({exc})"
+    if not torch.equal(embeds, language.get("inputs_embeds", torch.empty(0))):
+        return "the language model's input embeddings are not the token embeddings with the features written over the placeholders"
+    positions = language.get("position_ids")
+    mask = prefill.get("attention_mask")
+    if positions is not None and (mask is None or not torch.equal(positions, positions_from_mask(mask))):
+        return "the language model takes positions other than cumsum(attention_mask) - 1 (e.g. 3D multimodal rotary positions)"
+    logits = _eager(components["lm_head"])["logits"]
+    expected = getattr(replay, "logits", None)
+    if expected is None or not torch.equal(logits, expected[:, -logits.shape[1]:]):
+        return "lm_head on the language model's last hidden state does not give the model's logits"
+    return True

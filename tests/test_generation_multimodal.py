@@ -1,0 +1,132 @@
+"""A vision-language model (tiny LLaVA): decomposed into encoder, projector, embeddings, language model, head and
+decode graphs, exported on each backend, and chained by generate() to the same tokens as eager generate."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+from tiny_models import LLAVA_IMAGE_TOKEN, build, llava_inputs
+
+from hub_export import (
+    DynamoConfig,
+    DynamoExporter,
+    ExportedModel,
+    OnnxConfig,
+    OnnxExporter,
+    OpenVINOConfig,
+    OpenVINOExporter,
+)
+from hub_export.errors import HubExportError, InputError
+from hub_export.utils import decompose_for_generation
+
+_COMPONENTS = ["image_encoder", "multi_modal_projector", "embed_tokens", "language_model", "lm_head", "decode"]
+_BACKENDS = {
+    "dynamo": (DynamoExporter, DynamoConfig),
+    "onnx": (OnnxExporter, OnnxConfig),
+    "openvino": (OpenVINOExporter, OpenVINOConfig),  # stateful decode (the default), seeded by the language model
+}
+
+
+@pytest.fixture(scope="module")
+def llava():
+    return build("llava")
+
+
+@pytest.fixture(scope="module")
+def exports(llava, tmp_path_factory) -> dict:
+    cache: dict = {}
+
+    def get(backend: str):
+        if backend not in cache:
+            exporter, config = _BACKENDS[backend]
+            exported = exporter().export_for_generation(llava.model, llava.sample, config=config(dynamic=True))
+            folder = exported.save_pretrained(tmp_path_factory.mktemp(f"llava-{backend}") / "export")
+            cache[backend] = (exported, ExportedModel.from_pretrained(folder), folder)
+        return cache[backend]
+
+    return get
+
+
+def test_decompose_finds_the_multimodal_components(llava):
+    model, inputs = llava.model, llava.sample
+    before = {k: v.clone() for k, v in inputs.items()}
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    components = decompose_for_generation(model, inputs)
+    assert list(components) == _COMPONENTS
+    assert all(torch.equal(inputs[k], v) for k, v in before.items())
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in state.items())
+    assert "forward" not in vars(model) and "get_image_features" not in vars(model.model)
+    assert "forward" not in vars(model.model.multi_modal_projector)
+    encoder, kwargs = components["image_encoder"]
+    assert set(kwargs) == {"pixel_values"}
+    with torch.no_grad():
+        # the encoder graph ends where the projector starts: hidden layer -2 without the CLS token
+        features = encoder(**kwargs)["image_features"]
+        hidden = model.model.vision_tower(inputs["pixel_values"], output_hidden_states=True).hidden_states[-2]
+        assert torch.equal(features, hidden[:, 1:])
+        projector, projector_kwargs = components["multi_modal_projector"]
+        assert torch.equal(projector_kwargs["image_features"], features)
+        language, language_kwargs = components["language_model"]
+        assert language is model.get_decoder() and language_kwargs["inputs_embeds"].shape == (1, 23, 32)
+        assert "attention_mask" in language_kwargs  # restored although generate() dropped the all-ones mask
+        decode = components["decode"][1]
+        assert decode["input_ids"].shape == (1, 1) and decode["past_key_values"].get_seq_length() == 23
+        for module, captured in components.values():
+            module(**copy.deepcopy(captured))  # every captured call runs as is
+
+
+@pytest.mark.parametrize("backend", list(_BACKENDS))
+def test_generate_equals_eager_generate(llava, exports, backend):
+    exported, loaded, _ = exports(backend)
+    assert list(loaded.components) == _COMPONENTS
+    for component in exported.components.values():
+        assert component.metadata.parity["max_abs_diff"] < 1e-5
+    runs = [
+        llava.sample,
+        llava.other,  # batch 2, left padding, other text length
+        llava_inputs(1, 3, seed=4),
+        llava_inputs(2, 4, seed=5, image=False),  # a text-only prompt: embeddings and language model only
+    ]
+    for inputs in runs:
+        expected = llava.model.generate(**inputs, max_new_tokens=8, do_sample=False)
+        produced = loaded.generate(**inputs, max_new_tokens=8)
+        assert torch.equal(produced, expected), (backend, inputs["input_ids"].shape, produced, expected)
+
+
+def test_plan_chains_the_components_as_data(exports):
+    exported, loaded, folder = exports("dynamo")
+    plan = json.loads((folder / "export.json").read_text())["generation"]
+    assert plan == exported.generation == loaded.generation
+    assert plan["kind"] == "multimodal" and plan["runnable"] is True
+    assert plan["modalities"] == [{
+        "modality": "image", "encoder": "image_encoder", "inputs": ["pixel_values"], "features": "image_features",
+        "projector": "multi_modal_projector", "projector_input": "image_features", "embeds": "image_embeds",
+        "token_id": LLAVA_IMAGE_TOKEN,
+    }]
+    shapes = {name: {s.name: s.shape for s in c.metadata.inputs} for name, c in loaded.components.items()}
+    assert shapes["image_encoder"] == {"pixel_values": ("batch", 3, 16, 16)}
+    assert shapes["language_model"]["inputs_embeds"] == ("batch", "sequence", 32)
+    assert shapes["embed_tokens"] == {"input_ids": ("batch", "sequence")}
+    assert loaded.components["image_encoder"].metadata.architecture == "CLIPVisionModel"
+
+
+def test_placeholders_must_match_the_features(llava, exports):
+    _, loaded, _ = exports("dynamo")
+    inputs = llava_inputs(1, 3, seed=7)
+    inputs["input_ids"][0, 5] = 7  # one placeholder fewer than the image has features
+    with pytest.raises(InputError, match="15 image placeholder tokens .* 16 feature vectors"):
+        loaded.generate(**inputs, max_new_tokens=2)
+
+
+def test_a_chain_generate_cannot_follow_is_refused_with_its_reason(exports, tmp_path):
+    _, _, folder = exports("dynamo")
+    manifest = json.loads((folder / "export.json").read_text())
+    manifest["generation"]["runnable"] = "the language model takes positions other than cumsum(attention_mask) - 1"
+    exported = ExportedModel.from_pretrained(folder)
+    exported.generation = manifest["generation"]
+    with pytest.raises(HubExportError, match="cannot chain .* positions other than"):
+        exported.generate(**llava_inputs(1, 3), max_new_tokens=2)
+    assert exported.runners["lm_head"](hidden_states=torch.zeros(1, 1, 32))["logits"].shape == (1, 1, 96)
