@@ -314,3 +314,17 @@ def check_inputs_match(specs: list[TensorSpec], tensors: list[Any], dims: dict[s
                     f"Input {spec.name!r} has size {size} on axis {axis} ({dim}), outside the exported bounds "
                     f"[{low}, {high if high is not None else 'inf'}]. Re-export with a larger bound for {dim!r}."
                 )
+
+
+def in_place_pairs(inputs: list[TensorSpec], outputs: list[TensorSpec]) -> dict[int, int]:
+    """``{output index: input index}`` of the ``input.X``/``output.X`` pairs of one shape and dtype: a buffer the
+    graph updates in place (a static KV cache), which runners write into the caller's tensor."""
+    by_name = {spec.name: i for i, spec in enumerate(inputs)}
+    pairs = {}
+    for j, spec in enumerate(outputs):
+        if not spec.name.startswith("output."):
+            continue
+        i = by_name.get("input." + spec.name[len("output."):])
+        if i is not None and tuple(inputs[i].shape) == tuple(spec.shape) and inputs[i].dtype == spec.dtype:
+            pairs[j] = i
+    return pairs

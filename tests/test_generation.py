@@ -14,6 +14,8 @@ from tiny_models import build, text_inputs
 from hub_export import (
     DynamoConfig,
     DynamoExporter,
+    ExecutorchConfig,
+    ExecutorchExporter,
     ExportedModel,
     OnnxConfig,
     OnnxExporter,
@@ -25,6 +27,7 @@ from hub_export.utils import decompose_for_generation
 
 _BACKENDS = {
     "dynamo": (DynamoExporter, DynamoConfig),
+    "executorch": (ExecutorchExporter, ExecutorchConfig),
     "onnx": (OnnxExporter, OnnxConfig),
     "openvino": (OpenVINOExporter, OpenVINOConfig),
 }
@@ -336,9 +339,10 @@ def test_openvino_stateful_false_keeps_explicit_cache_tensors(exports):
 
 
 # -- static KV cache (GenerationConfig(cache_implementation="static")): preallocated buffers updated in place --
-@pytest.fixture(scope="module", params=["dynamo", "onnx"])
+@pytest.fixture(scope="module", params=["dynamo", "onnx", "executorch"])
 def static_llama(request, models, tmp_path_factory):
-    """Dynamo: the program mutates its inputs; ONNX: I/O binding writes each output.X into input.X's buffer."""
+    """Dynamo: the program mutates its inputs; ONNX: I/O binding writes each output.X into input.X's buffer;
+    ExecuTorch: the runtime returns the updated inputs, which the runner writes back into the caller's buffers."""
     from transformers import GenerationConfig
 
     case = models.setdefault("llama", build("llama"))

@@ -119,8 +119,13 @@ class ExecutorchExporter(HfExporter):
                 "export with sample inputs whose dynamic dims (batch, sequence) are at least 2."
             ) from exc
         contiguous_attention_outputs(program)
+        import torch
+
         try:
-            manager = _lower(program, config)
+            # no autograd: a program updating an input in place (a StaticCache) trips "leaf Variable that requires
+            # grad is being used in an in-place operation" while ExecuTorch's passes re-run its ops
+            with torch.no_grad():
+                manager = _lower(program, config)
         except ExportError:
             raise
         except Exception as exc:  # executorch raises many types; keep the cause

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import DeviceUnavailableError
+from ..errors import DeviceUnavailableError, ExportError
 from ..formats import ExportFormat
 from ..manifest import ComponentEntry
+from ..signature import in_place_pairs
 from .base import ModelRunner
+
+
+def torch_no_grad() -> Any:
+    import torch
+
+    return torch.no_grad()
 
 __all__ = ["ExecutorchRunner"]
 
@@ -59,4 +66,26 @@ class ExecutorchRunner(ModelRunner):
         import torch
 
         outputs = self.method.execute([t.detach().to("cpu").contiguous() for t in tensors])
-        return [o if isinstance(o, torch.Tensor) else torch.as_tensor(o) for o in outputs]
+        outputs = [o if isinstance(o, torch.Tensor) else torch.as_tensor(o) for o in outputs]
+        return self._write_back(tensors, outputs)
+
+    def _write_back(self, tensors: list[Any], outputs: list[Any]) -> list[Any]:
+        """A program that updates inputs in place (a static KV cache) returns the updated inputs first; they are
+        copied into the caller's tensors (the runtime planned its own input buffers) and the user outputs of an
+        updated input are the caller's tensor, as with the other backends."""
+        extra = len(outputs) - len(self.metadata.outputs)
+        if extra == 0:
+            return outputs
+        pairs = in_place_pairs(self.metadata.inputs, self.metadata.outputs)
+        mutated = sorted(set(pairs.values()))
+        if extra != len(mutated):
+            raise ExportError(
+                f"The ExecuTorch program returned {len(outputs)} outputs for {len(self.metadata.outputs)} in its "
+                f"signature and {len(mutated)} inputs it updates in place; re-export it with this hub_export version."
+            )
+        with torch_no_grad():
+            for index, value in zip(mutated, outputs[:extra]):
+                if tensors[index].data_ptr() != value.data_ptr():
+                    tensors[index].copy_(value)
+        user = outputs[extra:]
+        return [tensors[pairs[j]] if j in pairs else value for j, value in enumerate(user)]

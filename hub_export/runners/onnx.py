@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import ConfigError, DeviceUnavailableError, ExportError
 from ..formats import ExportFormat
 from ..manifest import ComponentEntry
+from ..signature import in_place_pairs
 from .base import ModelRunner
 
 __all__ = ["OnnxRunner", "execution_providers"]
@@ -99,7 +100,9 @@ class OnnxRunner(ModelRunner):
         if missing:
             raise ExportError(f"The ONNX graph's outputs differ from the export's signature at {missing}.")
         dtypes = {s.dtype for s in (*metadata.inputs, *metadata.outputs)}
-        self._shared = _shared_buffers(metadata, graph_inputs)
+        # a static KV cache (input.X -> output.X of one shape): I/O binding makes ORT write each such output into
+        # the caller's input buffer, so the cache is never copied between steps
+        self._shared = {j: i for j, i in in_place_pairs(metadata.inputs, metadata.outputs).items() if metadata.inputs[i].name in graph_inputs}
         self._binding = self._torch_device.type != "cpu" or bool(dtypes & _NON_NUMPY) or bool(self._shared)
 
     @classmethod
@@ -195,21 +198,6 @@ class OnnxRunner(ModelRunner):
             out = torch.from_dlpack(value)
             outputs.append(out.view(torch.bool) if spec.dtype == "bool" and out.dtype != torch.bool else out)
         return outputs
-
-
-def _shared_buffers(metadata: ComponentEntry, graph_inputs: set[str]) -> dict[int, int]:
-    """``{output index: input index}`` of the ``input.X``/``output.X`` pairs of one shape and dtype (a static KV
-    cache updated in place): I/O binding makes ORT write such an output into the input's buffer, so the cache
-    is never copied between steps."""
-    inputs = {spec.name: i for i, spec in enumerate(metadata.inputs) if spec.name in graph_inputs}
-    shared = {}
-    for j, spec in enumerate(metadata.outputs):
-        if not spec.name.startswith("output."):
-            continue
-        i = inputs.get("input." + spec.name[len("output."):])
-        if i is not None and tuple(metadata.inputs[i].shape) == tuple(spec.shape) and metadata.inputs[i].dtype == spec.dtype:
-            shared[j] = i
-    return shared
 
 
 def _session_device(session: Any) -> str:
