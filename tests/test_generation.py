@@ -246,6 +246,20 @@ def test_multi_token_decode_generates_and_continues_several_tokens(models, tmp_p
     assert float((produced.logits - expected.logits).abs().max()) < 1e-4
 
 
+def test_static_cache_with_multi_token_decode_is_one_graph_for_every_step(models, tmp_path):
+    from transformers import GenerationConfig
+
+    case = models.setdefault("llama", build("llama"))
+    config = GenerationConfig(**{**case.model.generation_config.to_dict(), "cache_implementation": "static", "max_cache_len": 24})
+    exported = DynamoExporter().export_for_generation(
+        case.model, _prompt(case), config=DynamoConfig(dynamic=True), generation_config=config, multi_token_decode=True
+    )
+    assert {s.name: s.shape for s in exported.components["decode"].metadata.inputs}["input_ids"] == ("batch", "sequence")
+    for inputs in [_prompt(case), *_runs("llama")]:  # the StaticCache's write position moves back for the re-fed token
+        expected = case.model.generate(**inputs, max_new_tokens=8, do_sample=False, generation_config=config)
+        assert torch.equal(exported.generate(**inputs, max_new_tokens=8), expected)
+
+
 def test_multi_token_decode_with_a_stateful_decode_is_refused(models):
     case = models.setdefault("llama", build("llama"))
     exported = OpenVINOExporter().export_for_generation(case.model, _prompt(case), config=OpenVINOConfig(dynamic=True), multi_token_decode=True)

@@ -154,23 +154,28 @@ def _next_tokens(logits: Any, sample: bool, temperature: float, top_k: int | Non
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
-def _decode_window(plan: dict[str, Any], decode: Any, fixed_cache: bool) -> int:
+def _decode_window(plan: dict[str, Any], decode: Any, stateful: bool) -> int:
     """How many tokens each decode step feeds: 1, or 2 for a ``multi_token_decode`` graph whose query axis
     starts at 2 (torch.export bounds a symbolic query length below by 2): such a step re-feeds the previous
     token against the cache shortened by one, which recomputes exactly the entry it dropped."""
     if not plan.get("multi_token_decode") or _min_length(decode, plan["token_input"]) < 2:
         return 1
-    if fixed_cache:
+    if stateful:
         raise HubExportError(
             "generate() runs a multi_token_decode graph by re-feeding the previous token with the cache shortened by "
-            "one, which a static cache or a stateful (OpenVINO) decode cannot do; export with multi_token_decode=False "
-            "for generate(), or with OpenVINOConfig(stateful=False)."
+            "one, which a stateful (OpenVINO) decode cannot do: its cache is internal state. Export with "
+            "OpenVINOConfig(stateful=False) or multi_token_decode=False for generate()."
         )
     return 2
 
 
 def _shortened(cache: Any) -> Any:
-    """``cache`` without its last position (a DynamicCache or EncoderDecoderCache from a runner: a fresh object)."""
+    """``cache`` without its last position: a DynamicCache/EncoderDecoderCache from a runner (a fresh object) is
+    cropped; a StaticCache's write position moves back one (the re-fed token overwrites the same entry)."""
+    if type(cache).__name__ == "StaticCache":
+        for layer in cache.layers:
+            layer.cumulative_length.sub_(1)
+        return cache
     cache.crop(-1)  # transformers >= 5: a negative count drops that many positions
     return cache
 
@@ -290,7 +295,7 @@ def generate(
         # torch.export bounds a traced prompt axis below by 2: a shorter prompt runs the decode graph on an empty cache
         runner = runners[stages["decode"]]
         step_inputs[cache_name] = _empty_cache(runner, cache_name, batch)
-    window = _decode_window(plan, runners[stages["decode"]], capacity is not None or bool(stateful))
+    window = _decode_window(plan, runners[stages["decode"]], bool(stateful))
     for step in range(max_new_tokens):
         if multimodal and step == 0:
             outputs = _multimodal_prompt(exported, plan, user, prompt, mask, step_inputs.get("position_ids"))
