@@ -129,9 +129,16 @@ class ExecutorchExporter(HfExporter):
         except ExportError:
             raise
         except Exception as exc:  # executorch raises many types; keep the cause
+            hint = ""
+            if config.quantizer is not None and "dependency cycles" in str(exc) and config.dynamic:
+                hint = (
+                    "\nXNNPACK's partitioner cannot group dynamically quantized linears under dynamic shapes here (shared "
+                    "choose_qparams chains, see pytorch/executorch#18397): export with dynamic=False, or calibrate a "
+                    "static quantization config (is_dynamic=False) instead."
+                )
             raise ExportError(
                 f"ExecuTorch lowering to {config.backend!r} failed for {traced.architecture}: "
-                f"{type(exc).__name__}: {str(exc)[:2000]}"
+                f"{type(exc).__name__}: {str(exc)[:2000]}{hint}"
             ) from exc
         traced.dims = _planned_dims(manager.exported_program(), traced)
         return manager

@@ -170,9 +170,14 @@ def export_for_generation(
     components, capture = decompose_with_capture(
         model, inputs, generation_config=generation_config, multi_token_decode=multi_token_decode
     )
+    configs = {
+        name: exporter._check_config(_component_config(config, name)) if isinstance(config, dict) else main
+        for name in components
+    }
+    configs = _calibrated_per_component(model, configs, generation_config, multi_token_decode)
     exported = {}
     for name, (module, kwargs) in components.items():
-        component_config = exporter._check_config(_component_config(config, name)) if isinstance(config, dict) else main
+        component_config = configs[name]
         module = _batch_tied(module) if component_config.dynamic else module
         exported[name] = exporter.export_component(name, module, kwargs, component_config)
     gen_config = copy.deepcopy(generation_config if generation_config is not None else getattr(model, "generation_config", None))
@@ -186,6 +191,43 @@ def export_for_generation(
         source=getattr(model, "_hub_export_source", None),
         generation={**_plan(model, components, capture, multi_token_decode, cache), "stateful": _stateful(exported)},
     )
+
+
+def _calibrated_per_component(
+    model: Any, configs: dict[str, ExportConfig], generation_config: Any, multi_token_decode: bool
+) -> dict[str, ExportConfig]:
+    """Give each component's calibrating quantizer the kwargs that component receives on the calibration prompts.
+
+    A quantizer's ``calibration_dataset`` holds ``generate`` inputs (prompts); each one is decomposed like the
+    sample, and component ``c`` calibrates on what ``c`` got (its recipe counts one sample per prompt).
+    """
+    import dataclasses
+
+    datasets: dict[int, list[dict[str, Any]]] = {}
+    for config in configs.values():
+        quantizer = config.quantizer
+        if quantizer is not None and quantizer.needs_calibration and quantizer.calibration_dataset:
+            datasets.setdefault(id(quantizer), quantizer.calibration_dataset)
+    if not datasets:
+        return configs
+    captured: dict[int, dict[str, list[dict[str, Any]]]] = {}
+    for key, prompts in datasets.items():
+        per_component: dict[str, list[dict[str, Any]]] = {}
+        for prompt in prompts:
+            stages, _ = decompose_with_capture(model, prompt, generation_config=generation_config, multi_token_decode=multi_token_decode)
+            for name, (_, kwargs) in stages.items():
+                per_component.setdefault(name, []).append(kwargs)
+        captured[key] = per_component
+    result = {}
+    for name, config in configs.items():
+        quantizer = config.quantizer
+        if quantizer is None or id(quantizer) not in captured:
+            result[name] = config
+            continue
+        copied = copy.copy(quantizer)
+        copied.calibration_dataset = captured[id(quantizer)].get(name) or None
+        result[name] = dataclasses.replace(config, quantizer=copied)
+    return result
 
 
 def _stateful(exported: dict[str, Any]) -> list[str]:

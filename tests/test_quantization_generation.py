@@ -1,0 +1,89 @@
+"""Quantized generation exports: calibration prompts decomposed per component, and PT2E lowered to ExecuTorch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny_models import build, text_inputs
+
+from hub_export import (
+    ExecutorchConfig,
+    ExecutorchExporter,
+    ExportedModel,
+    ExportError,
+    OnnxConfig,
+    OnnxExporter,
+    OnnxRuntimeQuantizer,
+    OnnxRuntimeStaticConfig,
+    PT2EQuantizer,
+)
+from hub_export.quantization import base as quantization_base
+
+PROMPTS = [text_inputs(1, 5, seed=11), text_inputs(2, 9, pad_left=2, seed=12), text_inputs(1, 12, seed=13)]
+
+
+def test_calibration_prompts_are_captured_per_component(monkeypatch, tmp_path):
+    case = build("llama")
+    seen: dict[str, list[list[int]]] = {}
+    original = quantization_base.calibration_for
+
+    def spy(quantizer, traced):
+        calibration = original(quantizer, traced)
+        names = [spec.name for spec in traced.inputs]
+        key = "decode" if any(n.startswith("input.past_key_values") for n in names) else "prefill"
+        cache = names.index("input.past_key_values.0.key") if key == "decode" else names.index("input_ids")
+        seen[key] = [list(sample[cache].shape) for sample in calibration.samples]
+        return calibration
+
+    monkeypatch.setattr(quantization_base, "calibration_for", spy)
+    quantizer = OnnxRuntimeQuantizer(OnnxRuntimeStaticConfig(calibration_dataset=PROMPTS, per_channel=True))
+    exported = OnnxExporter().export_for_generation(case.model, case.sample, config=OnnxConfig(dynamic=True, quantizer=quantizer))
+    # each component calibrated on what it receives for each prompt: the prompt, then one token against its cache
+    assert seen["prefill"] == [[1, 5], [2, 9], [1, 12]]
+    assert seen["decode"] == [[1, 2, 5, 8], [2, 2, 9, 8], [1, 2, 12, 8]]
+    assert quantizer.calibration_dataset == PROMPTS  # the caller's quantizer is left as it was
+    for component in exported.components.values():
+        assert component.metadata.quantization["calibration_samples"] == 3
+        assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for g in component.program.graphs() for n in g}
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "export"))
+    produced = loaded.generate(**PROMPTS[1], max_new_tokens=4)
+    assert produced.shape == (2, 13) and torch.equal(produced[:, :9], PROMPTS[1]["input_ids"])
+    with torch.no_grad():  # quantized, not exact: the first new token's logits stay close to eager's
+        eager = case.model(**PROMPTS[1]).logits[:, -1]
+    prefill = loaded.runners["prefill"](**PROMPTS[1], position_ids=PROMPTS[1]["attention_mask"].cumsum(-1) - 1)
+    assert float((prefill.logits[:, -1] - eager).abs().max()) < 0.05
+
+
+def _xnnpack(dynamic: bool):
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+
+    return XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic))
+
+
+def test_pt2e_quantized_program_lowers_to_executorch(tmp_path):
+    """PT2E static int8 (calibrated) on a dynamic-shape tiny Llama, then XNNPACK: the quantized ops run in the delegate."""
+    case = build("llama")
+    calibration = [case.sample, case.other, text_inputs(2, 5, seed=9)]
+    config = ExecutorchConfig(dynamic=True, quantizer=PT2EQuantizer(_xnnpack(False), calibration_dataset=calibration))
+    exported = ExecutorchExporter().export(case.model, case.sample, config=config)
+    component = exported.components["model"]
+    assert component.metadata.quantization["quantizer"] == "PT2EQuantizer"
+    assert component.metadata.quantization["calibration_samples"] == 3
+    targets = {str(n.target) for n in component.program.exported_program().graph.nodes if n.op == "call_function"}
+    assert "executorch_call_delegate" in targets
+    assert not {t for t in targets if "quantize_per" in t or "linear" in t}, targets  # all inside XNNPACK
+    with torch.no_grad():
+        expected = case.model(**case.other).logits
+    logits = exported(**case.other).logits
+    diff = float((logits - expected).abs().max())
+    assert 1e-5 < diff < 0.1, diff  # measured 0.03: int8 activations too, on a random tiny model
+    assert float((logits.argmax(-1) == expected.argmax(-1)).float().mean()) >= 0.8
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "export"))
+    torch.testing.assert_close(loaded(**case.other).logits, logits, atol=1e-6, rtol=0)
+
+
+def test_dynamic_activation_quantization_with_dynamic_shapes_names_the_way_out():
+    case = build("llama")
+    config = ExecutorchConfig(dynamic=True, quantizer=PT2EQuantizer(_xnnpack(True)))
+    with pytest.raises(ExportError, match="export with dynamic=False, or calibrate a static quantization"):
+        ExecutorchExporter().export(case.model, case.sample, config=config)
