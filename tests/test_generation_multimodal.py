@@ -1,5 +1,6 @@
-"""A vision-language model (tiny LLaVA): decomposed into encoder, projector, embeddings, language model, head and
-decode graphs, exported on each backend, and chained by generate() to the same tokens as eager generate."""
+"""Vision- and audio-language models (tiny LLaVA, AudioFlamingo3): decomposed into encoder, projector, embeddings,
+language model, head and decode graphs, exported on each backend, and chained by generate() to the same tokens as
+eager generate."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 
 import pytest
 import torch
-from tiny_models import LLAVA_IMAGE_TOKEN, build, llava_inputs
+from tiny_models import LLAVA_IMAGE_TOKEN, audio_flamingo_inputs, build, llava_inputs
 
 from hub_export import (
     DynamoConfig,
@@ -130,3 +131,17 @@ def test_a_chain_generate_cannot_follow_is_refused_with_its_reason(exports, tmp_
     with pytest.raises(HubExportError, match="cannot chain .* positions other than"):
         exported.generate(**llava_inputs(1, 3), max_new_tokens=2)
     assert exported.runners["lm_head"](hidden_states=torch.zeros(1, 1, 32))["logits"].shape == (1, 1, 96)
+
+
+@pytest.mark.parametrize("backend", ["dynamo", "onnx"])
+def test_audio_language_model_generate_equals_eager(backend, tmp_path):
+    case = build("audio_flamingo")
+    exporter, config = _BACKENDS[backend]
+    exported = exporter().export_for_generation(case.model, case.sample, config=config(dynamic=True))
+    assert list(exported.components) == ["audio_encoder", "multi_modal_projector", "embed_tokens", "language_model", "lm_head", "decode"]
+    plan = exported.generation
+    assert plan["runnable"] is True and plan["modalities"][0]["inputs"] == ["input_features", "input_features_mask"]
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "export"))
+    for inputs in [case.sample, case.other, audio_flamingo_inputs(1, 6, seed=8)]:
+        expected = case.model.generate(**inputs, max_new_tokens=8, do_sample=False)
+        assert torch.equal(loaded.generate(**inputs, max_new_tokens=8), expected), backend

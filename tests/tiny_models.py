@@ -175,6 +175,45 @@ def llava() -> TinyCase:
     )
 
 
+AUDIO_TOKEN = 95
+
+
+def audio_flamingo_inputs(batch: int, text: int, *, seed: int = 0) -> dict[str, Any]:
+    """An AudioFlamingo3 prompt: 2 text tokens, one placeholder per audio feature (15 for 60 mel frames after
+    the encoder's conv and pooling), ``text`` tokens, and the mel features with their mask."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.cat([
+        torch.randint(3, 90, (batch, 2), generator=gen), torch.full((batch, 15), AUDIO_TOKEN),
+        torch.randint(3, 90, (batch, text), generator=gen),
+    ], dim=1)
+    return {
+        "input_ids": ids, "attention_mask": torch.ones_like(ids),
+        "input_features": torch.randn(batch, 16, 60, generator=gen), "input_features_mask": torch.ones(batch, 60, dtype=torch.int64),
+    }
+
+
+def audio_flamingo() -> TinyCase:
+    """A tiny AudioFlamingo3 (Whisper-like audio encoder, projector, Qwen2 text model) built from a config."""
+    from transformers import AudioFlamingo3Config, AudioFlamingo3ForConditionalGeneration
+
+    config = AudioFlamingo3Config(
+        audio_config=dict(
+            model_type="audioflamingo3_encoder", num_mel_bins=16, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=64, hidden_size=32, max_source_positions=30,
+        ),
+        text_config=dict(
+            model_type="qwen2", vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0, bos_token_id=1,
+            eos_token_id=2,
+        ),
+        audio_token_id=AUDIO_TOKEN,
+    )
+    return TinyCase(
+        "audio_flamingo", _seeded(lambda: AudioFlamingo3ForConditionalGeneration(config)), audio_flamingo_inputs(1, 3),
+        audio_flamingo_inputs(2, 5, seed=3),
+    )
+
+
 CASES: dict[str, Callable[[], TinyCase]] = {
     "llama": llama,
     "gpt2": gpt2,
@@ -186,7 +225,7 @@ CASES: dict[str, Callable[[], TinyCase]] = {
 
 
 #: Generative models used only by the generation tests.
-GENERATIVE: dict[str, Callable[[], TinyCase]] = {"qwen3": qwen3, "llava": llava}
+GENERATIVE: dict[str, Callable[[], TinyCase]] = {"qwen3": qwen3, "llava": llava, "audio_flamingo": audio_flamingo}
 
 
 def build(name: str) -> TinyCase:
