@@ -183,9 +183,9 @@ def test_pt2e_quantizer_on_the_traced_graph(tmp_path):
 
 
 # -- ORT fusions ------------------------------------------------------------------------------------------
-FUSED = {
-    "llama": {"MultiHeadAttention", "SkipSimplifiedLayerNormalization"},
-    "gpt2": {"MultiHeadAttention", "SkipLayerNormalization"},
+FUSED = {  # per-provider fusions and their parity on generation graphs: tests/test_ort_fusions.py
+    "llama": {"GroupQueryAttention", "RotaryEmbedding", "SkipSimplifiedLayerNormalization"},
+    "gpt2": {"FastGelu", "GroupQueryAttention", "SkipLayerNormalization"},
     "bert": {"MultiHeadAttention", "SkipLayerNormalization", "BiasGelu"},
 }
 

@@ -14,8 +14,9 @@ optimizer). What it does not do, this module does on the resulting ``onnx_ir.Mod
   initializers are lazy ``ExternalTensor`` objects, remembering its file so ONNX Runtime opens the file itself.
 
 Lowering runs under :func:`hub_export.patches.onnx.onnx_export_patches` with its ``translation_table`` (two upstream
-bugs, named there). ``OnnxConfig.ort_fusions`` applies onnxscript's ONNX Runtime fusions (``com.microsoft`` ops such
-as ``MultiHeadAttention``: the graph then runs on ONNX Runtime only). A loaded program runs from its saved file:
+bugs, named there). ``OnnxConfig.ort_fusions`` applies the ONNX Runtime fusions of that execution provider
+(:mod:`~hub_export.exporters._ort_fusions`: ``com.microsoft`` ops such as ``GroupQueryAttention``, so the graph then
+runs on ONNX Runtime only). A loaded program runs from its saved file:
 edits made to it in memory are neither run nor saved by ``ExportedModel`` (which copies the verified files).
 """
 
@@ -29,6 +30,7 @@ from ..configs import ExportConfig, OnnxConfig
 from ..errors import ExportError
 from ..formats import ExportFormat, layout_for
 from ..manifest import ComponentEntry
+from ._ort_fusions import contrib_ops, fuse_for_ort as _fuse_for_ort
 from ._trace import Traced
 from .base import HfExporter
 
@@ -86,12 +88,12 @@ class OnnxExporter(HfExporter):
                 "Try optimize=False, another opset_version, or export with DynamoConfig to check the trace."
             ) from exc
         model = onnx_program.model
-        if config.ort_fusions:
-            _fuse_for_ort(model, config.ort_fusions)
-            self._last_contrib_ops = contrib_ops(model)  # read by component_extra for the manifest
         _name_io(model, traced)
         _name_dims(model, traced)
         model.graph.name = traced.architecture or "model"
+        if config.ort_fusions:  # after naming: the fusions match shapes by the traced dims (one past_sequence)
+            _fuse_for_ort(model, config.ort_fusions)
+            self._last_contrib_ops = contrib_ops(model)  # read by component_extra for the manifest
         return _quantize(model, traced, config)
 
     def component_extra(self, traced: Traced, config: ExportConfig) -> dict[str, Any]:
@@ -137,28 +139,6 @@ class OnnxExporter(HfExporter):
         from ..runners.onnx import OnnxRunner
 
         return OnnxRunner
-
-
-#: Ops of a graph that is already quantized (ORT's fusions do not match them).
-_QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "MatMulNBits", "QLinearMatMul"}
-
-
-def _fuse_for_ort(model: Any, provider: str) -> None:
-    """onnxscript's ``optimize_for_ort`` (its ``config_name`` is not used by onnxscript 0.7: every provider gets
-    the same fusions); a graph that is already quantized is left as is, with a warning."""
-    import warnings
-
-    from onnxscript.rewriter.ort_fusions import optimize_for_ort
-
-    if any(node.op_type in _QUANT_OPS for node in model.graph):
-        warnings.warn("The graph is already quantized: skipping ort_fusions, which need the float graph.", UserWarning, stacklevel=3)
-        return
-    optimize_for_ort(model, provider)
-
-
-def contrib_ops(model: Any) -> list[str]:
-    """Sorted ``com.microsoft`` op types in the main graph."""
-    return sorted({n.op_type for n in model.graph if n.domain == "com.microsoft"})
 
 
 def _quantize(model: Any, traced: Traced, config: ExportConfig) -> Any:

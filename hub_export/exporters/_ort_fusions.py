@@ -1,0 +1,126 @@
+"""ONNX Runtime fusions per execution provider (``OnnxConfig(ort_fusions=...)``), built on onnxscript's rewriter.
+
+The exported graph is rewritten into ``com.microsoft`` contrib ops; which ones depends on the provider:
+
+========  ==========================================================================================
+provider  attention of a decoder with a KV cache (other attention: ``MultiHeadAttention``)
+========  ==========================================================================================
+cpu       ``GroupQueryAttention`` with the rotary embedding inside (``do_rotary=1``)
+cuda      ``GroupQueryAttention`` with the rotary embedding inside (``do_rotary=1``)
+webgpu    ``GroupQueryAttention`` + a separate ``RotaryEmbedding``
+dml       ``MultiHeadAttention`` + a separate ``RotaryEmbedding``
+========  ==========================================================================================
+
+Every provider also gets ``SimplifiedLayerNormalization``, ``SkipSimplifiedLayerNormalization``,
+``SkipLayerNormalization``, the GELU fusions (``Gelu``, ``BiasGelu``, ``FastGelu``) and the projections that share
+one input (q/k/v, gate/up) packed into one ``MatMul`` (q/k/v then feed ``GroupQueryAttention`` packed).
+
+``GroupQueryAttention`` keeps the graph's semantics exactly, left padding included: the padding mask the graph
+built from ``attention_mask`` goes in as ``attention_bias``, rotary positions come from ``position_ids`` (cpu/cuda
+also pass ``query_seqlens``: without it ORT's kernel rotates a prompt from its first position id only and refuses a
+multi-token step with a past for batch > 1), every row counts the whole cache (``seqlens_k = total - 1``), and query
+rows that see no key at all are zeroed afterwards like the unfused graph does. ORT's CPU kernel rotates inside
+only for head sizes that are multiples of 16: smaller heads keep a separate ``RotaryEmbedding``.
+
+Limits: attention counts as a KV-cache decoder's (causal) when the graph returns its key/value; Qwen3's per-head
+q/k norms stay ``SimplifiedLayerNormalization`` nodes before ``GroupQueryAttention`` for every provider (its
+``q_norm_weight`` input is rejected by the CPU kernel, so it could not be verified here); ORT's CUDA
+``GroupQueryAttention`` runs float16/bfloat16 only, so a float32 graph fused for cuda runs that op on the CPU
+provider; mixture-of-experts layers are not rewritten into ``MoE`` yet.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+__all__ = ["PROVIDERS", "contrib_ops", "fuse_for_ort"]
+
+#: The execution providers ``OnnxConfig.ort_fusions`` accepts.
+PROVIDERS = ("cpu", "cuda", "webgpu", "dml")
+#: Ops of a graph that is already quantized (the fusions do not match them).
+_QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "MatMulNBits", "QLinearMatMul"}
+_MS = "com.microsoft"
+
+
+def contrib_ops(model: Any) -> list[str]:
+    """Sorted ``com.microsoft`` op types in the main graph."""
+    return sorted({n.op_type for n in model.graph if n.domain == _MS})
+
+
+def fuse_for_ort(model: Any, provider: str) -> dict[str, int]:
+    """Rewrite ``model`` (an ``onnx_ir.Model``, in place) into the contrib ops ``provider`` runs fastest.
+
+    A graph that is already quantized is left as is, with a warning.
+
+    Returns:
+        How many times each fusion applied.
+    """
+    import onnx_ir.passes.common as common_passes
+    from onnxscript.optimizer import optimize
+    from onnxscript.rewriter import rewrite
+    from onnxscript.rewriter.ort_fusions import _core, cos_sin_cache, mha, rotary_embedding, sdpa
+    from onnxscript.rewriter.ort_fusions.attention import fuse_attention
+    from onnxscript.rewriter.ort_fusions.bias_gelu import fuse_bias_gelu
+    from onnxscript.rewriter.ort_fusions.erfgelu import fuse_erfgelu
+    from onnxscript.rewriter.ort_fusions.gelu import fuse_gelu
+    from onnxscript.rewriter.ort_fusions.mha_bias import fuse_mha_bias
+    from onnxscript.rewriter.ort_fusions.mha_scale import fuse_mha_scale
+    from onnxscript.rewriter.ort_fusions.rms_normalization import fuse_rms_normalization
+    from onnxscript.rewriter.ort_fusions.sdpa_via_mha import replace_sdpa_by_mha
+    from onnxscript.rewriter.ort_fusions.skip_normalization import (
+        fuse_skip_layer_normalization,
+        fuse_skip_rms_normalization,
+    )
+    from onnxscript.rewriter.rules.common import _gemm_to_matmul_add
+
+    from . import _ort_rules as rules
+
+    if provider not in PROVIDERS:
+        raise ValueError(f"ort_fusions={provider!r}: use one of {PROVIDERS}.")
+    if any(node.op_type in _QUANT_OPS for node in model.graph):
+        message = "The graph is already quantized: skipping ort_fusions, which need the float graph."
+        warnings.warn(message, UserWarning, stacklevel=3)
+        return {}
+    rewrite(model, [_gemm_to_matmul_add.gemm_to_matmul_add_rule])
+    _core._pre_optimize(model)
+    counts: dict[str, int] = {}
+
+    def fuse(name: str, fuser: Any, **kwargs: Any) -> None:
+        counts[name] = fuser.apply_to_model(model) if hasattr(fuser, "apply_to_model") else fuser(model, **kwargs)
+
+    fuse("erf_gelu", fuse_erfgelu)
+    fuse("rms_normalization", fuse_rms_normalization)
+    fuse("skip_layer_normalization", fuse_skip_layer_normalization)
+    fuse("skip_rms_normalization", fuse_skip_rms_normalization)
+    fuse("rotary_embedding", rotary_embedding.rotary_embedding_rules)
+    fuse("cos_sin_cache", rules.cos_sin_cache_rules())
+    fuse("cos_sin_cache_onnxscript", cos_sin_cache.cos_sin_cache_rules)
+    common_passes.CommonSubexpressionEliminationPass()(model)
+    fuse("partial_rotary_embedding", rotary_embedding.partial_embedding_rules)
+    rules.canonical_sums(model)
+    fuse("sdpa", sdpa.fuse_sdpa, apply_shape_inference=True)
+    counts["identity_reshapes"] = rules.drop_identity_reshapes(model)
+    if provider != "dml":  # cpu and cuda rotate inside and take query_seqlens; webgpu rejects query_seqlens
+        native = provider in ("cpu", "cuda")
+        fuse("gqa", rules.gqa_rules(rotary_inside=native, query_seqlens=native))
+    common_passes.CommonSubexpressionEliminationPass()(model)  # one copy of the sizes every layer computes
+    fuse("mha1", mha.fuse_mha1)
+    fuse("mha2", mha.fuse_mha2)
+    fuse("mha_scale", fuse_mha_scale)
+    if counts["mha1"] or counts["mha2"]:
+        fuse("mha_bias", fuse_mha_bias)
+        fuse("attention", fuse_attention)
+    fuse("gelu", fuse_gelu)
+    fuse("fast_gelu", rules.tanh_gelu_rules())
+    fuse("bias_gelu", fuse_bias_gelu)
+    fuse("sdpa_via_mha", replace_sdpa_by_mha)
+    optimize(model)
+    counts["packed_matmul"] = rules.pack_projections(model)
+    common_passes.RemoveUnusedNodesPass()(model)  # the weights that were packed
+    rewrite(model, _core.ORT_PATTERN_REWRITE_RULES)
+    common_passes.LiftConstantsToInitializersPass(lift_all_constants=False, size_limit=1)(model)
+    common_passes.RemoveInitializersFromInputsPass()(model)
+    common_passes.ShapeInferencePass()(model)
+    return {name: count for name, count in counts.items() if count}
+
