@@ -48,6 +48,7 @@ class Capture:
         watched: The kwargs of each call of the other methods watched (multimodal feature functions, projectors).
         sequences: The token ids ``generate`` returned.
         multimodal: The plan entries chaining a multimodal model's components (None for text-only models).
+        full_length_cache: ``generate`` ran with a plain ``DynamicCache`` instead of its sliding-window layers.
     """
 
     def __init__(self) -> None:
@@ -56,6 +57,7 @@ class Capture:
         self.watched: dict[str, list[dict[str, Any]]] = {}
         self.sequences: Any = None
         self.multimodal: dict[str, Any] | None = None
+        self.full_length_cache = False
 
 
 def _clone_inputs(inputs: Any) -> dict[str, Any]:
@@ -93,6 +95,10 @@ def capture_generation(
         for name, value in settings.items():
             setattr(config, name, value)
         kwargs = {"generation_config": config}
+    full_cache = _full_length_cache(model, inputs, config)
+    if full_cache is not None:
+        kwargs["past_key_values"] = full_cache
+        capture.full_length_cache = True
     encoder = model.get_encoder() if _is_encoder_decoder(model) else None
     was_training = model.training
     model.eval()
@@ -117,6 +123,25 @@ def capture_generation(
     if hasattr(capture.sequences, "sequences"):
         capture.sequences = capture.sequences.sequences
     return capture
+
+
+def _full_length_cache(model: Any, inputs: Any, config: Any) -> Any:
+    """A plain ``DynamicCache`` for a model with sliding-window layers, else None.
+
+    ``generate`` gives such models ``DynamicSlidingWindowLayer`` caches, which keep only the last window of keys
+    and track their length in a Python int: a graph traced on one would bake in that length and those shapes.
+    With full-length layers the window comes from the attention mask alone (transformers builds the sliding mask
+    from positions), which computes the same attention; the exported graphs then take and return plain caches.
+    """
+    text_config = getattr(model, "config", None)
+    text_config = text_config.get_text_config() if hasattr(text_config, "get_text_config") else text_config
+    sliding = "sliding_attention" in (getattr(text_config, "layer_types", None) or ())
+    implementation = getattr(config, "cache_implementation", None)
+    if not sliding or implementation not in (None, "dynamic") or "past_key_values" in inputs or _is_encoder_decoder(model):
+        return None
+    from transformers import DynamicCache
+
+    return DynamicCache()
 
 
 def _is_encoder_decoder(model: Any) -> bool:

@@ -106,6 +106,28 @@ def _batch_tied(module: Any) -> Any:
     return Tied().train(module.training)  # a new Module starts in training mode; trace() restores this mode
 
 
+def _with_full_length_cache(module: Any) -> Any:
+    """``module`` behind a forward that starts from an empty plain ``DynamicCache`` (see
+    :func:`hub_export.generation.decompose._full_length_cache`): without one, the model would build its own
+    sliding-window cache and return keys cut to the window, which the decode graph (traced on full-length
+    caches) does not take."""
+    import torch
+    from transformers import DynamicCache
+
+    class FullLengthCache(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = module
+            self.config = getattr(module, "config", None)
+
+        def forward(self, **kwargs: Any) -> Any:
+            kwargs.setdefault("past_key_values", DynamicCache())
+            return self.model(**kwargs)
+
+    FullLengthCache.__name__ = FullLengthCache.__qualname__ = type(module).__name__
+    return FullLengthCache().train(module.training)
+
+
 def _batch_of_two(inputs: Any) -> Any:
     """A batch-1 capture repeated to batch 2: torch.export specializes size-1 axes, so a batch-1 sample would
     export graphs that only take batch 1 (a dynamic export must take any batch)."""
@@ -178,6 +200,8 @@ def export_for_generation(
     exported = {}
     for name, (module, kwargs) in components.items():
         component_config = configs[name]
+        if capture.full_length_cache and "past_key_values" not in kwargs and name in ("prefill", "language_model"):
+            module = _with_full_length_cache(module)
         module = _batch_tied(module) if component_config.dynamic else module
         exported[name] = exporter.export_component(name, module, kwargs, component_config)
     gen_config = copy.deepcopy(generation_config if generation_config is not None else getattr(model, "generation_config", None))
