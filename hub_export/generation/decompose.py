@@ -296,6 +296,12 @@ def decompose_with_capture(
     if multi_token_decode:
         decode = _merge_decode_calls(capture.calls[first], capture.calls[first + 1], input_name)
     if "past_key_values" not in decode:
+        if "cache_params" in decode:
+            raise ExportError(
+                f"{type(model).__name__} carries a state-space cache (cache_params: convolution and SSM states), which "
+                "export_for_generation does not export yet (it exports key/value caches); export the forward pass with "
+                "exporter.export(model, inputs) instead."
+            )
         raise ExportError(f"{type(model).__name__}'s decode step got no past_key_values; export_for_generation needs a KV cache.")
     components: dict[str, tuple[Any, dict[str, Any]]] = {}
     if _is_encoder_decoder(model):
