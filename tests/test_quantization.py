@@ -30,6 +30,8 @@ from hub_export import (
     OpenVINOExporter,
     DynamoConfig,
     DynamoExporter,
+    ExecutorchConfig,
+    ExecutorchExporter,
     PT2EQuantizer,
 )
 from tiny_models import build, text_inputs
@@ -218,3 +220,30 @@ def test_quantized_graph_skips_fusions():
     with pytest.warns(UserWarning, match="already quantized: skipping ort_fusions"):
         _fuse_for_ort(ir.Model(graph, ir_version=10), "cpu")
     assert [n.op_type for n in graph] == ["DynamicQuantizeLinear"]
+
+
+@pytest.mark.parametrize("mode, bound, agreement", [("int8_asym", 0.02, 0.9), ("int4_sym", 0.15, 0.75)])
+def test_nncf_weight_compression_on_the_fx_graph(wide_llama, tmp_path, mode, bound, agreement):
+    """NNCF's TorchFX backend on a Dynamo export: int8/int4 weight buffers and their decompression in the .pt2."""
+    model, sample, expected, fp32_bytes = wide_llama
+    quantizer = NNCFQuantizer(NNCFWeightCompressionConfig(mode=mode, group_size=32))
+    exported = DynamoExporter().export(model, sample, config=DynamoConfig(quantizer=quantizer))
+    program = exported.components["model"].program
+    stored = {**program.state_dict, **program.constants}
+    compressed = sum(t.numel() * t.element_size() for t in stored.values() if t.dtype in (torch.int8, torch.uint8))
+    floats = sum(t.numel() * t.element_size() for t in stored.values() if t.dtype.is_floating_point)
+    assert compressed > floats  # the weights are now integers (scales stay float)
+    assert compressed + floats < 0.3 * fp32_bytes  # measured 0.25x (int8); the .pt2 itself is mostly graph JSON here
+    logits = exported(**sample).logits
+    diff = float((logits - expected).abs().max())
+    assert 1e-5 < diff < bound, diff
+    assert float((logits.argmax(-1) == expected.argmax(-1)).float().mean()) >= agreement
+    assert exported.components["model"].metadata.quantization["settings"]["mode"] == mode
+    exported.save_pretrained(tmp_path)
+    torch.testing.assert_close(ExportedModel.from_pretrained(tmp_path)(**sample).logits, logits, atol=1e-6, rtol=0)
+
+
+def test_nncf_int4_is_refused_for_executorch_before_tracing():
+    quantizer = NNCFQuantizer(NNCFWeightCompressionConfig(mode="int4_sym", group_size=32))
+    with pytest.raises(ConfigError, match="does not lower to ExecuTorch"):
+        ExecutorchExporter().export(object(), {"x": torch.zeros(1)}, config=ExecutorchConfig(quantizer=quantizer))

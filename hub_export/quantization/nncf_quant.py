@@ -1,9 +1,10 @@
-"""NNCF quantizers: weight compression and full int8 quantization of OpenVINO (and ONNX) exports.
+"""NNCF quantizers: weight compression and full int8 quantization of OpenVINO (and ONNX, FX) exports.
 
 * :class:`NNCFWeightCompressionConfig` runs ``nncf.compress_weights`` (weight-only int8/int4; activations stay
   float). On an OpenVINO export it compresses the ``openvino.Model`` (int8/int4 constants + ``Convert``/``Multiply``
   decompression); on an ONNX export NNCF 3.4's ONNX backend writes ``DequantizeLinear`` (int8) or ONNX Runtime's
-  ``MatMulNBits`` (int4) nodes.
+  ``MatMulNBits`` (int4) nodes; on a Dynamo export NNCF's TorchFX backend compresses the traced graph (int8/int4
+  buffers and their decompression ops inside the ``.pt2``).
 * :class:`NNCFQuantizationConfig` runs ``nncf.quantize`` on the OpenVINO model, calibrated on samples
   (``FakeQuantize`` nodes, int8 weights).
 
@@ -95,7 +96,23 @@ class NNCFQuantizer(ExportQuantizer):
             calibration_dataset = config.calibration_dataset
         super().__init__(calibration_dataset)
         self.config = config
-        self.stages = ("openvino", "onnx") if isinstance(config, NNCFWeightCompressionConfig) else ("openvino",)
+        self.stages = ("openvino", "onnx", "fx") if isinstance(config, NNCFWeightCompressionConfig) else ("openvino",)
+
+    def check_available(self, stage: str, export_format: str | None = None) -> None:
+        """Also refuse int4 weight compression for ExecuTorch, whose edge dialect rejects NNCF's int4 unpacking
+        (``SpecViolationError`` in ``to_edge``).
+
+        Raises:
+            ConfigError: An unsupported stage/format, or int4 for ExecuTorch.
+            BackendUnavailableError: NNCF is not installed.
+        """
+        super().check_available(stage, export_format)
+        int4 = isinstance(self.config, NNCFWeightCompressionConfig) and self.config.mode.startswith("int4")
+        if export_format == "executorch" and int4:
+            raise ConfigError(
+                f"NNCF {self.config.mode} weight compression does not lower to ExecuTorch (its int4 unpacking is not "
+                "valid edge dialect); use mode='int8_asym'/'int8_sym', or PT2EQuantizer for ExecuTorch."
+            )
 
     def settings(self) -> dict[str, Any]:
         """The config's fields, and which NNCF function they drive."""
@@ -120,6 +137,8 @@ class NNCFQuantizer(ExportQuantizer):
         try:
             if stage == "onnx":
                 return _compress_onnx(model, self._compress_kwargs())
+            if stage == "fx":
+                return _compress_fx(model, self._compress_kwargs())
             return self._run_openvino(model, calibration)
         except ExportError:
             raise
@@ -169,6 +188,31 @@ def _compress_onnx(model: Any, kwargs: dict[str, Any]) -> Any:
         if _has_external(compressed):  # read the weights before the directory goes away
             onnx.load_external_data_for_model(compressed, tmp)
         return ir.from_proto(compressed)
+
+
+def _compress_fx(program: Any, kwargs: dict[str, Any]) -> Any:
+    """``nncf.compress_weights`` on the traced program's FX graph (NNCF's TorchFX backend); returns the module
+    with int8/int4 weights and their decompression, which ``quantize_traced`` re-exports.
+
+    The program is first re-traced with autograd off: NNCF's graph builder cannot read the
+    ``wrap_with_set_grad_enabled`` subgraphs that ``@torch.no_grad`` code (rotary embeddings) leaves in an export
+    ("'GraphModule' object has no attribute 'shape'"). Symbolic input axes stay symbolic.
+    """
+    import nncf
+    import torch
+
+    from ..patches.dynamo import tracing_patches
+
+    args = tuple(program.example_inputs[0])
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder" and n.name in program.graph_signature.user_inputs]
+    shapes = tuple(
+        {axis: torch.export.Dim.AUTO for axis, size in enumerate(node.meta["val"].shape) if isinstance(size, torch.SymInt)} or None
+        for node in placeholders
+    )
+    dynamic = any(shape is not None for shape in shapes)
+    with torch.no_grad(), tracing_patches(dynamic):
+        plain = torch.export.export(program.module(), args, dynamic_shapes=shapes if dynamic else None)
+    return nncf.compress_weights(plain.module(), **kwargs)
 
 
 def _has_external(proto: Any) -> bool:
