@@ -280,8 +280,13 @@ def pair_names(input_names: list[str], output_names: list[str]) -> tuple[list[st
     )
 
 
-def check_inputs_match(specs: list[TensorSpec], tensors: list[Any], dims: dict[str, dict[str, Any]]) -> None:
+def check_inputs_match(
+    specs: list[TensorSpec], tensors: list[Any], dims: dict[str, dict[str, Any]], pinned_axes: Any = ()
+) -> None:
     """Check flat tensors against the traced specs: dtype, rank, static dims and symbolic bounds.
+
+    ``pinned_axes`` (``{"input", "axis", "size"}`` items) are the axes asked to be dynamic that the model fixed
+    while tracing: their error says so instead of suggesting ``dynamic=True``.
 
     Raises:
         InputError: A tensor has the wrong dtype, rank or static size.
@@ -302,9 +307,18 @@ def check_inputs_match(specs: list[TensorSpec], tensors: list[Any], dims: dict[s
         for axis, (size, dim) in enumerate(zip(tensor.shape, spec.shape)):
             if isinstance(dim, int):
                 if size != dim:
+                    pinned = any(p.get("input") == spec.name and p.get("axis") == axis for p in pinned_axes)
+                    fix = (
+                        "It was exported with dynamic shapes, but the model's code fixed this axis while tracing "
+                        "(a limitation of the model's implementation, e.g. a Python loop over it): re-exporting with "
+                        f"dynamic=True does not change it. Pass size {dim} there, or export with a sample of the size "
+                        "you will run."
+                        if pinned
+                        else "Re-export with dynamic=True to accept other sizes."
+                    )
                     raise InputError(
                         f"Input {spec.name!r} has size {size} on axis {axis}, but this export is static there ({dim}). "
-                        f"Expected signature: {expected}. Re-export with dynamic=True to accept other sizes."
+                        f"Expected signature: {expected}. {fix}"
                     )
                 continue
             bounds = dims.get(dim, {})

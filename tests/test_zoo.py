@@ -3,11 +3,14 @@
 Each model is exported once with ``dynamic=True`` on its sample kwargs, then run at the sample shape and at
 another batch/sequence length; every flattened output (logits, caches, hidden states) must match eager PyTorch
 and the output class must be the eager one. The whole zoo runs in ``benchmarks/coverage.py``
-(``docs/support-matrix.md``).
+(``docs/support-matrix.md``). Regression tests for the architectures the patches fixed follow the slice: mixtures of
+experts on ONNX/OpenVINO (``patches.dynamo.experts_as_standard_ops``), size arithmetic on OpenVINO (Mamba-2, and
+a tiny module for ``patches.openvino.size_arithmetic_rules``), and Mamba's sequence axis pinned by the model.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,21 +18,27 @@ import torch
 from zoo import build
 
 from hub_export.configs import AutoExportConfig
+from hub_export.errors import InputError
 from hub_export.exporters.auto import exporter_class
 from hub_export.signature import flatten_value
 
 ATOL = 1e-4
 
-# (architecture, backend): a decoder with sliding window, a mixture of experts, an encoder with offset
-# positions, a convolutional vision model, a convolutional audio encoder.
+# (architecture, backend): a decoder with sliding window, a mixture of experts (with a shared expert) on every
+# backend, an encoder with offset positions, a convolutional vision model, a convolutional audio encoder, and a
+# state-space model whose chunk padding is size arithmetic (mod, min, ceil division) on OpenVINO. (Swin needs the
+# same rules; its OpenVINO conversion takes ~50 s, so it runs in the benchmark only.)
 CELLS = [
     ("mistral", "dynamo"),
     ("mistral", "onnx"),
     ("qwen2_moe", "dynamo"),
+    ("qwen2_moe", "onnx"),
+    ("qwen2_moe", "openvino"),
     ("roberta", "dynamo"),
     ("roberta", "onnx"),
     ("convnext", "dynamo"),
     ("wav2vec2", "dynamo"),
+    ("mamba2", "openvino"),
 ]
 
 
@@ -69,3 +78,63 @@ def test_zoo_architecture_matches_eager(name: str, backend: str, cases: Any) -> 
             assert got_leaves[key].shape == want.shape, key
             diff = (got_leaves[key] - want).abs().max().item() if want.numel() else 0.0
             assert diff <= ATOL, f"{name}/{backend} {key}: max abs diff {diff:.2e}"
+
+
+def test_experts_trace_to_standard_ops_and_restore(cases: Any) -> None:
+    """MoE layers default to ``grouped_mm`` (histc + a transformers custom op): the trace must hold neither."""
+    from hub_export.exporters._trace import trace
+
+    model = cases("mixtral").model
+    experts = [m for m in model.modules() if hasattr(m, "has_gate") and hasattr(m, "num_experts")]
+    implementation = model.config._experts_implementation  # "grouped_mm", transformers' default on CPU
+    assert experts
+    for backend in ("dynamo", "executorch"):  # a per-expert loop (where); ExecuTorch: gathered weights (bmm)
+        config = AutoExportConfig.config_class(backend)(dynamic=True)
+        program = trace(model, cases("mixtral").sample, config).program
+        targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+        assert not [t for t in targets if "transformers" in t or "histc" in t or "grouped_mm" in t]
+        per_expert_loop = "aten.where.default" in targets and "aten.bmm.default" not in targets
+        assert per_expert_loop == (backend != "executorch"), backend
+        assert all("forward" not in vars(m) for m in experts)  # the per-instance switch is gone
+        assert model.config._experts_implementation == implementation
+
+
+class _SizeArithmetic(torch.nn.Module):
+    """Floor division of a negative size (a ceil division), ``%`` and ``min`` of two sizes, as traced."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows, cols = x.shape
+        chunks = -(-cols // 4)
+        return x.new_ones(chunks, 2) * (cols % 3) + torch.sym_min(rows, cols)
+
+
+def test_openvino_size_arithmetic_follows_python() -> None:
+    """OpenVINO truncates ``//`` and has no rule for ``%``/``sym_min``: the conversion rules give Python's results."""
+    from hub_export.configs import OpenVINOConfig
+
+    model = _SizeArithmetic()
+    exported = exporter_class("openvino")().export(model, {"x": torch.zeros(2, 7)}, config=OpenVINOConfig(dynamic=True))
+    for rows, cols in ((2, 5), (5, 3), (3, 9), (4, 8)):
+        x = torch.zeros(rows, cols)
+        torch.testing.assert_close(exported(x=x), model(x), rtol=0, atol=0)
+
+
+def test_dynamic_axis_pinned_by_the_model_is_named(tmp_path: Path) -> None:
+    """Mamba's reference path loops over the sequence: the export warns once and the run-time error says why,
+    also after a save and load (the pinned axes are in the manifest)."""
+    from hub_export.model import ExportedModel
+
+    case = build("mamba")
+    config = AutoExportConfig.config_class("dynamo")(dynamic=True)
+    with pytest.warns(UserWarning, match=r"'input_ids' axis 1 \(fixed to 7\).*model's code fixed it") as record:
+        exported = exporter_class("dynamo")().export(case.model, case.sample, config=config)
+    assert len([w for w in record if "fixed to" in str(w.message)]) == 1
+    assert exported.components["model"].metadata.extra["pinned_axes"] == [{"input": "input_ids", "axis": 1, "size": 7}]
+    exported.save_pretrained(tmp_path)
+    for model in (exported, ExportedModel.from_pretrained(tmp_path)):
+        with pytest.raises(InputError, match="model's code fixed this axis") as error:
+            model(**case.other)
+        assert "Re-export with dynamic=True" not in str(error.value)
+    batch = {"input_ids": case.other["input_ids"][:, :7]}  # another batch at the traced length still runs
+    with torch.no_grad():
+        torch.testing.assert_close(exported(**batch).logits, case.model(**batch).logits, rtol=0, atol=ATOL)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..configs import ExportConfig
@@ -81,6 +81,42 @@ class Traced:
     architecture: str | None
     dtype: str
     device: str
+    #: axes asked to be dynamic that the model's code fixed while tracing: ``{"input", "axis", "size"}`` each
+    pinned_axes: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _pinned_axes(model: Any, config: ExportConfig, spec: Any, leaves: list[str], names: list[str],
+                 shapes: list[tuple[int | str, ...]]) -> list[dict[str, Any]]:
+    """Axes asked to be dynamic that came out static (``leaves``: flat input names, ``names``: their specs' names).
+
+    Under ``dynamic=True`` only batch and sequence axes count (channels, hidden sizes, a ViT's image size are
+    static by nature); under ``dynamic_shapes`` every axis given a dim does. Warns once, naming each axis.
+    """
+    import warnings
+
+    import torch
+
+    cache_inputs = any(n.endswith((".key", ".value")) for n in leaves)
+    pinned = []
+    for leaf, name, axes, shape in zip(leaves, names, spec[0] if spec else (), shapes):
+        axes = axes if isinstance(axes, dict) else dict(enumerate(axes)) if isinstance(axes, (list, tuple)) else {}
+        for axis, dim in axes.items():
+            if dim is None or dim == torch.export.Dim.STATIC or axis >= len(shape) or not isinstance(shape[axis], int):
+                continue
+            role = _semantic_name(leaf, axis, cache_inputs)
+            if not config.dynamic or role == "batch" or role.endswith("sequence"):
+                pinned.append({"input": name, "axis": axis, "size": shape[axis]})
+    if pinned:
+        axes_text = ", ".join(f"{p['input']!r} axis {p['axis']} (fixed to {p['size']})" for p in pinned)
+        warnings.warn(
+            f"{type(model).__name__}: dynamic shapes were asked for {axes_text}, but the model's code fixed "
+            f"{'them' if len(pinned) > 1 else 'it'} while tracing (a Python loop or branch on that size: a limitation "
+            "of the model's implementation, not of this export). The export accepts only the traced size there: "
+            "run it with that size, or export with a sample of the size you will run.",
+            UserWarning,
+            stacklevel=5,  # _pinned_axes < trace < export_component < export < the caller
+        )
+    return pinned
 
 
 def _model_dtype_device(model: Any) -> tuple[str, str]:
@@ -225,7 +261,7 @@ def trace(model: Any, sample_inputs: dict[str, Any], config: ExportConfig, *, bo
         output_names, output_structure = list(wrapper.output_names), wrapper.output_structure
         dynamic_shapes = _dynamic_shapes(config, leaves, input_structure, bounds)
         try:
-            with tracing_patches(config.dynamic):
+            with tracing_patches(config.dynamic, model, config.export_format.value):
                 program = torch.export.export(
                     wrapper,
                     tuple(sample),
@@ -246,7 +282,9 @@ def trace(model: Any, sample_inputs: dict[str, Any], config: ExportConfig, *, bo
     _detach_weights(program)
     input_names = [name for name, _ in leaves]
     shapes, symbols, dims = _name_dims(program, input_names)
+    leaf_names = input_names
     input_names, output_names = pair_names(input_names, output_names)
+    pinned_axes = _pinned_axes(model, config, dynamic_shapes, leaf_names, input_names, shapes)
     inputs = [TensorSpec(n, dtype_name(t.dtype), s) for n, t, s in zip(input_names, sample, shapes)]
     out_nodes = _user_output_values(program)
     outputs = [
@@ -268,6 +306,7 @@ def trace(model: Any, sample_inputs: dict[str, Any], config: ExportConfig, *, bo
         architecture=type(model).__name__,
         dtype=dtype,
         device=device,
+        pinned_axes=pinned_axes,
     )
 
 

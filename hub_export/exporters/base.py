@@ -126,7 +126,10 @@ class HfExporter:
             "atol": self.parity_atol,
             "inputs": {s.name: list(t.shape) for s, t in zip(metadata.inputs, traced.sample)},
         }
-        metadata = _replace(metadata, parity=parity, extra=self.component_extra(traced, config))
+        extra = self.component_extra(traced, config)
+        if traced.pinned_axes:  # read by the runner's input check, to say why the axis is static
+            extra = {**extra, "pinned_axes": traced.pinned_axes}
+        metadata = _replace(metadata, parity=parity, extra=extra)
         if config.quantizer is not None:  # the recipe, as plain data (hub_export.quantization)
             metadata = _replace(metadata, quantization=config.quantizer.to_dict())
         return ExportedComponent(name, self.export_format, program, metadata)

@@ -1,13 +1,26 @@
-"""Workarounds applied while tracing with ``torch.export`` (every format traces through here)."""
+"""Workarounds applied while tracing with ``torch.export`` (every format traces through here).
+
+* :func:`size_one_dims_stay_dynamic` — 0/1 specialization (pytorch/pytorch#106289).
+* :func:`decode_attention_without_kv_copies` — transformers' SDPA repeats the KV cache in traced GQA decode steps.
+* :func:`experts_as_standard_ops` — transformers' mixture-of-experts layers (``@use_experts_implementation``)
+  default to ``grouped_mm``: ``torch.histc`` + ``empty_permuted`` + the custom op
+  ``transformers::grouped_mm_fallback``, which no backend but PyTorch itself can run (no ONNX function, no
+  OpenVINO conversion rule, and a ``.pt2`` that needs ``import transformers`` to load).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import types
 from collections.abc import Iterator
+from typing import Any
 
-from ._base import patch_attribute
+from ._base import PatchTargetMissing, patch_attribute
 
-__all__ = ["size_one_dims_stay_dynamic", "tracing_patches"]
+__all__ = ["decode_attention_without_kv_copies", "experts_as_standard_ops", "size_one_dims_stay_dynamic", "tracing_patches"]
+
+#: Experts implementations that already trace to standard ATen ops; every other one is replaced while tracing.
+_TRACEABLE_EXPERTS = ("batched_mm",)
 
 
 @contextlib.contextmanager
@@ -24,10 +37,128 @@ def size_one_dims_stay_dynamic() -> Iterator[None]:
         yield
 
 
+def _experts_per_expert_loop(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
+    """A ``@use_experts_implementation`` experts forward made of standard ops: one matmul pair per expert.
+
+    Same maths as transformers' implementations (gated or not, biases, transposed weights, post-expert norm),
+    but the loop runs over the static expert count and each expert takes only its own tokens (``where`` on the
+    routing, a data-dependent row count every backend handles), so the compute is the routed one: no
+    ``(tokens * top_k, inter, hidden)`` weight gather like ``batched_mm``. Contributions are summed with
+    ``scatter_add`` (OpenVINO has no ``index_add`` without ``alpha``). Routing ids past ``num_experts``
+    (expert-parallel sentinels) match no expert and add nothing, as upstream.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    output = torch.zeros_like(hidden_states)
+    rows = (-1, hidden_states.shape[-1])
+    for expert in range(self.num_experts):
+        token_idx, slot = torch.where(top_k_index == expert)
+        states = hidden_states[token_idx]
+        weight = self.gate_up_proj[expert] if self.has_gate else self.up_proj[expert]
+        states = states @ weight if self.is_transposed else F.linear(states, weight)
+        if self.has_bias:
+            states = states + (self.gate_up_proj_bias if self.has_gate else self.up_proj_bias)[expert]
+        states = self._apply_gate(states) if self.has_gate else self.act_fn(states)
+        weight = self.down_proj[expert]
+        states = states @ weight if self.is_transposed else F.linear(states, weight)
+        if self.has_bias:
+            states = states + self.down_proj_bias[expert]
+        if self.has_post_expert_norm:
+            states = self.post_expert_norm(states)
+        states = states * top_k_weights[token_idx, slot, None]
+        output = output.scatter_add(0, token_idx[:, None].expand(rows), states.to(output.dtype))
+    return output
+
+
+def _experts_modules(model: Any) -> list[Any]:
+    """The ``@use_experts_implementation`` experts modules of ``model`` whose implementation does not trace."""
+    modules = getattr(model, "modules", None)
+    if modules is None:
+        return []
+    found = []
+    for module in modules():
+        if not all(hasattr(module, attr) for attr in ("has_gate", "is_transposed", "num_experts", "down_proj")):
+            continue
+        config = getattr(module, "config", None)
+        if getattr(config, "_experts_implementation", None) not in _TRACEABLE_EXPERTS:
+            found.append(module)
+    return found
+
+
+def _gathered_experts() -> Any:
+    """transformers' ``batched_mm`` experts forward (every routed token gathers its expert's weights)."""
+    from transformers.integrations import moe
+
+    forward = getattr(moe, "batched_mm_experts_forward", None)
+    if forward is None:
+        raise PatchTargetMissing(
+            "transformers.integrations.moe.batched_mm_experts_forward is gone; "
+            "the ExecuTorch experts switch needs review."
+        )
+    return forward
+
+
 @contextlib.contextmanager
-def tracing_patches(dynamic: bool) -> Iterator[None]:
-    """Every patch needed while tracing an export."""
+def experts_as_standard_ops(model: Any, gather: bool = False) -> Iterator[int]:
+    """Run every mixture-of-experts layer of ``model`` with :func:`_experts_per_expert_loop` inside the block.
+
+    transformers 5 dispatches ``@use_experts_implementation`` layers on ``config._experts_implementation``,
+    ``grouped_mm`` by default on CPU. Its graph holds ``aten.histc``, ``aten.empty_permuted`` and the custom op
+    ``transformers::grouped_mm_fallback`` (transformers/integrations/moe.py): ONNX has no function for the
+    custom op, OpenVINO no conversion rule for any of the three, and a ``.pt2`` holding it loads only after
+    ``import transformers``. ``eager`` iterates over the experts hit (data-dependent control flow) and the
+    kernels (``sonicmoe``, ``deepgemm``) are GPU-only. The per-expert loop computes the same sums with ops every
+    backend has. Only the module instances' ``forward`` changes (an instance attribute, removed in ``finally``);
+    the config and the model's class are untouched, and eager runs after the export use their own implementation.
+
+    With ``gather`` (ExecuTorch), the layers run transformers' ``batched_mm`` instead, as the peer exporter does:
+    ExecuTorch's runtime cannot execute the per-expert loop's data-dependent row counts (``method->execute()``
+    fails with error 0x12), while ``batched_mm`` has static shapes. It gathers one weight matrix per routed token,
+    which costs memory on long prompts.
+
+    Yields:
+        How many experts modules were switched.
+    """
+    modules = _experts_modules(model)
+    forward = _gathered_experts() if gather and modules else _experts_per_expert_loop
+    for module in modules:
+        module.forward = types.MethodType(forward, module)
+    try:
+        yield len(modules)
+    finally:
+        for module in modules:
+            module.__dict__.pop("forward", None)
+
+
+@contextlib.contextmanager
+def decode_attention_without_kv_copies() -> Iterator[None]:
+    """Trace grouped-query attention of a one-token query the way eager runs it: without copying the KV cache.
+
+    transformers' ``sdpa_attention_forward`` (integrations/sdpa_attention.py) folds a one-token query's head
+    groups into the query axis (``pack_gqa``) so that SDPA reads the key/value heads as they are, but skips
+    this under ``torch.compile``/``torch.export`` (``is_torchdynamo_compiling()``) and falls back to
+    ``repeat_kv``: every exported decode step then copies the whole cache ``num_key_value_groups`` times per layer
+    (the exported Llama decode step measured 1.4x slower than eager, 58% of its time in those copies). Our decode
+    graphs have a static query length of 1, so the eager path traces to plain reshapes; symbolic query lengths
+    still take ``repeat_kv`` (the ``q_length == 1`` test comes first and is False for them).
+    """
+    from transformers.integrations import sdpa_attention
+
+    with patch_attribute(
+        sdpa_attention, "is_torchdynamo_compiling", lambda: False, reason="repeat_kv copies in traced GQA decode"
+    ):
+        yield
+
+
+@contextlib.contextmanager
+def tracing_patches(dynamic: bool, model: Any = None, export_format: str | None = None) -> Iterator[None]:
+    """Every patch needed while tracing an export (``model``: the eager model, for the per-module switches;
+    ``export_format``: the target, for the switches that depend on it)."""
     with contextlib.ExitStack() as stack:
         if dynamic:
             stack.enter_context(size_one_dims_stay_dynamic())
+        if model is not None:
+            stack.enter_context(experts_as_standard_ops(model, gather=export_format == "executorch"))
+        stack.enter_context(decode_attention_without_kv_copies())
         yield

@@ -73,7 +73,7 @@ class ModelRunner:
                     f"this export expects: {expected}."
                 )
             flat.extend(t for _, t in leaves)
-        check_inputs_match(list(self.metadata.inputs), flat, self.metadata.dims)
+        check_inputs_match(list(self.metadata.inputs), flat, self.metadata.dims, self.metadata.extra.get("pinned_axes", ()))
         return flat
 
     def __call__(self, **kwargs: Any) -> Any:
