@@ -18,6 +18,7 @@ the file lacks (``--rerun``: the selected cells again), so partial runs merge. T
 
     python benchmarks/coverage.py [--backends dynamo onnx openvino executorch] [--cases llama bert]
         [--tools hub peer] [--timeout 120] [--results /tmp/coverage.jsonl] [--rerun] [--report-only]
+    python benchmarks/coverage.py --backends gen-dynamo gen-onnx gen-openvino   # the generation cells
 """
 
 from __future__ import annotations
@@ -37,10 +38,15 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _coverage_generation import GENERATIVE_FAMILIES, is_generation_backend, run_generation_cell  # noqa: E402
 
 DEFAULT_BACKENDS = ["dynamo", "onnx", "openvino"]
+#: ``export_for_generation`` + ``generate`` cells (benchmarks/_coverage_generation.py), generative families only
+GENERATION_BACKENDS = ["gen-dynamo", "gen-onnx", "gen-openvino"]
 #: column order of the matrix; a backend is shown when the results file has a row for it
-ALL_BACKENDS = [*DEFAULT_BACKENDS, "executorch"]
+ALL_BACKENDS = [*DEFAULT_BACKENDS, "executorch", *GENERATION_BACKENDS]
 TOOLS = ["hub", "peer"]
 TOOL_NAMES = {"hub": "hub_export", "peer": "transformers.exporters"}
 
@@ -127,6 +133,8 @@ def run_cell(case_name: str, tool: str, backend: str) -> dict[str, Any]:
     row: dict[str, Any] = {"case": case_name, "tool": tool, "backend": backend, "ok": False}
     try:
         case = build(case_name)
+        if is_generation_backend(backend):
+            return run_generation_cell(case, tool, backend, row)
         with torch.no_grad():
             expected = [case.model(**inputs) for inputs in (case.sample, case.other)]
         start = time.perf_counter()
@@ -185,9 +193,15 @@ def drive(cases: list[str], tools: list[str], backends: list[str], results: Path
     """Run every missing cell (every cell with ``rerun``), one child process per case, restarting after a cell
     kills or hangs its child. Rows are appended; the report keeps the latest row of each cell."""
     start = len(results.read_text().splitlines()) if rerun and results.exists() else 0
+    from zoo import FAMILIES
+
     for case_name in cases:
         print(case_name, flush=True)
-        pending = [(case_name, t, b) for b in backends for t in tools if (case_name, t, b) not in _done(results, start)]
+        pending = [
+            (case_name, t, b) for b in backends for t in tools
+            if (case_name, t, b) not in _done(results, start)
+            and (not is_generation_backend(b) or FAMILIES.get(case_name) in GENERATIVE_FAMILIES)
+        ]
         while pending:
             cmd = [sys.executable, __file__, "--child", json.dumps(pending), "--results", str(results),
                    "--timeout", str(timeout)]
@@ -262,6 +276,9 @@ def report(results: Path, out: Path, backends: list[str], tools: list[str]) -> N
         "  tensor output.",
         "* Pass: exported, ran both shapes, max diff <= 1e-4 (dynamo) / 1e-3 (others). A cell reads",
         "  `pass/fail  max-abs-diff · export-seconds`; `—` = not run.",
+        "* `gen-<backend>` (generative families: decoder, moe, ssm, seq2seq): `export_for_generation(dynamic=True)`, then",
+        "  8 greedy tokens from the prompt and from a left-padded batch of another length; pass = token-identical to",
+        "  eager `model.generate` (shown as diff 0). The peer's `ExportedModel` has no `generate()`.",
         "",
         "## Totals",
         "",

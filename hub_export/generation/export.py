@@ -36,6 +36,7 @@ from typing import Any
 
 from ..configs import ExportConfig
 from ..errors import ConfigError
+from ..signature import split_kwargs
 from .decompose import decompose_with_capture
 
 __all__ = ["GENERATION_PLAN_VERSION", "export_for_generation"]
@@ -240,7 +241,8 @@ def _calibrated_per_component(
         for prompt in prompts:
             stages, _ = decompose_with_capture(model, prompt, generation_config=generation_config, multi_token_decode=multi_token_decode)
             for name, (_, kwargs) in stages.items():
-                per_component.setdefault(name, []).append(kwargs)
+                traced, _constants = split_kwargs(kwargs)  # flags (use_cache, ...) are the trace's constants
+                per_component.setdefault(name, []).append(traced)
         captured[key] = per_component
     result = {}
     for name, config in configs.items():
