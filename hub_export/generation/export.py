@@ -37,6 +37,7 @@ from typing import Any
 from ..configs import ExportConfig
 from ..errors import ConfigError
 from ..signature import split_kwargs
+from ._wrap import with_forward
 from .decompose import decompose_with_capture
 
 __all__ = ["GENERATION_PLAN_VERSION", "export_for_generation"]
@@ -80,31 +81,24 @@ def _batch_tied(module: Any) -> Any:
 
     from ..signature import flatten_value
 
-    class Tied(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = module
-            self.config = getattr(module, "config", None)
+    def forward(model: Any, **kwargs: Any) -> Any:
+        leaves: list[tuple[str, Any]] = []
+        for name, value in kwargs.items():
+            if name in _BATCHED:
+                flatten_value(value, (name,), leaves)
+        tensors = [t for _, t in leaves if t.dim() > 0]
+        for tensor in tensors[1:]:
+            torch._check(tensor.shape[0] == tensors[0].shape[0])
+        keep = kwargs.get("logits_to_keep")
+        ids = kwargs.get("input_ids", kwargs.get("decoder_input_ids"))
+        if type(keep) is int and keep > 0 and isinstance(ids, torch.Tensor):
+            # int logits_to_keep slices hidden states into a strided view, whose reshape in lm_head guards
+            # batch != 1; the same positions as an index tensor gather a contiguous copy instead
+            length = ids.shape[1]
+            kwargs["logits_to_keep"] = torch.arange(length - keep, length, device=ids.device)
+        return model(**kwargs)
 
-        def forward(self, **kwargs: Any) -> Any:
-            leaves: list[tuple[str, Any]] = []
-            for name, value in kwargs.items():
-                if name in _BATCHED:
-                    flatten_value(value, (name,), leaves)
-            tensors = [t for _, t in leaves if t.dim() > 0]
-            for tensor in tensors[1:]:
-                torch._check(tensor.shape[0] == tensors[0].shape[0])
-            keep = kwargs.get("logits_to_keep")
-            ids = kwargs.get("input_ids", kwargs.get("decoder_input_ids"))
-            if type(keep) is int and keep > 0 and isinstance(ids, torch.Tensor):
-                # int logits_to_keep slices hidden states into a strided view, whose reshape in lm_head guards
-                # batch != 1; the same positions as an index tensor gather a contiguous copy instead
-                length = ids.shape[1]
-                kwargs["logits_to_keep"] = torch.arange(length - keep, length, device=ids.device)
-            return self.model(**kwargs)
-
-    Tied.__name__ = Tied.__qualname__ = type(module).__name__  # the manifest records the model's class name
-    return Tied().train(module.training)  # a new Module starts in training mode; trace() restores this mode
+    return with_forward(module, forward)
 
 
 def _with_full_length_cache(module: Any) -> Any:
@@ -112,21 +106,13 @@ def _with_full_length_cache(module: Any) -> Any:
     :func:`hub_export.generation.decompose._full_length_cache`): without one, the model would build its own
     sliding-window cache and return keys cut to the window, which the decode graph (traced on full-length
     caches) does not take."""
-    import torch
     from transformers import DynamicCache
 
-    class FullLengthCache(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = module
-            self.config = getattr(module, "config", None)
+    def forward(model: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("past_key_values", DynamicCache())
+        return model(**kwargs)
 
-        def forward(self, **kwargs: Any) -> Any:
-            kwargs.setdefault("past_key_values", DynamicCache())
-            return self.model(**kwargs)
-
-    FullLengthCache.__name__ = FullLengthCache.__qualname__ = type(module).__name__
-    return FullLengthCache().train(module.training)
+    return with_forward(module, forward)
 
 
 def _batch_of_two(inputs: Any) -> Any:

@@ -30,6 +30,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any, Iterator
 
 from ..errors import ExportError
+from ._wrap import with_forward
 
 __all__ = ["MultimodalParts", "find_parts", "multimodal_components"]
 
@@ -142,24 +143,6 @@ class _Reached(Exception):
         self.value = value
 
 
-def _named(module: Any, name: str, forward: Any) -> Any:
-    """A ``torch.nn.Module`` holding ``module`` whose forward is ``forward(self, **kwargs)``; it is named after
-    ``module``'s class (the manifest records it as the component's architecture)."""
-    import torch
-
-    class Component(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.inner = module
-            self.config = getattr(module, "config", None)
-
-        def forward(self, **kwargs: Any) -> Any:
-            return forward(self.inner, **kwargs)
-
-    Component.__name__ = Component.__qualname__ = name
-    return Component().train(getattr(module, "training", False))
-
-
 def _as_tensor(value: Any) -> Any:
     import torch
 
@@ -196,7 +179,7 @@ def _encoder_component(parts: MultimodalParts, modality: str) -> Any:
                 projector.forward = previous
         raise ExportError(f"get_{modality}_features did not call its projector; cannot split the encoder from it.")
 
-    return _named(parts.encoders[modality], type(parts.encoders[modality]).__name__, forward)
+    return with_forward(parts.encoders[modality], forward)
 
 
 def _single_input(module: Any, input_name: str, output_name: str) -> Any:
@@ -205,7 +188,7 @@ def _single_input(module: Any, input_name: str, output_name: str) -> Any:
     def forward(inner: Any, **kwargs: Any) -> Any:
         return {output_name: inner(kwargs[input_name])}
 
-    return _named(module, type(module).__name__, forward)
+    return with_forward(module, forward)
 
 
 def _first_value(call: dict[str, Any]) -> Any:
