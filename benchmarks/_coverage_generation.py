@@ -1,6 +1,6 @@
 """Generation cells of the coverage benchmark: ``export_for_generation`` + ``generate`` vs eager ``generate``.
 
-A cell ``gen-<format>`` exports a generative zoo case (decoder, MoE, SSM, encoder-decoder) with
+A cell ``gen-<format>`` exports a generative zoo case (decoder, MoE, SSM, encoder-decoder, vision-language) with
 ``export_for_generation(..., dynamic=True)`` on its prompt, then generates 8 greedy tokens from the prompt and from
 a left-padded batch of another length, and passes when both are token-identical to eager ``model.generate``.
 The peer's ``ExportedModel`` has no ``generate`` (its multi-component exports do not run): its cell records
@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 #: zoo families whose models generate
-GENERATIVE_FAMILIES = ("decoder", "moe", "ssm", "seq2seq")
+GENERATIVE_FAMILIES = ("decoder", "moe", "ssm", "seq2seq", "vlm")
 NEW_TOKENS = 8
 
 

@@ -276,7 +276,7 @@ def report(results: Path, out: Path, backends: list[str], tools: list[str]) -> N
         "  tensor output.",
         "* Pass: exported, ran both shapes, max diff <= 1e-4 (dynamo) / 1e-3 (others). A cell reads",
         "  `pass/fail  max-abs-diff · export-seconds`; `—` = not run.",
-        "* `gen-<backend>` (generative families: decoder, moe, ssm, seq2seq): `export_for_generation(dynamic=True)`, then",
+        "* `gen-<backend>` (generative families: decoder, moe, ssm, seq2seq, vlm): `export_for_generation(dynamic=True)`, then",
         "  8 greedy tokens from the prompt and from a left-padded batch of another length; pass = token-identical to",
         "  eager `model.generate` (shown as diff 0). The peer's `ExportedModel` has no `generate()`.",
         "",

@@ -12,7 +12,7 @@ import importlib
 from typing import Any, Callable
 
 import torch
-from tiny_models import TinyCase, text_inputs
+from tiny_models import TinyCase, llava, text_inputs
 
 __all__ = ["ZOO", "FAMILIES", "build"]
 
@@ -264,9 +264,10 @@ def _factory(name: str) -> Callable[[], TinyCase]:
 
 ZOO: dict[str, Callable[[], TinyCase]] = {name: _factory(name) for name in _SPECS}
 ZOO["whisper"] = _whisper
+ZOO["llava"] = llava  # a vision-language model (CLIP tower + projector + Llama), with its placeholder tokens
 
 #: name -> family (decoder, moe, ssm, encoder, seq2seq, vision, audio, multimodal)
-FAMILIES: dict[str, str] = {name: spec[0] for name, spec in _SPECS.items()} | {"whisper": "seq2seq"}
+FAMILIES: dict[str, str] = {name: spec[0] for name, spec in _SPECS.items()} | {"whisper": "seq2seq", "llava": "vlm"}
 
 
 def build(name: str) -> TinyCase:
