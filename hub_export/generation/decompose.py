@@ -310,6 +310,8 @@ def decompose_with_capture(
         components["encoder"] = (model.get_encoder(), capture.encoder_calls[0])
     if parts is not None:
         prompt_components, capture.multimodal = multimodal_components(parts, capture.watched, capture.calls[0], input_name)
+        language, kwargs = prompt_components["language_model"]
+        prompt_components["language_model"] = (language, _without_empty_caches(kwargs))
         components.update(prompt_components)
     else:
         components["prefill"] = (model, prefill)

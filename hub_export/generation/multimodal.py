@@ -191,10 +191,11 @@ def _single_input(module: Any, input_name: str, output_name: str) -> Any:
     return with_forward(module, forward)
 
 
-def _first_value(call: dict[str, Any]) -> Any:
+def _first_tensor(call: dict[str, Any]) -> tuple[str, Any]:
+    """The name and value of the first tensor a recorded call received."""
     import torch
 
-    return next(v for v in call.values() if isinstance(v, torch.Tensor))
+    return next((k, v) for k, v in call.items() if isinstance(v, torch.Tensor))
 
 
 def multimodal_components(
@@ -235,11 +236,8 @@ def multimodal_components(
         }
         if modality in parts.projectors:
             projector_name, projector = parts.projectors[modality]
-            (projector_input,) = [k for k, v in watched[f"{modality}_projector"][0].items() if isinstance(v, torch.Tensor)][:1] or ["x"]
-            components[projector_name] = (
-                _single_input(projector, projector_input, f"{modality}_embeds"),
-                {projector_input: _first_value(watched[f"{modality}_projector"][0])},
-            )
+            projector_input, value = _first_tensor(watched[f"{modality}_projector"][0])
+            components[projector_name] = (_single_input(projector, projector_input, f"{modality}_embeds"), {projector_input: value})
             entry.update(projector=projector_name, projector_input=projector_input, embeds=f"{modality}_embeds")
         modalities.append(entry)
     if not modalities:
@@ -247,21 +245,13 @@ def multimodal_components(
             f"{type(parts.model).__name__}.generate computed no image/audio features: pass the prompt's pixel_values "
             "(or audio features) in inputs so the encoders can be captured."
         )
-    components["embed_tokens"] = (_single_input(parts.embeddings, "input_ids", "inputs_embeds"), {"input_ids": _first_value(calls["embeddings"][0])})
-    language = {k: v for k, v in calls["language_model"][0].items() if not _is_empty_cache(v)}
+    components["embed_tokens"] = (_single_input(parts.embeddings, "input_ids", "inputs_embeds"), {"input_ids": _first_tensor(calls["embeddings"][0])[1]})
+    language = calls["language_model"][0]  # the caller drops its empty cache, as for a text-only prefill
     components["language_model"] = (parts.decoder, language)
-    components["lm_head"] = (_single_input(parts.lm_head, "hidden_states", "logits"), {"hidden_states": _first_value(calls["lm_head"][0])})
+    components["lm_head"] = (_single_input(parts.lm_head, "hidden_states", "logits"), {"hidden_states": _first_tensor(calls["lm_head"][0])[1]})
     plan = {"modalities": modalities, "embeds_input": "inputs_embeds", "hidden": "last_hidden_state"}
-    plan["runnable"] = _check_chain(parts, modalities, components, prefill, language, replay, input_name)
+    plan["runnable"] = _check_chain(modalities, components, prefill, language, replay, input_name)
     return components, plan
-
-
-def _is_empty_cache(value: Any) -> bool:
-    get_len = getattr(value, "get_seq_length", None)
-    try:
-        return get_len is not None and int(get_len()) == 0
-    except Exception:
-        return False
 
 
 def _eager(component: tuple[Any, dict[str, Any]]) -> Any:
@@ -273,8 +263,8 @@ def _eager(component: tuple[Any, dict[str, Any]]) -> Any:
 
 
 def _check_chain(
-    parts: MultimodalParts, modalities: list[dict[str, Any]], components: dict[str, Any], prefill: dict[str, Any],
-    language: dict[str, Any], replay: Any, input_name: str,
+    modalities: list[dict[str, Any]], components: dict[str, Any], prefill: dict[str, Any], language: dict[str, Any],
+    replay: Any, input_name: str,
 ) -> bool | str:
     """Replay the chain ``generate()`` runs on the captured prompt with the eager components; True when it gives
     exactly the captured language-model inputs and logits, else the reason it does not."""

@@ -10,12 +10,6 @@ from ..manifest import ComponentEntry
 from ..signature import in_place_pairs
 from .base import ModelRunner
 
-
-def torch_no_grad() -> Any:
-    import torch
-
-    return torch.no_grad()
-
 __all__ = ["ExecutorchRunner"]
 
 # Where each delegate's program runs: ExecuTorch has no device switch, a program runs where it was lowered for.
@@ -83,7 +77,9 @@ class ExecutorchRunner(ModelRunner):
                 f"The ExecuTorch program returned {len(outputs)} outputs for {len(self.metadata.outputs)} in its "
                 f"signature and {len(mutated)} inputs it updates in place; re-export it with this hub_export version."
             )
-        with torch_no_grad():
+        import torch
+
+        with torch.no_grad():
             for index, value in zip(mutated, outputs[:extra]):
                 if tensors[index].data_ptr() != value.data_ptr():
                     tensors[index].copy_(value)

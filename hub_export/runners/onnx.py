@@ -102,7 +102,8 @@ class OnnxRunner(ModelRunner):
         dtypes = {s.dtype for s in (*metadata.inputs, *metadata.outputs)}
         # a static KV cache (input.X -> output.X of one shape): I/O binding makes ORT write each such output into
         # the caller's input buffer, so the cache is never copied between steps
-        self._shared = {j: i for j, i in in_place_pairs(metadata.inputs, metadata.outputs).items() if metadata.inputs[i].name in graph_inputs}
+        fed = {i: k for k, (i, _) in enumerate(self._feed)}  # input index -> position among the fed inputs
+        self._shared = {j: (i, fed[i]) for j, i in in_place_pairs(metadata.inputs, metadata.outputs).items() if i in fed}
         self._binding = self._torch_device.type != "cpu" or bool(dtypes & _NON_NUMPY) or bool(self._shared)
 
     @classmethod
@@ -174,11 +175,10 @@ class OnnxRunner(ModelRunner):
             kept.append(buffer)
             where = (buffer.device.type, buffer.device.index or 0)
             binding.bind_input(name, *where, _onnx_type(tensor.dtype), list(tensor.shape), buffer.data_ptr())
-        position = {i: k for k, (i, _) in enumerate(self._feed)}
         in_place: dict[int, Any] = {}
         for j, name in enumerate(self._outputs):
-            source = self._shared.get(j)
-            buffer = kept[position[source]] if source is not None else None
+            source, position = self._shared.get(j, (None, None))
+            buffer = kept[position] if source is not None else None
             if buffer is not None and buffer.numel() and buffer.data_ptr() == tensors[source].data_ptr():
                 # an updated-in-place cache (input.X -> output.X of one shape): ORT writes into the caller's buffer
                 where = (buffer.device.type, buffer.device.index or 0)
