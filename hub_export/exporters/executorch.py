@@ -9,6 +9,7 @@ The bounds the program was planned for are recorded in the manifest (``dims``) a
 
 from __future__ import annotations
 
+import math
 import platform
 import sys
 import weakref
@@ -76,7 +77,10 @@ class ExecutorchExporter(HfExporter):
         ``batch``: [1, :attr:`max_batch`]. Sequence dims: [1, the config's maximum length for that role]
         (``max_position_embeddings``, ``n_positions``, ``max_target_positions`` for decoder sequences,
         ``max_source_positions`` for encoder ones), capped at :attr:`max_sequence_cap`, or :attr:`max_sequence`
-        when the config has none. ``height``/``width``: up to ``image_size``. Any other dim: up to its sample size.
+        when the config has none. ``height``/``width``: up to ``image_size``. ``samples`` (raw audio into a
+        convolutional feature encoder: Wav2Vec2, HuBERT): the samples that make :attr:`max_sequence` frames
+        (``prod(config.conv_stride) * max_sequence``: 10.24 s of 16 kHz audio for Wav2Vec2-base; the
+        attention over frames is planned for that). Any other dim: up to its sample size.
         A bound is never below the sample's size.
         """
         model_config = getattr(module, "config", None)
@@ -89,6 +93,8 @@ class ExecutorchExporter(HfExporter):
                 high = min(limit, self.max_sequence_cap) if limit else self.max_sequence
             elif role in ("height", "width"):
                 high = _image_size(model_config, 0 if role == "height" else 1) or size
+            elif role == "samples" and getattr(model_config, "conv_stride", None):
+                high = math.prod(model_config.conv_stride) * self.max_sequence
             else:
                 high = size
             return 1, max(high, size)

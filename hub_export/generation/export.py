@@ -126,7 +126,7 @@ def _batch_of_two(inputs: Any) -> Any:
     return {k: v.repeat(2, *([1] * (v.dim() - 1))) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
 
 
-def _plan(model: Any, components: dict[str, tuple[Any, dict[str, Any]]], capture: Any, multi_token_decode: bool, cache: str) -> dict[str, Any]:
+def _plan(components: dict[str, tuple[Any, dict[str, Any]]], capture: Any, multi_token_decode: bool, cache: str) -> dict[str, Any]:
     encoder_decoder = "encoder" in components
     multimodal = capture.multimodal is not None
     prefill = capture.calls[0] if multimodal else components["prefill"][1]
@@ -200,7 +200,7 @@ def export_for_generation(
         model_config=getattr(model, "config", None),
         generation_config=gen_config,
         source=getattr(model, "_hub_export_source", None),
-        generation={**_plan(model, components, capture, multi_token_decode, cache), "stateful": _stateful(exported)},
+        generation={**_plan(components, capture, multi_token_decode, cache), "stateful": _stateful(exported)},
     )
 
 

@@ -1,7 +1,8 @@
 """Workarounds applied while lowering to ExecuTorch; each names the upstream behaviour it works around.
 
-* :func:`planned_sizes_must_be_bounded` and :func:`list_outputs_validated_whole` (reversible patches, applied
-  by :func:`executorch_patches` around the lowering).
+* :func:`planned_sizes_must_be_bounded`, :func:`list_outputs_validated_whole` and
+  :func:`xnnpack_reshapes_with_one_dynamic_dim` (reversible patches, applied by :func:`executorch_patches` around
+  the lowering).
 * :func:`retrace_without_size_one_hints` (a re-trace of the program, not a patch: it changes nothing upstream).
 * :func:`contiguous_attention_outputs` (an edit of hub_export's own traced graph, before lowering).
 """
@@ -22,6 +23,7 @@ __all__ = [
     "planned_sizes_must_be_bounded",
     "retrace_without_size_one_hints",
     "upper_bound",
+    "xnnpack_reshapes_with_one_dynamic_dim",
 ]
 
 _HINT_FALLBACK = "eval_upper_bound planning unbounded sizes at the trace-time hint (pytorch/executorch#20834)"
@@ -108,9 +110,55 @@ def list_outputs_validated_whole() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def xnnpack_reshapes_with_one_dynamic_dim() -> Iterator[None]:
+    """Keep XNNPACK's partitioner from delegating nodes it will turn into a reshape with two dynamic dims.
+
+    XNNPACK serializes ``unsqueeze_copy``/``squeeze_copy`` as a static reshape, which takes at most one dynamic
+    dim: its visitors (executorch/backends/xnnpack/operators/op_squeeze.py, executorch 1.5.1) raise "XNNPACK
+    reshape only supports 1 dynamic dimension", and the error fails the whole lowering. The partitioner does not
+    test this: ``UnsqueezeCopyConfig.check_constraints`` only checks the unsqueezed position (``x[..., None]`` on a
+    ``(batch, sequence)`` tensor: CodeGen's rotary positions), and ``ConvolutionConfig`` accepts 1D convolutions,
+    which the delegate's ``Conv1dUnsqueezePass`` wraps in an unsqueeze/squeeze pair (Wav2Vec2/HuBERT's feature
+    encoder on ``(batch, channels, samples)``). The patch adds the visitors' test to both configs, so such nodes run
+    as portable kernels outside the delegate. No upstream issue is known to us.
+    """
+    from executorch.backends.xnnpack.partition.config import gemm_configs, generic_node_configs
+    from torch.fx.experimental.symbolic_shapes import free_symbols
+
+    def dynamic_dims(node: Any) -> int:
+        value = node.meta.get("val") if hasattr(node, "meta") else None
+        return 0 if value is None else sum(1 for size in value.shape if free_symbols(size))
+
+    def unsqueeze_check(original: Any) -> Any:
+        def check_constraints(self: Any, node: Any, ep: Any) -> bool:
+            return original(self, node, ep) and dynamic_dims(node) <= 1
+
+        return check_constraints
+
+    def conv_check(original: Any) -> Any:
+        def check_constraints(self: Any, node: Any, ep: Any) -> bool:
+            if not original(self, node, ep):
+                return False
+            weight = node.args[1].meta.get("val")
+            one_d = weight is not None and weight.dim() == 3
+            return not (one_d and dynamic_dims(node.args[0]) > 1)
+
+        return check_constraints
+
+    reason = "XNNPACK partitioner delegating reshapes with 2+ dynamic dims (executorch 1.5.1)"
+    unsqueeze, conv = generic_node_configs.UnsqueezeCopyConfig, gemm_configs.ConvolutionConfig
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(
+            patch_attribute(unsqueeze, "check_constraints", unsqueeze_check(unsqueeze.check_constraints), reason=reason)
+        )
+        stack.enter_context(patch_attribute(conv, "check_constraints", conv_check(conv.check_constraints), reason=reason))
+        yield
+
+
+@contextlib.contextmanager
 def executorch_patches() -> Iterator[None]:
     """Every patch applied while lowering to ExecuTorch."""
-    with planned_sizes_must_be_bounded(), list_outputs_validated_whole():
+    with planned_sizes_must_be_bounded(), list_outputs_validated_whole(), xnnpack_reshapes_with_one_dynamic_dim():
         yield
 
 
