@@ -52,7 +52,9 @@ class ExportQuantizer:
 
     Args:
         calibration_dataset: Input dicts (the model's forward kwargs) to calibrate on; they must match the traced
-            signature (same shapes, unless the export is dynamic). None calibrates on the export's sample input.
+            signature (same shapes, unless the export is dynamic). None takes the ``config``'s
+            ``calibration_dataset`` (when it has one), else calibrates on the export's sample input.
+        config: The quantizer's settings dataclass, stored as ``self.config`` (None: the quantizer has none).
     """
 
     stages: ClassVar[tuple[str, ...]] = ()
@@ -60,8 +62,12 @@ class ExportQuantizer:
     packages: ClassVar[tuple[str, ...]] = ()
     needs_calibration: ClassVar[bool] = False
 
-    def __init__(self, calibration_dataset: Iterable[dict[str, Any]] | None = None) -> None:
+    def __init__(self, calibration_dataset: Iterable[dict[str, Any]] | None = None, *, config: Any = None) -> None:
+        if calibration_dataset is None:
+            calibration_dataset = getattr(config, "calibration_dataset", None)
         self.calibration_dataset = None if calibration_dataset is None else list(calibration_dataset)
+        if config is not None:
+            self.config = config
 
     # -- protocol --------------------------------------------------------------------------------------
     def check_available(self, stage: str, export_format: str | None = None) -> None:

@@ -1,16 +1,24 @@
-"""NNCF quantizers: weight compression and full int8 quantization of OpenVINO (and ONNX, FX) exports.
+"""NNCF quantizers: weight compression and full int8 quantization of OpenVINO, ONNX and FX-graph (Dynamo) exports.
 
 * :class:`NNCFWeightCompressionConfig` runs ``nncf.compress_weights`` (weight-only int8/int4; activations stay
   float). On an OpenVINO export it compresses the ``openvino.Model`` (int8/int4 constants + ``Convert``/``Multiply``
   decompression); on an ONNX export NNCF 3.4's ONNX backend writes ``DequantizeLinear`` (int8) or ONNX Runtime's
   ``MatMulNBits`` (int4) nodes; on a Dynamo export NNCF's TorchFX backend compresses the traced graph (int8/int4
   buffers and their decompression ops inside the ``.pt2``).
-* :class:`NNCFQuantizationConfig` runs ``nncf.quantize`` on the OpenVINO model, calibrated on samples
-  (``FakeQuantize`` nodes, int8 weights).
+* :class:`NNCFQuantizationConfig` runs ``nncf.quantize`` (int8 weights and activations), calibrated on the
+  calibration samples: on the ``openvino.Model`` (``FakeQuantize`` nodes, int8 weights); on the ONNX model
+  (``QuantizeLinear``/``DequantizeLinear`` pairs on the activations, ``DequantizeLinear`` of int8 weight
+  initializers); on the traced FX graph (``quantized_decomposed.quantize_per_tensor``/``dequantize_per_tensor`` on
+  the activations, int8 weight buffers decompressed by ``sub``/``mul``), which Dynamo exports take; ExecuTorch is
+  refused (XNNPACK cannot take these linears: use :class:`~hub_export.quantization.pt2e.PT2EQuantizer`).
+
+ONNX models are quantized from a temporary directory with external data (models past protobuf's 2 GB limit work); the
+FX graph is re-traced with autograd off first (NNCF cannot read grad-mode subgraphs), symbolic axes kept.
 
 Example::
 
     config = OpenVINOConfig(quantizer=NNCFQuantizer(NNCFWeightCompressionConfig(mode="int4_sym", group_size=32)))
+    onnx_int8 = OnnxConfig(quantizer=NNCFQuantizer(NNCFQuantizationConfig(calibration_dataset=[inputs, ...])))
 """
 
 from __future__ import annotations
@@ -18,9 +26,10 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Callable, Iterable, Literal
 
 from ..errors import ConfigError, ExportError
+from ..patches.nncf import fx_integer_edges_typed_integer
 from .base import Calibration, ExportQuantizer
 
 __all__ = ["NNCFQuantizer", "NNCFWeightCompressionConfig", "NNCFQuantizationConfig"]
@@ -75,13 +84,14 @@ class NNCFQuantizationConfig:
 
 
 class NNCFQuantizer(ExportQuantizer):
-    """Compress or quantize an OpenVINO export (weight compression also on ONNX) with NNCF.
+    """Compress or quantize an OpenVINO, ONNX or Dynamo export with NNCF (ExecuTorch: int8 weight compression only).
 
     Args:
         config: An :class:`NNCFWeightCompressionConfig` (default) or :class:`NNCFQuantizationConfig`.
         calibration_dataset: Input dicts for ``nncf.quantize`` (else the config's, else the export's sample).
     """
 
+    stages = ("openvino", "onnx", "fx")
     packages = ("nncf",)
 
     def __init__(
@@ -92,23 +102,34 @@ class NNCFQuantizer(ExportQuantizer):
         config = NNCFWeightCompressionConfig() if config is None else config
         if not isinstance(config, (NNCFWeightCompressionConfig, NNCFQuantizationConfig)):
             raise ConfigError(f"NNCFQuantizer takes an NNCFWeightCompressionConfig or NNCFQuantizationConfig, got {config!r}.")
-        if calibration_dataset is None and isinstance(config, NNCFQuantizationConfig):
-            calibration_dataset = config.calibration_dataset
-        super().__init__(calibration_dataset)
-        self.config = config
-        self.stages = ("openvino", "onnx", "fx") if isinstance(config, NNCFWeightCompressionConfig) else ("openvino",)
+        super().__init__(calibration_dataset, config=config)
+
+    @property
+    def needs_calibration(self) -> bool:  # type: ignore[override]
+        return isinstance(self.config, NNCFQuantizationConfig)
 
     def check_available(self, stage: str, export_format: str | None = None) -> None:
-        """Also refuse int4 weight compression for ExecuTorch, whose edge dialect rejects NNCF's int4 unpacking
-        (``SpecViolationError`` in ``to_edge``).
+        """Also refuse, for ExecuTorch, int4 weight compression (its int4 unpacking is not valid edge dialect:
+        ``SpecViolationError`` in ``to_edge``) and full quantization: XNNPACK's partitioner takes none of NNCF's
+        quantized linears (their weights are ``sub``/``mul`` of int8 buffers, "Expected weight to be a static param";
+        folded to ``dequantize_per_channel`` they still fail "Expected output node to have a dequantized node", as
+        NNCF leaves linear outputs float), so the quantize/dequantize ops stay outside the delegate and ``to_executorch``
+        fails: "Missing out variants: {'quantized_decomposed::quantize_per_tensor', ...}" (executorch 1.5.1).
 
         Raises:
-            ConfigError: An unsupported stage/format, or int4 for ExecuTorch.
+            ConfigError: An unsupported stage/format, or int4/full quantization for ExecuTorch.
             BackendUnavailableError: NNCF is not installed.
         """
         super().check_available(stage, export_format)
-        int4 = isinstance(self.config, NNCFWeightCompressionConfig) and self.config.mode.startswith("int4")
-        if export_format == "executorch" and int4:
+        if export_format != "executorch":
+            return
+        if isinstance(self.config, NNCFQuantizationConfig):
+            raise ConfigError(
+                "NNCF full int8 quantization (NNCFQuantizationConfig) does not lower to ExecuTorch: XNNPACK cannot take "
+                "its quantized linears (float outputs), so their quantize/dequantize ops are left outside the delegate; "
+                "use PT2EQuantizer(XNNPACKQuantizer(...)) for ExecuTorch, or NNCFWeightCompressionConfig(mode='int8_asym')."
+            )
+        if self.config.mode.startswith("int4"):
             raise ConfigError(
                 f"NNCF {self.config.mode} weight compression does not lower to ExecuTorch (its int4 unpacking is not "
                 "valid edge dialect); use mode='int8_asym'/'int8_sym', or PT2EQuantizer for ExecuTorch."
@@ -129,51 +150,69 @@ class NNCFQuantizer(ExportQuantizer):
         return recipe
 
     def quantize(self, model: Any, calibration: Calibration, stage: str) -> Any:
-        """Run NNCF on the OpenVINO model, or weight compression on the ONNX model.
+        """Run NNCF on the stage's model: the ``openvino.Model``, the ONNX model or the traced FX graph.
 
         Raises:
             ExportError: NNCF failed (its message is kept).
         """
         try:
-            if stage == "onnx":
-                return _compress_onnx(model, self._compress_kwargs())
-            if stage == "fx":
-                return _compress_fx(model, self._compress_kwargs())
-            return self._run_openvino(model, calibration)
+            if isinstance(self.config, NNCFQuantizationConfig):
+                return self._quantize(model, calibration, stage)
+            return self._compress(model, stage)
         except ExportError:
             raise
         except Exception as exc:  # NNCF raises its own error types
-            raise ExportError(
-                f"NNCF failed on the {stage} model: {type(exc).__name__}: {str(exc)[:1500]}\n"
-                "Check group_size divides the layers' input size, or try mode='int8_asym'."
-            ) from exc
+            hint = (
+                "Try preset='performance' or transformer=False, or PT2EQuantizer for the FX graph."
+                if isinstance(self.config, NNCFQuantizationConfig)
+                else "Check group_size divides the layers' input size, or try mode='int8_asym'."
+            )
+            raise ExportError(f"NNCF failed on the {stage} model: {type(exc).__name__}: {str(exc)[:1500]}\n{hint}") from exc
 
-    def _compress_kwargs(self) -> dict[str, Any]:
+    def _compress(self, model: Any, stage: str) -> Any:
+        """``nncf.compress_weights`` (data-free)."""
         import nncf
 
         cfg = self.config
         kwargs: dict[str, Any] = {"mode": getattr(nncf.CompressWeightsMode, cfg.mode.upper())}
         if cfg.mode.startswith("int4"):
             kwargs.update(ratio=float(cfg.ratio), group_size=int(cfg.group_size), all_layers=bool(cfg.all_layers))
-        return kwargs
+        if stage == "onnx":
+            return _on_onnx(
+                model, lambda proto, params: nncf.compress_weights(proto, advanced_parameters=params, **kwargs),
+                nncf.AdvancedCompressionParameters,
+            )
+        if stage == "fx":
+            return nncf.compress_weights(_plain_module(model), **kwargs)
+        return nncf.compress_weights(model, **kwargs)
 
-    def _run_openvino(self, model: Any, calibration: Calibration) -> Any:
+    def _quantize(self, model: Any, calibration: Calibration, stage: str) -> Any:
+        """``nncf.quantize`` calibrated on ``calibration``: feed dicts for ONNX/OpenVINO, argument tuples in
+        signature order for the FX graph."""
         import nncf
+        import torch
 
-        if isinstance(self.config, NNCFWeightCompressionConfig):
-            return nncf.compress_weights(model, **self._compress_kwargs())
         cfg = self.config
         preset = nncf.QuantizationPreset.MIXED if cfg.preset == "mixed" else nncf.QuantizationPreset.PERFORMANCE
-        feeds = calibration.feeds()
-        kwargs: dict[str, Any] = {"preset": preset, "subset_size": min(int(cfg.subset_size), len(feeds))}
+        kwargs: dict[str, Any] = {"preset": preset, "subset_size": min(int(cfg.subset_size), len(calibration.samples))}
         if cfg.transformer:
             kwargs["model_type"] = nncf.ModelType.TRANSFORMER
-        return nncf.quantize(model, nncf.Dataset(feeds), **kwargs)
+        if stage == "fx":
+            with torch.no_grad(), fx_integer_edges_typed_integer():
+                data = nncf.Dataset([tuple(sample) for sample in calibration.samples])
+                return nncf.quantize(_plain_module(model), data, **kwargs)
+        data = nncf.Dataset(calibration.feeds())
+        if stage == "onnx":
+            return _on_onnx(
+                model, lambda proto, params: nncf.quantize(proto, data, advanced_parameters=params, **kwargs),
+                nncf.AdvancedQuantizationParameters,
+            )
+        return nncf.quantize(model, data, **kwargs)
 
 
-def _compress_onnx(model: Any, kwargs: dict[str, Any]) -> Any:
-    """``nncf.compress_weights`` on the ONNX proto, saved to and read back from a temporary directory."""
-    import nncf
+def _on_onnx(model: Any, run: Callable[[Any, Any], Any], parameters: type) -> Any:
+    """``run(proto, advanced_parameters)`` on the ONNX model saved to a temporary directory with external data (NNCF
+    reads the weights from there, so models past protobuf's 2 GB limit work); the result is read back into memory."""
     import onnx
     import onnx_ir as ir
     from nncf.onnx.quantization.backend_parameters import BackendParameters
@@ -182,23 +221,22 @@ def _compress_onnx(model: Any, kwargs: dict[str, Any]) -> Any:
         path = Path(tmp) / "model.onnx"
         ir.save(model, str(path), external_data="model.onnx.data", size_threshold_bytes=1023)
         proto = onnx.load(str(path), load_external_data=False)
-        params = nncf.AdvancedCompressionParameters()
+        params = parameters()
         params.backend_params[BackendParameters.EXTERNAL_DATA_DIR] = tmp
-        compressed = nncf.compress_weights(proto, advanced_parameters=params, **kwargs)
-        if _has_external(compressed):  # read the weights before the directory goes away
-            onnx.load_external_data_for_model(compressed, tmp)
-        return ir.from_proto(compressed)
+        result = run(proto, params)
+        if any(init.data_location == onnx.TensorProto.EXTERNAL for init in result.graph.initializer):
+            onnx.load_external_data_for_model(result, tmp)  # read the weights before the directory goes away
+        return ir.from_proto(result)
 
 
-def _compress_fx(program: Any, kwargs: dict[str, Any]) -> Any:
-    """``nncf.compress_weights`` on the traced program's FX graph (NNCF's TorchFX backend); returns the module
-    with int8/int4 weights and their decompression, which ``quantize_traced`` re-exports.
+def _plain_module(program: Any) -> Any:
+    """The traced program re-exported with autograd off, as a ``GraphModule`` for NNCF's TorchFX backend (which
+    ``quantize_traced`` re-exports after NNCF).
 
-    The program is first re-traced with autograd off: NNCF's graph builder cannot read the
-    ``wrap_with_set_grad_enabled`` subgraphs that ``@torch.no_grad`` code (rotary embeddings) leaves in an export
-    ("'GraphModule' object has no attribute 'shape'"). Symbolic input axes stay symbolic.
+    NNCF's graph builder cannot read the ``wrap_with_set_grad_enabled`` subgraphs that ``@torch.no_grad`` code
+    (rotary embeddings) leaves in an export ("'GraphModule' object has no attribute 'shape'"). Symbolic input axes
+    stay symbolic.
     """
-    import nncf
     import torch
 
     from ..patches.dynamo import tracing_patches
@@ -212,10 +250,4 @@ def _compress_fx(program: Any, kwargs: dict[str, Any]) -> Any:
     dynamic = any(shape is not None for shape in shapes)
     with torch.no_grad(), tracing_patches(dynamic):
         plain = torch.export.export(program.module(), args, dynamic_shapes=shapes if dynamic else None)
-    return nncf.compress_weights(plain.module(), **kwargs)
-
-
-def _has_external(proto: Any) -> bool:
-    import onnx
-
-    return any(init.data_location == onnx.TensorProto.EXTERNAL for init in proto.graph.initializer)
+    return plain.module()

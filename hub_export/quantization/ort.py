@@ -95,10 +95,7 @@ class OnnxRuntimeQuantizer(ExportQuantizer):
         config = OnnxRuntimeDynamicConfig() if config is None else config
         if not isinstance(config, (OnnxRuntimeDynamicConfig, OnnxRuntimeStaticConfig)):
             raise ConfigError(f"OnnxRuntimeQuantizer takes an OnnxRuntimeDynamicConfig or OnnxRuntimeStaticConfig, got {config!r}.")
-        if calibration_dataset is None and isinstance(config, OnnxRuntimeStaticConfig):
-            calibration_dataset = config.calibration_dataset
-        super().__init__(calibration_dataset)
-        self.config = config
+        super().__init__(calibration_dataset, config=config)
 
     @property
     def needs_calibration(self) -> bool:  # type: ignore[override]
