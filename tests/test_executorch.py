@@ -243,3 +243,37 @@ def test_raw_audio_samples_are_bounded_by_the_frames_planned() -> None:
     model = build_zoo("wav2vec2").model  # conv strides (5, 2): 10 samples per frame
     bounds = ExecutorchExporter().dynamic_bounds(model, ExecutorchConfig(dynamic=True))
     assert bounds("samples", "input_values", 1, 400) == (1, 10 * ExecutorchExporter.max_sequence)
+
+
+def test_sizes_interval_arithmetic_cannot_bound_are_planned_at_their_exact_maximum() -> None:
+    """Mamba-2's chunk size ``padded // (padded // 16)``: sympy's intervals give [0, oo), the planner used to fail."""
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from torch.utils._sympy.functions import FloorDiv, Mod
+    from torch.utils._sympy.numbers import int_oo
+    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+
+    from hub_export.patches.executorch import upper_bound
+
+    env = ShapeEnv()
+    sequence = env.create_symbol(8, ConstantSource("sequence"))
+    env.var_to_range[sequence] = ValueRanges(4, 512)
+    padded = sequence + Mod(16 - Mod(sequence, 16), 16)
+    chunk = FloorDiv(padded, FloorDiv(padded, 16))
+    assert bound_sympy(chunk, env.var_to_range).upper is int_oo
+    assert upper_bound(env.create_symintnode(chunk, hint=16)) == 16
+    assert upper_bound(env.create_symintnode(8 * chunk * FloorDiv(padded, 16), hint=32)) == 8 * 512
+    unbounded = env.create_symbol(8, ConstantSource("n"))  # no range: data-dependent
+    assert upper_bound(env.create_symintnode(FloorDiv(unbounded, FloorDiv(unbounded, 16)), hint=8)) is None
+
+
+def test_symbolic_min_and_max_pass_the_edge_verifier_only_inside_the_patch() -> None:
+    from executorch.exir.verification import verifier
+
+    from hub_export.patches.executorch import symbolic_min_max_admitted
+
+    before = verifier._EXECUTORCH_SYM_OPS
+    assert torch.sym_min not in before  # the upstream gap: to_executorch maps them, to_edge's verifier refuses them
+    with symbolic_min_max_admitted():
+        assert {torch.sym_min, torch.sym_max} <= verifier._EXECUTORCH_SYM_OPS
+    assert verifier._EXECUTORCH_SYM_OPS is before

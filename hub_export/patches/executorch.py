@@ -1,8 +1,8 @@
 """Workarounds applied while lowering to ExecuTorch; each names the upstream behaviour it works around.
 
-* :func:`planned_sizes_must_be_bounded`, :func:`list_outputs_validated_whole` and
-  :func:`xnnpack_reshapes_with_one_dynamic_dim` (reversible patches, applied by :func:`executorch_patches` around
-  the lowering).
+* :func:`planned_sizes_must_be_bounded`, :func:`list_outputs_validated_whole`,
+  :func:`xnnpack_reshapes_with_one_dynamic_dim` and :func:`symbolic_min_max_admitted` (reversible patches, applied
+  by :func:`executorch_patches` around the lowering).
 * :func:`retrace_without_size_one_hints` (a re-trace of the program, not a patch: it changes nothing upstream).
 * :func:`contiguous_attention_outputs` (an edit of hub_export's own traced graph, before lowering).
 """
@@ -22,6 +22,7 @@ __all__ = [
     "list_outputs_validated_whole",
     "planned_sizes_must_be_bounded",
     "retrace_without_size_one_hints",
+    "symbolic_min_max_admitted",
     "upper_bound",
     "xnnpack_reshapes_with_one_dynamic_dim",
 ]
@@ -36,8 +37,9 @@ def planned_sizes_must_be_bounded() -> Iterator[None]:
     ExecuTorch plans every buffer for its largest size. Since pytorch/executorch#20834, ``eval_upper_bound``
     returns the trace-time hint when a symbolic size has no finite bound: the program then holds buffers sized
     for the sample inputs, and a larger input overruns them at run time (``Attempted to resize a bounded tensor``)
-    or is silently truncated. hub_export bounds every input dim, so an unbounded size here is data-dependent
-    (``nonzero``, ``.item()``): raise an :class:`ExportError` that names it.
+    or is silently truncated. hub_export bounds every input dim, so a size is planned at :func:`upper_bound`
+    (exact where sympy's interval arithmetic gives up), and a size without one is data-dependent (``nonzero``,
+    ``.item()``): raise an :class:`ExportError` that names it.
     """
     import executorch.exir.passes.sym_shape_eval_pass as sym_shape_eval_pass
     import executorch.exir.sym_util as sym_util
@@ -48,13 +50,14 @@ def planned_sizes_must_be_bounded() -> Iterator[None]:
         node = getattr(value, "node", None)
         if node is None:
             return original(value)
-        if upper_bound(value) is None:
+        planned = upper_bound(value)
+        if planned is None:
             raise ExportError(
                 f"ExecuTorch cannot plan memory for a tensor of size {node.expr}: it has no upper bound (a "
                 "data-dependent size, or an input dim without a max). Give every dynamic input dim a max "
                 "(dynamic_shapes={'input_ids': {1: Dim('sequence', min=1, max=N)}}) or export with static shapes."
             )
-        return original(value)
+        return planned
 
     with contextlib.ExitStack() as stack:
         for owner in (sym_util, sym_shape_eval_pass):
@@ -63,17 +66,61 @@ def planned_sizes_must_be_bounded() -> Iterator[None]:
 
 
 def upper_bound(size: Any) -> int | None:
-    """The largest value a SymInt can take under its ShapeEnv's ranges (an int is its own), or None if unbounded."""
+    """The largest value a SymInt can take under its ShapeEnv's ranges (an int is its own), or None if unbounded.
+
+    sympy's interval arithmetic (``bound_sympy``) gives up on sizes such as Mamba-2's chunk count
+    ``(s + Mod(16 - Mod(s, 16), 16)) // ((s + Mod(16 - Mod(s, 16), 16)) // 16)`` (a floor division by a symbolic
+    range); when every symbol of the size has a finite range, the size is then evaluated at every point of those
+    ranges (at most :data:`_EXHAUSTIVE_POINTS`), which gives its exact maximum.
+    """
     from torch.utils._sympy.numbers import IntInfinity
     from torch.utils._sympy.value_ranges import bound_sympy
 
     node = getattr(size, "node", None)
     if node is None:
         return int(size)
-    upper = bound_sympy(node.expr, node.shape_env.var_to_range).upper
+    ranges = node.shape_env.var_to_range
+    try:
+        upper = bound_sympy(node.expr, ranges).upper
+    except ZeroDivisionError:  # a divisor whose range holds 0
+        return _exhaustive_upper_bound(node.expr, ranges)
     if isinstance(upper, IntInfinity) or not (upper.is_finite and upper.is_integer):  # int_oo claims to be finite
-        return None
+        return _exhaustive_upper_bound(node.expr, ranges)
     return int(upper)
+
+
+#: Most points :func:`upper_bound` evaluates a size at when interval arithmetic cannot bound it.
+_EXHAUSTIVE_POINTS = 100_000
+
+
+def _exhaustive_upper_bound(expr: Any, ranges: dict[Any, Any]) -> int | None:
+    """The maximum of ``expr`` over the grid of its symbols' integer ranges, or None (an unbounded or too large
+    range, or a value that is not an integer)."""
+    import itertools
+    import math
+
+    import sympy
+    from torch.utils._sympy.numbers import IntInfinity, NegativeIntInfinity
+
+    symbols = sorted(expr.free_symbols, key=str)
+    axes = []
+    for symbol in symbols:
+        bounds = ranges.get(symbol)
+        if bounds is None or any(isinstance(b, (IntInfinity, NegativeIntInfinity)) or not b.is_Integer for b in (bounds.lower, bounds.upper)):
+            return None
+        axes.append(range(int(bounds.lower), int(bounds.upper) + 1))
+    if math.prod(len(axis) for axis in axes) > _EXHAUSTIVE_POINTS:
+        return None
+    best = None
+    for point in itertools.product(*axes):
+        try:
+            value = expr.xreplace({s: sympy.Integer(v) for s, v in zip(symbols, point)})
+        except ZeroDivisionError:
+            return None
+        if not value.is_Integer:
+            return None
+        best = int(value) if best is None else max(best, int(value))
+    return best
 
 
 @contextlib.contextmanager
@@ -156,9 +203,35 @@ def xnnpack_reshapes_with_one_dynamic_dim() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def symbolic_min_max_admitted() -> Iterator[None]:
+    """Let the edge verifier pass ``torch.sym_min``/``torch.sym_max`` size arithmetic.
+
+    ``to_executorch`` replaces them with ``executorch_prim::sym_min/sym_max`` (executorch/exir/passes/
+    executorch_prim_ops_registry.py maps them), but ``to_edge``'s verifier (exir/verification/verifier.py,
+    executorch 1.5.1) only admits the prim ops and asserts on the Python functions: the lowering failed with a
+    bare ``AssertionError`` for Mamba-2, whose chunked scan computes ``min(chunk, sequence)``. The patch adds the
+    two functions to the set the verifier reads. No upstream issue is known to us.
+    """
+    import torch
+    from executorch.exir.verification import verifier
+
+    admitted = set(verifier._EXECUTORCH_SYM_OPS) | {torch.sym_min, torch.sym_max}
+    reason = "edge verifier rejecting torch.sym_min/sym_max that to_executorch maps to prim ops (executorch 1.5.1)"
+    with patch_attribute(verifier, "_EXECUTORCH_SYM_OPS", admitted, reason=reason):
+        yield
+
+
+@contextlib.contextmanager
 def executorch_patches() -> Iterator[None]:
     """Every patch applied while lowering to ExecuTorch."""
-    with planned_sizes_must_be_bounded(), list_outputs_validated_whole(), xnnpack_reshapes_with_one_dynamic_dim():
+    with contextlib.ExitStack() as stack:
+        for patch in (
+            planned_sizes_must_be_bounded,
+            list_outputs_validated_whole,
+            xnnpack_reshapes_with_one_dynamic_dim,
+            symbolic_min_max_admitted,
+        ):
+            stack.enter_context(patch())
         yield
 
 
