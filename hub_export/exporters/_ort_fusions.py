@@ -11,6 +11,12 @@ webgpu    ``GroupQueryAttention`` + a separate ``RotaryEmbedding``
 dml       ``MultiHeadAttention`` + a separate ``RotaryEmbedding``
 ========  ==========================================================================================
 
+cuda also gets mixture-of-experts layers as ``MoE``: decided while tracing, not by a rewrite (the per-expert loop
+of the unfused graph is not a pattern worth matching): :mod:`~hub_export.exporters._ort_moe` replaces each
+transformers experts layer that ``MoE`` can express by one op, translated into the node, with the model's own routing
+passed through ``router_probs``; :func:`fuse_for_ort` stores its weights in ``MoE``'s layout. Other providers keep
+the loop (ORT's CPU ``MoE`` kernel runs, but was not clearly faster here: ``benchmarks/ort_moe.py``).
+
 Every provider also gets ``SimplifiedLayerNormalization``, ``SkipSimplifiedLayerNormalization``,
 ``SkipLayerNormalization``, the GELU fusions (``Gelu``, ``BiasGelu``, ``FastGelu``) and the projections that share
 one input (q/k/v, gate/up) packed into one ``MatMul`` (q/k/v then feed ``GroupQueryAttention`` packed).
@@ -26,7 +32,7 @@ Limits: attention counts as a KV-cache decoder's (causal) when the graph returns
 q/k norms stay ``SimplifiedLayerNormalization`` nodes before ``GroupQueryAttention`` for every provider (its
 ``q_norm_weight`` input is rejected by the CPU kernel, so it could not be verified here); ORT's CUDA
 ``GroupQueryAttention`` runs float16/bfloat16 only, so a float32 graph fused for cuda runs that op on the CPU
-provider; mixture-of-experts layers are not rewritten into ``MoE`` yet.
+provider; ``MoE`` is verified on ORT's CPU kernel only (same contract; its CUDA kernel has not run here).
 """
 
 from __future__ import annotations
@@ -75,6 +81,7 @@ def fuse_for_ort(model: Any, provider: str) -> dict[str, int]:
     from onnxscript.rewriter.rules.common import _gemm_to_matmul_add
 
     from . import _ort_rules as rules
+    from ._ort_moe import fold_moe_weights
 
     if provider not in PROVIDERS:
         raise ValueError(f"ort_fusions={provider!r}: use one of {PROVIDERS}.")
@@ -117,6 +124,7 @@ def fuse_for_ort(model: Any, provider: str) -> dict[str, int]:
     fuse("sdpa_via_mha", replace_sdpa_by_mha)
     optimize(model)
     counts["packed_matmul"] = rules.pack_projections(model)
+    counts["moe_weights"] = fold_moe_weights(model)  # MoE nodes come from the trace (cuda)
     common_passes.RemoveUnusedNodesPass()(model)  # the weights that were packed
     rewrite(model, _core.ORT_PATTERN_REWRITE_RULES)
     common_passes.LiftConstantsToInitializersPass(lift_all_constants=False, size_limit=1)(model)

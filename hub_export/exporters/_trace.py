@@ -261,7 +261,8 @@ def trace(model: Any, sample_inputs: dict[str, Any], config: ExportConfig, *, bo
         output_names, output_structure = list(wrapper.output_names), wrapper.output_structure
         dynamic_shapes = _dynamic_shapes(config, leaves, input_structure, bounds)
         try:
-            with tracing_patches(config.dynamic, model, config.export_format.value):
+            fusions = getattr(config, "ort_fusions", None)  # "cuda": MoE layers as one op (hub_export::moe)
+            with tracing_patches(config.dynamic, model, config.export_format.value, fusions):
                 program = torch.export.export(
                     wrapper,
                     tuple(sample),

@@ -5,12 +5,14 @@
 * :func:`experts_as_standard_ops` — transformers' mixture-of-experts layers (``@use_experts_implementation``)
   default to ``grouped_mm``: ``torch.histc`` + ``empty_permuted`` + the custom op
   ``transformers::grouped_mm_fallback``, which no backend but PyTorch itself can run (no ONNX function, no
-  OpenVINO conversion rule, and a ``.pt2`` that needs ``import transformers`` to load).
+  OpenVINO conversion rule, and a ``.pt2`` that needs ``import transformers`` to load). For an ONNX export fused
+  for cuda, the layers ``MoE`` can express become one ``hub_export::moe`` call (:mod:`hub_export.exporters._ort_moe`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -71,8 +73,9 @@ def _experts_per_expert_loop(self: Any, hidden_states: Any, top_k_index: Any, to
     return output
 
 
-def _experts_modules(model: Any) -> list[Any]:
-    """The ``@use_experts_implementation`` experts modules of ``model`` whose implementation does not trace."""
+def _experts_modules(model: Any, traceable: bool = False) -> list[Any]:
+    """The ``@use_experts_implementation`` experts modules of ``model`` whose implementation does not trace (with
+    ``traceable``: all of them)."""
     modules = getattr(model, "modules", None)
     if modules is None:
         return []
@@ -80,10 +83,14 @@ def _experts_modules(model: Any) -> list[Any]:
     for module in modules():
         if not all(hasattr(module, attr) for attr in ("has_gate", "is_transposed", "num_experts", "down_proj")):
             continue
-        config = getattr(module, "config", None)
-        if getattr(config, "_experts_implementation", None) not in _TRACEABLE_EXPERTS:
+        if traceable or not _traces(module):
             found.append(module)
     return found
+
+
+def _traces(module: Any) -> bool:
+    """Whether the experts module's own implementation already traces to standard ops."""
+    return getattr(getattr(module, "config", None), "_experts_implementation", None) in _TRACEABLE_EXPERTS
 
 
 def _gathered_experts() -> Any:
@@ -100,7 +107,7 @@ def _gathered_experts() -> Any:
 
 
 @contextlib.contextmanager
-def experts_as_standard_ops(model: Any, gather: bool = False) -> Iterator[int]:
+def experts_as_standard_ops(model: Any, gather: bool = False, ort_moe: bool = False) -> Iterator[int]:
     """Run every mixture-of-experts layer of ``model`` with :func:`_experts_per_expert_loop` inside the block.
 
     transformers 5 dispatches ``@use_experts_implementation`` layers on ``config._experts_implementation``,
@@ -117,18 +124,35 @@ def experts_as_standard_ops(model: Any, gather: bool = False) -> Iterator[int]:
     fails with error 0x12), while ``batched_mm`` has static shapes. It gathers one weight matrix per routed token,
     which costs memory on long prompts.
 
+    With ``ort_moe`` (ONNX fused for cuda), a layer that ONNX Runtime's ``com.microsoft::MoE`` can express runs
+    :func:`hub_export.exporters._ort_moe.fused_experts_forward` (one ``hub_export::moe`` call, translated into a
+    ``MoE`` node); the others keep the per-expert loop.
+
     Yields:
         How many experts modules were switched.
     """
-    modules = _experts_modules(model)
+    modules = _experts_modules(model, traceable=ort_moe)
     forward = _gathered_experts() if gather and modules else _experts_per_expert_loop
+    switched = []
     for module in modules:
-        module.forward = types.MethodType(forward, module)
+        fused = _fused_moe_forward(module) if ort_moe else None
+        if fused is None and _traces(module):
+            continue
+        module.forward = fused or types.MethodType(forward, module)
+        switched.append(module)
     try:
-        yield len(modules)
+        yield len(switched)
     finally:
-        for module in modules:
+        for module in switched:
             module.__dict__.pop("forward", None)
+
+
+def _fused_moe_forward(module: Any) -> Any:
+    """``module``'s forward as one ``hub_export::moe`` call, or None when ``MoE`` cannot express the layer."""
+    from ..exporters._ort_moe import fused_experts_forward, moe_plan
+
+    plan = moe_plan(module)
+    return None if plan is None else functools.partial(fused_experts_forward, module, plan)
 
 
 @contextlib.contextmanager
@@ -152,13 +176,16 @@ def decode_attention_without_kv_copies() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def tracing_patches(dynamic: bool, model: Any = None, export_format: str | None = None) -> Iterator[None]:
+def tracing_patches(
+    dynamic: bool, model: Any = None, export_format: str | None = None, ort_fusions: str | None = None
+) -> Iterator[None]:
     """Every patch needed while tracing an export (``model``: the eager model, for the per-module switches;
-    ``export_format``: the target, for the switches that depend on it)."""
+    ``export_format``, ``ort_fusions``: the target, for the switches that depend on it)."""
     with contextlib.ExitStack() as stack:
         if dynamic:
             stack.enter_context(size_one_dims_stay_dynamic())
         if model is not None:
-            stack.enter_context(experts_as_standard_ops(model, gather=export_format == "executorch"))
+            gather, ort_moe = export_format == "executorch", export_format == "onnx" and ort_fusions == "cuda"
+            stack.enter_context(experts_as_standard_ops(model, gather=gather, ort_moe=ort_moe))
         stack.enter_context(decode_attention_without_kv_copies())
         yield

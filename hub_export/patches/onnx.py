@@ -9,6 +9,8 @@
   ``-inf`` to the dtype's lowest value, which silently undid microsoft/onnxscript#2479: a query row that masks every
   key (left padding) now averages the values instead of returning zeros like ATen's ``_safe_softmax``. Our
   translation runs torchlib's and zeroes those rows (boolean masks, and float masks that are ``-inf`` everywhere).
+  The table also translates our custom op ``hub_export::moe`` (traced for ``ort_fusions="cuda"``) into
+  ``com.microsoft::MoE`` (:mod:`hub_export.exporters._ort_moe`).
 """
 
 from __future__ import annotations
@@ -82,7 +84,9 @@ def translation_table() -> dict[Any, Any]:
     """``custom_translation_table`` for ``torch.onnx.export`` (see this module's docstring)."""
     import torch
 
-    return {torch.ops.aten.scaled_dot_product_attention.default: _safe_sdpa}
+    from ..exporters._ort_moe import moe_op, translate_moe
+
+    return {torch.ops.aten.scaled_dot_product_attention.default: _safe_sdpa, moe_op(): translate_moe}
 
 
 @contextlib.contextmanager
