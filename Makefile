@@ -3,6 +3,8 @@
 # Both create/update .venv and install hub-export with every backend under constraints.txt.
 
 PYTHON ?= python3
+# pytest workers: one per core of the 2-core CI machine (each test module runs whole on one worker: --dist loadfile)
+WORKERS ?= 2
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
@@ -20,7 +22,7 @@ $(STAMP): $(PY) pyproject.toml constraints.txt
 install: $(STAMP)
 
 test: $(STAMP)
-	HF_HUB_DISABLE_XET=1 HF_HUB_DISABLE_TELEMETRY=1 $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	HF_HUB_DISABLE_XET=1 HF_HUB_DISABLE_TELEMETRY=1 $(PY) -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	HF_HUB_DISABLE_XET=1 HF_HUB_DISABLE_TELEMETRY=1 $(PY) -m hub_export.demo
