@@ -39,21 +39,23 @@ def _model() -> Any:
     return LlamaForCausalLM(config).eval()
 
 
-def _inputs(model: Any) -> dict[str, Callable[[], dict[str, Any]]]:
-    ids = torch.randint(3, model.config.vocab_size, (1, SEQUENCE + 1))
-    prefill = {"input_ids": ids[:, :SEQUENCE], "attention_mask": torch.ones(1, SEQUENCE, dtype=torch.int64)}
+def prefill_and_decode_inputs(model: Any, sequence: int = SEQUENCE) -> dict[str, Callable[[], dict[str, Any]]]:
+    """``{"prefill": make, "decode": make}``: a ``sequence``-token prompt, and one token against its cache (each
+    call of ``make`` returns fresh kwargs; benchmarks/ort_moe.py uses it too)."""
+    from transformers import DynamicCache
+
+    ids = torch.randint(3, model.config.vocab_size, (1, sequence + 1))
+    prefill = {"input_ids": ids[:, :sequence], "attention_mask": torch.ones(1, sequence, dtype=torch.int64)}
     with torch.no_grad():
         cache = model(**prefill, use_cache=True).past_key_values
     layers = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
 
     def decode() -> dict[str, Any]:  # a fresh cache per call: the model appends to the one it is given
-        from transformers import DynamicCache
-
         fresh = DynamicCache(config=model.config)
         for index, (key, value) in enumerate(layers):
             fresh.update(key, value, index)
-        return {"input_ids": ids[:, SEQUENCE:], "attention_mask": torch.ones(1, SEQUENCE + 1, dtype=torch.int64),
-                "past_key_values": fresh}
+        mask = torch.ones(1, sequence + 1, dtype=torch.int64)
+        return {"input_ids": ids[:, sequence:], "attention_mask": mask, "past_key_values": fresh}
 
     return {"prefill": lambda: dict(prefill), "decode": decode}
 
@@ -123,7 +125,7 @@ def main() -> None:
     model = _model()
     params = sum(p.numel() for p in model.parameters()) / 1e6
     rows, profiles = [], []
-    for stage, make in _inputs(model).items():
+    for stage, make in prefill_and_decode_inputs(model).items():
         unfused = OnnxExporter().export(model, make(), config=OnnxConfig(dynamic=True))
         fused = OnnxExporter().export(model, make(), config=OnnxConfig(dynamic=True, ort_fusions="cpu"))
         contrib = fused.components["model"].metadata.extra.get("contrib_ops", [])

@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 import warnings
@@ -26,6 +27,9 @@ from typing import Any, Callable
 import torch
 
 from hub_export import OnnxConfig, OnnxExporter
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ort_fusions import prefill_and_decode_inputs  # noqa: E402
 
 MODELS = {  # name -> MixtralConfig kwargs
     "tiny (hidden 32, 4 experts, top-2)": dict(
@@ -44,25 +48,6 @@ def _model(config: dict[str, Any]) -> Any:
 
     torch.manual_seed(0)
     return MixtralForCausalLM(MixtralConfig(max_position_embeddings=1024, **config)).eval()
-
-
-def _inputs(model: Any, sequence: int) -> dict[str, Callable[[], dict[str, Any]]]:
-    from transformers import DynamicCache
-
-    ids = torch.randint(3, model.config.vocab_size, (1, sequence + 1))
-    prefill = {"input_ids": ids[:, :sequence], "attention_mask": torch.ones(1, sequence, dtype=torch.int64)}
-    with torch.no_grad():
-        cache = model(**prefill, use_cache=True).past_key_values
-    layers = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
-
-    def decode() -> dict[str, Any]:  # a fresh cache per call: the model appends to the one it is given
-        fresh = DynamicCache(config=model.config)
-        for index, (key, value) in enumerate(layers):
-            fresh.update(key, value, index)
-        mask = torch.ones(1, sequence + 1, dtype=torch.int64)
-        return {"input_ids": ids[:, sequence:], "attention_mask": mask, "past_key_values": fresh}
-
-    return {"prefill": lambda: dict(prefill), "decode": decode}
 
 
 def _paired_ms(fns: dict[str, Callable[[], Any]], iters: int) -> dict[str, list[float]]:
@@ -114,7 +99,7 @@ def main() -> None:
     rows = []
     for name, config in MODELS.items():
         model = _model(config)
-        for stage, make in _inputs(model, args.sequence).items():
+        for stage, make in prefill_and_decode_inputs(model, args.sequence).items():
             graphs = {
                 provider: OnnxExporter().export(model, make(), config=OnnxConfig(dynamic=True, ort_fusions=provider))
                 for provider in ("cpu", "cuda")
