@@ -4,9 +4,13 @@ Each model is exported once for generation without fusions; every provider's fus
 of its prefill and decode graphs, which run on ONNX Runtime's CPU provider against eager PyTorch on the captured
 generation calls of a left-padded batch (prefill: no cache; decode: one token on the prefill's cache) and of the
 sample's shape. Outputs compared: logits and the returned KV cache, every position (padded rows included).
-Measured max abs diffs: 0.6e-7 to 1.2e-7 (Qwen3 up to 7.2e-7), asserted < 1e-5. The Llama has head_dim 16 so that
-ORT's CPU kernel can rotate inside GroupQueryAttention (head sizes that are multiples of 16); Qwen3 (head_dim 8)
-covers the separate RotaryEmbedding; the tiny Llama with head_dim 8 and BERT are checked in test_quantization.py.
+Measured max abs diffs: 0.6e-7 to 1.2e-7 (Qwen3, random norm weights: up to 1.7e-6), asserted < 1e-5. The Llama and the Qwen3 have head_dim
+16 so that ORT's CPU kernel can rotate inside GroupQueryAttention (head sizes that are multiples of 16); webgpu covers
+the separate RotaryEmbedding (Qwen3: its q/k norms before it); the tiny Llama with head_dim 8 and BERT are checked in
+test_quantization.py. The Qwen3's RMS norm weights are random (ones would let the optimizer merge q's and k's).
+Qwen3 for cuda: its q/k norms go into GroupQueryAttention (q_norm_weight/k_norm_weight), which ORT's CPU kernel
+refuses; the runner runs such a graph on the CPU provider through expand_qk_norms (the schema's semantics as standard
+nodes), so its parity checks the rewrite, not ORT's CUDA kernel (no GPU here).
 Mixture of experts (cuda: one ``com.microsoft::MoE`` per layer, chosen while tracing) is exported with
 ``ort_fusions="cuda"`` directly: Mixtral for generation, Qwen2-MoE, and small experts blocks of every layout.
 """
@@ -30,15 +34,17 @@ ATOL = 1e-5
 
 
 def _case(name: str) -> Any:
-    if name != "llama16":
+    if name not in ("llama16", "qwen3"):
         return build(name)
-    from transformers import LlamaForCausalLM
-
-    case = build("llama")
+    case = build("llama" if name == "llama16" else name)
     config = copy.deepcopy(case.model.config)
     config.head_dim = 16
     torch.manual_seed(0)
-    case.model = LlamaForCausalLM(config).eval()
+    case.model = type(case.model)(config).eval()
+    with torch.no_grad():
+        for key, weight in case.model.named_parameters():
+            if name == "qwen3" and key.endswith("norm.weight"):
+                weight.copy_(1 + 0.5 * torch.randn(weight.shape))
     return case
 
 
@@ -87,7 +93,9 @@ EXPECTED = {
     ("llama16", "cuda"): {"GroupQueryAttention", "SkipSimplifiedLayerNormalization"},
     ("llama16", "webgpu"): {"GroupQueryAttention", "RotaryEmbedding", "SkipSimplifiedLayerNormalization"},
     ("llama16", "dml"): {"MultiHeadAttention", "RotaryEmbedding", "SkipSimplifiedLayerNormalization"},
-    ("qwen3", "cpu"): {"GroupQueryAttention", "RotaryEmbedding", "SkipSimplifiedLayerNormalization"},
+    ("qwen3", "cpu"): {"GroupQueryAttention", "SkipSimplifiedLayerNormalization"},
+    ("qwen3", "cuda"): {"GroupQueryAttention", "SkipSimplifiedLayerNormalization"},  # q/k norms inside
+    ("qwen3", "webgpu"): {"GroupQueryAttention", "RotaryEmbedding", "SkipSimplifiedLayerNormalization"},
     ("gpt2", "cpu"): {"FastGelu", "GroupQueryAttention", "SkipLayerNormalization"},
 }
 
@@ -105,7 +113,7 @@ def test_fused_graphs_match_eager(name: str, provider: str, exports: Any) -> Non
         assert ops[attention] == layers and counts.get("sdpa") == layers
         if attention == "GroupQueryAttention":
             rotary = {n.attributes.get_int("do_rotary", 0) for n in program.graph if n.op_type == attention}
-            assert rotary == {int(name == "llama16" and provider in ("cpu", "cuda"))}
+            assert rotary == {int(name != "gpt2" and provider in ("cpu", "cuda"))}  # GPT-2: no rotary
         runner = OnnxRunner.from_program(program, component.metadata)
         for kind, split in calls.items():
             module, kwargs = split[stage]
@@ -120,6 +128,53 @@ def test_qkv_packed_into_group_query_attention(exports: Any) -> None:
     for node in nodes:  # packed q/k/v: one input, no key/value; the padding mask goes in as attention_bias
         assert node.inputs[0].producer().op_type == "MatMul" and node.inputs[1] is None and node.inputs[2] is None
         assert node.inputs[10] is not None and node.inputs[16] is not None
+
+
+def test_qk_norms_inside_group_query_attention_for_cuda(exports: Any) -> None:
+    """cuda: Qwen3's q/k norms become q_norm_weight/k_norm_weight (packed QKV); other providers keep the nodes."""
+    import numpy as np
+    import onnx_ir as ir
+    import onnxruntime as ort
+    from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+
+    from hub_export.exporters._ort_fusions import expand_qk_norms, runnable_on
+
+    case, exported, calls = exports("qwen3")
+    layers, epsilon = case.model.model.layers, np.float32(case.model.config.rms_norm_eps)
+
+    def norms(program: Any) -> int:
+        return sum(n.op_type == "SimplifiedLayerNormalization" for n in program.graph)
+
+    def weights(program: Any) -> list[Any]:
+        return [n.inputs[14] if len(n.inputs) > 14 else None for n in program.graph if n.op_type == "GroupQueryAttention"]
+
+    for stage in ("prefill", "decode"):
+        component = exported.components[stage]
+        cuda, _ = _fused(component, "cuda")
+        for provider in ("cpu", "webgpu"):  # the norms stay nodes before GroupQueryAttention
+            other, _ = _fused(component, provider)
+            assert norms(other) == norms(cuda) + 2 * len(layers) and weights(other) == [None] * len(layers)
+        nodes = [n for n in cuda.graph if n.op_type == "GroupQueryAttention"]
+        for node, layer in zip(nodes, layers, strict=True):  # packed q/k/v from the MatMul; the layer's weights
+            assert node.inputs[0].producer().op_type == "MatMul" and node.inputs[1] is None and node.inputs[2] is None
+            for index, norm in ((14, layer.self_attn.q_norm), (15, layer.self_attn.k_norm)):
+                assert np.array_equal(node.inputs[index].const_value.numpy(), norm.weight.detach().numpy())
+            assert node.attributes.get_float("qk_norm_epsilon") == epsilon and node.attributes.get_int("do_rotary") == 1
+        # ORT 1.32's CPU kernel refuses the norm inputs, so the runner expands them for the CPU provider (a copy)
+        session = ort.InferenceSession(ir.to_proto(cuda).SerializeToString(), providers=["CPUExecutionProvider"])
+        with pytest.raises(InvalidArgument, match="q_norm_weight / k_norm_weight inputs are not supported"):
+            OnnxRunner(session, component.metadata, "cpu")(**copy.deepcopy(calls["sample"][stage][1]))
+        assert runnable_on(cuda, [("CUDAExecutionProvider", {}), "CPUExecutionProvider"]) is not cuda  # float32
+        expanded = runnable_on(cuda, ["CPUExecutionProvider"])
+        assert norms(expanded) == norms(cuda) + 2 * len(layers) and weights(expanded) == [None] * len(layers)
+        assert None not in weights(cuda)
+        for node in nodes:  # separate epsilons go to their own norm
+            node.attributes.pop("qk_norm_epsilon")
+            node.attributes["q_norm_epsilon"] = ir.AttrFloat32("q_norm_epsilon", 0.25)
+            node.attributes["k_norm_epsilon"] = ir.AttrFloat32("k_norm_epsilon", 0.5)
+        assert expand_qk_norms(cuda) == len(layers)
+        eps = Counter(n.attributes.get_float("epsilon") for n in cuda.graph if n.op_type == "SimplifiedLayerNormalization")
+        assert eps[0.25] == eps[0.5] == len(layers)
 
 
 def test_generate_with_fused_export_matches_eager(exports: Any) -> None:

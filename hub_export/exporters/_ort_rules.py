@@ -7,6 +7,7 @@
 * :func:`gqa_rules` — the attention of a decoder with a KV cache (``SDPA`` found by onnxscript, the key/value
   concatenated with the past and repeated for grouped heads, rows without keys zeroed) becomes
   ``com.microsoft.GroupQueryAttention``; see the module docstring of ``_ort_fusions`` for the semantics kept.
+  Qwen3's per-head q/k RMS norms go in as ``q_norm_weight``/``k_norm_weight`` when asked (cuda) and the op rotates.
 * :func:`tanh_gelu_rules` — GPT-2's ``0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x ** 3)))`` in the operand
   order the exporter writes (onnxscript's rule expects another) becomes ``com.microsoft.FastGelu``.
 * :func:`canonical_sums`, :func:`drop_identity_reshapes` — clean-ups that let the patterns match: dims written
@@ -96,7 +97,7 @@ def cos_sin_cache_rules() -> Any:
     )
 
 
-def gqa_rules(*, rotary_inside: bool, query_seqlens: bool) -> Any:
+def gqa_rules(*, rotary_inside: bool, query_seqlens: bool, qk_norm_inside: bool = False) -> Any:
     """The rule set turning a KV-cache decoder's attention into ``GroupQueryAttention``.
 
     Args:
@@ -104,6 +105,9 @@ def gqa_rules(*, rotary_inside: bool, query_seqlens: bool) -> Any:
             head size a multiple of 16); otherwise ``RotaryEmbedding`` nodes run before it.
         query_seqlens: Pass ``query_seqlens`` (cpu, cuda): the kernel then takes per-token ``position_ids`` in a
             prompt too and multi-token steps over a past for any batch.
+        qk_norm_inside: Per-head q/k RMS norms (``SimplifiedLayerNormalization`` over the head axis, constant
+            weights of the head size) go in as ``q_norm_weight``/``k_norm_weight`` with their epsilon (cuda). The
+            op normalizes before it rotates, so only where it rotates too; otherwise the norms stay before it.
     """
     import numpy as np
     import onnx_ir as ir
@@ -183,6 +187,20 @@ def gqa_rules(*, rotary_inside: bool, query_seqlens: bool) -> Any:
                 return result.fail("Query and key rotate differently.", key_rope)
             return result
 
+        def _norm_inputs(self, query_BSD, query_norm, key_norm) -> dict[str, Any] | None:
+            """``q_norm_weight``/``k_norm_weight`` and their epsilon attributes, or None if the norms cannot go in."""
+            norms = [n.producer() for n in (query_norm, key_norm)]
+            weights = [n.inputs[1] if len(n.inputs) == 2 else None for n in norms]
+            for node, weight in zip(norms, weights):  # over the head axis, a constant weight per channel, 1 output
+                const = None if weight is None else _ir_utils.get_numpy_value(weight)
+                if const is None or const.shape != (self._head_size,) or weight.dtype != query_BSD.dtype or any(
+                    node.attributes.get_int(name, default) != default for name, default in (("axis", -1), ("stash_type", 1))
+                ) or any(out.uses() or out.is_graph_output() for out in node.outputs[1:]):
+                    return None
+            q_eps, k_eps = (n.attributes.get_float("epsilon", 1e-5) for n in norms)
+            eps = {"qk_norm_epsilon": q_eps} if q_eps == k_eps else {"q_norm_epsilon": q_eps, "k_norm_epsilon": k_eps}
+            return {"weights": weights, "attrs": eps}
+
         def _inside(self, cos) -> bool:
             if not rotary_inside or self._rotary is None or self._head_size % 16:
                 return False
@@ -194,12 +212,15 @@ def gqa_rules(*, rotary_inside: bool, query_seqlens: bool) -> Any:
                     key_norm=None, **_):
             flat = op.Constant(value_ints=[0, 0, -1])
             query, key = query_BSD, key_BSDkv
-            if query_norm is not None:  # Qwen3: per-head RMS norm of q/k before the rotary (kept outside: CPU lacks it)
+            inside = self._inside(cos)
+            norms = None  # Qwen3: per-head RMS norm of q/k before the rotary, inside for cuda (the CPU kernel lacks it)
+            if query_norm is not None and qk_norm_inside and inside:
+                norms = self._norm_inputs(query_BSD, query_norm, key_norm)
+            if query_norm is not None and norms is None:
                 query, key = (
                     op.Reshape(op.SimplifiedLayerNormalization(x, *n.producer().inputs[1:], **n.producer().attributes), flat)
                     for x, n in ((query_BSHDh, query_norm), (key_BSHDh, key_norm))
                 )
-            inside = self._inside(cos)
             rotary_attrs = {k: a.value for k, a in (self._rotary or {}).items() if k != "num_heads"}
             if self._rotary is not None and not inside:
                 query, key = (
@@ -216,10 +237,10 @@ def gqa_rules(*, rotary_inside: bool, query_seqlens: bool) -> Any:
                 empty = op.Constant(value=ir.tensor(zeros))
                 shape = op.Concat(batch, op.Constant(value_ints=[1, 1, 1]), axis=0)
                 past_key = past_value = op.Expand(empty, shape)
-            extra = [None] * 5  # head_sink, k_scale, v_scale, q_norm_weight, k_norm_weight
+            extra = [None, None, None, *(norms["weights"] if norms else [None, None])]  # head_sink, k/v_scale, norms
             if query_seqlens:
                 extra.append(op.Cast(op.Expand(sequence, batch), to=int32))
-            attrs: dict[str, Any] = {"num_heads": self._heads, "kv_num_heads": self._kv_heads}
+            attrs: dict[str, Any] = {"num_heads": self._heads, "kv_num_heads": self._kv_heads, **(norms or {}).get("attrs", {})}
             if self._scale is not None:
                 attrs["scale"] = self._scale
             if inside:

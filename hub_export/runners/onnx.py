@@ -132,11 +132,13 @@ class OnnxRunner(ModelRunner):
         """
         import onnxruntime as ort
 
+        from ..exporters._ort_fusions import runnable_on
         from ..exporters.onnx import program_path
 
         if options:
             raise ConfigError(f"Unknown ONNX runner option(s) {sorted(options)}; accepted: providers, session_options.")
         chosen = execution_providers(device, providers)
+        program = runnable_on(program, chosen)  # q/k norms inside GroupQueryAttention: CUDA only (a copy otherwise)
         path, keepalive = program_path(program), None
         if path is None:
             path, keepalive = _write_temporary(program)
