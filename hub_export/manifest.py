@@ -321,7 +321,7 @@ def _check_node(node: dict[str, Any], count: int, where: str, architecture: str 
     elif kind == "cache":
         for i, layer in enumerate(node["layers"]):
             for part, kv in (layer.items() if "decoder" in layer else [("", layer)]):
-                for key in ("key", "value"):
+                for key in ("conv", "recurrent") if "conv" in kv else ("key", "value"):
                     children.append((f"layers[{i}]{'.' + part if part else ''}.{key}", kv[key]))
     for key, child in children:
         _check_node(child, count, f"{where}.{key}", architecture)

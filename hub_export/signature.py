@@ -15,6 +15,7 @@ Structure nodes::
     {"type": "cache", "class": "DynamicCache", "layers": [{"key": node, "value": node}, ...]}
     {"type": "cache", "class": "StaticCache", "max_cache_len": n, "layers": [{"key": node, "value": node, "length": node}, ...]}
     {"type": "cache", "class": "EncoderDecoderCache", "layers": [{"decoder": {...}, "encoder": {...}}, ...]}
+    {"type": "cache", "class": "DynamicCache", "layers": [{"conv": node, "recurrent": node}, ...]}  # state-space
 
 Flat tensors are named after their path: ``logits``, ``past_key_values.0.key``, ``hidden_states.2``,
 ``past_key_values.0.encoder.value``. When a name is both read and written, the pair becomes
@@ -130,6 +131,8 @@ def flatten_value(value: Any, path: tuple[str, ...], leaves: list[tuple[str, Any
         return {"type": "cache", "class": cls_name, "layers": layers}
     if cls_name == "StaticCache":
         return _flatten_static_cache(value, path, leaves)
+    if cls_name == "DynamicCache" and value.layers and all(hasattr(layer, "recurrent_states") for layer in value.layers):
+        return _flatten_state_cache(value, path, leaves)
     if cls_name == "DynamicCache":
         layers = [_flatten_layer(value.layers, i, (*path, str(i)), leaves) for i in range(len(value.layers))]
         return {"type": "cache", "class": cls_name, "layers": layers}
@@ -172,6 +175,38 @@ def _flatten_static_cache(cache: Any, path: tuple[str, ...], leaves: list[tuple[
             node["length"] = flatten_value(layer.cumulative_length, (*path, str(i), "length"), leaves)
         layers.append(node)
     return {"type": "cache", "class": "StaticCache", "max_cache_len": lengths.pop(), "layers": layers}
+
+
+def _flatten_state_cache(cache: Any, path: tuple[str, ...], leaves: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A state-space ``DynamicCache`` (Mamba-2: ``LinearAttentionLayer`` layers): per layer its ``conv`` state
+    ``[batch, channels, kernel]`` and ``recurrent`` (SSM) state, both of fixed size; the graph updates them in place."""
+    kinds = sorted({type(layer).__name__ for layer in cache.layers} - {"LinearAttentionLayer"})
+    if kinds or any(layer.number_of_states != 1 for layer in cache.layers):
+        raise ExportError(
+            f"{_join(path)}: cache layers {kinds or 'with several states'} cannot be exported; "
+            "only LinearAttentionLayer layers with one state are."
+        )
+    layers = []
+    for i, layer in enumerate(cache.layers):
+        states = {part: getattr(layer, f"{part}_states")[0] if layer.has_previous_state[0] else None for part in ("conv", "recurrent")}
+        layers.append({part: flatten_value(state, (*path, str(i), part), leaves) for part, state in states.items()})
+    return {"type": "cache", "class": "DynamicCache", "layers": layers}
+
+
+def _state_cache(cls: Any, node: dict[str, Any], tensors: list[Any]) -> Any:
+    """Rebuild a state-space ``DynamicCache`` whose ``LinearAttentionLayer`` layers hold the given tensors."""
+    from transformers.cache_utils import Cache, LinearAttentionLayer
+
+    cache = cls.__new__(cls)
+    Cache.__init__(cache, layers=[LinearAttentionLayer() for _ in node["layers"]])
+    for layer, entry in zip(cache.layers, node["layers"]):
+        conv, recurrent = unflatten(entry["conv"], tensors), unflatten(entry["recurrent"], tensors)
+        if conv is None:
+            continue
+        layer.dtype, layer.device = conv.dtype, conv.device
+        layer.conv_states[0], layer.recurrent_states[0], layer.conv_kernel_size[0] = conv, recurrent, conv.shape[-1]
+        layer.is_conv_states_initialized[0] = layer.is_recurrent_states_initialized[0] = layer.has_previous_state[0] = True
+    return cache
 
 
 def _static_cache(cls: Any, node: dict[str, Any], tensors: list[Any]) -> Any:
@@ -247,6 +282,8 @@ def _unflatten_cache(node: dict[str, Any], tensors: list[Any], where: str) -> An
         decoder = _dynamic_cache(_layer_pairs(node["layers"], tensors, "decoder"))
         encoder = _dynamic_cache(_layer_pairs(node["layers"], tensors, "encoder"))
         return cls(decoder, encoder)
+    if cls.__name__ == "DynamicCache" and node["layers"] and "conv" in node["layers"][0]:
+        return _state_cache(cls, node, tensors)
     if cls.__name__ == "DynamicCache":
         return _dynamic_cache(_layer_pairs(node["layers"], tensors, None))
     if cls.__name__ == "StaticCache":

@@ -417,3 +417,32 @@ def test_sliding_window_model_generates_through_full_length_caches(tmp_path):
     for inputs in [prompt, text_inputs(2, 12, pad_left=3, seed=3)]:
         expected = case.model.generate(**inputs, max_new_tokens=8, do_sample=False)
         assert torch.equal(loaded.generate(**inputs, max_new_tokens=8), expected)
+
+
+@pytest.mark.parametrize("name", ["mamba2", "mamba"])
+def test_state_space_model_generates_through_its_conv_and_ssm_states(tmp_path, name):
+    """Mamba carries no key/value cache but per-layer conv and SSM states (a DynamicCache of LinearAttentionLayer
+    passed as cache_params): the prefill returns them, the decode graph updates them (and takes no mask: generate()
+    masks only the prompt). Greedy tokens equal eager generate for a left-padded batch of another length and for
+    prompts shorter than the prefill takes (left-padded to it: Mamba-2's kernel, Mamba's pinned length); Mamba's
+    longer prompts run the prefill on the traced length, then the decode graph on each other prompt token."""
+    from zoo import build as build_zoo
+
+    from hub_export.manifest import Manifest
+
+    case = build_zoo(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Mamba: "the model's code fixed" the sequence axis
+        exported = DynamoExporter().export_for_generation(case.model, case.sample, config=DynamoConfig(dynamic=True))
+    manifest = Manifest.read(exported.save_pretrained(tmp_path / "export"))  # the schema takes the conv/recurrent nodes
+    assert manifest.generation["cache"] == "cache_params" and manifest.generation["attention_mask"] == "extend"
+    decode = exported.components["decode"].metadata
+    assert [s.name for s in decode.inputs][1:] == [
+        f"input.cache_params.{i}.{part}" for i in range(2) for part in ("conv", "recurrent")
+    ]
+    for component in exported.components.values():
+        assert component.metadata.parity["max_abs_diff"] < 1e-5
+    runs = [text_inputs(3, 9, pad_left=3, seed=5), {"input_ids": case.other["input_ids"][:2, :2]}]
+    for inputs in runs + ([case.other] if name == "mamba" else []):
+        expected = case.model.generate(**inputs, max_new_tokens=8, do_sample=False)
+        assert torch.equal(exported.generate(**inputs, max_new_tokens=8), expected), inputs["input_ids"].shape

@@ -150,6 +150,8 @@ def _is_encoder_decoder(model: Any) -> bool:
 
 def _empty_cache(value: Any) -> bool:
     """True for a cache holding no tokens (the prefill's fresh cache)."""
+    if _is_state_cache(value):
+        return not any(layer.has_previous_state[0] for layer in value.layers)
     get_len = getattr(value, "get_seq_length", None)
     if get_len is None or type(value).__name__ == "StaticCache":
         return False
@@ -157,6 +159,17 @@ def _empty_cache(value: Any) -> bool:
         return int(get_len()) == 0
     except Exception:
         return False
+
+
+def _is_state_cache(value: Any) -> bool:
+    """A state-space cache (Mamba-2's ``DynamicCache`` of ``LinearAttentionLayer``: conv and SSM states)."""
+    layers = getattr(value, "layers", None)
+    return bool(layers) and all(type(layer).__name__ == "LinearAttentionLayer" for layer in layers)
+
+
+def cache_kwarg(call: dict[str, Any]) -> str:
+    """The kwarg carrying the cache in a captured call: ``past_key_values``, or ``cache_params`` (state-space models)."""
+    return "cache_params" if call.get("past_key_values") is None and _is_state_cache(call.get("cache_params")) else "past_key_values"
 
 
 def _without_empty_caches(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -183,16 +196,20 @@ def _restore_masks(model: Any, calls: list[dict[str, Any]], inputs: Any, input_n
         accepts = "attention_mask" in inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
         accepts = False
-    if not accepts or any("attention_mask" in call for call in calls):
+    if not accepts or any(call.get("attention_mask") is not None for call in calls):
         return
     user_mask = inputs.get("attention_mask") if hasattr(inputs, "get") else None
     dtype = user_mask.dtype if isinstance(user_mask, torch.Tensor) else torch.int64
+    total = 0
     for call in calls:
         ids = call.get(input_name)
         if not isinstance(ids, torch.Tensor):
             return
-        past = _cache_length(call.get("past_key_values")) or 0
-        call["attention_mask"] = torch.ones((ids.shape[0], past + ids.shape[1]), dtype=dtype, device=ids.device)
+        past = _cache_length(call.get("past_key_values"))
+        total = (total if past is None else past) + ids.shape[1]  # a state cache has no length: count the tokens
+        if _is_state_cache(call.get("cache_params")) and not _empty_cache(call["cache_params"]):
+            continue  # generate() masks only a state-space model's prompt: a new token is never padding
+        call["attention_mask"] = torch.ones((ids.shape[0], total), dtype=dtype, device=ids.device)
 
 
 def _static_cache_inputs(calls: list[dict[str, Any]], inputs: Any, input_name: str) -> None:
@@ -295,12 +312,12 @@ def decompose_with_capture(
     decode = capture.calls[first]
     if multi_token_decode:
         decode = _merge_decode_calls(capture.calls[first], capture.calls[first + 1], input_name)
-    if "past_key_values" not in decode:
+    if "past_key_values" not in decode and cache_kwarg(decode) != "cache_params":
         if "cache_params" in decode:
             raise ExportError(
-                f"{type(model).__name__} carries a state-space cache (cache_params: convolution and SSM states), which "
-                "export_for_generation does not export yet (it exports key/value caches); export the forward pass with "
-                "exporter.export(model, inputs) instead."
+                f"{type(model).__name__} carries a state-space cache (cache_params: {type(decode['cache_params']).__name__}) "
+                "of a kind export_for_generation does not export (it exports key/value caches and DynamicCache of "
+                "LinearAttentionLayer, as Mamba-2 uses); export the forward pass with exporter.export(model, inputs) instead."
             )
         raise ExportError(f"{type(model).__name__}'s decode step got no past_key_values; export_for_generation needs a KV cache.")
     components: dict[str, tuple[Any, dict[str, Any]]] = {}

@@ -9,6 +9,7 @@ runtime in any language can drive the components from ``export.json`` alone::
       "stages": {"encoder": "encoder", "prefill": "prefill", "decode": "decode"},  # stage -> component
       "token_input": "input_ids",            # the kwarg fed the prompt, then each new token
       "cache": "past_key_values",            # kwarg and output field carrying the KV cache between steps
+                                             # ("cache_params": a state-space model's conv and SSM states)
       "cache_implementation": "dynamic" | "static",  # static: generate() allocates the StaticCache buffers
                                              # (max_cache_len positions) and every graph updates them in place
       "logits": "logits",                    # output field with the next-token scores (last position)
@@ -38,7 +39,7 @@ from ..configs import ExportConfig
 from ..errors import ConfigError
 from ..signature import split_kwargs
 from ._wrap import with_forward
-from .decompose import decompose_with_capture
+from .decompose import cache_kwarg, decompose_with_capture
 
 __all__ = ["GENERATION_PLAN_VERSION", "export_for_generation"]
 
@@ -68,6 +69,7 @@ def _main_config(exporter: Any, config: Any) -> ExportConfig:
 _BATCHED = (
     "input_ids", "attention_mask", "position_ids", "token_type_ids", "decoder_input_ids", "inputs_embeds",
     "decoder_attention_mask", "decoder_position_ids", "past_key_values", "encoder_outputs", "input_features",
+    "cache_params",
 )
 
 
@@ -145,7 +147,7 @@ def _plan(components: dict[str, tuple[Any, dict[str, Any]]], capture: Any, multi
         "kind": "encoder_decoder" if encoder_decoder else "multimodal" if multimodal else "decoder_only",
         "stages": {name: name for name in components},
         "token_input": token_input,
-        "cache": "past_key_values",
+        "cache": cache_kwarg(components["decode"][1]),
         "cache_implementation": cache,
         "logits": "logits",
         "encoder_output": "encoder_outputs" if encoder_decoder else None,

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import HubExportError, InputError
+from ._prompt import fit_prompt
 
 __all__ = ["generate", "merge_features", "positions_from_mask"]
 
@@ -62,6 +63,25 @@ def _empty_cache(runner: Any, name: str, batch: int) -> Any:
 def _static_capacity(runner: Any, name: str) -> int | None:
     node = dict(runner.metadata.input_structure).get(name) or {}
     return int(node["max_cache_len"]) if node.get("class") == "StaticCache" else None
+
+
+def _prompt_in_steps(runners: Any, plan: dict[str, Any], step_inputs: dict[str, Any], constant: dict[str, Any], prompt: Any, mask: Any, start: int) -> Any:
+    """The prefill on the first ``start`` prompt tokens, then the decode graph on each other prompt token (a
+    stateful decode is seeded by its first call, which gets the cache); returns the last step's outputs."""
+    import torch
+
+    prefill, decode = runners[plan["stages"]["prefill"]], runners[plan["stages"]["decode"]]
+    outputs = prefill(**_select(prefill, step_inputs))
+    for i in range(start, prompt.shape[1]):
+        step = {**constant, plan["token_input"]: prompt[:, i : i + 1]}
+        if outputs.get(plan["cache"]) is not None:
+            step[plan["cache"]] = outputs[plan["cache"]]
+        if mask is not None:
+            step["attention_mask"] = mask[:, : i + 1]
+        if plan.get("position_ids"):
+            step["position_ids"] = positions_from_mask(mask)[:, i : i + 1] if mask is not None else torch.full((prompt.shape[0], 1), i)
+        outputs = decode(**_select(decode, step))
+    return outputs
 
 
 def positions_from_mask(mask: Any) -> Any:
@@ -275,11 +295,15 @@ def generate(
     if streamer is not None:
         streamer.put(prompt.cpu())
 
-    step_inputs = {**constant, token_input: prompt}
+    start = prompt.shape[1]  # the prompt tokens the prefill takes; the decode graph takes the others one by one
+    if plan["kind"] == "decoder_only":
+        prompt, mask, start = fit_prompt(runners[stages["prefill"]], runners[stages["decode"]], token_input, prompt, mask, pad)
+    step_inputs = {**constant, token_input: prompt[:, :start]}
     if mask is not None:
-        step_inputs["attention_mask"] = mask
+        step_inputs["attention_mask"] = mask[:, :start]
     if plan.get("position_ids"):
-        step_inputs["position_ids"] = positions_from_mask(mask) if mask is not None else torch.arange(prompt.shape[1])[None].expand(batch, -1)
+        positions = positions_from_mask(mask) if mask is not None else torch.arange(prompt.shape[1])[None].expand(batch, -1)
+        step_inputs["position_ids"] = positions[:, :start]
     multimodal = plan["kind"] == "multimodal"
     runner = runners[stages["language_model" if multimodal else "prefill"]]
     capacity = _static_capacity(runner, cache_name)
@@ -299,6 +323,9 @@ def generate(
     for step in range(max_new_tokens):
         if multimodal and step == 0:
             outputs = _multimodal_prompt(exported, plan, user, prompt, mask, step_inputs.get("position_ids"))
+        elif step == 0 and start < prompt.shape[1]:
+            outputs = _prompt_in_steps(runners, plan, step_inputs, constant, prompt, mask, start)
+            runner = runners[stages["decode"]]
         else:
             outputs = runner(**_select(runner, step_inputs))
         logits = outputs[logits_name][:, -1, :]
@@ -332,5 +359,5 @@ def generate(
         streamer.end()
     sequences = torch.cat(tokens, dim=-1)
     if not plan.get("returns_prompt", True):
-        sequences = sequences[:, prompt.shape[1] :]
+        sequences = sequences[:, tokens[0].shape[1] :]
     return sequences

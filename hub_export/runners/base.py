@@ -94,6 +94,6 @@ def _count(node: dict[str, Any]) -> int:
         total = 0
         for layer in node["layers"]:
             parts = [layer["decoder"], layer["encoder"]] if "decoder" in layer else [layer]
-            total += sum(_count(p["key"]) + _count(p["value"]) + _count(p.get("length", {})) for p in parts)
+            total += sum(sum(_count(n) for n in p.values()) for p in parts)  # key/value/length, conv/recurrent
         return total
     return 0
