@@ -169,7 +169,8 @@ def _is_state_cache(value: Any) -> bool:
 
 def cache_kwarg(call: dict[str, Any]) -> str:
     """The kwarg carrying the cache in a captured call: ``past_key_values``, or ``cache_params`` (state-space models)."""
-    return "cache_params" if call.get("past_key_values") is None and _is_state_cache(call.get("cache_params")) else "past_key_values"
+    state = call.get("past_key_values") is None and _is_state_cache(call.get("cache_params"))
+    return "cache_params" if state else "past_key_values"
 
 
 def _without_empty_caches(kwargs: dict[str, Any]) -> dict[str, Any]:

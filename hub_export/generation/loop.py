@@ -65,7 +65,9 @@ def _static_capacity(runner: Any, name: str) -> int | None:
     return int(node["max_cache_len"]) if node.get("class") == "StaticCache" else None
 
 
-def _prompt_in_steps(runners: Any, plan: dict[str, Any], step_inputs: dict[str, Any], constant: dict[str, Any], prompt: Any, mask: Any, start: int) -> Any:
+def _prompt_in_steps(
+    runners: Any, plan: dict[str, Any], step_inputs: dict[str, Any], constant: dict[str, Any], prompt: Any, mask: Any, start: int
+) -> Any:
     """The prefill on the first ``start`` prompt tokens, then the decode graph on each other prompt token (a
     stateful decode is seeded by its first call, which gets the cache); returns the last step's outputs."""
     import torch
@@ -79,7 +81,8 @@ def _prompt_in_steps(runners: Any, plan: dict[str, Any], step_inputs: dict[str, 
         if mask is not None:
             step["attention_mask"] = mask[:, : i + 1]
         if plan.get("position_ids"):
-            step["position_ids"] = positions_from_mask(mask)[:, i : i + 1] if mask is not None else torch.full((prompt.shape[0], 1), i)
+            positions = positions_from_mask(mask) if mask is not None else torch.arange(prompt.shape[1]).expand(prompt.shape[0], -1)
+            step["position_ids"] = positions[:, i : i + 1]
         outputs = decode(**_select(decode, step))
     return outputs
 
