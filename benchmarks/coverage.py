@@ -231,8 +231,6 @@ _KNOWN = {
                "and says so at run time (its `export_for_generation` + `generate` passes)")],
     "mamba2": [("0x:21", "known gap: lowers to ExecuTorch (exact size bounds, `sym_min` admitted: patches/executorch.py) "
                 "but the runtime cannot allocate the method at load (MemoryAllocationFailed 0x21); not investigated")],
-    "mobilevit": [("built-in function pow", "known gap: with dynamic height/width, ExecuTorch's lowering leaves a Python "
-                   "`pow` on image sizes that its emitter rejects (invalid target for call_function); not investigated")],
     "swin": [("timed out", "known gap: the XNNPACK lowering did not finish within 15 min on this 2-core CPU (Swin also "
               "spends 50-80 s in torch's run_decompositions for OpenVINO)")],
     "llava": [("", "known gap: as one graph, LLaVA's check that the placeholders match the image features pins the "

@@ -277,3 +277,27 @@ def test_symbolic_min_and_max_pass_the_edge_verifier_only_inside_the_patch() -> 
     with symbolic_min_max_admitted():
         assert {torch.sym_min, torch.sym_max} <= verifier._EXECUTORCH_SYM_OPS
     assert verifier._EXECUTORCH_SYM_OPS is before
+
+
+class _SquaredSize(torch.nn.Module):
+    """A size squared (``n ** 2``): MobileViT's unfolding of dynamic image sizes leaves such powers in the graph."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(-1)[None].expand(2, -1).sum(0)[: x.shape[0] ** 2] * 2
+
+
+def test_integer_powers_of_sizes_are_emitted_as_products() -> None:
+    import operator
+
+    from hub_export.patches.executorch import integer_powers_as_products
+
+    dims = {0: torch.export.Dim("n", min=2, max=8), 1: torch.export.Dim("m", min=2, max=8)}
+    program = torch.export.export(_SquaredSize(), (torch.randn(3, 3),), dynamic_shapes=(dims,))
+    assert any(n.target is operator.pow for n in program.graph.nodes)  # what ExecuTorch's emitter rejects
+    assert integer_powers_as_products(program) == 1
+    assert not any(n.target is operator.pow for n in program.graph.nodes)
+    config = ExecutorchConfig(dynamic_shapes={"x": dims})
+    export = ExecutorchExporter().export(_SquaredSize(), {"x": torch.randn(3, 3)}, config=config)  # emitted
+    for shape in [(3, 3), (4, 5), (2, 7)]:
+        x = torch.randn(shape)
+        assert torch.equal(export(x=x), _SquaredSize()(x))

@@ -243,7 +243,7 @@ def _lower(program: Any, config: Any) -> Any:
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
 
-    from ..patches.executorch import executorch_patches
+    from ..patches.executorch import executorch_patches, integer_powers_as_products
 
     passes, compile_config = None, EdgeCompileConfig()
     if config.backend == "mlx":  # as executorch's own MLX examples lower
@@ -259,6 +259,8 @@ def _lower(program: Any, config: Any) -> Any:
         edge = to_edge_transform_and_lower(
             program, partitioner=_partitioners(config.backend), compile_config=compile_config, transform_passes=passes
         )
+        for method in edge.methods:
+            integer_powers_as_products(edge.exported_program(method))
         return edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=memory_plan))
 
 

@@ -4,7 +4,8 @@
   :func:`xnnpack_reshapes_with_one_dynamic_dim` and :func:`symbolic_min_max_admitted` (reversible patches, applied
   by :func:`executorch_patches` around the lowering).
 * :func:`retrace_without_size_one_hints` (a re-trace of the program, not a patch: it changes nothing upstream).
-* :func:`contiguous_attention_outputs` (an edit of hub_export's own traced graph, before lowering).
+* :func:`contiguous_attention_outputs` (an edit of hub_export's own traced graph, before lowering) and
+  :func:`integer_powers_as_products` (an edit of the edge program, before ``to_executorch``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ._base import patch_attribute
 __all__ = [
     "contiguous_attention_outputs",
     "executorch_patches",
+    "integer_powers_as_products",
     "list_outputs_validated_whole",
     "planned_sizes_must_be_bounded",
     "retrace_without_size_one_hints",
@@ -301,3 +303,39 @@ def contiguous_attention_outputs(program: Any) -> int:
     if count:
         program.graph_module.recompile()
     return count
+
+
+def integer_powers_as_products(program: Any) -> int:
+    """Replace ``size ** k`` (a Python ``pow`` of a symbolic size by a small integer) with multiplications, in place.
+
+    ``to_edge``'s decompositions can leave integer powers of dynamic sizes in the graph (MobileViT's unfolding of
+    dynamic image sizes: ``(((height - 1) // 16) + 1) ** 2``), but ExecuTorch's emitter has no prim op for ``pow``
+    (executorch_prim_ops_registry maps ``operator.mul`` and friends, not ``pow``) and fails with "invalid target for
+    call_function <built-in function pow>" (executorch 1.5.1). ``k`` chained ``operator.mul`` compute the same size.
+
+    Returns:
+        How many powers were replaced.
+    """
+    import operator
+
+    graph = program.graph_module.graph
+    replaced = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in (operator.pow, pow) or len(node.args) != 2:
+            continue
+        base, exponent = node.args
+        if isinstance(exponent, bool) or not isinstance(exponent, int) or not 1 <= exponent <= 16:
+            continue
+        result, value = base, base.meta.get("val") if hasattr(base, "meta") else base
+        with graph.inserting_before(node):
+            for _ in range(exponent - 1):
+                result = graph.call_function(operator.mul, (result, base))
+                result.meta["val"] = value = value * (base.meta["val"] if hasattr(base, "meta") else base)
+        if result is base and not hasattr(base, "meta"):
+            continue  # a constant power: nothing symbolic to emit
+        node.replace_all_uses_with(result)
+        graph.erase_node(node)
+        replaced += 1
+    if replaced:
+        program.graph_module.recompile()
+    return replaced
