@@ -84,8 +84,9 @@ def _paired_ms(fns: dict[str, Callable[[], Any]], iters: int) -> dict[str, list[
     return times
 
 
-def _profile(components: dict[str, Any], make: Callable[[], dict[str, Any]], iters: int) -> dict[str, dict[str, float]]:
-    """Kernel time per run (ms) by op type of each component, from ONNX Runtime's profiler (runs interleaved)."""
+def kernel_ms(components: dict[str, Any], make: Callable[[], dict[str, Any]], iters: int) -> dict[str, dict[str, float]]:
+    """Kernel time per run (ms) by op type of each component, from ONNX Runtime's profiler (runs interleaved; one
+    warm-up run counted in; benchmarks/ort_moe.py uses it too)."""
     import json
     import os
     import tempfile
@@ -139,7 +140,7 @@ def main() -> None:
         best = min(times["unfused"]) / min(times["fused"])
         rows.append((stage, eager, u, f, u / f, best, diff, ", ".join(contrib)))
         graphs = {"unfused": unfused.components["model"], "fused": fused.components["model"]}
-        for name, kernels in _profile(graphs, make, max(iters // 2, 3)).items():
+        for name, kernels in kernel_ms(graphs, make, max(iters // 2, 3)).items():
             matmul = sum(t for op, t in kernels.items() if op in _MATMULS)
             top = sorted(kernels.items(), key=lambda item: -item[1])[:4]
             profiles.append((stage, name, sum(kernels.values()), matmul, ", ".join(f"{op} {t:.1f}" for op, t in top)))

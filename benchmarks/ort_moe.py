@@ -15,11 +15,9 @@ ORT's CPU kernel here: this measures that kernel, not CUDA's. Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 import warnings
 from typing import Any, Callable
@@ -29,7 +27,7 @@ import torch
 from hub_export import OnnxConfig, OnnxExporter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ort_fusions import prefill_and_decode_inputs  # noqa: E402
+from ort_fusions import kernel_ms, prefill_and_decode_inputs  # noqa: E402
 
 MODELS = {  # name -> MixtralConfig kwargs
     "tiny (hidden 32, 4 experts, top-2)": dict(
@@ -62,34 +60,6 @@ def _paired_ms(fns: dict[str, Callable[[], Any]], iters: int) -> dict[str, list[
     return times
 
 
-def _kernel_ms(components: dict[str, Any], make: Callable[[], Any], iters: int) -> dict[str, dict[str, float]]:
-    """Kernel time per run (ms) by op type of each component, from ONNX Runtime's profiler (runs interleaved)."""
-    import onnxruntime as ort
-
-    from hub_export.runners.onnx import OnnxRunner
-
-    runners = {}
-    for name, component in components.items():
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        options.enable_profiling = True
-        options.profile_file_prefix = os.path.join(tempfile.mkdtemp(), name)
-        runners[name] = OnnxRunner.from_program(component.program, component.metadata, session_options=options)
-    for _ in range(iters):
-        for runner in runners.values():
-            runner(**make())
-    totals: dict[str, dict[str, float]] = {}
-    for name, runner in runners.items():
-        with open(runner.session.end_profiling()) as handle:
-            events = json.load(handle)
-        totals[name] = {}
-        for event in events:
-            if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
-                op = event["args"]["op_name"]
-                totals[name][op] = totals[name].get(op, 0.0) + event["dur"] / 1e3 / iters
-    return totals
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=20)
@@ -111,7 +81,7 @@ def main() -> None:
             times = _paired_ms({p: (lambda g=g: g(**make())) for p, g in graphs.items()}, iters)
             loop, moe = (statistics.median(times[p]) for p in ("cpu", "cuda"))
             best = min(times["cpu"]) / min(times["cuda"])
-            kernels = _kernel_ms({p: g.components["model"] for p, g in graphs.items()}, make, max(iters // 2, 3))
+            kernels = kernel_ms({p: g.components["model"] for p, g in graphs.items()}, make, max(iters // 2, 3))
             total = {p: sum(k.values()) for p, k in kernels.items()}
             rows.append((name, stage, loop, moe, loop / moe, best, diffs["cpu"], diffs["cuda"], total["cpu"],
                          total["cuda"], kernels["cuda"].get("MoE", 0.0)))
