@@ -73,19 +73,13 @@ def _experts_per_expert_loop(self: Any, hidden_states: Any, top_k_index: Any, to
     return output
 
 
-def _experts_modules(model: Any, traceable: bool = False) -> list[Any]:
-    """The ``@use_experts_implementation`` experts modules of ``model`` whose implementation does not trace (with
-    ``traceable``: all of them)."""
+def _experts_modules(model: Any) -> list[Any]:
+    """The ``@use_experts_implementation`` experts modules of ``model``."""
     modules = getattr(model, "modules", None)
     if modules is None:
         return []
-    found = []
-    for module in modules():
-        if not all(hasattr(module, attr) for attr in ("has_gate", "is_transposed", "num_experts", "down_proj")):
-            continue
-        if traceable or not _traces(module):
-            found.append(module)
-    return found
+    needed = ("has_gate", "is_transposed", "num_experts", "down_proj")
+    return [module for module in modules() if all(hasattr(module, attr) for attr in needed)]
 
 
 def _traces(module: Any) -> bool:
@@ -131,15 +125,14 @@ def experts_as_standard_ops(model: Any, gather: bool = False, ort_moe: bool = Fa
     Yields:
         How many experts modules were switched.
     """
-    modules = _experts_modules(model, traceable=ort_moe)
-    forward = _gathered_experts() if gather and modules else _experts_per_expert_loop
     switched = []
-    for module in modules:
-        fused = _fused_moe_forward(module) if ort_moe else None
-        if fused is None and _traces(module):
-            continue
-        module.forward = fused or types.MethodType(forward, module)
-        switched.append(module)
+    for module in _experts_modules(model):
+        forward = _fused_moe_forward(module) if ort_moe else None
+        if forward is None and not _traces(module):
+            forward = types.MethodType(_gathered_experts() if gather else _experts_per_expert_loop, module)
+        if forward is not None:
+            module.forward = forward
+            switched.append(module)
     try:
         yield len(switched)
     finally:

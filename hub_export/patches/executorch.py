@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -98,23 +99,33 @@ _EXHAUSTIVE_POINTS = 100_000
 def _exhaustive_upper_bound(expr: Any, ranges: dict[Any, Any]) -> int | None:
     """The maximum of ``expr`` over the grid of its symbols' integer ranges, or None (an unbounded or too large
     range, or a value that is not an integer)."""
+    from torch.utils._sympy.numbers import IntInfinity, NegativeIntInfinity
+
+    symbols = tuple(sorted(expr.free_symbols, key=str))
+    axes = []
+    for symbol in symbols:
+        bounds = ranges.get(symbol)
+        ends = () if bounds is None else (bounds.lower, bounds.upper)
+        if not ends or any(isinstance(b, (IntInfinity, NegativeIntInfinity)) or not b.is_Integer for b in ends):
+            return None
+        axes.append((int(bounds.lower), int(bounds.upper)))
+    return _grid_maximum(expr, symbols, tuple(axes))
+
+
+@functools.lru_cache(maxsize=1024)
+def _grid_maximum(expr: Any, symbols: tuple[Any, ...], axes: tuple[tuple[int, int], ...]) -> int | None:
+    """:func:`_exhaustive_upper_bound` on given ranges, cached: the memory planner asks for the same size once per
+    tensor that has it."""
     import itertools
     import math
 
     import sympy
-    from torch.utils._sympy.numbers import IntInfinity, NegativeIntInfinity
 
-    symbols = sorted(expr.free_symbols, key=str)
-    axes = []
-    for symbol in symbols:
-        bounds = ranges.get(symbol)
-        if bounds is None or any(isinstance(b, (IntInfinity, NegativeIntInfinity)) or not b.is_Integer for b in (bounds.lower, bounds.upper)):
-            return None
-        axes.append(range(int(bounds.lower), int(bounds.upper) + 1))
-    if math.prod(len(axis) for axis in axes) > _EXHAUSTIVE_POINTS:
+    points = [range(low, high + 1) for low, high in axes]
+    if math.prod(len(axis) for axis in points) > _EXHAUSTIVE_POINTS:
         return None
     best = None
-    for point in itertools.product(*axes):
+    for point in itertools.product(*points):
         try:
             value = expr.xreplace({s: sympy.Integer(v) for s, v in zip(symbols, point)})
         except ZeroDivisionError:
@@ -318,21 +329,23 @@ def integer_powers_as_products(program: Any) -> int:
     """
     import operator
 
+    import torch
+
     graph = program.graph_module.graph
     replaced = 0
     for node in list(graph.nodes):
         if node.op != "call_function" or node.target not in (operator.pow, pow) or len(node.args) != 2:
             continue
         base, exponent = node.args
-        if isinstance(exponent, bool) or not isinstance(exponent, int) or not 1 <= exponent <= 16:
+        if not isinstance(base, torch.fx.Node) or isinstance(exponent, bool) or not isinstance(exponent, int):
             continue
-        result, value = base, base.meta.get("val") if hasattr(base, "meta") else base
+        if not 1 <= exponent <= 16:
+            continue
+        result, value = base, base.meta["val"]
         with graph.inserting_before(node):
             for _ in range(exponent - 1):
                 result = graph.call_function(operator.mul, (result, base))
-                result.meta["val"] = value = value * (base.meta["val"] if hasattr(base, "meta") else base)
-        if result is base and not hasattr(base, "meta"):
-            continue  # a constant power: nothing symbolic to emit
+                result.meta["val"] = value = value * base.meta["val"]
         node.replace_all_uses_with(result)
         graph.erase_node(node)
         replaced += 1
