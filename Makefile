@@ -9,7 +9,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install clean bench
+.PHONY: demo test lint install clean bench
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,12 @@ $(STAMP): $(PY) pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-test: $(STAMP)
+# ruff (lint + format) before the tests: CI enforces them
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+test: lint
 	HF_HUB_DISABLE_XET=1 HF_HUB_DISABLE_TELEMETRY=1 $(PY) -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 demo: $(STAMP)

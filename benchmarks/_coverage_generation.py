@@ -42,7 +42,7 @@ def run_generation_cell(case: Any, tool: str, backend: str, row: dict[str, Any])
     """Fill ``row`` for one generation cell (exceptions propagate to the caller, which records them)."""
     import torch
 
-    fmt = backend[len("gen-"):]
+    fmt = backend[len("gen-") :]
     prompt = _prompt(case.sample)
     runs = [prompt, _prompt(case.other)]
     start = time.perf_counter()
@@ -51,7 +51,9 @@ def run_generation_cell(case: Any, tool: str, backend: str, row: dict[str, Any])
     row["export_s"] = round(time.perf_counter() - start, 2)
     if not hasattr(exported, "generate"):
         row.pop("stage")
-        row["reason"] = f"exported {sorted(exported.components)} but its ExportedModel has no generate(): the components do not run"
+        row["reason"] = (
+            f"exported {sorted(exported.components)} but its ExportedModel has no generate(): the components do not run"
+        )
         return row
     mismatches = []
     for where, inputs in zip(("sample", "other"), runs):

@@ -151,8 +151,9 @@ def run_cell(case_name: str, tool: str, backend: str) -> dict[str, Any]:
         row["max_diff"] = max(diffs)
         row["ok"] = row["max_diff"] <= atol(backend)
         if not row["ok"]:
-            row["reason"] = (f"max abs diff {row['max_diff']:.2e} > {atol(backend):g} "
-                             f"(sample {diffs[0]:.1e}, other {diffs[1]:.1e})")
+            row["reason"] = (
+                f"max abs diff {row['max_diff']:.2e} > {atol(backend):g} (sample {diffs[0]:.1e}, other {diffs[1]:.1e})"
+            )
     except BaseException as exc:  # noqa: BLE001 - every failure is a result
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -189,8 +190,9 @@ def _done(results: Path, skip: int = 0) -> set[tuple[str, str, str]]:
     return {(r["case"], r["tool"], r["backend"]) for r in map(json.loads, lines)}
 
 
-def drive(cases: list[str], tools: list[str], backends: list[str], results: Path, timeout: int,
-          rerun: bool = False) -> None:
+def drive(
+    cases: list[str], tools: list[str], backends: list[str], results: Path, timeout: int, rerun: bool = False
+) -> None:
     """Run every missing cell (every cell with ``rerun``), one child process per case, restarting after a cell
     kills or hangs its child. Rows are appended; the report keeps the latest row of each cell."""
     start = len(results.read_text().splitlines()) if rerun and results.exists() else 0
@@ -199,13 +201,23 @@ def drive(cases: list[str], tools: list[str], backends: list[str], results: Path
     for case_name in cases:
         print(case_name, flush=True)
         pending = [
-            (case_name, t, b) for b in backends for t in tools
+            (case_name, t, b)
+            for b in backends
+            for t in tools
             if (case_name, t, b) not in _done(results, start)
             and (not is_generation_backend(b) or FAMILIES.get(case_name) in GENERATIVE_FAMILIES)
         ]
         while pending:
-            cmd = [sys.executable, __file__, "--child", json.dumps(pending), "--results", str(results),
-                   "--timeout", str(timeout)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--child",
+                json.dumps(pending),
+                "--results",
+                str(results),
+                "--timeout",
+                str(timeout),
+            ]
             try:
                 subprocess.run(cmd, timeout=timeout * len(pending) + 60, check=False)
                 why = "process died"
@@ -225,17 +237,37 @@ _CAUSES = ("No ONNX function found", "No conversion rule found", "Unsupported", 
 
 #: known limitations: case -> [(a marker of its failure's reason or traceback, "" for any, the one-line reason shown)]
 _KNOWN = {
-    "mamba": [("static there", "upstream limitation: transformers' reference Mamba scan (used on CPU and whenever "
-               "exporting) is a Python loop over the sequence (`for index in range(seq_len)`, "
-               "models/mamba/modeling_mamba.py), so the export is static on `sequence`; hub_export warns at export "
-               "and says so at run time (its `export_for_generation` + `generate` passes)")],
-    "mamba2": [("0x:21", "known gap: lowers to ExecuTorch (exact size bounds, `sym_min` admitted: patches/executorch.py) "
-                "but the runtime cannot allocate the method at load (MemoryAllocationFailed 0x21); not investigated")],
-    "swin": [("timed out", "known gap: the XNNPACK lowering did not finish within 15 min on this 2-core CPU (Swin also "
-              "spends 50-80 s in torch's run_decompositions for OpenVINO)")],
-    "llava": [("", "known gap: as one graph, LLaVA's check that the placeholders match the image features pins the "
-               "image count (the other shape fails) and traces to `aten._is_all_true`, which ONNX and ExecuTorch's edge "
-               "dialect lack; its `export_for_generation` split passes on every backend")],
+    "mamba": [
+        (
+            "static there",
+            "upstream limitation: transformers' reference Mamba scan (used on CPU and whenever "
+            "exporting) is a Python loop over the sequence (`for index in range(seq_len)`, "
+            "models/mamba/modeling_mamba.py), so the export is static on `sequence`; hub_export warns at export "
+            "and says so at run time (its `export_for_generation` + `generate` passes)",
+        )
+    ],
+    "mamba2": [
+        (
+            "0x:21",
+            "known gap: lowers to ExecuTorch (exact size bounds, `sym_min` admitted: patches/executorch.py) "
+            "but the runtime cannot allocate the method at load (MemoryAllocationFailed 0x21); not investigated",
+        )
+    ],
+    "swin": [
+        (
+            "timed out",
+            "known gap: the XNNPACK lowering did not finish within 15 min on this 2-core CPU (Swin also "
+            "spends 50-80 s in torch's run_decompositions for OpenVINO)",
+        )
+    ],
+    "llava": [
+        (
+            "",
+            "known gap: as one graph, LLaVA's check that the placeholders match the image features pins the "
+            "image count (the other shape fails) and traces to `aten._is_all_true`, which ONNX and ExecuTorch's edge "
+            "dialect lack; its `export_for_generation` split passes on every backend",
+        )
+    ],
 }
 
 

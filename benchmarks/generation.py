@@ -23,8 +23,16 @@ def small_llama() -> torch.nn.Module:
 
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8,
-        num_key_value_heads=4, max_position_embeddings=512, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        vocab_size=32000,
+        hidden_size=512,
+        intermediate_size=1536,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        max_position_embeddings=512,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
     )
     return LlamaForCausalLM(config).eval()
 
@@ -66,7 +74,10 @@ def main() -> None:
     params = sum(p.numel() for p in model.parameters())
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     gen = torch.Generator().manual_seed(0)
-    inputs = {"input_ids": torch.randint(3, 32000, (1, args.prompt), generator=gen), "attention_mask": torch.ones(1, args.prompt, dtype=torch.int64)}
+    inputs = {
+        "input_ids": torch.randint(3, 32000, (1, args.prompt), generator=gen),
+        "attention_mask": torch.ones(1, args.prompt, dtype=torch.int64),
+    }
     kwargs = {"max_new_tokens": args.new_tokens, "do_sample": False, "min_new_tokens": args.new_tokens}
     with torch.no_grad():
         eager_ids = model.generate(**inputs, **kwargs)
@@ -85,8 +96,10 @@ def main() -> None:
 
     bandwidth = read_bandwidth()
     bound = bandwidth / weight_bytes  # tokens/s if each decode step only had to read every weight once
-    print(f"small Llama: {params / 1e6:.1f}M params, {weight_bytes / 1e6:.0f} MB fp32; prompt {args.prompt}, "
-          f"{args.new_tokens} new tokens, batch 1, greedy; read bandwidth {bandwidth / 1e9:.1f} GB/s")
+    print(
+        f"small Llama: {params / 1e6:.1f}M params, {weight_bytes / 1e6:.0f} MB fp32; prompt {args.prompt}, "
+        f"{args.new_tokens} new tokens, batch 1, greedy; read bandwidth {bandwidth / 1e9:.1f} GB/s"
+    )
     print()
     print("| runtime | tokens/s | vs eager | tokens == eager |")
     print("|---|---:|---:|---|")

@@ -31,7 +31,13 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 def run_load(
-    server: Any, repo_id: str, variants: Sequence[Path], workdir: Path, *, downloaders: int, publishers: int,
+    server: Any,
+    repo_id: str,
+    variants: Sequence[Path],
+    workdir: Path,
+    *,
+    downloaders: int,
+    publishers: int,
     seconds: float,
 ) -> dict[str, Any]:
     """Drive ``server`` (a started ``HubServer``) with downloaders and publishers; return the statistics.
@@ -70,8 +76,9 @@ def run_load(
         while time.monotonic() < deadline:
             start = time.perf_counter()
             try:
-                export = download_export(repo_id, subfolder="pt2", cache_dir=cache, force_download=True,
-                                         endpoint=server.url)  # fetch() verifies every file's size and sha256
+                export = download_export(
+                    repo_id, subfolder="pt2", cache_dir=cache, force_download=True, endpoint=server.url
+                )  # fetch() verifies every file's size and sha256
                 whole = (export.directory / "export.json").read_bytes() in manifests
             except Exception as exc:  # noqa: BLE001 - everything unexpected is reported
                 with lock:
@@ -121,7 +128,9 @@ def run_load(
     stats.update(_percentiles("server", [r.duration_s * 1000 for r in log]))
     stats.update(_percentiles("download", download_ms))
     stats.update(_percentiles("publish", publish_ms))
-    history, stats["commits_checked"], stats["whole_commits"] = _check_commits(server, repo_id, manifests, workdir / "check")
+    history, stats["commits_checked"], stats["whole_commits"] = _check_commits(
+        server, repo_id, manifests, workdir / "check"
+    )
     stats["commits_missing_from_history"] = len(commits - history)
     return stats
 
@@ -136,8 +145,9 @@ def _check_commits(server: Any, repo_id: str, manifests: set[bytes], cache: Path
     history = list(HfApi(endpoint=server.url).list_repo_commits(repo_id))
     for commit in history:
         try:
-            export = download_export(repo_id, subfolder="pt2", revision=commit.commit_id, cache_dir=cache,
-                                     endpoint=server.url)
+            export = download_export(
+                repo_id, subfolder="pt2", revision=commit.commit_id, cache_dir=cache, endpoint=server.url
+            )
         except Exception:  # noqa: BLE001 - counted as not whole below when it has an export.json
             files = HfApi(endpoint=server.url).list_repo_files(repo_id, revision=commit.commit_id)
             checked += int("pt2/export.json" in files)
@@ -172,7 +182,9 @@ def _variants(root: Path) -> list[Path]:
 
     sample = {"input_ids": torch.tensor([[1, 5, 9, 3]])}
     return [
-        Path(DynamoExporter().export(Tiny(seed).eval(), sample, config=DynamoConfig()).save_pretrained(root / f"v{seed}"))
+        Path(
+            DynamoExporter().export(Tiny(seed).eval(), sample, config=DynamoConfig()).save_pretrained(root / f"v{seed}")
+        )
         for seed in range(3)
     ]
 
@@ -190,8 +202,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         root = Path(tmp)
         variants = _variants(root / "exports")
         with HubServer(root / "hub") as server:
-            stats = run_load(server, "bench/tiny", variants, root / "clients", downloaders=args.downloaders,
-                             publishers=args.publishers, seconds=args.seconds)
+            stats = run_load(
+                server,
+                "bench/tiny",
+                variants,
+                root / "clients",
+                downloaders=args.downloaders,
+                publishers=args.publishers,
+                seconds=args.seconds,
+            )
     stats["errors"] = stats["errors"][:20]
     print(json.dumps(stats, indent=2))
     ok = not stats["errors"] and not stats["server_errors"] and stats["whole_commits"] == stats["commits_checked"]

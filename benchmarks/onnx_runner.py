@@ -42,12 +42,24 @@ def _models() -> dict[str, Any]:
     common = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
     return {
         "tiny Llama": LlamaConfig(
-            vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=256, **common,
+            vocab_size=96,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            **common,
         ),
         "small Llama": LlamaConfig(
-            vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8,
-            num_key_value_heads=8, max_position_embeddings=256, **common,
+            vocab_size=32000,
+            hidden_size=512,
+            intermediate_size=1536,
+            num_hidden_layers=8,
+            num_attention_heads=8,
+            num_key_value_heads=8,
+            max_position_embeddings=256,
+            **common,
         ),
     }
 
@@ -125,8 +137,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name, config in _models().items():
             rows.append((name, bench(name, config, args.iters, Path(tmp))))
-    print(f"\nbatch {BATCH}, sequence {SEQUENCE}, torch {torch.__version__}, threads {torch.get_num_threads()}; "
-          f"median ms over {args.iters} calls of each\n")
+    print(
+        f"\nbatch {BATCH}, sequence {SEQUENCE}, torch {torch.__version__}, threads {torch.get_num_threads()}; "
+        f"median ms over {args.iters} calls of each\n"
+    )
     print(
         "| model | params | eager PyTorch (ms) | raw ORT session.run (ms) | ExportedModel (ms) | ExportedModel / raw "
         "(paired median) | wrapper's own work | own work / raw | eager / ExportedModel | max abs diff |"

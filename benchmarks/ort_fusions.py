@@ -19,7 +19,8 @@ import argparse
 import statistics
 import time
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -33,8 +34,13 @@ def _model() -> Any:
 
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=24000, hidden_size=512, intermediate_size=1408, num_hidden_layers=8, num_attention_heads=8,
-        num_key_value_heads=4, max_position_embeddings=512,
+        vocab_size=24000,
+        hidden_size=512,
+        intermediate_size=1408,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        max_position_embeddings=512,
     )
     return LlamaForCausalLM(config).eval()
 
@@ -84,7 +90,9 @@ def _paired_ms(fns: dict[str, Callable[[], Any]], iters: int) -> dict[str, list[
     return times
 
 
-def kernel_ms(components: dict[str, Any], make: Callable[[], dict[str, Any]], iters: int) -> dict[str, dict[str, float]]:
+def kernel_ms(
+    components: dict[str, Any], make: Callable[[], dict[str, Any]], iters: int
+) -> dict[str, dict[str, float]]:
     """Kernel time per run (ms) by op type of each component, from ONNX Runtime's profiler (runs interleaved; one
     warm-up run counted in; benchmarks/ort_moe.py uses it too)."""
     import json
@@ -145,7 +153,9 @@ def main() -> None:
             top = sorted(kernels.items(), key=lambda item: -item[1])[:4]
             profiles.append((stage, name, sum(kernels.values()), matmul, ", ".join(f"{op} {t:.1f}" for op, t in top)))
     print(f"Llama {params:.0f}M parameters, batch 1, sequence {SEQUENCE}, torch threads {torch.get_num_threads()}\n")
-    print("| stage | eager ms | ONNX unfused ms | ONNX fused ms | unfused/fused (median) | (best) | fused max abs diff | contrib ops |")
+    print(
+        "| stage | eager ms | ONNX unfused ms | ONNX fused ms | unfused/fused (median) | (best) | fused max abs diff | contrib ops |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for stage, eager, u, f, ratio, best, diff, contrib in rows:
         print(f"| {stage} | {eager:.1f} | {u:.1f} | {f:.1f} | {ratio:.2f}x | {best:.2f}x | {diff:.1e} | {contrib} |")
@@ -156,7 +166,10 @@ def main() -> None:
         print(f"| {stage} | {name} | {total:.1f} | {matmul:.1f} | {matmul / total:.0%} | {top} |")
     for stage, name, total, matmul, _ in profiles:
         if name == "unfused":
-            print(f"\n{stage}: no fusion can beat unfused/fused = {total / matmul:.2f}x (kernels / MatMul kernels)", end="")
+            print(
+                f"\n{stage}: no fusion can beat unfused/fused = {total / matmul:.2f}x (kernels / MatMul kernels)",
+                end="",
+            )
     print()
 
 

@@ -20,7 +20,8 @@ import statistics
 import sys
 import time
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -31,12 +32,24 @@ from ort_fusions import kernel_ms, prefill_and_decode_inputs  # noqa: E402
 
 MODELS = {  # name -> MixtralConfig kwargs
     "tiny (hidden 32, 4 experts, top-2)": dict(
-        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_local_experts=4,
+        num_experts_per_tok=2,
     ),
     "moderate (hidden 512, 8 experts, top-2)": dict(
-        vocab_size=1024, hidden_size=512, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=8,
-        num_key_value_heads=4, num_local_experts=8, num_experts_per_tok=2,
+        vocab_size=1024,
+        hidden_size=512,
+        intermediate_size=1024,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        num_local_experts=8,
+        num_experts_per_tok=2,
     ),
 }
 
@@ -83,15 +96,32 @@ def main() -> None:
             best = min(times["cpu"]) / min(times["cuda"])
             kernels = kernel_ms({p: g.components["model"] for p, g in graphs.items()}, make, max(iters // 2, 3))
             total = {p: sum(k.values()) for p, k in kernels.items()}
-            rows.append((name, stage, loop, moe, loop / moe, best, diffs["cpu"], diffs["cuda"], total["cpu"],
-                         total["cuda"], kernels["cuda"].get("MoE", 0.0)))
+            rows.append(
+                (
+                    name,
+                    stage,
+                    loop,
+                    moe,
+                    loop / moe,
+                    best,
+                    diffs["cpu"],
+                    diffs["cuda"],
+                    total["cpu"],
+                    total["cuda"],
+                    kernels["cuda"].get("MoE", 0.0),
+                )
+            )
     print(f"batch 1, sequence {args.sequence}, ORT CPU provider, torch threads {torch.get_num_threads()}\n")
-    print("| model | stage | loop ms | MoE ms | loop/MoE (median) | (best) | loop diff | MoE diff | kernels ms, loop |"
-          " kernels ms, MoE | of which MoE |")
+    print(
+        "| model | stage | loop ms | MoE ms | loop/MoE (median) | (best) | loop diff | MoE diff | kernels ms, loop |"
+        " kernels ms, MoE | of which MoE |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, stage, loop, moe, ratio, best, d_loop, d_moe, k_loop, k_moe, k_node in rows:
-        print(f"| {name} | {stage} | {loop:.2f} | {moe:.2f} | {ratio:.2f}x | {best:.2f}x | {d_loop:.1e} | {d_moe:.1e} "
-              f"| {k_loop:.2f} | {k_moe:.2f} | {k_node:.2f} |")
+        print(
+            f"| {name} | {stage} | {loop:.2f} | {moe:.2f} | {ratio:.2f}x | {best:.2f}x | {d_loop:.1e} | {d_moe:.1e} "
+            f"| {k_loop:.2f} | {k_moe:.2f} | {k_node:.2f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -78,7 +78,9 @@ def cache_class(name: str, where: str = "output_structure") -> type:
         ManifestError: The name is not an allowed cache class.
     """
     if name not in CACHE_CLASSES:
-        raise ManifestError(f"{where}: cache class {name!r} is not allowed; expected one of {', '.join(CACHE_CLASSES)}.")
+        raise ManifestError(
+            f"{where}: cache class {name!r} is not allowed; expected one of {', '.join(CACHE_CLASSES)}."
+        )
     import transformers
 
     return getattr(transformers, name)

@@ -43,10 +43,14 @@ def verify_file(path: str | Path, entry: FileEntry) -> None:
         raise IntegrityError(f"{entry.path}: listed in export.json but missing.")
     size = path.stat().st_size
     if size != entry.size:
-        raise IntegrityError(f"{entry.path}: size {size} bytes, export.json says {entry.size}; the file is corrupt or tampered.")
+        raise IntegrityError(
+            f"{entry.path}: size {size} bytes, export.json says {entry.size}; the file is corrupt or tampered."
+        )
     digest = sha256_file(path)
     if digest != entry.sha256:
-        raise IntegrityError(f"{entry.path}: sha256 {digest} does not match export.json ({entry.sha256}); refusing to use it.")
+        raise IntegrityError(
+            f"{entry.path}: sha256 {digest} does not match export.json ({entry.sha256}); refusing to use it."
+        )
 
 
 def atomic_directory(target: str | Path) -> Path:

@@ -118,7 +118,9 @@ class ExportConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{type(self).__name__}.{name} must be a bool, got {getattr(self, name)!r}.")
         if self.dynamic_shapes is not None and not isinstance(self.dynamic_shapes, dict):
-            raise ConfigError("dynamic_shapes must be a dict keyed by the model's kwarg names, e.g. {'input_ids': {0: batch}}.")
+            raise ConfigError(
+                "dynamic_shapes must be a dict keyed by the model's kwarg names, e.g. {'input_ids': {0: batch}}."
+            )
         if self.dynamic and self.dynamic_shapes is not None:
             raise ConfigError("Pass either dynamic=True or explicit dynamic_shapes, not both.")
 
@@ -147,7 +149,9 @@ class ExportConfig:
         data = dict(data)
         fmt = data.pop("export_format", cls.export_format.value)
         if parse_format(fmt) is not cls.export_format:
-            raise ConfigError(f"{cls.__name__} is for {cls.export_format.value!r}, not {fmt!r}; use AutoExportConfig.from_dict.")
+            raise ConfigError(
+                f"{cls.__name__} is for {cls.export_format.value!r}, not {fmt!r}; use AutoExportConfig.from_dict."
+            )
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -155,7 +159,9 @@ class ExportConfig:
         if data.get("dynamic_shapes") is not None:
             data["dynamic_shapes"] = _shapes_from_json(data["dynamic_shapes"], top=True)
         if data.get("quantizer") is not None:
-            raise ConfigError("Rebuilding a quantizer from a saved config is not supported yet; pass the quantizer object.")
+            raise ConfigError(
+                "Rebuilding a quantizer from a saved config is not supported yet; pass the quantizer object."
+            )
         return cls(**data)
 
     def replace(self, **changes: Any) -> ExportConfig:
@@ -259,5 +265,7 @@ class AutoExportConfig:
             UnknownFormatError: The format is unknown.
         """
         if not isinstance(data, dict) or "export_format" not in data:
-            raise ConfigError("An export config dict needs an 'export_format' key (dynamo, onnx, executorch or openvino).")
+            raise ConfigError(
+                "An export config dict needs an 'export_format' key (dynamo, onnx, executorch or openvino)."
+            )
         return cls.config_class(data["export_format"]).from_dict(data)

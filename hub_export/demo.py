@@ -33,8 +33,16 @@ def _tiny_llama(directory: Path, seed: int = 0) -> None:
 
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
     )
     LlamaForCausalLM(config).save_pretrained(directory)
 
@@ -82,7 +90,10 @@ def main() -> int:
         _say(f"   source pinned at {source.revision}")
 
         gen = torch.Generator().manual_seed(1)
-        inputs = {"input_ids": torch.randint(3, 128, (1, 12), generator=gen), "attention_mask": torch.ones(1, 12, dtype=torch.int64)}
+        inputs = {
+            "input_ids": torch.randint(3, 128, (1, 12), generator=gen),
+            "attention_mask": torch.ones(1, 12, dtype=torch.int64),
+        }
         _say("2. exporting (dynamic=True)")
         exports = {}
         for fmt in _available_formats():
@@ -93,15 +104,20 @@ def main() -> int:
             exports[folder] = exported
             _say(f"   {fmt:<10} -> {folder + '/':<12} max abs diff vs eager {parity:.2e}")
         result = publish(repo, exports, endpoint=server.url)
-        _say(f"   published {len(exports)} exports in one commit {result.commit_sha[:12]} (tag {result.tag}), "
-             f"{result.uploaded_bytes} bytes uploaded")
+        _say(
+            f"   published {len(exports)} exports in one commit {result.commit_sha[:12]} (tag {result.tag}), "
+            f"{result.uploaded_bytes} bytes uploaded"
+        )
 
         target = "onnx" if "onnx" in exports else next(iter(exports))
         _say(f"3. loading {repo}/{target} lazily from the hub and running it")
         server.clear_log()
         loaded = ExportedModel.from_pretrained(repo, subfolder=target, revision=result.commit_sha, lazy=True)
         before_run = sum(r.bytes_sent for r in server.log)
-        other = {"input_ids": torch.randint(3, 128, (3, 20), generator=gen), "attention_mask": torch.ones(3, 20, dtype=torch.int64)}
+        other = {
+            "input_ids": torch.randint(3, 128, (3, 20), generator=gen),
+            "attention_mask": torch.ones(3, 20, dtype=torch.int64),
+        }
         other["attention_mask"][0, :5] = 0
         out = loaded(**other)
         with torch.no_grad():
@@ -128,14 +144,21 @@ def main() -> int:
         _say(f"   up to date: updated={first.updated}, {weights} weight downloads, source {first.plan.source_sha[:12]}")
         with tempfile.TemporaryDirectory() as tmp:
             _tiny_llama(Path(tmp), seed=1)
-            api.upload_folder(repo_id=repo, folder_path=tmp, commit_message="New checkpoint", allow_patterns=["*.safetensors"])
+            api.upload_folder(
+                repo_id=repo, folder_path=tmp, commit_message="New checkpoint", allow_patterns=["*.safetensors"]
+            )
         second = sync(repo, formats, endpoint=server.url)
-        _say(f"   after a new checkpoint: updated={second.updated}, commit {str(second.commit_sha)[:12]}, "
-             f"tag {second.tag}, source {second.plan.source_sha[:12]}")
+        _say(
+            f"   after a new checkpoint: updated={second.updated}, commit {str(second.commit_sha)[:12]}, "
+            f"tag {second.tag}, source {second.plan.source_sha[:12]}"
+        )
         _say("6. export_for_generation (ONNX) and generate(max_new_tokens=8), batch of 2 with left padding")
         from hub_export import OnnxConfig, OnnxExporter
 
-        prompt = {"input_ids": torch.randint(3, 128, (2, 7), generator=gen), "attention_mask": torch.ones(2, 7, dtype=torch.int64)}
+        prompt = {
+            "input_ids": torch.randint(3, 128, (2, 7), generator=gen),
+            "attention_mask": torch.ones(2, 7, dtype=torch.int64),
+        }
         prompt["attention_mask"][1, :3] = 0
         generator = OnnxExporter().export_for_generation(model, prompt, config=OnnxConfig(dynamic=True))
         generator.save_pretrained(OUTPUT / "tiny-llama-generation")

@@ -274,12 +274,18 @@ def validate_manifest_data(data: Any) -> None:
     Raises:
         ManifestError: Naming the JSON path of the first problem and what was expected.
     """
-    if isinstance(data, dict) and isinstance(data.get("schema_version"), int) and data["schema_version"] > SCHEMA_VERSION:
+    if (
+        isinstance(data, dict)
+        and isinstance(data.get("schema_version"), int)
+        and data["schema_version"] > SCHEMA_VERSION
+    ):
         raise ManifestError(
             f"$.schema_version: {data['schema_version']} is newer than this hub_export understands ({SCHEMA_VERSION}); "
             "upgrade hub-export."
         )
-    errors = sorted(_validator().iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    errors = sorted(
+        _validator().iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path)))
+    )
     if errors:
         best = _best_error(errors)
         raise ManifestError(f"{_json_path(best.absolute_path)}: {best.message}")
@@ -320,7 +326,7 @@ def _check_node(node: dict[str, Any], count: int, where: str, architecture: str 
         children = [(k, n) for k, n in node.get("items", node.get("fields", []))]
     elif kind == "cache":
         for i, layer in enumerate(node["layers"]):
-            for part, kv in (layer.items() if "decoder" in layer else [("", layer)]):
+            for part, kv in layer.items() if "decoder" in layer else [("", layer)]:
                 for key in ("conv", "recurrent") if "conv" in kv else ("key", "value"):
                     children.append((f"layers[{i}]{'.' + part if part else ''}.{key}", kv[key]))
     for key, child in children:

@@ -39,7 +39,12 @@ class ExportedComponent:
     """
 
     def __init__(
-        self, name: str, export_format: ExportFormat, program: Any, metadata: ComponentEntry, files_dir: Path | None = None
+        self,
+        name: str,
+        export_format: ExportFormat,
+        program: Any,
+        metadata: ComponentEntry,
+        files_dir: Path | None = None,
     ) -> None:
         self.name = name
         self.export_format = parse_format(export_format)
@@ -52,7 +57,11 @@ class ExportedComponent:
 
     def runner(self, device: str | None = None, **options: Any) -> Any:
         """A runner executing this component on ``device``."""
-        return _exporter_class(self.export_format).runner_class().from_program(self.program, self.metadata, device, **options)
+        return (
+            _exporter_class(self.export_format)
+            .runner_class()
+            .from_program(self.program, self.metadata, device, **options)
+        )
 
     def save(self, directory: Path) -> ComponentEntry:
         """Write this component's files into ``directory``; returns its metadata with the file entries."""
@@ -174,7 +183,9 @@ class ExportedModel:
             HubExportError: ``save_directory`` is a non-empty folder that is not an export.
         """
         target = Path(save_directory)
-        if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / MANIFEST_NAME).is_file())):
+        if target.exists() and (
+            not target.is_dir() or (any(target.iterdir()) and not (target / MANIFEST_NAME).is_file())
+        ):
             raise HubExportError(
                 f"{target} exists and is not a hub_export export folder; save into an empty or new folder "
                 "(one export per folder, e.g. <model>/onnx)."
@@ -285,7 +296,12 @@ def _load_side_configs(directory: Path) -> tuple[Any, Any]:
 
 
 def load_component(
-    directory: Path, name: str, entry: ComponentEntry, export_format: ExportFormat, *, trust_pickles: bool = False,
+    directory: Path,
+    name: str,
+    entry: ComponentEntry,
+    export_format: ExportFormat,
+    *,
+    trust_pickles: bool = False,
     allow_custom_domains: tuple[str, ...] = (),
 ) -> ExportedComponent:
     """Verify a component's files against the manifest, run the format's safety checks, then load its program."""
@@ -293,7 +309,9 @@ def load_component(
 
     for file in entry.files:
         verify_file(directory / file.path, file)
-    check_component(export_format, directory, entry, trust_pickles=trust_pickles, allow_custom_domains=allow_custom_domains)
+    check_component(
+        export_format, directory, entry, trust_pickles=trust_pickles, allow_custom_domains=allow_custom_domains
+    )
     program = _exporter_class(export_format).load_program(directory, name, entry)
     return ExportedComponent(name, export_format, program, entry, files_dir=directory.resolve())
 
@@ -347,4 +365,3 @@ def assemble_export(
 def _config_without_quantizer(config: dict[str, Any]) -> dict[str, Any]:
     # a quantizer is recorded as its recipe (plain data); the loaded export does not re-run it
     return {**config, "quantizer": None}
-

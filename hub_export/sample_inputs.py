@@ -49,7 +49,9 @@ def dummy_inputs(model: Any, *, batch: int = 2, sequence: int = 8) -> dict[str, 
     elif main == "input_values":
         inputs["input_values"] = torch.randn(batch, 16000, generator=gen)
     else:
-        raise ExportError(f"Cannot build sample inputs for main input {main!r}; export from Python with your own inputs.")
+        raise ExportError(
+            f"Cannot build sample inputs for main input {main!r}; export from Python with your own inputs."
+        )
     if getattr(config, "is_encoder_decoder", False):
         start = _get(config, "decoder_start_token_id", "bos_token_id", default=0)
         inputs["decoder_input_ids"] = torch.full((batch, max(2, sequence // 2)), int(start), dtype=torch.int64)

@@ -131,7 +131,11 @@ def flatten_value(value: Any, path: tuple[str, ...], leaves: list[tuple[str, Any
         return {"type": "cache", "class": cls_name, "layers": layers}
     if cls_name == "StaticCache":
         return _flatten_static_cache(value, path, leaves)
-    if cls_name == "DynamicCache" and value.layers and all(hasattr(layer, "recurrent_states") for layer in value.layers):
+    if (
+        cls_name == "DynamicCache"
+        and value.layers
+        and all(hasattr(layer, "recurrent_states") for layer in value.layers)
+    ):
         return _flatten_state_cache(value, path, leaves)
     if cls_name == "DynamicCache":
         layers = [_flatten_layer(value.layers, i, (*path, str(i)), leaves) for i in range(len(value.layers))]
@@ -140,7 +144,10 @@ def flatten_value(value: Any, path: tuple[str, ...], leaves: list[tuple[str, Any
         items = [flatten_value(item, (*path, str(i)), leaves) for i, item in enumerate(value)]
         return {"type": type(value).__name__ if type(value) in (tuple, list) else "tuple", "items": items}
     if isinstance(value, dict):
-        return {"type": "dict", "items": [[str(k), flatten_value(v, (*path, str(k)), leaves)] for k, v in value.items()]}
+        return {
+            "type": "dict",
+            "items": [[str(k), flatten_value(v, (*path, str(k)), leaves)] for k, v in value.items()],
+        }
     raise ExportError(
         f"{_join(path) or 'value'}: cannot export a {cls_name}; exports take and return tensors, "
         "DynamicCache/EncoderDecoderCache caches, tuples and constants."
@@ -164,10 +171,14 @@ def _flatten_static_cache(cache: Any, path: tuple[str, ...], leaves: list[tuple[
     and ``length`` (the 0-d count of filled positions, ``cumulative_length``); the graph updates all in place."""
     kinds = sorted({type(layer).__name__ for layer in cache.layers} - {"StaticLayer"})
     if kinds:
-        raise ExportError(f"{_join(path)}: StaticCache layers of type {kinds} cannot be exported; only full-attention StaticLayer.")
+        raise ExportError(
+            f"{_join(path)}: StaticCache layers of type {kinds} cannot be exported; only full-attention StaticLayer."
+        )
     lengths = {int(layer.max_cache_len) for layer in cache.layers}
     if len(lengths) != 1:
-        raise ExportError(f"{_join(path)}: StaticCache layers with different max_cache_len {sorted(lengths)} cannot be exported.")
+        raise ExportError(
+            f"{_join(path)}: StaticCache layers with different max_cache_len {sorted(lengths)} cannot be exported."
+        )
     layers = []
     for i, layer in enumerate(cache.layers):
         node = _flatten_layer(cache.layers, i, (*path, str(i)), leaves)
@@ -188,7 +199,10 @@ def _flatten_state_cache(cache: Any, path: tuple[str, ...], leaves: list[tuple[s
         )
     layers = []
     for i, layer in enumerate(cache.layers):
-        states = {part: getattr(layer, f"{part}_states")[0] if layer.has_previous_state[0] else None for part in ("conv", "recurrent")}
+        states = {
+            part: getattr(layer, f"{part}_states")[0] if layer.has_previous_state[0] else None
+            for part in ("conv", "recurrent")
+        }
         layers.append({part: flatten_value(state, (*path, str(i), part), leaves) for part, state in states.items()})
     return {"type": "cache", "class": "DynamicCache", "layers": layers}
 
@@ -205,7 +219,9 @@ def _state_cache(cls: Any, node: dict[str, Any], tensors: list[Any]) -> Any:
             continue
         layer.dtype, layer.device = conv.dtype, conv.device
         layer.conv_states[0], layer.recurrent_states[0], layer.conv_kernel_size[0] = conv, recurrent, conv.shape[-1]
-        layer.is_conv_states_initialized[0] = layer.is_recurrent_states_initialized[0] = layer.has_previous_state[0] = True
+        layer.is_conv_states_initialized[0] = layer.is_recurrent_states_initialized[0] = layer.has_previous_state[0] = (
+            True
+        )
     return cache
 
 
@@ -229,7 +245,9 @@ def _static_cache(cls: Any, node: dict[str, Any], tensors: list[Any]) -> Any:
     return cache
 
 
-def unflatten(node: dict[str, Any], tensors: list[Any], architecture: str | None = None, where: str = "structure") -> Any:
+def unflatten(
+    node: dict[str, Any], tensors: list[Any], architecture: str | None = None, where: str = "structure"
+) -> Any:
     """Rebuild a value from its structure node and flat tensors.
 
     Raises:
@@ -335,7 +353,9 @@ def check_inputs_match(
     for spec, tensor in zip(specs, tensors):
         got = dtype_name(tensor.dtype)
         if got != spec.dtype:
-            raise InputError(f"Input {spec.name!r} has dtype {got}, expected {spec.dtype}. Expected signature: {expected}.")
+            raise InputError(
+                f"Input {spec.name!r} has dtype {got}, expected {spec.dtype}. Expected signature: {expected}."
+            )
         if tensor.dim() != len(spec.shape):
             raise InputError(
                 f"Input {spec.name!r} has rank {tensor.dim()} (shape {list(tensor.shape)}), expected rank {len(spec.shape)} "
@@ -375,7 +395,7 @@ def in_place_pairs(inputs: list[TensorSpec], outputs: list[TensorSpec]) -> dict[
     for j, spec in enumerate(outputs):
         if not spec.name.startswith("output."):
             continue
-        i = by_name.get("input." + spec.name[len("output."):])
+        i = by_name.get("input." + spec.name[len("output.") :])
         if i is not None and tuple(inputs[i].shape) == tuple(spec.shape) and inputs[i].dtype == spec.dtype:
             pairs[j] = i
     return pairs

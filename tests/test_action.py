@@ -34,8 +34,12 @@ _EXPR = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
 
 
 def _check(schema: str, path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, str(path)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_action_and_example_workflows_match_githubs_schemas():
@@ -65,15 +69,24 @@ def test_workflows_filter_main_and_serialise_per_source():
     on = yaml.safe_load((ROOT / "actions" / "examples" / "sync.yml").read_text())[True]  # YAML 1.1: `on` is True
     assert {"schedule", "workflow_dispatch", "repository_dispatch"} <= set(on)
     fanout = yaml.safe_load((ROOT / "actions" / "examples" / "fanout.yml").read_text())["jobs"]
-    assert "hub-export publish" in fanout["publish"]["steps"][-1]["run"] and fanout["export"]["strategy"]["matrix"]["format"]
+    assert (
+        "hub-export publish" in fanout["publish"]["steps"][-1]["run"]
+        and fanout["export"]["strategy"]["matrix"]["format"]
+    )
 
 
 # -- the step runner ------------------------------------------------------------------------------------------
 class StepRunner:
     """Runs a composite action's ``run`` steps the way the runner does (bash, env, output files)."""
 
-    def __init__(self, action: Path, inputs: dict[str, str], workdir: Path, env: dict[str, str] | None = None,
-                 skip_ids: tuple[str, ...] = ("install",)):
+    def __init__(
+        self,
+        action: Path,
+        inputs: dict[str, str],
+        workdir: Path,
+        env: dict[str, str] | None = None,
+        skip_ids: tuple[str, ...] = ("install",),
+    ):
         self.action = yaml.safe_load(action.read_text())
         self.path = action.parent
         self.workdir = workdir
@@ -116,12 +129,22 @@ class StepRunner:
             env.update({k: self.sub(v, env) for k, v in (step.get("env") or {}).items()})
             out, summary = self.workdir / f"output-{i}", self.workdir / f"summary-{i}"
             out.write_text(""), summary.write_text("")
-            env.update(GITHUB_OUTPUT=str(out), GITHUB_STEP_SUMMARY=str(summary), GITHUB_ACTION_PATH=str(self.path),
-                       PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+            env.update(
+                GITHUB_OUTPUT=str(out),
+                GITHUB_STEP_SUMMARY=str(summary),
+                GITHUB_ACTION_PATH=str(self.path),
+                PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+            )
             script = self.workdir / f"step-{i}.sh"
             script.write_text(self.sub(step["run"], env))
-            done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], env=env,
-                                  cwd=self.workdir, capture_output=True, text=True, timeout=300)
+            done = subprocess.run(
+                ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+                env=env,
+                cwd=self.workdir,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             self.logs.append(done.stdout + done.stderr)
             if done.returncode != 0:
                 raise StepFailed(step.get("name", f"step {i}"), done.returncode, done.stdout + done.stderr)
@@ -186,18 +209,29 @@ def test_the_install_step_installs_the_extras_of_the_formats_under_the_constrain
     env = {"PATH": f"{shims}{os.pathsep}{os.environ['PATH']}"}
     action = yaml.safe_load(ACTION.read_text())
     step = next(s for s in action["runs"]["steps"] if s.get("id") == "install")
-    runner = StepRunner(ACTION, {"source-repo": REPO, "hf-token": SECRET, "formats": "dynamo, onnx openvino"}, tmp_path, env)
+    runner = StepRunner(
+        ACTION, {"source-repo": REPO, "hf-token": SECRET, "formats": "dynamo, onnx openvino"}, tmp_path, env
+    )
     step_env = {**env, **{k: runner.sub(v, env) for k, v in step["env"].items()}}
-    done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], env=step_env,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
+        env=step_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     pip, version = record.read_text().splitlines()
     root = f"{ACTION.parent}/../.."
     assert pip.endswith(f"-c {root}/constraints.txt {root}[onnx,openvino]") and version == "hub-export --version"
     assert (ACTION.parent / "../../constraints.txt").resolve().is_file()
     record.unlink()
-    pinned = StepRunner(ACTION, {"source-repo": REPO, "hf-token": SECRET, "formats": "dynamo",
-                                 "hub-export-version": "0.1.0"}, tmp_path, env)
+    pinned = StepRunner(
+        ACTION,
+        {"source-repo": REPO, "hf-token": SECRET, "formats": "dynamo", "hub-export-version": "0.1.0"},
+        tmp_path,
+        env,
+    )
     step_env = {**env, **{k: pinned.sub(v, env) for k, v in step["env"].items()}}
     subprocess.run(["bash", "-c", step["run"]], env=step_env, check=True, timeout=60)
     assert record.read_text().splitlines()[0].endswith(" hub-export==0.1.0")

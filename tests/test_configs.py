@@ -19,8 +19,8 @@ from hub_export import (
     OpenVINOConfig,
     UnknownFormatError,
 )
-from hub_export.exporters.auto import exporter_class, register_exporter
 from hub_export.errors import HubExportError
+from hub_export.exporters.auto import exporter_class, register_exporter
 
 
 def test_round_trip_with_dims_is_exact() -> None:
@@ -28,7 +28,11 @@ def test_round_trip_with_dims_is_exact() -> None:
     seq = torch.export.Dim("seq", min=2, max=2048)
     open_dim = torch.export.Dim("open")
     config = OnnxConfig(
-        dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: open_dim}, "pixel_values": (None, 3, torch.export.Dim.AUTO)},
+        dynamic_shapes={
+            "input_ids": {0: batch, 1: seq},
+            "attention_mask": {0: batch, 1: open_dim},
+            "pixel_values": (None, 3, torch.export.Dim.AUTO),
+        },
         prefer_deferred_runtime_asserts_over_guards=True,
         opset_version=18,
     )
@@ -36,7 +40,10 @@ def test_round_trip_with_dims_is_exact() -> None:
     back = AutoExportConfig.from_dict(data)
     assert isinstance(back, OnnxConfig) and back.opset_version == 18
     shapes = back.dynamic_shapes
-    assert shapes["input_ids"][0].__name__ == "batch" and (shapes["input_ids"][0].min, shapes["input_ids"][0].max) == (1, 32)
+    assert shapes["input_ids"][0].__name__ == "batch" and (shapes["input_ids"][0].min, shapes["input_ids"][0].max) == (
+        1,
+        32,
+    )
     assert shapes["input_ids"][1].__name__ == "seq" and shapes["input_ids"][1].max == 2048
     assert shapes["attention_mask"][1].__name__ == "open" and shapes["attention_mask"][1].min == 0
     assert isinstance(shapes["pixel_values"], tuple) and shapes["pixel_values"][1] == 3

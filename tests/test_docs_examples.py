@@ -49,7 +49,11 @@ def test_onnx_example_save_and_load(llama, tmp_path) -> None:
     outputs = ExportedModel.from_pretrained(tmp_path / "qwen3-onnx")(**inputs)
     assert torch.allclose(outputs.logits, model(**inputs).logits, atol=1e-4)
     assert sorted(p.name for p in (tmp_path / "qwen3-onnx").iterdir()) == [
-        "config.json", "export.json", "generation_config.json", "model.onnx", "model.onnx.data",
+        "config.json",
+        "export.json",
+        "generation_config.json",
+        "model.onnx",
+        "model.onnx.data",
     ]
 
 
@@ -73,7 +77,10 @@ def test_auto_example(llama) -> None:
     assert torch.allclose(exported(**inputs).logits, model(**inputs).logits, atol=1e-4)
 
 
-@pytest.mark.parametrize("exporter_cls, config_cls", [(DynamoExporter, DynamoConfig), (OnnxExporter, OnnxConfig), (OpenVINOExporter, OpenVINOConfig)])
+@pytest.mark.parametrize(
+    "exporter_cls, config_cls",
+    [(DynamoExporter, DynamoConfig), (OnnxExporter, OnnxConfig), (OpenVINOExporter, OpenVINOConfig)],
+)
 def test_dynamic_shapes_example(llama, exporter_cls, config_cls) -> None:
     model, _ = llama
     inputs = text_inputs(2, 9, pad_left=4)  # tokenizer(["Hello, world!", "Hi"], padding=True)

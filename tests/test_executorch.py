@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from tiny_models import build, text_inputs
 
 from hub_export import (
     DeviceUnavailableError,
@@ -24,7 +25,6 @@ from hub_export import (
     InputBoundsError,
 )
 from hub_export.signature import flatten_value
-from tiny_models import build, text_inputs
 
 MODELS = ["llama", "gpt2", "bert", "vit", "whisper"]
 # The upper bounds dynamic=True plans for, from each tiny model's config (batch: ExecutorchExporter.max_batch).
@@ -223,10 +223,16 @@ class _TwoDynamicDimReshapes(torch.nn.Module):
 def test_reshapes_with_two_dynamic_dims_stay_outside_xnnpack() -> None:
     from executorch.backends.xnnpack.partition.config import gemm_configs, generic_node_configs
 
-    originals = (gemm_configs.ConvolutionConfig.check_constraints, generic_node_configs.UnsqueezeCopyConfig.check_constraints)
+    originals = (
+        gemm_configs.ConvolutionConfig.check_constraints,
+        generic_node_configs.UnsqueezeCopyConfig.check_constraints,
+    )
     model = _TwoDynamicDimReshapes().eval()
-    config = ExecutorchConfig(dynamic_shapes={"input_values": {0: torch.export.Dim("batch", min=1, max=4),
-                                                               1: torch.export.Dim("samples", min=8, max=64)}})
+    config = ExecutorchConfig(
+        dynamic_shapes={
+            "input_values": {0: torch.export.Dim("batch", min=1, max=4), 1: torch.export.Dim("samples", min=8, max=64)}
+        }
+    )
     export = ExecutorchExporter().export(model, {"input_values": torch.randn(2, 20)}, config=config)
     targets = [str(n.target) for n in export.program.exported_program().graph.nodes if n.op == "call_function"]
     assert any("convolution" in t for t in targets) and any("unsqueeze" in t for t in targets)  # portable kernels
@@ -234,7 +240,10 @@ def test_reshapes_with_two_dynamic_dims_stay_outside_xnnpack() -> None:
         x = torch.randn(shape)
         with torch.no_grad():
             assert float((export(input_values=x) - model(x)).abs().max()) < 1e-5
-    assert (gemm_configs.ConvolutionConfig.check_constraints, generic_node_configs.UnsqueezeCopyConfig.check_constraints) == originals
+    assert (
+        gemm_configs.ConvolutionConfig.check_constraints,
+        generic_node_configs.UnsqueezeCopyConfig.check_constraints,
+    ) == originals
 
 
 def test_raw_audio_samples_are_bounded_by_the_frames_planned() -> None:

@@ -32,8 +32,15 @@ _BACKENDS = {
     "openvino": (OpenVINOExporter, OpenVINOConfig),
 }
 _CASES = [
-    ("llama", "dynamo"), ("qwen3", "dynamo"), ("gpt2", "dynamo"), ("t5", "dynamo"), ("whisper", "dynamo"),
-    ("llama", "onnx"), ("whisper", "onnx"), ("gpt2", "openvino"), ("t5", "openvino"),
+    ("llama", "dynamo"),
+    ("qwen3", "dynamo"),
+    ("gpt2", "dynamo"),
+    ("t5", "dynamo"),
+    ("whisper", "dynamo"),
+    ("llama", "onnx"),
+    ("whisper", "onnx"),
+    ("gpt2", "openvino"),
+    ("t5", "openvino"),
 ]
 _ENCODER_DECODER = {"t5", "whisper"}
 
@@ -46,7 +53,10 @@ def _runs(name: str) -> list[dict]:
     """Inputs to generate from: a left-padded batch of 2 and a batch of 1 of other lengths than the capture."""
     if name == "whisper":
         gen = torch.Generator().manual_seed(3)
-        return [{"input_features": torch.randn(2, 16, 60, generator=gen)}, {"input_features": torch.randn(1, 16, 60, generator=gen)}]
+        return [
+            {"input_features": torch.randn(2, 16, 60, generator=gen)},
+            {"input_features": torch.randn(1, 16, 60, generator=gen)},
+        ]
     return [text_inputs(2, 9, pad_left=3, seed=5), text_inputs(1, 4, seed=6)]
 
 
@@ -84,7 +94,11 @@ def test_greedy_tokens_equal_eager_generate(exports, name, backend):
         expected = case.model.generate(**inputs, max_new_tokens=8, do_sample=False)
         produced = loaded.generate(**inputs, max_new_tokens=8)
         assert produced.dtype == torch.int64
-        assert torch.equal(produced, expected), (inputs["input_ids" if "input_ids" in inputs else "input_features"].shape, produced, expected)
+        assert torch.equal(produced, expected), (
+            inputs["input_ids" if "input_ids" in inputs else "input_features"].shape,
+            produced,
+            expected,
+        )
 
 
 def test_saved_export_describes_the_loop(exports):
@@ -217,7 +231,9 @@ def test_per_component_configs(models):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         exported = DynamoExporter().export_for_generation(
-            case.model, _prompt(case), config={"encoder": DynamoConfig(dynamic=False), "default": DynamoConfig(dynamic=True)}
+            case.model,
+            _prompt(case),
+            config={"encoder": DynamoConfig(dynamic=False), "default": DynamoConfig(dynamic=True)},
         )
     assert exported.components["encoder"].metadata.inputs[0].shape == (2, 16, 60)  # static
     assert exported.components["prefill"].metadata.inputs[0].shape[0] == "batch"
@@ -227,18 +243,25 @@ def test_per_component_configs(models):
 def test_multi_token_decode_generates_and_continues_several_tokens(models, tmp_path, backend):
     case = models.setdefault("llama", build("llama"))
     exporter, config = _BACKENDS[backend]
-    exported = exporter().export_for_generation(case.model, _prompt(case), config=config(dynamic=True), multi_token_decode=True)
+    exported = exporter().export_for_generation(
+        case.model, _prompt(case), config=config(dynamic=True), multi_token_decode=True
+    )
     loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "export"))
     assert loaded.generation["multi_token_decode"] is True
     assert {s.name: s.shape for s in loaded.components["decode"].metadata.inputs}["input_ids"] == ("batch", "sequence")
-    for inputs in [_prompt(case), *_runs("llama")]:  # one-token steps: the previous token re-fed, cache shortened by one
+    for inputs in [
+        _prompt(case),
+        *_runs("llama"),
+    ]:  # one-token steps: the previous token re-fed, cache shortened by one
         expected = case.model.generate(**inputs, max_new_tokens=8, do_sample=False)
         assert torch.equal(loaded.generate(**inputs, max_new_tokens=8), expected)
     inputs = text_inputs(2, 6, pad_left=2, seed=8)
     with torch.no_grad():  # four speculative tokens at once against a cache, as eager computes them
         cache = case.model(**inputs, use_cache=True).past_key_values
-        step = {"input_ids": torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]]),
-                "attention_mask": torch.cat([inputs["attention_mask"], torch.ones(2, 4, dtype=torch.int64)], -1)}
+        step = {
+            "input_ids": torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]]),
+            "attention_mask": torch.cat([inputs["attention_mask"], torch.ones(2, 4, dtype=torch.int64)], -1),
+        }
         step["position_ids"] = step["attention_mask"].cumsum(-1)[:, -4:] - 1
         expected = case.model(**step, past_key_values=copy.deepcopy(cache), use_cache=True)
         produced = loaded.runners["decode"](**step, past_key_values=cache)
@@ -250,11 +273,16 @@ def test_static_cache_with_multi_token_decode_is_one_graph_for_every_step(models
     from transformers import GenerationConfig
 
     case = models.setdefault("llama", build("llama"))
-    config = GenerationConfig(**{**case.model.generation_config.to_dict(), "cache_implementation": "static", "max_cache_len": 24})
+    config = GenerationConfig(
+        **{**case.model.generation_config.to_dict(), "cache_implementation": "static", "max_cache_len": 24}
+    )
     exported = DynamoExporter().export_for_generation(
         case.model, _prompt(case), config=DynamoConfig(dynamic=True), generation_config=config, multi_token_decode=True
     )
-    assert {s.name: s.shape for s in exported.components["decode"].metadata.inputs}["input_ids"] == ("batch", "sequence")
+    assert {s.name: s.shape for s in exported.components["decode"].metadata.inputs}["input_ids"] == (
+        "batch",
+        "sequence",
+    )
     for inputs in [_prompt(case), *_runs("llama")]:  # the StaticCache's write position moves back for the re-fed token
         expected = case.model.generate(**inputs, max_new_tokens=8, do_sample=False, generation_config=config)
         assert torch.equal(exported.generate(**inputs, max_new_tokens=8), expected)
@@ -262,7 +290,9 @@ def test_static_cache_with_multi_token_decode_is_one_graph_for_every_step(models
 
 def test_multi_token_decode_with_a_stateful_decode_is_refused(models):
     case = models.setdefault("llama", build("llama"))
-    exported = OpenVINOExporter().export_for_generation(case.model, _prompt(case), config=OpenVINOConfig(dynamic=True), multi_token_decode=True)
+    exported = OpenVINOExporter().export_for_generation(
+        case.model, _prompt(case), config=OpenVINOConfig(dynamic=True), multi_token_decode=True
+    )
     with pytest.raises(HubExportError, match="stateful=False"):
         exported.generate(**_prompt(case), max_new_tokens=3)
 
@@ -301,11 +331,16 @@ def test_openvino_saved_decode_keeps_the_cache_as_state(exports):
     _, exported, loaded, folder = exports("llama", "openvino")
     xml = (folder / "openvino_decode.xml").read_text()
     assert 'type="ReadValue"' in xml and 'type="Assign"' in xml
-    assert "past_key_values" not in "".join(p.get_friendly_name() for p in loaded.components["decode"].program.get_parameters())
+    assert "past_key_values" not in "".join(
+        p.get_friendly_name() for p in loaded.components["decode"].program.get_parameters()
+    )
     assert 'type="ReadValue"' not in (folder / "openvino_prefill.xml").read_text()
     state = loaded.components["decode"].metadata.extra["state"]
-    assert ["input.past_key_values.0.key", "output.past_key_values.0.key",
-            "input.past_key_values.0.keyoutput.past_key_values.0.key"] in state
+    assert [
+        "input.past_key_values.0.key",
+        "output.past_key_values.0.key",
+        "input.past_key_values.0.keyoutput.past_key_values.0.key",
+    ] in state
     assert len(state) == 4  # 2 layers x key/value
     assert exported.components["decode"].metadata.parity["max_abs_diff"] < 1e-5
 
@@ -329,8 +364,11 @@ def test_openvino_stateful_runner_continues_from_its_state(exports):
         assert float((produced.logits - expected.logits).abs().max()) < 1e-5
         assert (produced.past_key_values is None) == (index == 1)
     decode.reset()  # a fresh sequence starts from an empty cache of the inputs' batch
-    step = {"input_ids": torch.tensor([[3], [4], [8]]), "attention_mask": torch.ones(3, 1, dtype=torch.int64),
-            "position_ids": torch.zeros(3, 1, dtype=torch.int64)}
+    step = {
+        "input_ids": torch.tensor([[3], [4], [8]]),
+        "attention_mask": torch.ones(3, 1, dtype=torch.int64),
+        "position_ids": torch.zeros(3, 1, dtype=torch.int64),
+    }
     with torch.no_grad():
         expected = case.model(**step, use_cache=True)
     assert float((decode(**step).logits - expected.logits).abs().max()) < 1e-5
@@ -348,7 +386,9 @@ def test_openvino_stateful_false_keeps_explicit_cache_tensors(exports):
     assert exporter._state_pairs(traced, OpenVINOConfig(stateful=False)) == []
     assert [list(p) for p in exporter._state_pairs(traced, OpenVINOConfig())] == [s[:2] for s in meta.extra["state"]]
     assert exporter.component_extra(traced, OpenVINOConfig(stateful=False)) == {
-        "compress_to_fp16": False, "stateful": False, "inference_precision": "f32"
+        "compress_to_fp16": False,
+        "stateful": False,
+        "inference_precision": "f32",
     }
 
 
@@ -360,9 +400,13 @@ def static_llama(request, models, tmp_path_factory):
     from transformers import GenerationConfig
 
     case = models.setdefault("llama", build("llama"))
-    config = GenerationConfig(**{**case.model.generation_config.to_dict(), "cache_implementation": "static", "max_cache_len": 24})
+    config = GenerationConfig(
+        **{**case.model.generation_config.to_dict(), "cache_implementation": "static", "max_cache_len": 24}
+    )
     exporter, export_config = _BACKENDS[request.param]
-    exported = exporter().export_for_generation(case.model, _prompt(case), config=export_config(dynamic=True), generation_config=config)
+    exported = exporter().export_for_generation(
+        case.model, _prompt(case), config=export_config(dynamic=True), generation_config=config
+    )
     folder = exported.save_pretrained(tmp_path_factory.mktemp(f"llama-static-{request.param}") / "export")
     return case, config, exported, ExportedModel.from_pretrained(folder), folder
 
@@ -373,8 +417,17 @@ def test_static_cache_generate_equals_eager_static_generate(static_llama):
     for component in exported.components.values():
         assert component.metadata.parity["max_abs_diff"] < 1e-5
     node = dict(loaded.components["decode"].metadata.input_structure)["past_key_values"]
-    assert node["class"] == "StaticCache" and node["max_cache_len"] == 24 and set(node["layers"][0]) == {"key", "value", "length"}
-    assert {s.name: s.shape for s in loaded.components["prefill"].metadata.inputs}["input.past_key_values.0.key"] == ("batch", 2, 24, 8)
+    assert (
+        node["class"] == "StaticCache"
+        and node["max_cache_len"] == 24
+        and set(node["layers"][0]) == {"key", "value", "length"}
+    )
+    assert {s.name: s.shape for s in loaded.components["prefill"].metadata.inputs}["input.past_key_values.0.key"] == (
+        "batch",
+        2,
+        24,
+        8,
+    )
     for inputs in [_prompt(case), *_runs("llama")]:
         expected = case.model.generate(**inputs, max_new_tokens=8, do_sample=False, generation_config=config)
         assert torch.equal(loaded.generate(**inputs, max_new_tokens=8), expected)
@@ -399,8 +452,13 @@ def test_static_cache_is_updated_in_the_callers_buffers(static_llama):
     assert out.past_key_values.layers[0].keys.data_ptr() == keys.data_ptr() and int(length) == 6
     assert keys[:, :, 5].abs().sum() > 0 and keys[:, :, 6:].abs().sum() == 0
     with torch.no_grad():  # the same two steps in eager, from the prompt without a cache
-        eager = case.model(**{**inputs, "input_ids": torch.cat([inputs["input_ids"], step["input_ids"]], -1),
-                              "attention_mask": step["attention_mask"]})
+        eager = case.model(
+            **{
+                **inputs,
+                "input_ids": torch.cat([inputs["input_ids"], step["input_ids"]], -1),
+                "attention_mask": step["attention_mask"],
+            }
+        )
     assert float((out.logits[:, -1] - eager.logits[:, -1]).abs().max()) < 1e-5
 
 

@@ -102,11 +102,18 @@ def test_plan_chains_the_components_as_data(exports):
     plan = json.loads((folder / "export.json").read_text())["generation"]
     assert plan == exported.generation == loaded.generation
     assert plan["kind"] == "multimodal" and plan["runnable"] is True
-    assert plan["modalities"] == [{
-        "modality": "image", "encoder": "image_encoder", "inputs": ["pixel_values"], "features": "image_features",
-        "projector": "multi_modal_projector", "projector_input": "image_features", "embeds": "image_embeds",
-        "token_id": LLAVA_IMAGE_TOKEN,
-    }]
+    assert plan["modalities"] == [
+        {
+            "modality": "image",
+            "encoder": "image_encoder",
+            "inputs": ["pixel_values"],
+            "features": "image_features",
+            "projector": "multi_modal_projector",
+            "projector_input": "image_features",
+            "embeds": "image_embeds",
+            "token_id": LLAVA_IMAGE_TOKEN,
+        }
+    ]
     shapes = {name: {s.name: s.shape for s in c.metadata.inputs} for name, c in loaded.components.items()}
     assert shapes["image_encoder"] == {"pixel_values": ("batch", 3, 16, 16)}
     assert shapes["language_model"]["inputs_embeds"] == ("batch", "sequence", 32)
@@ -138,7 +145,14 @@ def test_audio_language_model_generate_equals_eager(backend, tmp_path):
     case = build("audio_flamingo")
     exporter, config = _BACKENDS[backend]
     exported = exporter().export_for_generation(case.model, case.sample, config=config(dynamic=True))
-    assert list(exported.components) == ["audio_encoder", "multi_modal_projector", "embed_tokens", "language_model", "lm_head", "decode"]
+    assert list(exported.components) == [
+        "audio_encoder",
+        "multi_modal_projector",
+        "embed_tokens",
+        "language_model",
+        "lm_head",
+        "decode",
+    ]
     plan = exported.generation
     assert plan["runnable"] is True and plan["modalities"][0]["inputs"] == ["input_features", "input_features_mask"]
     loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "export"))

@@ -67,10 +67,14 @@ def repo(exports, hub_api: HfApi, hub_env: HubServer) -> str:
     """A repo with model weights at the root, a static Dynamo export in pt2/ and an ONNX export in onnx/."""
     case, first, _, onnx = exports
     hub_api.create_repo(REPO)
-    hub_api.create_commit(REPO, [
-        CommitOperationAdd(path_in_repo="config.json", path_or_fileobj=b'{"model_type": "llama"}\n'),
-        CommitOperationAdd(path_in_repo="model.safetensors", path_or_fileobj=os.urandom(100_000)),
-    ], commit_message="weights")
+    hub_api.create_commit(
+        REPO,
+        [
+            CommitOperationAdd(path_in_repo="config.json", path_or_fileobj=b'{"model_type": "llama"}\n'),
+            CommitOperationAdd(path_in_repo="model.safetensors", path_or_fileobj=os.urandom(100_000)),
+        ],
+        commit_message="weights",
+    )
     return publish(REPO, {"pt2": first, "onnx": onnx}).commit_sha
 
 
@@ -103,7 +107,10 @@ def test_components_subset_and_lazy(exports, hub_api: HfApi, hub_env: HubServer,
     case, first, second, _ = exports
     parts = {
         name: ExportedComponent(
-            name, ExportFormat.DYNAMO, export.program, dataclasses.replace(export.components["model"].metadata, files=())
+            name,
+            ExportFormat.DYNAMO,
+            export.program,
+            dataclasses.replace(export.components["model"].metadata, files=()),
         )
         for name, export in (("first", first), ("second", second))
     }
@@ -115,7 +122,12 @@ def test_components_subset_and_lazy(exports, hub_api: HfApi, hub_env: HubServer,
     hub_env.clear_log()
     only = ExportedModel.from_pretrained(REPO, subfolder="duo", components=["second"], cache_dir=tmp_path / "a")
     assert list(only.components) == ["second"]
-    assert set(_fetched(hub_env)) == {"duo/export.json", "duo/config.json", "duo/generation_config.json", "duo/second.pt2"}
+    assert set(_fetched(hub_env)) == {
+        "duo/export.json",
+        "duo/config.json",
+        "duo/generation_config.json",
+        "duo/second.pt2",
+    }
     assert torch.equal(_logits(only.components["second"].runner(), case.other), _logits(second, case.other))
 
     hub_env.clear_log()
@@ -155,7 +167,9 @@ def test_warm_cache_by_sha_makes_no_request_and_offline_loads(
     assert hub_env.log == []
 
 
-def test_tampered_files_raise_integrity_error_and_are_evicted(exports, repo: str, hub_api: HfApi, hub_env: HubServer, tmp_path):
+def test_tampered_files_raise_integrity_error_and_are_evicted(
+    exports, repo: str, hub_api: HfApi, hub_env: HubServer, tmp_path
+):
     case, first, _, _ = exports
     remote = json.loads(Path(hub_api.hf_hub_download(REPO, "pt2/export.json")).read_text())
     sha256 = remote["components"]["model"]["files"][0]["sha256"]
@@ -203,7 +217,9 @@ def test_cli_push_and_pull(exports, hub_api: HfApi, hub_env: HubServer, tmp_path
     assert "unchanged" in capsys.readouterr().out
 
     target = tmp_path / "pulled"
-    assert main(["pull", REPO, "--subfolder", "pt2", "--revision", "v1", "--output", str(target), "--endpoint", url]) == 0
+    assert (
+        main(["pull", REPO, "--subfolder", "pt2", "--revision", "v1", "--output", str(target), "--endpoint", url]) == 0
+    )
     assert capsys.readouterr().out.strip().splitlines()[-1] == str(target)
     assert sorted(p.name for p in target.iterdir()) == sorted([*SIDE, "model.pt2"])
     assert not any(p.is_symlink() for p in target.iterdir())

@@ -45,7 +45,9 @@ def exports(tmp_path_factory) -> dict[str, Path]:
     }
     for seed in (1, 2):
         model = Tiny(seed).eval()
-        out[f"v{seed}"] = DynamoExporter().export(model, SAMPLE, config=DynamoConfig()).save_pretrained(root / f"v{seed}")
+        out[f"v{seed}"] = (
+            DynamoExporter().export(model, SAMPLE, config=DynamoConfig()).save_pretrained(root / f"v{seed}")
+        )
     return {k: Path(v) for k, v in out.items()}
 
 
@@ -157,8 +159,13 @@ def _hub_load():
 def test_concurrent_downloads_and_publishes_are_consistent(hub_env: HubServer, exports, tmp_path: Path) -> None:
     hub_load = _hub_load()
     stats = hub_load.run_load(
-        hub_env, REPO, [exports["pt2"], exports["v1"], exports["v2"]], tmp_path / "clients",
-        downloaders=8, publishers=4, seconds=3.0,
+        hub_env,
+        REPO,
+        [exports["pt2"], exports["v1"], exports["v2"]],
+        tmp_path / "clients",
+        downloaders=8,
+        publishers=4,
+        seconds=3.0,
     )
     assert stats["downloads"] > 0 and stats["commits"] > 0
     assert stats["errors"] == [], stats["errors"]

@@ -70,13 +70,17 @@ def test_round_trip_by_branch_tag_sha_and_pull_request(llama, hub_api: HfApi, hu
 def test_one_commit_replaces_the_subfolder_and_leaves_the_rest(llama, hub_api: HfApi, hub_env: HubServer):
     case, dynamic, static = llama
     hub_api.create_repo(REPO)
-    hub_api.create_commit(REPO, [
-        CommitOperationAdd(path_in_repo="config.json", path_or_fileobj=b'{"model_type": "llama"}\n'),
-        CommitOperationAdd(path_in_repo="model.safetensors", path_or_fileobj=b"\0weights" * 64),
-        CommitOperationAdd(path_in_repo="pt2/stale.bin", path_or_fileobj=b"\0old export file"),
-        CommitOperationAdd(path_in_repo="pt2/nested/export.json", path_or_fileobj=b"{}"),
-        CommitOperationAdd(path_in_repo="other/keep.txt", path_or_fileobj=b"keep me"),
-    ], commit_message="model")
+    hub_api.create_commit(
+        REPO,
+        [
+            CommitOperationAdd(path_in_repo="config.json", path_or_fileobj=b'{"model_type": "llama"}\n'),
+            CommitOperationAdd(path_in_repo="model.safetensors", path_or_fileobj=b"\0weights" * 64),
+            CommitOperationAdd(path_in_repo="pt2/stale.bin", path_or_fileobj=b"\0old export file"),
+            CommitOperationAdd(path_in_repo="pt2/nested/export.json", path_or_fileobj=b"{}"),
+            CommitOperationAdd(path_in_repo="other/keep.txt", path_or_fileobj=b"keep me"),
+        ],
+        commit_message="model",
+    )
     before = _commits(hub_api)
     result = dynamic.push_to_hub(REPO, commit_message="pt2 please")
     after = _commits(hub_api)
@@ -122,7 +126,9 @@ def test_identical_republish_makes_no_commit_and_uploads_nothing(llama, hub_api:
     (saved / "export.json").write_text(json.dumps(manifest))
     hub_env.clear_log()
     changed = publish(REPO, {"pt2": saved})
-    assert changed.changed and changed.uploaded_bytes == (saved / "export.json").stat().st_size + len(_readme(hub_api).encode())
+    assert changed.changed and changed.uploaded_bytes == (saved / "export.json").stat().st_size + len(
+        _readme(hub_api).encode()
+    )
     assert not [r for r in hub_env.log if r.method == "PUT" or "/info/lfs/" in r.path]
     assert "atol 0.5" in _readme(hub_api)
 
@@ -171,8 +177,9 @@ def test_card_keeps_text_outside_its_section(llama, hub_api: HfApi, hub_env: Hub
     case, dynamic, static = llama
     hub_api.create_repo(REPO)
     head = "---\nlicense: mit\nlibrary_name: my-lib\ntags:\n- custom\n---\n# My model\n\nHand-written intro.\n"
-    hub_api.create_commit(REPO, [CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=head.encode())],
-                          commit_message="card")
+    hub_api.create_commit(
+        REPO, [CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=head.encode())], commit_message="card"
+    )
     dynamic.push_to_hub(REPO)
     card = _readme(hub_api)
     assert card.split("---\n", 2)[2].startswith("# My model\n\nHand-written intro.\n")
@@ -186,8 +193,9 @@ def test_card_keeps_text_outside_its_section(llama, hub_api: HfApi, hub_env: Hub
     before, rest = card.split(BEGIN)
     after = "\n\n## Citation\n\nKeep this.\n"
     edited = before + BEGIN + "\nstale text\n" + END + after
-    hub_api.create_commit(REPO, [CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=edited.encode())],
-                          commit_message="edit")
+    hub_api.create_commit(
+        REPO, [CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=edited.encode())], commit_message="edit"
+    )
     static.push_to_hub(REPO, subfolder="static")
     card = _readme(hub_api)
     assert card.startswith(before + BEGIN) and card.endswith(END + after)
@@ -200,8 +208,11 @@ def test_load_source_records_the_commit_and_tags_it(llama, hub_api: HfApi, hub_e
     case.model.save_pretrained(tmp_path / "source")
     hub_api.create_repo("me/source")
     upload = hub_api.upload_folder(repo_id="me/source", folder_path=tmp_path / "source")
-    hub_api.create_commit("me/source", [CommitOperationAdd(path_in_repo="pytorch_model.bin", path_or_fileobj=b"\0x")],
-                          commit_message="pickle that must not be fetched")
+    hub_api.create_commit(
+        "me/source",
+        [CommitOperationAdd(path_in_repo="pytorch_model.bin", path_or_fileobj=b"\0x")],
+        commit_message="pickle that must not be fetched",
+    )
     model = load_source("me/source", revision=upload.oid, endpoint=hub_env.url)
     assert type(model).__name__ == "LlamaForCausalLM"
     source = model._hub_export_source

@@ -12,7 +12,6 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from hub_fixtures import HUB_TOKEN  # tests/ is on sys.path (conftest), which also registers the hub fixtures
 from huggingface_hub import (
     CommitOperationAdd,
@@ -190,8 +189,11 @@ def test_deletions(hub_api: HfApi, repo: str):
     assert hub_api.list_repo_files(repo) == [".gitattributes", "b/1.txt"]
     with pytest.raises(EntryNotFoundError):
         hub_api.delete_file("missing.txt", repo_id=repo)
-    hub_api.create_commit(repo, [CommitOperationDelete("b/"), CommitOperationAdd("b", b"now a file")],
-                          commit_message="folder becomes file")
+    hub_api.create_commit(
+        repo,
+        [CommitOperationDelete("b/"), CommitOperationAdd("b", b"now a file")],
+        commit_message="folder becomes file",
+    )
     assert hub_api.list_repo_files(repo) == [".gitattributes", "b"]
 
 

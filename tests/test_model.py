@@ -94,7 +94,9 @@ def test_training_inputs_are_refused() -> None:
 
 def test_multi_component_errors(llama_export) -> None:
     _, exported = llama_export
-    two = ExportedModel(exported.export_format, exported.config, {"a": exported.components["model"], "b": exported.components["model"]})
+    two = ExportedModel(
+        exported.export_format, exported.config, {"a": exported.components["model"], "b": exported.components["model"]}
+    )
     with pytest.raises(HubExportError, match=r"components \['a', 'b'\]"):
         two.program
     with pytest.raises(HubExportError, match="export_for_generation"):

@@ -218,8 +218,14 @@ def test_loading_keeps_weights_on_disk_until_the_session(tmp_path: Path) -> None
 
     # ~205 MB of float32 weights, almost all in two 50000 x 512 matrices (embedding and untied lm_head)
     config = LlamaConfig(
-        vocab_size=50000, hidden_size=512, intermediate_size=256, num_hidden_layers=1, num_attention_heads=4,
-        num_key_value_heads=2, tie_word_embeddings=False, max_position_embeddings=64,
+        vocab_size=50000,
+        hidden_size=512,
+        intermediate_size=256,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=False,
+        max_position_embeddings=64,
     )
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).eval()

@@ -198,8 +198,12 @@ class _PaddedAttention(torch.nn.Module):
 
 def test_patches_fix_the_graph_and_restore_it() -> None:
     from hub_export.exporters._trace import trace
-    from hub_export.patches.openvino import conversion_patches, pin_reshape_wildcards, skip_empty_cat_inputs
-    from hub_export.patches.openvino import zero_fully_masked_attention_rows
+    from hub_export.patches.openvino import (
+        conversion_patches,
+        pin_reshape_wildcards,
+        skip_empty_cat_inputs,
+        zero_fully_masked_attention_rows,
+    )
 
     torch.manual_seed(0)
     model = _PaddedAttention().eval()

@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 import torch
+from tiny_models import build
 
 from hub_export import OnnxConfig, OnnxExporter
 from hub_export.exporters._ort_fusions import fuse_for_ort
 from hub_export.runners.onnx import OnnxRunner
 from hub_export.utils import decompose_for_generation
-from tiny_models import build
 
 ATOL = 1e-5
 
@@ -56,7 +56,10 @@ def exports() -> Any:
         if name not in cache:
             case = _case(name)
             exported = OnnxExporter().export_for_generation(case.model, case.sample, config=OnnxConfig(dynamic=True))
-            calls = {"padded": decompose_for_generation(case.model, case.other), "sample": decompose_for_generation(case.model, case.sample)}
+            calls = {
+                "padded": decompose_for_generation(case.model, case.other),
+                "sample": decompose_for_generation(case.model, case.sample),
+            }
             cache[name] = (case, exported, calls)
         return cache[name]
 
@@ -146,7 +149,9 @@ def test_qk_norms_inside_group_query_attention_for_cuda(exports: Any) -> None:
         return sum(n.op_type == "SimplifiedLayerNormalization" for n in program.graph)
 
     def weights(program: Any) -> list[Any]:
-        return [n.inputs[14] if len(n.inputs) > 14 else None for n in program.graph if n.op_type == "GroupQueryAttention"]
+        return [
+            n.inputs[14] if len(n.inputs) > 14 else None for n in program.graph if n.op_type == "GroupQueryAttention"
+        ]
 
     for stage in ("prefill", "decode"):
         component = exported.components[stage]
@@ -173,7 +178,9 @@ def test_qk_norms_inside_group_query_attention_for_cuda(exports: Any) -> None:
             node.attributes["q_norm_epsilon"] = ir.AttrFloat32("q_norm_epsilon", 0.25)
             node.attributes["k_norm_epsilon"] = ir.AttrFloat32("k_norm_epsilon", 0.5)
         assert expand_qk_norms(cuda) == len(layers)
-        eps = Counter(n.attributes.get_float("epsilon") for n in cuda.graph if n.op_type == "SimplifiedLayerNormalization")
+        eps = Counter(
+            n.attributes.get_float("epsilon") for n in cuda.graph if n.op_type == "SimplifiedLayerNormalization"
+        )
         assert eps[0.25] == eps[0.5] == len(layers)
 
 
@@ -184,7 +191,10 @@ def test_generate_with_fused_export_matches_eager(exports: Any) -> None:
         case.model, case.sample, config=OnnxConfig(dynamic=True, ort_fusions="cpu"), multi_token_decode=True
     )
     for component in fused.components.values():
-        assert component.metadata.extra == {"ort_fusions": "cpu", "contrib_ops": ["GroupQueryAttention", "SkipSimplifiedLayerNormalization"]}
+        assert component.metadata.extra == {
+            "ort_fusions": "cpu",
+            "contrib_ops": ["GroupQueryAttention", "SkipSimplifiedLayerNormalization"],
+        }
         assert component.metadata.parity["max_abs_diff"] < ATOL
     module, kwargs = decompose_for_generation(case.model, case.other, multi_token_decode=True)["decode"]
     assert kwargs["input_ids"].shape == (3, 2)  # two tokens over the cache of a left-padded batch of 3
@@ -291,12 +301,21 @@ def test_reference_moe_matches_onnxruntime(activation: str) -> None:
     x, router = torch.randn(tokens, hidden, generator=gen), torch.randn(tokens, experts, generator=gen)
     weights = {"fc1": fc1, "fc1_bias": b1, "fc2": fc2, "fc2_bias": b2}
     node = helper.make_node(
-        "MoE", ["x", "router", *[name if w is not None else "" for name, w in weights.items()]], ["y"],
-        domain="com.microsoft", k=k, activation_type=kind, swiglu_fusion=int(gated), activation_alpha=1.0,
-        activation_beta=0.0, normalize_routing_weights=normalize,
+        "MoE",
+        ["x", "router", *[name if w is not None else "" for name, w in weights.items()]],
+        ["y"],
+        domain="com.microsoft",
+        k=k,
+        activation_type=kind,
+        swiglu_fusion=int(gated),
+        activation_alpha=1.0,
+        activation_beta=0.0,
+        normalize_routing_weights=normalize,
     )
     graph = helper.make_graph(
-        [node], "moe", [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in ("x", "router")],
+        [node],
+        "moe",
+        [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in ("x", "router")],
         [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
         [onnx.numpy_helper.from_array(w.numpy(), name) for name, w in weights.items() if w is not None],
     )

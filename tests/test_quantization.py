@@ -14,10 +14,15 @@ from collections import Counter
 
 import pytest
 import torch
+from tiny_models import build, text_inputs
 
 from hub_export import (
     BackendUnavailableError,
     ConfigError,
+    DynamoConfig,
+    DynamoExporter,
+    ExecutorchConfig,
+    ExecutorchExporter,
     ExportedModel,
     NNCFQuantizationConfig,
     NNCFQuantizer,
@@ -29,13 +34,8 @@ from hub_export import (
     OnnxRuntimeStaticConfig,
     OpenVINOConfig,
     OpenVINOExporter,
-    DynamoConfig,
-    DynamoExporter,
-    ExecutorchConfig,
-    ExecutorchExporter,
     PT2EQuantizer,
 )
-from tiny_models import build, text_inputs
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +44,16 @@ def wide_llama():
 
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        vocab_size=256,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
     )
     model = LlamaForCausalLM(config).eval()
     sample = text_inputs(2, 16, vocab=256)
@@ -59,21 +67,64 @@ CALIBRATION = [text_inputs(2, 16, vocab=256, seed=s) for s in range(1, 5)]
 
 # name -> (exporter, config factory, max abs diff bound, min argmax agreement, expected ops, weight bytes / fp32 max)
 CASES = {
-    "ort_dynamic": (OnnxExporter, lambda: OnnxConfig(quantizer=OnnxRuntimeQuantizer(OnnxRuntimeDynamicConfig(per_channel=True))),
-                    0.06, 0.8, {"DynamicQuantizeLinear", "MatMulInteger"}, 0.5),
-    "ort_static": (OnnxExporter, lambda: OnnxConfig(quantizer=OnnxRuntimeQuantizer(
-        OnnxRuntimeStaticConfig(calibration_dataset=CALIBRATION, per_channel=True))),
-                   0.25, 0.65, {"QuantizeLinear", "DequantizeLinear"}, 0.6),
-    "nncf_onnx_int8": (OnnxExporter, lambda: OnnxConfig(quantizer=NNCFQuantizer(NNCFWeightCompressionConfig())),
-                       0.04, 0.8, {"DequantizeLinear"}, 0.5),
-    "nncf_onnx_int8_quantize": (OnnxExporter, lambda: OnnxConfig(quantizer=NNCFQuantizer(
-        NNCFQuantizationConfig(calibration_dataset=CALIBRATION))), 0.3, 0.7, {"QuantizeLinear", "DequantizeLinear"}, 0.6),
-    "ov_int8_weights": (OpenVINOExporter, lambda: OpenVINOConfig(quantizer=NNCFQuantizer(NNCFWeightCompressionConfig())),
-                        0.04, 0.8, {"u8"}, 0.3),
-    "ov_int4_weights": (OpenVINOExporter, lambda: OpenVINOConfig(quantizer=NNCFQuantizer(
-        NNCFWeightCompressionConfig(mode="int4_sym", group_size=32))), 0.25, 0.65, {"i4"}, 0.2),
-    "ov_int8_quantize": (OpenVINOExporter, lambda: OpenVINOConfig(quantizer=NNCFQuantizer(
-        NNCFQuantizationConfig(calibration_dataset=CALIBRATION))), 0.3, 0.7, {"FakeQuantize", "i8"}, 0.3),
+    "ort_dynamic": (
+        OnnxExporter,
+        lambda: OnnxConfig(quantizer=OnnxRuntimeQuantizer(OnnxRuntimeDynamicConfig(per_channel=True))),
+        0.06,
+        0.8,
+        {"DynamicQuantizeLinear", "MatMulInteger"},
+        0.5,
+    ),
+    "ort_static": (
+        OnnxExporter,
+        lambda: OnnxConfig(
+            quantizer=OnnxRuntimeQuantizer(OnnxRuntimeStaticConfig(calibration_dataset=CALIBRATION, per_channel=True))
+        ),
+        0.25,
+        0.65,
+        {"QuantizeLinear", "DequantizeLinear"},
+        0.6,
+    ),
+    "nncf_onnx_int8": (
+        OnnxExporter,
+        lambda: OnnxConfig(quantizer=NNCFQuantizer(NNCFWeightCompressionConfig())),
+        0.04,
+        0.8,
+        {"DequantizeLinear"},
+        0.5,
+    ),
+    "nncf_onnx_int8_quantize": (
+        OnnxExporter,
+        lambda: OnnxConfig(quantizer=NNCFQuantizer(NNCFQuantizationConfig(calibration_dataset=CALIBRATION))),
+        0.3,
+        0.7,
+        {"QuantizeLinear", "DequantizeLinear"},
+        0.6,
+    ),
+    "ov_int8_weights": (
+        OpenVINOExporter,
+        lambda: OpenVINOConfig(quantizer=NNCFQuantizer(NNCFWeightCompressionConfig())),
+        0.04,
+        0.8,
+        {"u8"},
+        0.3,
+    ),
+    "ov_int4_weights": (
+        OpenVINOExporter,
+        lambda: OpenVINOConfig(quantizer=NNCFQuantizer(NNCFWeightCompressionConfig(mode="int4_sym", group_size=32))),
+        0.25,
+        0.65,
+        {"i4"},
+        0.2,
+    ),
+    "ov_int8_quantize": (
+        OpenVINOExporter,
+        lambda: OpenVINOConfig(quantizer=NNCFQuantizer(NNCFQuantizationConfig(calibration_dataset=CALIBRATION))),
+        0.3,
+        0.7,
+        {"FakeQuantize", "i8"},
+        0.3,
+    ),
 }
 
 
@@ -122,11 +173,21 @@ def test_quantizer_configs_save_as_plain_data():
     data = config.to_dict()["quantizer"]
     assert data == {
         "quantizer": "OnnxRuntimeQuantizer",
-        "settings": {"activation_type": "uint8", "weight_type": "int8", "quant_format": "QDQ", "per_channel": False,
-                     "op_types": None, "calibrate_method": "MinMax", "mode": "static"},
+        "settings": {
+            "activation_type": "uint8",
+            "weight_type": "int8",
+            "quant_format": "QDQ",
+            "per_channel": False,
+            "op_types": None,
+            "calibrate_method": "MinMax",
+            "mode": "static",
+        },
         "calibration_samples": 2,
     }
-    assert NNCFQuantizer(NNCFWeightCompressionConfig(mode="int4_asym", group_size=64)).to_dict()["settings"]["group_size"] == 64
+    assert (
+        NNCFQuantizer(NNCFWeightCompressionConfig(mode="int4_asym", group_size=64)).to_dict()["settings"]["group_size"]
+        == 64
+    )
     nncf = NNCFQuantizer(NNCFQuantizationConfig(calibration_dataset=CALIBRATION), calibration_dataset=CALIBRATION[:1])
     assert nncf.to_dict()["calibration_samples"] == 1 and nncf.needs_calibration  # an explicit dataset wins
     with pytest.raises(ConfigError, match="weight_type"):
@@ -142,7 +203,9 @@ def test_quantizer_for_another_format_is_refused():
         OpenVINOExporter().export(case.model, case.sample, config=config)
 
 
-@pytest.mark.parametrize("missing, quantizer", [("nncf", lambda: NNCFQuantizer()), ("onnxruntime", lambda: OnnxRuntimeQuantizer())])
+@pytest.mark.parametrize(
+    "missing, quantizer", [("nncf", lambda: NNCFQuantizer()), ("onnxruntime", lambda: OnnxRuntimeQuantizer())]
+)
 def test_missing_quant_package(monkeypatch, missing, quantizer):
     case = build("llama")
     real = importlib.util.find_spec
@@ -158,7 +221,10 @@ def test_missing_quant_package(monkeypatch, missing, quantizer):
 
 
 def _xnnpack_dynamic():
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
 
     return XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True))
 
@@ -277,10 +343,13 @@ def test_nncf_quantization_on_the_fx_graph(wide_llama, tmp_path):
     torch.testing.assert_close(loaded(**sample).logits, logits, atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("config, match", [
-    (NNCFWeightCompressionConfig(mode="int4_sym", group_size=32), "int4_sym weight compression does not lower"),
-    (NNCFQuantizationConfig(), "full int8 quantization .* does not lower to ExecuTorch.*PT2EQuantizer"),
-])
+@pytest.mark.parametrize(
+    "config, match",
+    [
+        (NNCFWeightCompressionConfig(mode="int4_sym", group_size=32), "int4_sym weight compression does not lower"),
+        (NNCFQuantizationConfig(), "full int8 quantization .* does not lower to ExecuTorch.*PT2EQuantizer"),
+    ],
+)
 def test_nncf_is_refused_for_executorch_before_tracing(config, match):
     quantizer = NNCFQuantizer(config)
     with pytest.raises(ConfigError, match=match):

@@ -37,7 +37,9 @@ def test_calibration_prompts_are_captured_per_component(monkeypatch, tmp_path):
 
     monkeypatch.setattr(quantization_base, "calibration_for", spy)
     quantizer = OnnxRuntimeQuantizer(OnnxRuntimeStaticConfig(calibration_dataset=PROMPTS, per_channel=True))
-    exported = OnnxExporter().export_for_generation(case.model, case.sample, config=OnnxConfig(dynamic=True, quantizer=quantizer))
+    exported = OnnxExporter().export_for_generation(
+        case.model, case.sample, config=OnnxConfig(dynamic=True, quantizer=quantizer)
+    )
     # each component calibrated on what it receives for each prompt: the prompt, then one token against its cache
     assert seen["prefill"] == [[1, 5], [2, 9], [1, 12]]
     assert seen["decode"] == [[1, 2, 5, 8], [2, 2, 9, 8], [1, 2, 12, 8]]
@@ -55,7 +57,10 @@ def test_calibration_prompts_are_captured_per_component(monkeypatch, tmp_path):
 
 
 def _xnnpack(dynamic: bool):
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
 
     return XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic))
 

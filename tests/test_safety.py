@@ -118,7 +118,9 @@ def _hostile_pt2(folder: Path, sentinel: Path) -> None:
                 with zipfile.ZipFile(nested, "w") as inner:
                     for item in nested_in.infolist():
                         blob = nested_in.read(item.filename)
-                        inner.writestr(item, pickle.dumps(Payload(sentinel)) if item.filename.endswith(".pkl") else blob)
+                        inner.writestr(
+                            item, pickle.dumps(Payload(sentinel)) if item.filename.endswith(".pkl") else blob
+                        )
                 data = nested.getvalue()
             out.writestr(info, data)
     _rewrite(folder, "model.pt2", buffer.getvalue())
@@ -270,7 +272,10 @@ def test_openvino_truncated_bin_is_refused(saved, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda x: x.replace('<?xml version="1.0"?>', '<?xml version="1.0"?>\n<!DOCTYPE net [<!ENTITY a "b">]>'), "DTD"),
+        (
+            lambda x: x.replace('<?xml version="1.0"?>', '<?xml version="1.0"?>\n<!DOCTYPE net [<!ENTITY a "b">]>'),
+            "DTD",
+        ),
         (lambda x: x.replace('version="opset1"', 'version="my_extension_opset"', 1), "needs an extension library"),
         (lambda x: re.sub(r'(<net name="[^"]*" version=")11(">)', r"\g<1>99\g<2>", x, count=1), "IR v10/v11"),
     ],
@@ -286,7 +291,9 @@ def test_openvino_hostile_xml_is_refused(saved, tmp_path: Path, edit, message) -
 
 
 # -- ExecuTorch -------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("position", "message"), [(4, "bad file identifier"), (0, "root offset"), (20, "extended header")])
+@pytest.mark.parametrize(
+    ("position", "message"), [(4, "bad file identifier"), (0, "root offset"), (20, "extended header")]
+)
 def test_executorch_header_bit_flips_are_refused(saved, tmp_path: Path, position: int, message: str) -> None:
     folder = _copy(saved, "executorch", tmp_path)
     data = bytearray((folder / "model.pte").read_bytes())

@@ -24,8 +24,15 @@ def _tiny_llama(seed: int):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+    )
     return LlamaForCausalLM(config).eval()
 
 
@@ -161,7 +168,9 @@ def test_two_concurrent_syncs_make_one_commit(source: str, hub_api: HfApi, hub_e
     assert any("another sync already published" in n for n in loser.notes) and loser.commit_sha == commits[0]
 
 
-def test_publish_split_mode_commits_folders_together(source: str, hub_api: HfApi, hub_env: HubServer, tmp_path, monkeypatch, capsys):
+def test_publish_split_mode_commits_folders_together(
+    source: str, hub_api: HfApi, hub_env: HubServer, tmp_path, monkeypatch, capsys
+):
     out = tmp_path / "github_output"
     monkeypatch.setenv("GITHUB_OUTPUT", str(out))
     assert main(["export", REPO, "--format", "dynamo", "--output", str(tmp_path / "a")]) == 0
@@ -217,7 +226,9 @@ def test_several_formats_go_to_another_repo_in_one_commit(source: str, hub_api: 
     assert plan_sync(REPO, ["onnx", "dynamo"], target="me/exports").up_to_date and _weights_requests(hub_env) == []
 
 
-def test_create_pr_proposes_the_export_and_leaves_main(source: str, hub_api: HfApi, hub_env: HubServer, tmp_path, monkeypatch):
+def test_create_pr_proposes_the_export_and_leaves_main(
+    source: str, hub_api: HfApi, hub_env: HubServer, tmp_path, monkeypatch
+):
     out = tmp_path / "github_output"
     monkeypatch.setenv("GITHUB_OUTPUT", str(out))
     assert main(["sync", REPO, "--format", "dynamo", "--create-pr"]) == 0

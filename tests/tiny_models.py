@@ -6,8 +6,9 @@ to run the export on. Every test module takes its models from here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -43,25 +44,42 @@ def llama() -> TinyCase:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
     )
-    return TinyCase("llama", _seeded(lambda: LlamaForCausalLM(config)), text_inputs(1, 7), text_inputs(3, 11, pad_left=4, seed=1))
+    return TinyCase(
+        "llama", _seeded(lambda: LlamaForCausalLM(config)), text_inputs(1, 7), text_inputs(3, 11, pad_left=4, seed=1)
+    )
 
 
 def gpt2() -> TinyCase:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(vocab_size=96, n_embd=32, n_layer=2, n_head=4, n_positions=128, bos_token_id=1, eos_token_id=2)
-    return TinyCase("gpt2", _seeded(lambda: GPT2LMHeadModel(config)), text_inputs(2, 6), text_inputs(3, 9, pad_left=2, seed=1))
+    return TinyCase(
+        "gpt2", _seeded(lambda: GPT2LMHeadModel(config)), text_inputs(2, 6), text_inputs(3, 9, pad_left=2, seed=1)
+    )
 
 
 def bert() -> TinyCase:
     from transformers import BertConfig, BertForSequenceClassification
 
     config = BertConfig(
-        vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-        max_position_embeddings=128, num_labels=3,
+        vocab_size=96,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        num_labels=3,
     )
     sample = {**text_inputs(2, 8), "token_type_ids": torch.zeros(2, 8, dtype=torch.int64)}
     other = {**text_inputs(4, 13, pad_left=3, seed=1), "token_type_ids": torch.zeros(4, 13, dtype=torch.int64)}
@@ -72,13 +90,23 @@ def t5() -> TinyCase:
     from transformers import T5Config, T5ForConditionalGeneration
 
     config = T5Config(
-        vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
-        decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
+        vocab_size=96,
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=4,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+        eos_token_id=1,
     )
 
     def inputs(batch: int, seq: int, dec: int, seed: int) -> dict[str, Any]:
         base = text_inputs(batch, seq, seed=seed)
-        base["decoder_input_ids"] = torch.randint(3, 96, (batch, dec), generator=torch.Generator().manual_seed(seed + 7))
+        base["decoder_input_ids"] = torch.randint(
+            3, 96, (batch, dec), generator=torch.Generator().manual_seed(seed + 7)
+        )
         return base
 
     return TinyCase("t5", _seeded(lambda: T5ForConditionalGeneration(config)), inputs(2, 7, 3, 0), inputs(3, 10, 5, 1))
@@ -88,8 +116,14 @@ def vit() -> TinyCase:
     from transformers import ViTConfig, ViTForImageClassification
 
     config = ViTConfig(
-        image_size=32, patch_size=8, num_channels=3, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, num_labels=5,
+        image_size=32,
+        patch_size=8,
+        num_channels=3,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        num_labels=5,
     )
     gen = torch.Generator().manual_seed(0)
     return TinyCase(
@@ -104,10 +138,23 @@ def whisper() -> TinyCase:
     from transformers import WhisperConfig, WhisperForConditionalGeneration
 
     config = WhisperConfig(
-        vocab_size=96, num_mel_bins=16, encoder_layers=2, decoder_layers=2, d_model=32, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_source_positions=30,
-        max_target_positions=64, decoder_start_token_id=1, pad_token_id=0, eos_token_id=2, bos_token_id=1,
-        suppress_tokens=[], begin_suppress_tokens=[],
+        vocab_size=96,
+        num_mel_bins=16,
+        encoder_layers=2,
+        decoder_layers=2,
+        d_model=32,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_source_positions=30,
+        max_target_positions=64,
+        decoder_start_token_id=1,
+        pad_token_id=0,
+        eos_token_id=2,
+        bos_token_id=1,
+        suppress_tokens=[],
+        begin_suppress_tokens=[],
     )
     gen = torch.Generator().manual_seed(0)
 
@@ -125,10 +172,21 @@ def qwen3() -> TinyCase:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     config = Qwen3Config(
-        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, max_position_embeddings=128, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=128,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
     )
-    return TinyCase("qwen3", _seeded(lambda: Qwen3ForCausalLM(config)), text_inputs(1, 7), text_inputs(3, 11, pad_left=4, seed=1))
+    return TinyCase(
+        "qwen3", _seeded(lambda: Qwen3ForCausalLM(config)), text_inputs(1, 7), text_inputs(3, 11, pad_left=4, seed=1)
+    )
 
 
 LLAVA_IMAGE_TOKEN = 95
@@ -158,19 +216,38 @@ def llava() -> TinyCase:
     from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
 
     vision = CLIPVisionConfig(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=16, patch_size=4,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        image_size=16,
+        patch_size=4,
         projection_dim=32,
     )
     text = LlamaConfig(
-        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
     )
     config = LlavaConfig(
-        vision_config=vision.to_dict(), text_config=text.to_dict(), image_token_id=LLAVA_IMAGE_TOKEN,
-        vision_feature_layer=-2, vision_feature_select_strategy="default", image_seq_length=LLAVA_IMAGE_TOKENS,
+        vision_config=vision.to_dict(),
+        text_config=text.to_dict(),
+        image_token_id=LLAVA_IMAGE_TOKEN,
+        vision_feature_layer=-2,
+        vision_feature_select_strategy="default",
+        image_seq_length=LLAVA_IMAGE_TOKENS,
     )
     return TinyCase(
-        "llava", _seeded(lambda: LlavaForConditionalGeneration(config)), llava_inputs(1, 5),
+        "llava",
+        _seeded(lambda: LlavaForConditionalGeneration(config)),
+        llava_inputs(1, 5),
         llava_inputs(2, 6, pad_left=1, seed=3),
     )
 
@@ -182,13 +259,19 @@ def audio_flamingo_inputs(batch: int, text: int, *, seed: int = 0) -> dict[str, 
     """An AudioFlamingo3 prompt: 2 text tokens, one placeholder per audio feature (15 for 60 mel frames after
     the encoder's conv and pooling), ``text`` tokens, and the mel features with their mask."""
     gen = torch.Generator().manual_seed(seed)
-    ids = torch.cat([
-        torch.randint(3, 90, (batch, 2), generator=gen), torch.full((batch, 15), AUDIO_TOKEN),
-        torch.randint(3, 90, (batch, text), generator=gen),
-    ], dim=1)
+    ids = torch.cat(
+        [
+            torch.randint(3, 90, (batch, 2), generator=gen),
+            torch.full((batch, 15), AUDIO_TOKEN),
+            torch.randint(3, 90, (batch, text), generator=gen),
+        ],
+        dim=1,
+    )
     return {
-        "input_ids": ids, "attention_mask": torch.ones_like(ids),
-        "input_features": torch.randn(batch, 16, 60, generator=gen), "input_features_mask": torch.ones(batch, 60, dtype=torch.int64),
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "input_features": torch.randn(batch, 16, 60, generator=gen),
+        "input_features_mask": torch.ones(batch, 60, dtype=torch.int64),
     }
 
 
@@ -198,18 +281,33 @@ def audio_flamingo() -> TinyCase:
 
     config = AudioFlamingo3Config(
         audio_config=dict(
-            model_type="audioflamingo3_encoder", num_mel_bins=16, num_hidden_layers=2, num_attention_heads=4,
-            intermediate_size=64, hidden_size=32, max_source_positions=30,
+            model_type="audioflamingo3_encoder",
+            num_mel_bins=16,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            hidden_size=32,
+            max_source_positions=30,
         ),
         text_config=dict(
-            model_type="qwen2", vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0, bos_token_id=1,
+            model_type="qwen2",
+            vocab_size=96,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=128,
+            pad_token_id=0,
+            bos_token_id=1,
             eos_token_id=2,
         ),
         audio_token_id=AUDIO_TOKEN,
     )
     return TinyCase(
-        "audio_flamingo", _seeded(lambda: AudioFlamingo3ForConditionalGeneration(config)), audio_flamingo_inputs(1, 3),
+        "audio_flamingo",
+        _seeded(lambda: AudioFlamingo3ForConditionalGeneration(config)),
+        audio_flamingo_inputs(1, 3),
         audio_flamingo_inputs(2, 5, seed=3),
     )
 

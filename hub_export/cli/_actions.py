@@ -46,8 +46,12 @@ def _size(n: int | None) -> str:
 
 
 def summary_markdown(
-    title: str, status: str, rows: list[tuple[str, str, str, Any, Any, int | None]], commit_url: str | None,
-    pr_url: str | None, tag: str | None,
+    title: str,
+    status: str,
+    rows: list[tuple[str, str, str, Any, Any, int | None]],
+    commit_url: str | None,
+    pr_url: str | None,
+    tag: str | None,
 ) -> str:
     """A job-summary section: a status line, a table (format, folder, state, parity, atol, size) and links."""
     lines = [f"### {title}", "", status, ""]

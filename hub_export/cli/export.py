@@ -16,14 +16,24 @@ def register(subparsers: Any) -> None:
     """Add the ``export`` command."""
     parser = subparsers.add_parser("export", help="export a model (Hub repo id or local folder) to one or more formats")
     parser.add_argument("model", help="Hub repo id or local model folder (config.json + safetensors)")
-    parser.add_argument("--format", "-f", dest="formats", action="append", required=True,
-                        choices=[f.value for f in ExportFormat], help="format to export (repeatable)")
+    parser.add_argument(
+        "--format",
+        "-f",
+        dest="formats",
+        action="append",
+        required=True,
+        choices=[f.value for f in ExportFormat],
+        help="format to export (repeatable)",
+    )
     parser.add_argument("--output", "-o", required=True, type=Path, help="output folder")
     parser.add_argument("--revision", default="main", help="source revision (Hub models)")
     parser.add_argument("--dynamic", dest="dynamic", action="store_true", default=True, help="dynamic shapes (default)")
     parser.add_argument("--static", dest="dynamic", action="store_false", help="static shapes")
-    parser.add_argument("--subfolder-per-format", action="store_true",
-                        help="write each format to OUTPUT/<format folder> (always on with several formats)")
+    parser.add_argument(
+        "--subfolder-per-format",
+        action="store_true",
+        help="write each format to OUTPUT/<format folder> (always on with several formats)",
+    )
     parser.add_argument("--config", type=Path, help="JSON file: {format: export config fields}")
     parser.set_defaults(func=run)
 

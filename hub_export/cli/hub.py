@@ -25,6 +25,8 @@ def run(args: argparse.Namespace) -> int:
     """Serve until interrupted."""
     from ..hub.server import serve
 
-    print(f"embedded hub on http://{args.host}:{args.port} (root {args.root}); set HF_ENDPOINT and HF_HUB_DISABLE_XET=1")
+    print(
+        f"embedded hub on http://{args.host}:{args.port} (root {args.root}); set HF_ENDPOINT and HF_HUB_DISABLE_XET=1"
+    )
     serve(args.root, args.host, args.port, token=args.token)
     return 0

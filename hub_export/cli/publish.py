@@ -25,8 +25,13 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("repo_id", help="target model repo (created when missing)")
     parser.add_argument("directories", nargs="+", type=Path, help="export folders (each holds export.json)")
-    parser.add_argument("--subfolder-of", action="append", default=[], metavar="DIR=NAME",
-                        help="put the export in DIR into the repo folder NAME (default: its format's folder)")
+    parser.add_argument(
+        "--subfolder-of",
+        action="append",
+        default=[],
+        metavar="DIR=NAME",
+        help="put the export in DIR into the repo folder NAME (default: its format's folder)",
+    )
     parser.add_argument("--revision", default="main", help="branch to commit to, or base of the PR (default: main)")
     parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
     parser.add_argument("--message", default=None, help="commit message")
@@ -75,11 +80,15 @@ def _check(exports: dict[str, Path]) -> tuple[Any, list[tuple]]:
         parity = next(iter(manifest.components.values())).parity or {}
         diff, atol = parity.get("max_abs_diff"), parity.get("atol")
         if diff is not None and atol is not None and not diff <= atol:
-            raise HubExportError(f"{directory}: max abs diff vs eager {diff:.3g} is over atol {atol:g}; not publishing.")
+            raise HubExportError(
+                f"{directory}: max abs diff vs eager {diff:.3g} is over atol {atol:g}; not publishing."
+            )
         rows.append((manifest.export_format, sub, "published", diff, atol, sum(e.size for e in manifest.all_files())))
     distinct = {(s.repo_id, s.revision) if s else None for s in sources.values()}
     if len(distinct) > 1:
-        listed = ", ".join(f"{sub}/: {f'{s.repo_id}@{s.revision[:12]}' if s else 'no source'}" for sub, s in sources.items())
+        listed = ", ".join(
+            f"{sub}/: {f'{s.repo_id}@{s.revision[:12]}' if s else 'no source'}" for sub, s in sources.items()
+        )
         raise HubExportError(f"The exports come from different sources ({listed}); export them all from one commit.")
     return next(iter(sources.values())), rows
 
@@ -92,15 +101,29 @@ def run(args: argparse.Namespace) -> int:
 
     exports = _subfolders(args)
     source, rows = _check(exports)
-    result = publish(args.repo_id, exports, revision=args.revision, create_pr=args.create_pr,
-                     commit_message=args.message, tag=args.tag, token=args.token, endpoint=args.endpoint)
+    result = publish(
+        args.repo_id,
+        exports,
+        revision=args.revision,
+        create_pr=args.create_pr,
+        commit_message=args.message,
+        tag=args.tag,
+        token=args.token,
+        endpoint=args.endpoint,
+    )
     if result.changed:
         print(f"committed {', '.join(f'{s}/' for s in exports)} as {result.commit_sha}: {result.commit_url}")
     else:
         print(f"unchanged: {args.repo_id}@{result.commit_sha} already holds these exports")
     print_publish_details(result)
-    write_outputs({"updated": result.changed, "source-sha": source.revision if source else "",
-                   "commit-sha": result.commit_sha, "pr-url": result.pr_url or ""})
+    write_outputs(
+        {
+            "updated": result.changed,
+            "source-sha": source.revision if source else "",
+            "commit-sha": result.commit_sha,
+            "pr-url": result.pr_url or "",
+        }
+    )
     origin = f" from {source.repo_id}@`{source.revision[:12]}`" if source else ""
     status = f"Published {len(exports)} export(s){origin} to {args.repo_id}." if result.changed else "Unchanged."
     write_summary(summary_markdown("hub-export publish", status, rows, result.commit_url, result.pr_url, result.tag))

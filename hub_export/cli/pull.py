@@ -21,8 +21,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("repo_id", help="model repo holding the export")
     parser.add_argument("--subfolder", default="", help="the export's folder in the repo (onnx, pt2, ...)")
     parser.add_argument("--revision", default=None, help="branch, tag, refs/pr/N or commit sha (default: main)")
-    parser.add_argument("--component", dest="components", action="append", default=None, metavar="NAME",
-                        help="only this component's files (repeatable; default: all)")
+    parser.add_argument(
+        "--component",
+        dest="components",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="only this component's files (repeatable; default: all)",
+    )
     parser.add_argument("--output", type=Path, default=None, help="copy the export into this folder")
     parser.add_argument("--cache-dir", default=None, help="Hugging Face cache folder")
     parser.add_argument("--token", default=None, help="Hub token")
@@ -37,15 +43,22 @@ def run(args: argparse.Namespace) -> int:
     from ..manifest import MANIFEST_NAME
 
     export = download_export(
-        args.repo_id, subfolder=args.subfolder, revision=args.revision, components=args.components,
-        cache_dir=args.cache_dir, token=args.token, endpoint=args.endpoint,
+        args.repo_id,
+        subfolder=args.subfolder,
+        revision=args.revision,
+        components=args.components,
+        cache_dir=args.cache_dir,
+        token=args.token,
+        endpoint=args.endpoint,
     )
     files = export.manifest.all_files(args.components)
     names = [MANIFEST_NAME, *(n for n in ("config.json", "generation_config.json") if (export.directory / n).is_file())]
     names += [f.path for f in files]
     size = sum((export.directory / n).stat().st_size for n in names)
-    print(f"{args.repo_id}@{export.commit} {export.subfolder or '.'}/: {export.manifest.export_format} export, "
-          f"{len(names)} files, {size} bytes verified")
+    print(
+        f"{args.repo_id}@{export.commit} {export.subfolder or '.'}/: {export.manifest.export_format} export, "
+        f"{len(names)} files, {size} bytes verified"
+    )
     if args.output is None:
         print(export.directory)
         return 0

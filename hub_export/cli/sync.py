@@ -23,13 +23,24 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("source", help="source model repo, e.g. me/tiny-llama")
     parser.add_argument("--target", default=None, help="repo receiving the exports (default: SOURCE)")
-    parser.add_argument("--format", "-f", dest="formats", action="append", required=True,
-                        choices=[f.value for f in ExportFormat], help="format to keep up to date (repeatable)")
+    parser.add_argument(
+        "--format",
+        "-f",
+        dest="formats",
+        action="append",
+        required=True,
+        choices=[f.value for f in ExportFormat],
+        help="format to keep up to date (repeatable)",
+    )
     parser.add_argument("--revision", default="main", help="source revision to follow (default: main)")
     parser.add_argument("--target-revision", default="main", help="target branch (default: main)")
     parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
-    parser.add_argument("--config", type=Path, default=None,
-                        help="JSON or YAML file {format: {config fields}} (schemas/sync-config.schema.json)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="JSON or YAML file {format: {config fields}} (schemas/sync-config.schema.json)",
+    )
     parser.add_argument("--generation", action="store_true", help="export for generation (not available yet)")
     parser.add_argument("--message", default=None, help="commit message")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
@@ -47,16 +58,35 @@ def run(args: argparse.Namespace) -> int:
     if args.generation:
         raise HubExportError("generation exports are not available yet; run sync without --generation.")
     configs = load_sync_config(args.config) if args.config else None
-    common = dict(target=args.target, revision=args.revision, target_revision=args.target_revision, configs=configs,
-                  token=args.token, endpoint=args.endpoint)
+    common = dict(
+        target=args.target,
+        revision=args.revision,
+        target_revision=args.target_revision,
+        configs=configs,
+        token=args.token,
+        endpoint=args.endpoint,
+    )
     if args.dry_run:
         plan = plan_sync(args.source, args.formats, **common)
-        print(f"plan for {plan.target_repo}@{plan.target_revision} from {plan.source_repo}@{plan.source_sha} (dry run):")
+        print(
+            f"plan for {plan.target_repo}@{plan.target_revision} from {plan.source_repo}@{plan.source_sha} (dry run):"
+        )
         for line in plan.describe():
             print(f"  {line}")
-        print("up to date" if plan.up_to_date else f"would export and publish: {', '.join(f.export_format.value for f in plan.stale)}")
-        write_outputs({"updated": False, "source-sha": plan.source_sha, "stale": not plan.up_to_date,
-                       "commit-sha": "", "pr-url": ""})
+        print(
+            "up to date"
+            if plan.up_to_date
+            else f"would export and publish: {', '.join(f.export_format.value for f in plan.stale)}"
+        )
+        write_outputs(
+            {
+                "updated": False,
+                "source-sha": plan.source_sha,
+                "stale": not plan.up_to_date,
+                "commit-sha": "",
+                "pr-url": "",
+            }
+        )
         return 0
     result = sync(args.source, args.formats, create_pr=args.create_pr, commit_message=args.message, **common)
     plan = result.plan
@@ -72,15 +102,25 @@ def run(args: argparse.Namespace) -> int:
             print(f"tag: {result.tag}")
         status = f"Exported {plan.source_repo}@`{plan.source_sha[:12]}` to {plan.target_repo}."
     else:
-        print(f"up to date: {plan.target_repo}@{plan.target_revision} already holds these exports of "
-              f"{plan.source_repo}@{plan.source_sha}")
+        print(
+            f"up to date: {plan.target_repo}@{plan.target_revision} already holds these exports of "
+            f"{plan.source_repo}@{plan.source_sha}"
+        )
         status = f"Up to date: {plan.target_repo} already holds exports of {plan.source_repo}@`{plan.source_sha[:12]}`."
-    write_outputs({"updated": result.updated, "source-sha": plan.source_sha, "commit-sha": result.commit_sha or "",
-                   "pr-url": result.pr_url or ""})
+    write_outputs(
+        {
+            "updated": result.updated,
+            "source-sha": plan.source_sha,
+            "commit-sha": result.commit_sha or "",
+            "pr-url": result.pr_url or "",
+        }
+    )
     rows = []
     for item in plan.formats:
         info = result.exports.get(item.export_format.value, {})
         state = "exported" if info else item.status
-        rows.append((item.export_format.value, item.subfolder, state, info.get("parity"), info.get("atol"), info.get("bytes")))
+        rows.append(
+            (item.export_format.value, item.subfolder, state, info.get("parity"), info.get("atol"), info.get("bytes"))
+        )
     write_summary(summary_markdown("hub-export sync", status, rows, result.commit_url, result.pr_url, result.tag))
     return 0

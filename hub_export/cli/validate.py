@@ -11,7 +11,9 @@ __all__ = ["register", "run", "validate_directory"]
 
 def register(subparsers: Any) -> None:
     """Add the ``validate`` command."""
-    parser = subparsers.add_parser("validate", help="validate export.json against the schema and check every file's sha256")
+    parser = subparsers.add_parser(
+        "validate", help="validate export.json against the schema and check every file's sha256"
+    )
     parser.add_argument("target", help="export folder or Hub repo id")
     parser.add_argument("--subfolder", default="", help="export folder inside the repo or folder")
     parser.add_argument("--revision", default=None, help="Hub revision")
@@ -43,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
     if not local.is_dir():
         from ..hub.download import download_export
 
-        local = download_export(args.target, subfolder=args.subfolder, revision=args.revision, endpoint=args.endpoint).directory
+        local = download_export(
+            args.target, subfolder=args.subfolder, revision=args.revision, endpoint=args.endpoint
+        ).directory
     for line in validate_directory(local):
         print(line)
     print(f"valid: {local}")

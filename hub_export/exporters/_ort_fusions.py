@@ -54,7 +54,14 @@ __all__ = ["PROVIDERS", "contrib_ops", "expand_qk_norms", "fuse_for_ort", "runna
 #: The execution providers ``OnnxConfig.ort_fusions`` accepts.
 PROVIDERS = ("cpu", "cuda", "webgpu", "dml")
 #: Ops of a graph that is already quantized (the fusions do not match them).
-_QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "MatMulNBits", "QLinearMatMul"}
+_QUANT_OPS = {
+    "QuantizeLinear",
+    "DequantizeLinear",
+    "DynamicQuantizeLinear",
+    "MatMulInteger",
+    "MatMulNBits",
+    "QLinearMatMul",
+}
 _MS = "com.microsoft"
 
 
@@ -215,4 +222,3 @@ def runnable_on(model: Any, providers: list[Any]) -> Any:
     copy = model.clone()
     expand_qk_norms(copy)
     return copy
-

@@ -41,7 +41,13 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "MoEPlan", "fold_moe_weights", "fused_experts_forward", "moe_op", "moe_plan", "reference_moe", "translate_moe",
+    "MoEPlan",
+    "fold_moe_weights",
+    "fused_experts_forward",
+    "moe_op",
+    "moe_plan",
+    "reference_moe",
+    "translate_moe",
 ]
 
 _SCHEMA = (

@@ -22,7 +22,12 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
-    "canonical_sums", "cos_sin_cache_rules", "drop_identity_reshapes", "gqa_rules", "pack_projections", "tanh_gelu_rules",
+    "canonical_sums",
+    "cos_sin_cache_rules",
+    "drop_identity_reshapes",
+    "gqa_rules",
+    "pack_projections",
+    "tanh_gelu_rules",
 ]
 
 _MS = "com.microsoft"
@@ -57,7 +62,11 @@ def cos_sin_cache_rules() -> Any:
             if self._scaled:
                 cos, sin = op.Mul(cos, scaling), op.Mul(sin, scaling)
             return op.RotaryEmbedding(
-                x, op.Unsqueeze(cos, [1]), op.Unsqueeze(sin, [1]), interleaved=interleaved, num_heads=num_heads,
+                x,
+                op.Unsqueeze(cos, [1]),
+                op.Unsqueeze(sin, [1]),
+                interleaved=interleaved,
+                num_heads=num_heads,
                 _domain=_FUSION,
             )
 
@@ -77,7 +86,9 @@ def cos_sin_cache_rules() -> Any:
             key = (id(position_ids), id(inv_freq), id(scaling))
             if key not in self._caches:
                 top = op.Add(op.ReduceMax(position_ids, keepdims=0), op.Constant(value_int=1))
-                positions = op.Cast(op.Range(op.Constant(value_int=0), top, op.Constant(value_int=1)), to=ir.DataType.FLOAT)
+                positions = op.Cast(
+                    op.Range(op.Constant(value_int=0), top, op.Constant(value_int=1)), to=ir.DataType.FLOAT
+                )
                 column = op.Unsqueeze(positions, op.Constant(value_ints=[1]))
                 angles = op.Mul(column, op.Reshape(inv_freq, op.Constant(value_ints=[1, -1])))
                 cos, sin = op.Cos(angles), op.Sin(angles)
@@ -129,8 +140,20 @@ def gqa_rules(*, rotary_inside: bool, query_seqlens: bool, qk_norm_inside: bool 
             return op.Reshape(op.Expand(op.Unsqueeze(x, [2]), pattern.ANY_VALUE), pattern.ANY_VALUE)
 
         def pattern(
-            self, op, query_BSD, key_BSDkv, value_BSDkv, past_key, past_value, position_ids, cos, sin, mask, nothing,
-            zero, output_shape,
+            self,
+            op,
+            query_BSD,
+            key_BSDkv,
+            value_BSDkv,
+            past_key,
+            past_value,
+            position_ids,
+            cos,
+            sin,
+            mask,
+            nothing,
+            zero,
+            output_shape,
         ):
             query, key = heads(op, query_BSD, "query"), heads(op, key_BSDkv, "key")
             if self._has_rotary:
@@ -150,9 +173,30 @@ def gqa_rules(*, rotary_inside: bool, query_seqlens: bool, qk_norm_inside: bool 
             output = op.Reshape(op.Transpose(attention, perm=[0, 2, 1, 3]), output_shape, _outputs=["output"])
             return output, present_key, present_value
 
-        def check(self, context, query_BSD, key_BSDkv, value_BSDkv, past_key, mask, attention, query_BSHDh, key_BSHDh,
-                  key_BHSDh, value_BHSDh, key_cache=None, value_cache=None, query_rope=None, key_rope=None, nothing=None,
-                  zero=None, query_norm=None, key_norm=None, query_grouped=None, **_):
+        def check(
+            self,
+            context,
+            query_BSD,
+            key_BSDkv,
+            value_BSDkv,
+            past_key,
+            mask,
+            attention,
+            query_BSHDh,
+            key_BSHDh,
+            key_BHSDh,
+            value_BHSDh,
+            key_cache=None,
+            value_cache=None,
+            query_rope=None,
+            key_rope=None,
+            nothing=None,
+            zero=None,
+            query_norm=None,
+            key_norm=None,
+            query_grouped=None,
+            **_,
+        ):
             result = pattern.MatchResult()
             present_key = key_cache or key_rope or key_BHSDh
             if not (present_key.is_graph_output() and (value_cache or value_BHSDh).is_graph_output()):
@@ -176,7 +220,9 @@ def gqa_rules(*, rotary_inside: bool, query_seqlens: bool, qk_norm_inside: bool 
             if self._heads_mode == "grouped" and (
                 _ir_utils.get_dim(query_BSHDh, 1) != 1 or list(query_grouped.shape or [])[1:] != grouped
             ):
-                return result.fail("The query is not one token grouped as [batch, kv_heads, group, head].", query_grouped)
+                return result.fail(
+                    "The query is not one token grouped as [batch, kv_heads, group, head].", query_grouped
+                )
             if _int(zero) != 0 or not _ir_utils.has_rank(nothing, 4) or nothing.shape[1] != 1:
                 return result.fail("The output is not zeroed by a [batch, 1, query, 1] condition.", nothing)
             self._heads, self._kv_heads, self._head_size = num_heads, kv_heads, head_size
@@ -193,9 +239,16 @@ def gqa_rules(*, rotary_inside: bool, query_seqlens: bool, qk_norm_inside: bool 
             weights = [n.inputs[1] if len(n.inputs) == 2 else None for n in norms]
             for node, weight in zip(norms, weights):  # over the head axis, a constant weight per channel, 1 output
                 const = None if weight is None else _ir_utils.get_numpy_value(weight)
-                if const is None or const.shape != (self._head_size,) or weight.dtype != query_BSD.dtype or any(
-                    node.attributes.get_int(name, default) != default for name, default in (("axis", -1), ("stash_type", 1))
-                ) or any(out.uses() or out.is_graph_output() for out in node.outputs[1:]):
+                if (
+                    const is None
+                    or const.shape != (self._head_size,)
+                    or weight.dtype != query_BSD.dtype
+                    or any(
+                        node.attributes.get_int(name, default) != default
+                        for name, default in (("axis", -1), ("stash_type", 1))
+                    )
+                    or any(out.uses() or out.is_graph_output() for out in node.outputs[1:])
+                ):
                     return None
             q_eps, k_eps = (n.attributes.get_float("epsilon", 1e-5) for n in norms)
             eps = {"qk_norm_epsilon": q_eps} if q_eps == k_eps else {"q_norm_epsilon": q_eps, "k_norm_epsilon": k_eps}
@@ -205,11 +258,32 @@ def gqa_rules(*, rotary_inside: bool, query_seqlens: bool, qk_norm_inside: bool 
             if not rotary_inside or self._rotary is None or self._head_size % 16:
                 return False
             dim = self._rotary.get("rotary_embedding_dim")
-            return (dim is None or dim.value in (0, self._head_size)) and _ir_utils.get_dim(cos, 1) == self._head_size // 2
+            return (dim is None or dim.value in (0, self._head_size)) and _ir_utils.get_dim(
+                cos, 1
+            ) == self._head_size // 2
 
-        def rewrite(self, op, query_BSD, key_BSDkv, value_BSDkv, past_key, past_value, position_ids, cos, sin, mask,
-                    query_BSHDh, key_BSHDh, output, output_shape, nothing=None, zero=None, query_norm=None,
-                    key_norm=None, **_):
+        def rewrite(
+            self,
+            op,
+            query_BSD,
+            key_BSDkv,
+            value_BSDkv,
+            past_key,
+            past_value,
+            position_ids,
+            cos,
+            sin,
+            mask,
+            query_BSHDh,
+            key_BSHDh,
+            output,
+            output_shape,
+            nothing=None,
+            zero=None,
+            query_norm=None,
+            key_norm=None,
+            **_,
+        ):
             flat = op.Constant(value_ints=[0, 0, -1])
             query, key = query_BSD, key_BSDkv
             inside = self._inside(cos)
@@ -218,7 +292,9 @@ def gqa_rules(*, rotary_inside: bool, query_seqlens: bool, qk_norm_inside: bool 
                 norms = self._norm_inputs(query_BSD, query_norm, key_norm)
             if query_norm is not None and norms is None:
                 query, key = (
-                    op.Reshape(op.SimplifiedLayerNormalization(x, *n.producer().inputs[1:], **n.producer().attributes), flat)
+                    op.Reshape(
+                        op.SimplifiedLayerNormalization(x, *n.producer().inputs[1:], **n.producer().attributes), flat
+                    )
                     for x, n in ((query_BSHDh, query_norm), (key_BSHDh, key_norm))
                 )
             rotary_attrs = {k: a.value for k, a in (self._rotary or {}).items() if k != "num_heads"}
@@ -240,7 +316,11 @@ def gqa_rules(*, rotary_inside: bool, query_seqlens: bool, qk_norm_inside: bool 
             extra = [None, None, None, *(norms["weights"] if norms else [None, None])]  # head_sink, k/v_scale, norms
             if query_seqlens:
                 extra.append(op.Cast(op.Expand(sequence, batch), to=int32))
-            attrs: dict[str, Any] = {"num_heads": self._heads, "kv_num_heads": self._kv_heads, **(norms or {}).get("attrs", {})}
+            attrs: dict[str, Any] = {
+                "num_heads": self._heads,
+                "kv_num_heads": self._kv_heads,
+                **(norms or {}).get("attrs", {}),
+            }
             if self._scale is not None:
                 attrs["scale"] = self._scale
             if inside:
@@ -249,8 +329,19 @@ def gqa_rules(*, rotary_inside: bool, query_seqlens: bool, qk_norm_inside: bool 
             else:
                 rotary_inputs = [None, None, None]
             result, present_key, present_value = op.GroupQueryAttention(
-                query, key, value_BSDkv, past_key, past_value, seqlens_k, total_length, *rotary_inputs, mask, *extra,
-                **attrs, _domain=_MS, _outputs=3,
+                query,
+                key,
+                value_BSDkv,
+                past_key,
+                past_value,
+                seqlens_k,
+                total_length,
+                *rotary_inputs,
+                mask,
+                *extra,
+                **attrs,
+                _domain=_MS,
+                _outputs=3,
             )
             # rows that attend to no key (left padding) are zeros, as in the unfused graph
             result = op.Where(op.Squeeze(nothing, op.Constant(value_ints=[1])), zero, result)
@@ -353,7 +444,9 @@ def pack_projections(model: Any) -> int:
         weights = [n.inputs[1].const_value.numpy() for n in nodes]
         if len(nodes) < 2 or len({(w.shape[0], w.dtype) for w in weights}) != 1:
             continue
-        packed = ir.Value(name=f"{nodes[0].inputs[1].name}_packed{packs}", const_value=ir.tensor(np.concatenate(weights, 1)))
+        packed = ir.Value(
+            name=f"{nodes[0].inputs[1].name}_packed{packs}", const_value=ir.tensor(np.concatenate(weights, 1))
+        )
         packed.shape, packed.type = packed.const_value.shape, ir.TensorType(packed.const_value.dtype)
         graph.register_initializer(packed)
         widths = np.array([w.shape[1] for w in weights], dtype=np.int64)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..configs import ExportConfig
 from ..errors import ConfigError, ExportError
@@ -85,8 +86,14 @@ class Traced:
     pinned_axes: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _pinned_axes(model: Any, config: ExportConfig, spec: Any, leaves: list[str], names: list[str],
-                 shapes: list[tuple[int | str, ...]]) -> list[dict[str, Any]]:
+def _pinned_axes(
+    model: Any,
+    config: ExportConfig,
+    spec: Any,
+    leaves: list[str],
+    names: list[str],
+    shapes: list[tuple[int | str, ...]],
+) -> list[dict[str, Any]]:
     """Axes asked to be dynamic that came out static (``leaves``: flat input names, ``names``: their specs' names).
 
     Under ``dynamic=True`` only batch and sequence axes count (channels, hidden sizes, a ViT's image size are
@@ -129,7 +136,10 @@ def _model_dtype_device(model: Any) -> tuple[str, str]:
 
 
 def _dynamic_shapes(
-    config: ExportConfig, leaves: list[tuple[str, Any]], input_structure: list[tuple[str, dict]], bounds: DimBounds | None = None
+    config: ExportConfig,
+    leaves: list[tuple[str, Any]],
+    input_structure: list[tuple[str, dict]],
+    bounds: DimBounds | None = None,
 ) -> Any:
     import torch
 
@@ -142,7 +152,9 @@ def _dynamic_shapes(
                 if axis != 0 and t.shape[axis] == 1:
                     continue  # static, as below: a one-token query (decode step) stays 1
                 limits = bounds(_semantic_name(leaf, axis, cache_inputs), leaf, axis, int(t.shape[axis]))
-                spec[axis] = torch.export.Dim.AUTO if limits is None else torch.export.Dim.AUTO(min=limits[0], max=limits[1])
+                spec[axis] = (
+                    torch.export.Dim.AUTO if limits is None else torch.export.Dim.AUTO(min=limits[0], max=limits[1])
+                )
             per_leaf.append(spec)
         return (tuple(per_leaf),)
     if config.dynamic:
@@ -159,7 +171,9 @@ def _dynamic_shapes(
     names = {name for name, _ in input_structure}
     unknown = sorted(set(config.dynamic_shapes) - names)
     if unknown:
-        raise ConfigError(f"dynamic_shapes names {unknown}, which are not traced inputs; traced inputs: {sorted(names)}.")
+        raise ConfigError(
+            f"dynamic_shapes names {unknown}, which are not traced inputs; traced inputs: {sorted(names)}."
+        )
     per_leaf = []
     for leaf_name, _ in leaves:
         kwarg = leaf_name.split(".", 1)[0]
@@ -231,7 +245,9 @@ def _rename_expr(size: Any, symbols: dict[str, str]) -> int | str:
     return int(text) if text.isdigit() else text  # a symbol the tracer has since pinned to a constant
 
 
-def trace(model: Any, sample_inputs: dict[str, Any], config: ExportConfig, *, bounds: DimBounds | None = None) -> Traced:
+def trace(
+    model: Any, sample_inputs: dict[str, Any], config: ExportConfig, *, bounds: DimBounds | None = None
+) -> Traced:
     """Trace ``model(**sample_inputs)`` into a flat ExportedProgram.
 
     ``bounds`` (used with ``dynamic=True`` only) gives each axis its ``(min, max)``, or None to leave it unbounded:
@@ -249,7 +265,9 @@ def trace(model: Any, sample_inputs: dict[str, Any], config: ExportConfig, *, bo
     leaves: list[tuple[str, Any]] = []
     input_structure = [(name, flatten_value(value, (name,), leaves)) for name, value in traced_kwargs.items()]
     if not leaves:
-        raise ExportError("sample_inputs hold no tensor: pass the model's tensor inputs (input_ids, pixel_values, ...).")
+        raise ExportError(
+            "sample_inputs hold no tensor: pass the model's tensor inputs (input_ids, pixel_values, ...)."
+        )
     sample = [tensor.detach().clone() for _, tensor in leaves]  # a view would bound dims by its base storage
     was_training = model.training
     model.eval()

@@ -105,14 +105,21 @@ class HfExporter:
         from ..generation.export import export_for_generation
 
         return export_for_generation(
-            self, model, inputs, config=config, generation_config=generation_config, multi_token_decode=multi_token_decode
+            self,
+            model,
+            inputs,
+            config=config,
+            generation_config=generation_config,
+            multi_token_decode=multi_token_decode,
         )
 
     def export_component(self, name: str, module: Any, sample_inputs: dict[str, Any], config: ExportConfig) -> Any:
         """Trace, lower and parity-check one component."""
         from ..model import ExportedComponent
 
-        traced = trace(module, sample_inputs, config, bounds=self.dynamic_bounds(module, config) if config.dynamic else None)
+        traced = trace(
+            module, sample_inputs, config, bounds=self.dynamic_bounds(module, config) if config.dynamic else None
+        )
         if config.quantizer is not None:  # an "fx"-stage quantizer (PT2E) rewrites the traced program
             from ..quantization.pt2e import quantize_traced
 
@@ -142,7 +149,7 @@ class HfExporter:
         for package in self.packages:
             if importlib.util.find_spec(package) is None:
                 raise BackendUnavailableError(
-                    f"{type(self).__name__} needs {package!r}; install it with `pip install \"hub-export[{self.extra}]\"`."
+                    f'{type(self).__name__} needs {package!r}; install it with `pip install "hub-export[{self.extra}]"`.'
                 )
         if config.quantizer is not None:
             from ..quantization.base import find_quantizer, stage_for

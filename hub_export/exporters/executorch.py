@@ -187,7 +187,9 @@ class ExecutorchExporter(HfExporter):
         try:  # full flatbuffer verification: the file may come from an untrusted repo
             program = Runtime.get().load_program(data, verification=Verification.InternalConsistency)
         except RuntimeError as exc:
-            raise UnsafeExportError(f"{entry.files[0].path}: the ExecuTorch runtime refused the program ({exc}).") from None
+            raise UnsafeExportError(
+                f"{entry.files[0].path}: the ExecuTorch runtime refused the program ({exc})."
+            ) from None
         _LOADED_BYTES[program] = data
         return program
 

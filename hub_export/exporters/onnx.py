@@ -30,7 +30,8 @@ from ..configs import ExportConfig, OnnxConfig
 from ..errors import ExportError
 from ..formats import ExportFormat, layout_for
 from ..manifest import ComponentEntry
-from ._ort_fusions import contrib_ops, fuse_for_ort as _fuse_for_ort
+from ._ort_fusions import contrib_ops
+from ._ort_fusions import fuse_for_ort as _fuse_for_ort
 from ._trace import Traced
 from .base import HfExporter
 

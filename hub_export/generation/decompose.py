@@ -67,7 +67,11 @@ def _clone_inputs(inputs: Any) -> dict[str, Any]:
 
 
 def capture_generation(
-    model: Any, inputs: dict[str, Any], *, generation_config: Any = None, steps: int = 2,
+    model: Any,
+    inputs: dict[str, Any],
+    *,
+    generation_config: Any = None,
+    steps: int = 2,
     watches: dict[str, tuple[Any, str]] | None = None,
 ) -> Capture:
     """Run ``model.generate(**inputs)`` for ``steps`` new tokens and record every forward call.
@@ -85,7 +89,9 @@ def capture_generation(
     if not hasattr(model, "generate"):
         raise ExportError(f"{type(model).__name__} has no generate(); export_for_generation needs a generative model.")
     capture = Capture()
-    config = copy.deepcopy(generation_config if generation_config is not None else getattr(model, "generation_config", None))
+    config = copy.deepcopy(
+        generation_config if generation_config is not None else getattr(model, "generation_config", None)
+    )
     settings = {"max_new_tokens": steps, "min_new_tokens": steps, "do_sample": False}
     kwargs: dict[str, Any] = dict(settings)
     if config is not None:  # the capture's settings go on the (copied) config: generate() refuses both at once
@@ -137,7 +143,12 @@ def _full_length_cache(model: Any, inputs: Any, config: Any) -> Any:
     text_config = text_config.get_text_config() if hasattr(text_config, "get_text_config") else text_config
     sliding = "sliding_attention" in (getattr(text_config, "layer_types", None) or ())
     implementation = getattr(config, "cache_implementation", None)
-    if not sliding or implementation not in (None, "dynamic") or "past_key_values" in inputs or _is_encoder_decoder(model):
+    if (
+        not sliding
+        or implementation not in (None, "dynamic")
+        or "past_key_values" in inputs
+        or _is_encoder_decoder(model)
+    ):
         return None
     from transformers import DynamicCache
 
@@ -243,7 +254,9 @@ def _static_cache_inputs(calls: list[dict[str, Any]], inputs: Any, input_name: s
             continue
         tokens = call[input_name].shape[1]
         total = (_cache_length(call.get("past_key_values")) or 0) + tokens
-        call["attention_mask"] = torch.cat([base, base.new_ones((base.shape[0], max(total - base.shape[1], 0)))], dim=-1)[:, :total]
+        call["attention_mask"] = torch.cat(
+            [base, base.new_ones((base.shape[0], max(total - base.shape[1], 0)))], dim=-1
+        )[:, :total]
 
 
 def _merge_decode_calls(first: dict[str, Any], second: dict[str, Any], input_name: str) -> dict[str, Any]:
@@ -259,7 +272,11 @@ def _merge_decode_calls(first: dict[str, Any], second: dict[str, Any], input_nam
             continue
         if name in (input_name, "position_ids", "decoder_position_ids", "cache_position", "token_type_ids"):
             merged[name] = torch.cat([old, value], dim=-1)
-        elif name in ("attention_mask", "decoder_attention_mask") and value.dim() == 2 and value.shape[-1] > old.shape[-1]:
+        elif (
+            name in ("attention_mask", "decoder_attention_mask")
+            and value.dim() == 2
+            and value.shape[-1] > old.shape[-1]
+        ):
             merged[name] = value  # the longer 2D mask covers both new tokens
     return merged
 
@@ -320,14 +337,18 @@ def decompose_with_capture(
                 "of a kind export_for_generation does not export (it exports key/value caches and DynamicCache of "
                 "LinearAttentionLayer, as Mamba-2 uses); export the forward pass with exporter.export(model, inputs) instead."
             )
-        raise ExportError(f"{type(model).__name__}'s decode step got no past_key_values; export_for_generation needs a KV cache.")
+        raise ExportError(
+            f"{type(model).__name__}'s decode step got no past_key_values; export_for_generation needs a KV cache."
+        )
     components: dict[str, tuple[Any, dict[str, Any]]] = {}
     if _is_encoder_decoder(model):
         if not capture.encoder_calls:
             raise ExportError(f"{type(model).__name__}.generate did not call its encoder (get_encoder()).")
         components["encoder"] = (model.get_encoder(), capture.encoder_calls[0])
     if parts is not None:
-        prompt_components, capture.multimodal = multimodal_components(parts, capture.watched, capture.calls[0], input_name)
+        prompt_components, capture.multimodal = multimodal_components(
+            parts, capture.watched, capture.calls[0], input_name
+        )
         language, kwargs = prompt_components["language_model"]
         prompt_components["language_model"] = (language, _without_empty_caches(kwargs))
         components.update(prompt_components)

@@ -53,7 +53,9 @@ def _component_config(config: Any, name: str) -> ExportConfig | None:
         return config[name]
     if "default" in config:
         return config["default"]
-    raise ConfigError(f"config is a dict per component but has no entry for {name!r} (nor 'default'); keys: {sorted(config)}.")
+    raise ConfigError(
+        f"config is a dict per component but has no entry for {name!r} (nor 'default'); keys: {sorted(config)}."
+    )
 
 
 def _main_config(exporter: Any, config: Any) -> ExportConfig:
@@ -67,8 +69,17 @@ def _main_config(exporter: Any, config: Any) -> ExportConfig:
 
 #: kwargs whose tensors all share the batch axis (axis 0) in a generation step
 _BATCHED = (
-    "input_ids", "attention_mask", "position_ids", "token_type_ids", "decoder_input_ids", "inputs_embeds",
-    "decoder_attention_mask", "decoder_position_ids", "past_key_values", "encoder_outputs", "input_features",
+    "input_ids",
+    "attention_mask",
+    "position_ids",
+    "token_type_ids",
+    "decoder_input_ids",
+    "inputs_embeds",
+    "decoder_attention_mask",
+    "decoder_position_ids",
+    "past_key_values",
+    "encoder_outputs",
+    "input_features",
     "cache_params",
 )
 
@@ -128,7 +139,9 @@ def _batch_of_two(inputs: Any) -> Any:
     return {k: v.repeat(2, *([1] * (v.dim() - 1))) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
 
 
-def _plan(components: dict[str, tuple[Any, dict[str, Any]]], capture: Any, multi_token_decode: bool, cache: str) -> dict[str, Any]:
+def _plan(
+    components: dict[str, tuple[Any, dict[str, Any]]], capture: Any, multi_token_decode: bool, cache: str
+) -> dict[str, Any]:
     encoder_decoder = "encoder" in components
     multimodal = capture.multimodal is not None
     prefill = capture.calls[0] if multimodal else components["prefill"][1]
@@ -193,7 +206,9 @@ def export_for_generation(
             module = _with_full_length_cache(module)
         module = _batch_tied(module) if component_config.dynamic else module
         exported[name] = exporter.export_component(name, module, kwargs, component_config)
-    gen_config = copy.deepcopy(generation_config if generation_config is not None else getattr(model, "generation_config", None))
+    gen_config = copy.deepcopy(
+        generation_config if generation_config is not None else getattr(model, "generation_config", None)
+    )
     cache = getattr(gen_config, "cache_implementation", None) or "dynamic"
     return ExportedModel(
         exporter.export_format,
@@ -227,7 +242,9 @@ def _calibrated_per_component(
     for key, prompts in datasets.items():
         per_component: dict[str, list[dict[str, Any]]] = {}
         for prompt in prompts:
-            stages, _ = decompose_with_capture(model, prompt, generation_config=generation_config, multi_token_decode=multi_token_decode)
+            stages, _ = decompose_with_capture(
+                model, prompt, generation_config=generation_config, multi_token_decode=multi_token_decode
+            )
             for name, (_, kwargs) in stages.items():
                 traced, _constants = split_kwargs(kwargs)  # flags (use_cache, ...) are the trace's constants
                 per_component.setdefault(name, []).append(traced)

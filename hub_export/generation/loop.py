@@ -47,7 +47,9 @@ def _empty_cache(runner: Any, name: str, batch: int) -> Any:
     from ..signature import torch_dtype, unflatten
 
     flat = [
-        torch.zeros([batch if d == "batch" else (d if isinstance(d, int) else 0) for d in s.shape], dtype=torch_dtype(s.dtype))
+        torch.zeros(
+            [batch if d == "batch" else (d if isinstance(d, int) else 0) for d in s.shape], dtype=torch_dtype(s.dtype)
+        )
         for s in runner.metadata.inputs
     ]
     node = dict(runner.metadata.input_structure)[name]
@@ -66,7 +68,13 @@ def _static_capacity(runner: Any, name: str) -> int | None:
 
 
 def _prompt_in_steps(
-    runners: Any, plan: dict[str, Any], step_inputs: dict[str, Any], constant: dict[str, Any], prompt: Any, mask: Any, start: int
+    runners: Any,
+    plan: dict[str, Any],
+    step_inputs: dict[str, Any],
+    constant: dict[str, Any],
+    prompt: Any,
+    mask: Any,
+    start: int,
 ) -> Any:
     """The prefill on the first ``start`` prompt tokens, then the decode graph on each other prompt token (a
     stateful decode is seeded by its first call, which gets the cache); returns the last step's outputs."""
@@ -81,7 +89,11 @@ def _prompt_in_steps(
         if mask is not None:
             step["attention_mask"] = mask[:, : i + 1]
         if plan.get("position_ids"):
-            positions = positions_from_mask(mask) if mask is not None else torch.arange(prompt.shape[1]).expand(prompt.shape[0], -1)
+            positions = (
+                positions_from_mask(mask)
+                if mask is not None
+                else torch.arange(prompt.shape[1]).expand(prompt.shape[0], -1)
+            )
             step["position_ids"] = positions[:, i : i + 1]
         outputs = decode(**_select(decode, step))
     return outputs
@@ -110,7 +122,9 @@ def merge_features(embeds: Any, ids: Any, features: Any, token_id: int, modality
     return embeds.masked_scatter(placeholders[..., None].expand_as(embeds), rows.to(embeds.dtype))
 
 
-def _multimodal_prompt(exported: Any, plan: dict[str, Any], user: dict[str, Any], ids: Any, mask: Any, positions: Any) -> dict[str, Any]:
+def _multimodal_prompt(
+    exported: Any, plan: dict[str, Any], user: dict[str, Any], ids: Any, mask: Any, positions: Any
+) -> dict[str, Any]:
     """The prompt step of a multimodal export: encoders, projectors, embeddings with the features merged,
     the language model and ``lm_head``; returns ``{logits, <cache>}`` like a prefill graph would."""
     runners = exported.runners
@@ -120,7 +134,9 @@ def _multimodal_prompt(exported: Any, plan: dict[str, Any], user: dict[str, Any]
         if not given:
             continue
         if len(given) != len(entry["inputs"]):
-            raise InputError(f"generate() got {sorted(given)} but the {entry['modality']} encoder needs {entry['inputs']}.")
+            raise InputError(
+                f"generate() got {sorted(given)} but the {entry['modality']} encoder needs {entry['inputs']}."
+            )
         features = runners[entry["encoder"]](**given)[entry["features"]]
         if entry["projector"]:
             features = runners[entry["projector"]](**{entry["projector_input"]: features})[entry["embeds"]]
@@ -167,7 +183,9 @@ def _filter_logits(logits: Any, temperature: float, top_k: int | None, top_p: fl
     return logits
 
 
-def _next_tokens(logits: Any, sample: bool, temperature: float, top_k: int | None, top_p: float | None, generator: Any) -> Any:
+def _next_tokens(
+    logits: Any, sample: bool, temperature: float, top_k: int | None, top_p: float | None, generator: Any
+) -> Any:
     import torch
 
     logits = logits.float()
@@ -300,12 +318,16 @@ def generate(
 
     start = prompt.shape[1]  # the prompt tokens the prefill takes; the decode graph takes the others one by one
     if plan["kind"] == "decoder_only":
-        prompt, mask, start = fit_prompt(runners[stages["prefill"]], runners[stages["decode"]], token_input, prompt, mask, pad)
+        prompt, mask, start = fit_prompt(
+            runners[stages["prefill"]], runners[stages["decode"]], token_input, prompt, mask, pad
+        )
     step_inputs = {**constant, token_input: prompt[:, :start]}
     if mask is not None:
         step_inputs["attention_mask"] = mask[:, :start]
     if plan.get("position_ids"):
-        positions = positions_from_mask(mask) if mask is not None else torch.arange(prompt.shape[1])[None].expand(batch, -1)
+        positions = (
+            positions_from_mask(mask) if mask is not None else torch.arange(prompt.shape[1])[None].expand(batch, -1)
+        )
         step_inputs["position_ids"] = positions[:, :start]
     multimodal = plan["kind"] == "multimodal"
     runner = runners[stages["language_model" if multimodal else "prefill"]]
@@ -355,7 +377,9 @@ def generate(
         if plan.get("position_ids"):
             total = prompt.shape[1] + step + 1
             step_inputs["position_ids"] = (
-                positions_from_mask(mask)[:, -window:] if mask is not None else torch.arange(total - window, total)[None].expand(batch, -1)
+                positions_from_mask(mask)[:, -window:]
+                if mask is not None
+                else torch.arange(total - window, total)[None].expand(batch, -1)
             )
         runner = runners[stages["decode"]]
     if streamer is not None:

@@ -26,15 +26,19 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from ..errors import ExportError
 from ._wrap import with_forward
 
 __all__ = ["MultimodalParts", "find_parts", "multimodal_components"]
 
-_PROJECTORS = {"image": ("multi_modal_projector", "connector", "embed_vision"), "audio": ("embed_audio", "multi_modal_projector", "connector")}
+_PROJECTORS = {
+    "image": ("multi_modal_projector", "connector", "embed_vision"),
+    "audio": ("embed_audio", "multi_modal_projector", "connector"),
+}
 _TOKEN_IDS = {"image": ("image_token_id", "image_token_index"), "audio": ("audio_token_id", "audio_token_index")}
 
 
@@ -220,7 +224,9 @@ def multimodal_components(
         replay = parts.model(**copy.deepcopy(prefill))
     missing = [name for name, recorded in calls.items() if not recorded]
     if missing:
-        raise ExportError(f"{type(parts.model).__name__}'s prompt step did not call its {missing}; cannot split it for generation.")
+        raise ExportError(
+            f"{type(parts.model).__name__}'s prompt step did not call its {missing}; cannot split it for generation."
+        )
     components: dict[str, tuple[Any, dict[str, Any]]] = {}
     modalities = []
     for modality in parts.encoders:
@@ -231,13 +237,20 @@ def multimodal_components(
         kwargs = {k: v for k, v in feature_calls[0].items() if k != "return_dict"}
         components[name] = (_encoder_component(parts, modality), kwargs)
         entry: dict[str, Any] = {
-            "modality": modality, "encoder": name, "inputs": sorted(k for k, v in kwargs.items() if isinstance(v, torch.Tensor)),
-            "features": f"{modality}_features", "projector": None, "token_id": parts.token_id(modality),
+            "modality": modality,
+            "encoder": name,
+            "inputs": sorted(k for k, v in kwargs.items() if isinstance(v, torch.Tensor)),
+            "features": f"{modality}_features",
+            "projector": None,
+            "token_id": parts.token_id(modality),
         }
         if modality in parts.projectors:
             projector_name, projector = parts.projectors[modality]
             projector_input, value = _first_tensor(watched[f"{modality}_projector"][0])
-            components[projector_name] = (_single_input(projector, projector_input, f"{modality}_embeds"), {projector_input: value})
+            components[projector_name] = (
+                _single_input(projector, projector_input, f"{modality}_embeds"),
+                {projector_input: value},
+            )
             entry.update(projector=projector_name, projector_input=projector_input, embeds=f"{modality}_embeds")
         modalities.append(entry)
     if not modalities:
@@ -245,10 +258,16 @@ def multimodal_components(
             f"{type(parts.model).__name__}.generate computed no image/audio features: pass the prompt's pixel_values "
             "(or audio features) in inputs so the encoders can be captured."
         )
-    components["embed_tokens"] = (_single_input(parts.embeddings, "input_ids", "inputs_embeds"), {"input_ids": _first_tensor(calls["embeddings"][0])[1]})
+    components["embed_tokens"] = (
+        _single_input(parts.embeddings, "input_ids", "inputs_embeds"),
+        {"input_ids": _first_tensor(calls["embeddings"][0])[1]},
+    )
     language = calls["language_model"][0]  # the caller drops its empty cache, as for a text-only prefill
     components["language_model"] = (parts.decoder, language)
-    components["lm_head"] = (_single_input(parts.lm_head, "hidden_states", "logits"), {"hidden_states": _first_tensor(calls["lm_head"][0])[1]})
+    components["lm_head"] = (
+        _single_input(parts.lm_head, "hidden_states", "logits"),
+        {"hidden_states": _first_tensor(calls["lm_head"][0])[1]},
+    )
     plan = {"modalities": modalities, "embeds_input": "inputs_embeds", "hidden": "last_hidden_state"}
     plan["runnable"] = _check_chain(modalities, components, prefill, language, replay, input_name)
     return components, plan
@@ -263,8 +282,12 @@ def _eager(component: tuple[Any, dict[str, Any]]) -> Any:
 
 
 def _check_chain(
-    modalities: list[dict[str, Any]], components: dict[str, Any], prefill: dict[str, Any], language: dict[str, Any],
-    replay: Any, input_name: str,
+    modalities: list[dict[str, Any]],
+    components: dict[str, Any],
+    prefill: dict[str, Any],
+    language: dict[str, Any],
+    replay: Any,
+    input_name: str,
 ) -> bool | str:
     """Replay the chain ``generate()`` runs on the captured prompt with the eager components; True when it gives
     exactly the captured language-model inputs and logits, else the reason it does not."""
@@ -281,7 +304,9 @@ def _check_chain(
             return f"the model config names no {entry['modality']} placeholder token id"
         features = _eager(components[entry["encoder"]])[entry["features"]]
         if entry["projector"]:
-            features = _eager((components[entry["projector"]][0], {entry["projector_input"]: features}))[entry["embeds"]]
+            features = _eager((components[entry["projector"]][0], {entry["projector_input"]: features}))[
+                entry["embeds"]
+            ]
         try:
             embeds = merge_features(embeds, ids, features, entry["token_id"], entry["modality"])
         except Exception as exc:
@@ -294,6 +319,6 @@ def _check_chain(
         return "the language model takes positions other than cumsum(attention_mask) - 1 (e.g. 3D multimodal rotary positions)"
     logits = _eager(components["lm_head"])["logits"]
     expected = getattr(replay, "logits", None)
-    if expected is None or not torch.equal(logits, expected[:, -logits.shape[1]:]):
+    if expected is None or not torch.equal(logits, expected[:, -logits.shape[1] :]):
         return "lm_head on the language model's last hidden state does not give the model's logits"
     return True

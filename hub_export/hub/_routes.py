@@ -24,8 +24,15 @@ from urllib.parse import parse_qs, unquote, urlencode
 
 import yaml
 
-from hub_export.hub._gitstore import GitRepo, HubStore, StoreError, check_ref_name, clean_path, entry_not_found
-from hub_export.hub._gitstore import revision_not_found
+from hub_export.hub._gitstore import (
+    GitRepo,
+    HubStore,
+    StoreError,
+    check_ref_name,
+    clean_path,
+    entry_not_found,
+    revision_not_found,
+)
 from hub_export.hub._uploads import (
     GITATTRIBUTES,
     apply_operations,
@@ -221,7 +228,10 @@ class Router:
             rev, i = self._rev(tail, 1)
             return self._resolve(req, repo, rev, tail[i:])
         if len(tail) > 1 and (method, action) in {
-            ("POST", "paths-info"), ("POST", "preupload"), ("POST", "commit"), ("GET", "commits")
+            ("POST", "paths-info"),
+            ("POST", "preupload"),
+            ("POST", "commit"),
+            ("GET", "commits"),
         }:
             rev, _ = self._rev(tail, 1)
             return getattr(self, "_" + action.replace("-", "_"))(req, repo, rev)
@@ -234,11 +244,19 @@ class Router:
         elif not req.headers.get("Authorization"):
             raise StoreError("Invalid credentials in Authorization header", 401)
         role = req.access or "write"
-        return json_response({
-            "type": "user", "id": self.username, "name": self.username, "fullname": self.username,
-            "email": None, "emailVerified": False, "isPro": False, "orgs": [],
-            "auth": {"type": "access_token", "accessToken": {"displayName": "hub-export", "role": role}},
-        })
+        return json_response(
+            {
+                "type": "user",
+                "id": self.username,
+                "name": self.username,
+                "fullname": self.username,
+                "email": None,
+                "emailVerified": False,
+                "isPro": False,
+                "orgs": [],
+                "auth": {"type": "access_token", "accessToken": {"displayName": "hub-export", "role": role}},
+            }
+        )
 
     def _validate_yaml(self, req: Request) -> Response:
         content = str(_json_body(req).get("content", ""))
@@ -285,12 +303,26 @@ class Router:
             siblings.append(sibling)
         meta = self.store.meta(repo)
         namespace = repo.repo_id.split("/")[0]
-        return json_response({
-            "_id": hashlib.sha1(repo.repo_id.encode()).hexdigest()[:24], "id": repo.repo_id,
-            "modelId": repo.repo_id, "author": namespace, "sha": sha, "lastModified": _iso(commit.timestamp),
-            "createdAt": _iso(meta["createdAt"]), "private": meta["private"], "disabled": False, "gated": False,
-            "downloads": 0, "likes": 0, "tags": [], "siblings": siblings, "spaces": [], "sdk": meta.get("sdk"),
-        })
+        return json_response(
+            {
+                "_id": hashlib.sha1(repo.repo_id.encode()).hexdigest()[:24],
+                "id": repo.repo_id,
+                "modelId": repo.repo_id,
+                "author": namespace,
+                "sha": sha,
+                "lastModified": _iso(commit.timestamp),
+                "createdAt": _iso(meta["createdAt"]),
+                "private": meta["private"],
+                "disabled": False,
+                "gated": False,
+                "downloads": 0,
+                "likes": 0,
+                "tags": [],
+                "siblings": siblings,
+                "spaces": [],
+                "sdk": meta.get("sdk"),
+            }
+        )
 
     # -- refs ----------------------------------------------------------------------------------------
     def _refs(self, req: Request, repo: GitRepo) -> Response:
@@ -300,8 +332,7 @@ class Router:
                 for name, oid in repo.list_refs(prefix).items()
             ]
 
-        data = {"branches": _refs_of("refs/heads"), "tags": _refs_of("refs/tags"),
-                "converts": _refs_of("refs/convert")}
+        data = {"branches": _refs_of("refs/heads"), "tags": _refs_of("refs/tags"), "converts": _refs_of("refs/convert")}
         if req.flag("include_prs") or req.flag("include_pull_requests"):
             data["pullRequests"] = sorted(_refs_of("refs/pr", True), key=lambda r: int(r["ref"].split("/")[-1]))
         return json_response(data)
@@ -411,11 +442,18 @@ class Router:
 
     def _commits(self, req: Request, repo: GitRepo, rev: str) -> Response:
         sha, _ = repo.resolve(rev)
-        return json_response([
-            {"id": c.oid, "title": c.title, "message": c.message, "date": _iso(c.timestamp),
-             "authors": [{"user": c.author, "avatar": None}]}
-            for c in repo.history(sha)
-        ])
+        return json_response(
+            [
+                {
+                    "id": c.oid,
+                    "title": c.title,
+                    "message": c.message,
+                    "date": _iso(c.timestamp),
+                    "authors": [{"user": c.author, "avatar": None}],
+                }
+                for c in repo.history(sha)
+            ]
+        )
 
     # -- uploads -------------------------------------------------------------------------------------
     def _text_at(self, repo: GitRepo, tree: str, path: str) -> str:
@@ -441,8 +479,11 @@ class Router:
                 sample = base64.b64decode(str(item.get("sample", "")), validate=True)
             except binascii.Error:
                 raise StoreError(f"Malformed sample for {path!r}") from None
-            entry = {"path": path, "uploadMode": upload_mode(path, item["size"], sample, attributes),
-                     "shouldIgnore": is_ignored(gitignore, path)}
+            entry = {
+                "path": path,
+                "uploadMode": upload_mode(path, item["size"], sample, attributes),
+                "shouldIgnore": is_ignored(gitignore, path),
+            }
             hit = repo.lookup(tree, path)
             if hit and not hit[0]:
                 info = repo.file_info(hit[1])
@@ -464,7 +505,10 @@ class Router:
             for data in blobs.values():
                 repo.write_object("blob", data)
             commit = repo.create_commit(
-                repo.write_tree(files), [head], header["summary"], str(header.get("description") or ""),
+                repo.write_tree(files),
+                [head],
+                header["summary"],
+                str(header.get("description") or ""),
                 self.username,
             )
             pr_url = None
@@ -472,8 +516,15 @@ class Router:
                 number = 1 + max((int(n) for n in repo.list_refs("refs/pr") if n.isdigit()), default=0)
                 ref, pr_url = f"refs/pr/{number}", f"{self._url(req, repo)}/discussions/{number}"
             repo.write_ref(ref, commit)
-        return json_response({"success": True, "commitOid": commit, "commitUrl": f"{self._url(req, repo)}/commit/"
-                              f"{commit}", "hookOutput": "", "pullRequestUrl": pr_url})
+        return json_response(
+            {
+                "success": True,
+                "commitOid": commit,
+                "commitUrl": f"{self._url(req, repo)}/commit/{commit}",
+                "hookOutput": "",
+                "pullRequestUrl": pr_url,
+            }
+        )
 
     # -- downloads -----------------------------------------------------------------------------------
     def _resolve(self, req: Request, repo: GitRepo, rev: str, parts: list[str]) -> Response:
@@ -488,8 +539,9 @@ class Router:
             file = repo.lfs_path(info.lfs_oid)
             if not file.is_file():
                 raise entry_not_found(path, sha)
-            headers.update({"ETag": f'"{info.lfs_oid}"', "X-Linked-Etag": f'"{info.lfs_oid}"',
-                            "X-Linked-Size": str(info.size)})
+            headers.update(
+                {"ETag": f'"{info.lfs_oid}"', "X-Linked-Etag": f'"{info.lfs_oid}"', "X-Linked-Size": str(info.size)}
+            )
             resp = Response(200, headers, file=file, length=info.size)
         else:
             headers["ETag"] = f'"{info.oid}"'
@@ -548,6 +600,7 @@ class Router:
             size = repo.lfs_size(tail[0])
             if size is None:
                 raise StoreError(f"LFS object {tail[0]} not found", 404)
-            return self._ranged(req, Response(200, {"Accept-Ranges": "bytes"}, file=repo.lfs_path(tail[0]),
-                                              length=size), size)
+            return self._ranged(
+                req, Response(200, {"Accept-Ranges": "bytes"}, file=repo.lfs_path(tail[0]), length=size), size
+            )
         raise StoreError(f"Not found: {req.path}", 404)

@@ -221,8 +221,10 @@ def lfs_batch(repo: GitRepo, body: dict, upload: bool, base: str, secret: bytes)
         if upload and stored != size:
             expires = int(time.time()) + 3600
             query = urlencode({"size": size, "exp": expires, "sig": sign_upload(secret, repo, oid, size, expires)})
-            entry["actions"] = {"upload": {"href": f"{base}/{oid}?{query}", "expires_in": 3600},
-                                "verify": {"href": f"{base}/{oid}/verify", "header": {}}}
+            entry["actions"] = {
+                "upload": {"href": f"{base}/{oid}?{query}", "expires_in": 3600},
+                "verify": {"href": f"{base}/{oid}/verify", "header": {}},
+            }
         elif not upload and stored is None:
             entry["error"] = {"code": 404, "message": "Object does not exist"}
         elif not upload:

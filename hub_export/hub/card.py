@@ -72,7 +72,9 @@ def render_card(existing: str | None, exports: Mapping[str, CardExport], repo_id
     if begin >= 0:
         body = body[:begin] + section + body[end + len(END) :]
     else:
-        body = body + ("" if body.endswith("\n") or not body else "\n") + ("\n" if body.strip() else "") + section + "\n"
+        body = (
+            body + ("" if body.endswith("\n") or not body else "\n") + ("\n" if body.strip() else "") + section + "\n"
+        )
     return _front_matter(meta_text, exports, repo_id, default_library) + body
 
 
@@ -94,7 +96,9 @@ def _front_matter(current: str | None, exports: Mapping[str, CardExport], repo_i
         meta = dict(loaded) if isinstance(loaded, dict) else {}
     wanted = dict(meta)
     wanted.setdefault("library_name", default_library)
-    bases = sorted({e.manifest.source.repo_id for e in exports.values() if e.manifest and e.manifest.source} - {repo_id})
+    bases = sorted(
+        {e.manifest.source.repo_id for e in exports.values() if e.manifest and e.manifest.source} - {repo_id}
+    )
     if bases and "base_model" not in wanted:
         wanted["base_model"] = bases[0] if len(bases) == 1 else bases
     tags = list(wanted.get("tags") or [])
@@ -158,7 +162,9 @@ def _section(exports: Mapping[str, CardExport], repo_id: str) -> str:
         for name, component in manifest.components.items():
             listed = ", ".join(f"`{f.path}` ({_size(f.size)})" for f in component.files)
             parity = component.parity or {}
-            measured = f"max abs diff {parity['max_abs_diff']:.2e} (atol {parity['atol']:g})" if parity else "not measured"
+            measured = (
+                f"max abs diff {parity['max_abs_diff']:.2e} (atol {parity['atol']:g})" if parity else "not measured"
+            )
             details.append(f"- `{name}`: {listed}; parity {measured}")
         details += [
             "",

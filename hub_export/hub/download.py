@@ -141,11 +141,19 @@ def download_export(
     subfolder = subfolder.strip("/")
     revision = revision or "main"
     offline = local_files_only or constants.is_offline_mode()
-    options = {"cache_dir": cache_dir, "token": token, "offline": offline, "force": force_download, "endpoint": endpoint}
+    options = {
+        "cache_dir": cache_dir,
+        "token": token,
+        "offline": offline,
+        "force": force_download,
+        "endpoint": endpoint,
+    }
     manifest_path = _join(subfolder, MANIFEST_NAME)
     local = _fetch(repo_id, manifest_path, revision, **options)
     if local is None:
-        raise ManifestError(f"$: {repo_id}@{revision} has no {manifest_path}.{_hint(repo_id, revision, subfolder, options)}")
+        raise ManifestError(
+            f"$: {repo_id}@{revision} has no {manifest_path}.{_hint(repo_id, revision, subfolder, options)}"
+        )
     commit = _commit_of(local, manifest_path)
     if not offline and not _matches_blob_id(local):
         # huggingface_hub reads the commit and blob id with a HEAD on the branch, then GETs the branch URL again: a
@@ -187,8 +195,16 @@ def load_from_hub(
         ManifestError, IntegrityError, HubError: As :func:`download_export`.
     """
     export = download_export(
-        repo_id, subfolder=subfolder, revision=revision, components=components, cache_dir=cache_dir, token=token,
-        local_files_only=local_files_only, force_download=force_download, endpoint=endpoint, fetch_components=not lazy,
+        repo_id,
+        subfolder=subfolder,
+        revision=revision,
+        components=components,
+        cache_dir=cache_dir,
+        token=token,
+        local_files_only=local_files_only,
+        force_download=force_download,
+        endpoint=endpoint,
+        fetch_components=not lazy,
     )
     manifest = export.manifest
     fmt = parse_format(manifest.export_format)
@@ -306,17 +322,26 @@ def _fetch_once(
         if cached is not None:  # the cache knows the file does not exist at this commit
             return None
     try:
-        return Path(hf_hub_download(
-            repo_id, path, revision=revision, cache_dir=cache_dir, token=token, local_files_only=offline,
-            force_download=force, endpoint=endpoint,
-        ))
+        return Path(
+            hf_hub_download(
+                repo_id,
+                path,
+                revision=revision,
+                cache_dir=cache_dir,
+                token=token,
+                local_files_only=offline,
+                force_download=force,
+                endpoint=endpoint,
+            )
+        )
     except LocalEntryNotFoundError as exc:
         if not offline:  # online, huggingface_hub reports a failed metadata request (5xx, connection) this way
             raise _Transient(_first_line(exc)) from exc
         raise HubError(
             f"{repo_id}@{revision}/{path} is not in the local cache and downloads are disabled "
             "(HF_HUB_OFFLINE or local_files_only): download it once while online."
-            if offline else f"Cannot download {repo_id}@{revision}/{path}: {_first_line(exc)}"
+            if offline
+            else f"Cannot download {repo_id}@{revision}/{path}: {_first_line(exc)}"
         ) from exc
     except EntryNotFoundError:
         return None

@@ -131,7 +131,9 @@ def publish(
         local = _stage(exports, Path(tmp))
         for attempt in range(1, _MAX_ATTEMPTS + 1):
             try:
-                return _publish_once(api, repo_id, local, revision, create_pr, commit_message, tag, parent_commit, private)
+                return _publish_once(
+                    api, repo_id, local, revision, create_pr, commit_message, tag, parent_commit, private
+                )
             except _Conflict:
                 if parent_commit is not None:
                     raise HubError(
@@ -194,8 +196,15 @@ def _save(exported: Any, directory: Path) -> Path:
 
 # -- one attempt ----------------------------------------------------------------------------------------------
 def _publish_once(
-    api: Any, repo_id: str, local: list[_Local], revision: str, create_pr: bool, message: str | None,
-    tag: str | None, parent_commit: str | None, private: bool | None,
+    api: Any,
+    repo_id: str,
+    local: list[_Local],
+    revision: str,
+    create_pr: bool,
+    message: str | None,
+    tag: str | None,
+    parent_commit: str | None,
+    private: bool | None,
 ) -> PublishResult:
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
     from huggingface_hub.errors import HfHubHTTPError
@@ -218,14 +227,16 @@ def _publish_once(
         prefix = exp.subfolder + "/"
         nested = [d + "/" for d in export_dirs if d.startswith(prefix)]
         for path in sorted(remote):
-            if path.startswith(prefix) and path[len(prefix):] not in exp.files and not path.startswith(tuple(nested)):
+            if path.startswith(prefix) and path[len(prefix) :] not in exp.files and not path.startswith(tuple(nested)):
                 ops.append(CommitOperationDelete(path_in_repo=path))
     readme = _readme(api, repo_id, head, remote, local)
     if readme is not None:
         ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=readme))
         uploaded += len(readme)
-    sources = sorted({e.manifest.source.revision: e.manifest.source for e in local if e.manifest.source}.values(),
-                     key=lambda s: s.revision)
+    sources = sorted(
+        {e.manifest.source.revision: e.manifest.source for e in local if e.manifest.source}.values(),
+        key=lambda s: s.revision,
+    )
     if not ops:
         url = f"{api.endpoint}/{repo_id}/commit/{head}"
         tagged, notes = _tags(api, repo_id, head, tag, sources, create_pr=False)
@@ -233,8 +244,13 @@ def _publish_once(
         return PublishResult(head, url, None, None, False, 0, tagged, tuple(notes))
     try:
         info = api.create_commit(
-            repo_id, ops, commit_message=message or _default_message(local), commit_description=_description(local),
-            revision=revision, create_pr=create_pr, parent_commit=head,
+            repo_id,
+            ops,
+            commit_message=message or _default_message(local),
+            commit_description=_description(local),
+            revision=revision,
+            create_pr=create_pr,
+            parent_commit=head,
         )
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else None
@@ -373,4 +389,3 @@ def _tags(
 def _tag_target(api: Any, repo_id: str, name: str) -> str | None:
     refs = _call(api.list_repo_refs, repo_id)
     return next((t.target_commit for t in refs.tags if t.name == name), None)
-

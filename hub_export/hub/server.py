@@ -212,8 +212,16 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 host = self.headers.get("Host") or ""
                 base = f"http://{host}" if _HOST_RE.fullmatch(host) else hub.url
-                request = Request(self.command, path, parse_qs(query), self.headers, base, self._access(),
-                                  self._read_body, self._copy_body)
+                request = Request(
+                    self.command,
+                    path,
+                    parse_qs(query),
+                    self.headers,
+                    base,
+                    self._access(),
+                    self._read_body,
+                    self._copy_body,
+                )
                 resp = hub._router.handle(request)
             self._finish_body()
             status = resp.status
@@ -222,7 +230,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._finish_body()
             status = err.status
             self._send(error_response(err), None)
-        except (ConnectionError, socket.timeout):
+        except (TimeoutError, ConnectionError):
             self.close_connection = True
         except Exception as exc:  # noqa: BLE001 - a server must answer, and log, whatever went wrong
             _log.exception("Internal error on %s %s", self.command, path)
@@ -230,13 +238,16 @@ class _Handler(BaseHTTPRequestHandler):
             status = 500
             self._send(error_response(StoreError(f"Internal server error: {type(exc).__name__}", 500)), None)
         finally:
-            final = RequestRecord(self.command, path, status, self._sent, self._received,
-                                  time.monotonic() - self._started)
+            final = RequestRecord(
+                self.command, path, status, self._sent, self._received, time.monotonic() - self._started
+            )
             if self._record is None:
                 hub._record(final)
             elif (final.bytes_sent, final.bytes_received) != (self._record.bytes_sent, self._record.bytes_received):
-                hub._replace_record(self._record, dataclasses.replace(self._record, bytes_sent=self._sent,
-                                                                       bytes_received=self._received))
+                hub._replace_record(
+                    self._record,
+                    dataclasses.replace(self._record, bytes_sent=self._sent, bytes_received=self._received),
+                )
 
     def _send(self, resp: Response, fault: FaultRule | None) -> None:
         size = resp.length if resp.file is not None else len(resp.body)
@@ -253,8 +264,14 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header("Connection", "close")
             # Record before the client can see a complete response, so the log is current when a call returns.
             planned = 0 if self.command == "HEAD" else to_send
-            self._record = RequestRecord(self.command, self.path.partition("?")[0], resp.status,
-                                         self._sent + planned, self._received, time.monotonic() - self._started)
+            self._record = RequestRecord(
+                self.command,
+                self.path.partition("?")[0],
+                resp.status,
+                self._sent + planned,
+                self._received,
+                time.monotonic() - self._started,
+            )
             self.server.hub._record(self._record)
             self.end_headers()
             if self.command != "HEAD":
@@ -458,8 +475,10 @@ def serve(root: str | os.PathLike, host: str = "127.0.0.1", port: int = 8000, to
         token: Optional read-write bearer token.
     """
     with HubServer(root, host=host, port=port, token=token) as hub:
-        print(f"Hub serving {os.path.abspath(root)} at {hub.url}  (export HF_ENDPOINT={hub.url} "
-              "HF_HUB_DISABLE_XET=1)", flush=True)
+        print(
+            f"Hub serving {os.path.abspath(root)} at {hub.url}  (export HF_ENDPOINT={hub.url} HF_HUB_DISABLE_XET=1)",
+            flush=True,
+        )
         try:
             threading.Event().wait()
         except KeyboardInterrupt:

@@ -89,12 +89,21 @@ def load_source(
     from huggingface_hub import constants, snapshot_download
 
     if from_pretrained_kwargs.pop("trust_remote_code", False):
-        raise HubError("load_source never runs code from the Hub: drop trust_remote_code (exports need in-library models).")
+        raise HubError(
+            "load_source never runs code from the Hub: drop trust_remote_code (exports need in-library models)."
+        )
     sha = resolve_revision(repo_id, revision, token=token, endpoint=endpoint)
     cache_dir = from_pretrained_kwargs.pop("cache_dir", None)
-    snapshot = Path(snapshot_download(
-        repo_id, revision=sha, allow_patterns=list(SOURCE_PATTERNS), cache_dir=cache_dir, token=token, endpoint=endpoint,
-    ))
+    snapshot = Path(
+        snapshot_download(
+            repo_id,
+            revision=sha,
+            allow_patterns=list(SOURCE_PATTERNS),
+            cache_dir=cache_dir,
+            token=token,
+            endpoint=endpoint,
+        )
+    )
     if not (snapshot / "config.json").is_file():
         raise HubError(f"{repo_id}@{sha[:12]} has no config.json; it is not a transformers model repo.")
     if not any(snapshot.glob("*.safetensors")):

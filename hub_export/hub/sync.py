@@ -88,8 +88,10 @@ class SyncPlan:
 
     def describe(self) -> list[str]:
         """One line per format."""
-        return [f"{f.export_format.value} ({f.subfolder}/): {f.status}" + (f" - {f.reason}" if f.reason else "")
-                for f in self.formats]
+        return [
+            f"{f.export_format.value} ({f.subfolder}/): {f.status}" + (f" - {f.reason}" if f.reason else "")
+            for f in self.formats
+        ]
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,10 @@ class SyncResult:
 # -- config ---------------------------------------------------------------------------------------------------
 def _schema_path() -> Path:
     here = Path(__file__).resolve().parent.parent
-    for candidate in (here / "schemas" / "sync-config.schema.json", here.parent / "schemas" / "sync-config.schema.json"):
+    for candidate in (
+        here / "schemas" / "sync-config.schema.json",
+        here.parent / "schemas" / "sync-config.schema.json",
+    ):
         if candidate.is_file():
             return candidate
     raise FileNotFoundError("sync-config.schema.json not found: reinstall hub-export (the wheel ships it).")
@@ -161,7 +166,9 @@ def load_sync_config(path: str | Path) -> dict[str, dict[str, Any]]:
     return data
 
 
-def _wanted_configs(formats: Sequence[str], overrides: Mapping[str, Mapping[str, Any]] | None) -> dict[ExportFormat, dict]:
+def _wanted_configs(
+    formats: Sequence[str], overrides: Mapping[str, Mapping[str, Any]] | None
+) -> dict[ExportFormat, dict]:
     wanted: dict[ExportFormat, dict] = {}
     for name in formats:
         fmt = parse_format(name)
@@ -198,7 +205,8 @@ def _model_files(api: Any, repo_id: str, sha: str, cache: dict[str, Any]) -> Any
             cache[sha] = None  # unknown commit (history rewritten, another endpoint): treat as different
         else:
             cache[sha] = frozenset(
-                (s.rfilename, s.blob_id) for s in info.siblings or []
+                (s.rfilename, s.blob_id)
+                for s in info.siblings or []
                 if "/" not in s.rfilename and any(fnmatch.fnmatch(s.rfilename, p) for p in SOURCE_PATTERNS)
             )
     return cache[sha]
@@ -214,7 +222,9 @@ def _read_manifest(api: Any, repo_id: str, path: str, head: str) -> Manifest | N
         return None
 
 
-def _plan(api: Any, source: str, sha: str, target: str, target_revision: str, wanted: dict[ExportFormat, dict]) -> SyncPlan:
+def _plan(
+    api: Any, source: str, sha: str, target: str, target_revision: str, wanted: dict[ExportFormat, dict]
+) -> SyncPlan:
     head, files = _head(api, target, target_revision)
     same_files: dict[str, Any] = {}
     plans = []
@@ -230,17 +240,23 @@ def _plan(api: Any, source: str, sha: str, target: str, target_revision: str, wa
             status, reason = OLDER_SOURCE, f"{path} was not exported from {source}"
         elif manifest.source.revision != sha and (
             _model_files(api, source, sha, same_files) is None
-            or _model_files(api, source, sha, same_files) != _model_files(api, source, manifest.source.revision, same_files)
+            or _model_files(api, source, sha, same_files)
+            != _model_files(api, source, manifest.source.revision, same_files)
         ):
             status, reason = OLDER_SOURCE, f"exported from {manifest.source.revision[:12]}, source is at {sha[:12]}"
         elif manifest.config != config:
             changed = sorted(k for k in set(config) | set(manifest.config) if config.get(k) != manifest.config.get(k))
-            status, reason = CONFIG_CHANGED, "fields " + ", ".join(
-                f"{k}: {manifest.config.get(k)!r} -> {config.get(k)!r}" for k in changed)
+            status, reason = (
+                CONFIG_CHANGED,
+                "fields " + ", ".join(f"{k}: {manifest.config.get(k)!r} -> {config.get(k)!r}" for k in changed),
+            )
         else:
             status = UP_TO_DATE
-            reason = "" if manifest.source.revision == sha else (
-                f"exported from {manifest.source.revision[:12]}, whose model files are identical")
+            reason = (
+                ""
+                if manifest.source.revision == sha
+                else (f"exported from {manifest.source.revision[:12]}, whose model files are identical")
+            )
         plans.append(FormatPlan(fmt, sub, config, status, reason))
     return SyncPlan(source, sha, target, target_revision, head, tuple(plans))
 
@@ -369,22 +385,46 @@ def sync(
         exports = _export_all(model, plan, Path(tmp))
         for attempt in range(1, _MAX_REPLANS + 1):
             todo = {f.subfolder: exports[f.export_format.value]["path"] for f in plan.stale}
-            message = commit_message or f"Sync {', '.join(f.export_format.value for f in plan.stale)} exports from {source}@{sha[:12]}"
+            message = (
+                commit_message
+                or f"Sync {', '.join(f.export_format.value for f in plan.stale)} exports from {source}@{sha[:12]}"
+            )
             try:
-                result = publish(target, todo, revision=target_revision, create_pr=create_pr, commit_message=message,
-                                 parent_commit=plan.target_head, token=token, endpoint=endpoint)
-            except HubError as exc:
+                result = publish(
+                    target,
+                    todo,
+                    revision=target_revision,
+                    create_pr=create_pr,
+                    commit_message=message,
+                    parent_commit=plan.target_head,
+                    token=token,
+                    endpoint=endpoint,
+                )
+            except HubError:
                 head, _ = _head(api, target, target_revision)
                 if head == plan.target_head or attempt == _MAX_REPLANS:
                     raise
-                notes.append(f"{target}@{target_revision} moved to {head[:12] if head else None} while exporting: re-planned")
+                notes.append(
+                    f"{target}@{target_revision} moved to {head[:12] if head else None} while exporting: re-planned"
+                )
                 plan = _plan(api, source, sha, target, target_revision, wanted)  # same source commit
                 if plan.up_to_date:
                     notes.append(f"another sync already published {source}@{sha[:12]}; nothing to commit")
                     return SyncResult(plan, False, plan.target_head, notes=tuple(notes))
                 continue
-            published = {fmt: {k: v for k, v in info.items() if k != "path"} for fmt, info in exports.items()
-                         if any(f.export_format.value == fmt for f in plan.stale)}
-            return SyncResult(plan, result.changed, result.commit_sha, result.commit_url if result.changed else None,
-                              result.pr_url, result.tag, published, tuple(notes) + result.notes)
+            published = {
+                fmt: {k: v for k, v in info.items() if k != "path"}
+                for fmt, info in exports.items()
+                if any(f.export_format.value == fmt for f in plan.stale)
+            }
+            return SyncResult(
+                plan,
+                result.changed,
+                result.commit_sha,
+                result.commit_url if result.changed else None,
+                result.pr_url,
+                result.tag,
+                published,
+                tuple(notes) + result.notes,
+            )
     raise HubError(f"Gave up syncing {target}@{target_revision}: it kept moving.")  # pragma: no cover

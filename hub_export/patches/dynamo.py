@@ -19,7 +19,12 @@ from typing import Any
 
 from ._base import PatchTargetMissing, patch_attribute
 
-__all__ = ["decode_attention_without_kv_copies", "experts_as_standard_ops", "size_one_dims_stay_dynamic", "tracing_patches"]
+__all__ = [
+    "decode_attention_without_kv_copies",
+    "experts_as_standard_ops",
+    "size_one_dims_stay_dynamic",
+    "tracing_patches",
+]
 
 #: Experts implementations that already trace to standard ATen ops; every other one is replaced while tracing.
 _TRACEABLE_EXPERTS = ("batched_mm",)
@@ -35,7 +40,9 @@ def size_one_dims_stay_dynamic() -> Iterator[None]:
     """
     import torch.fx.experimental._config as fx_config
 
-    with patch_attribute(fx_config, "backed_size_oblivious", True, reason="0/1 specialization (pytorch/pytorch#106289)"):
+    with patch_attribute(
+        fx_config, "backed_size_oblivious", True, reason="0/1 specialization (pytorch/pytorch#106289)"
+    ):
         yield
 
 

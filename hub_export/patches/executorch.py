@@ -211,7 +211,9 @@ def xnnpack_reshapes_with_one_dynamic_dim() -> Iterator[None]:
         stack.enter_context(
             patch_attribute(unsqueeze, "check_constraints", unsqueeze_check(unsqueeze.check_constraints), reason=reason)
         )
-        stack.enter_context(patch_attribute(conv, "check_constraints", conv_check(conv.check_constraints), reason=reason))
+        stack.enter_context(
+            patch_attribute(conv, "check_constraints", conv_check(conv.check_constraints), reason=reason)
+        )
         yield
 
 
@@ -309,7 +311,7 @@ def contiguous_attention_outputs(program: Any) -> int:
             contiguous = {"memory_format": torch.contiguous_format}
             clone = graph.call_function(torch.ops.aten.clone.default, (node,), contiguous)
         clone.meta.update(node.meta)
-        node.replace_all_uses_with(clone, delete_user_cb=lambda user: user is not clone)
+        node.replace_all_uses_with(clone, delete_user_cb=lambda user, clone=clone: user is not clone)
         count += 1
     if count:
         program.graph_module.recompile()

@@ -32,7 +32,9 @@ def fx_integer_edges_typed_integer() -> Any:
         graph = original(model)
         for node in model.graph.nodes:
             value = node.meta.get("val")
-            if not isinstance(value, symbolic) and not (isinstance(value, torch.Tensor) and not value.is_floating_point()):
+            if not isinstance(value, symbolic) and not (
+                isinstance(value, torch.Tensor) and not value.is_floating_point()
+            ):
                 continue
             source = graph.get_node_by_name(node.name)
             for target in graph.get_next_nodes(source):
@@ -41,6 +43,8 @@ def fx_integer_edges_typed_integer() -> Any:
         return graph
 
     return patch_attribute(
-        GraphConverter, "create_nncf_graph", staticmethod(create_nncf_graph),
+        GraphConverter,
+        "create_nncf_graph",
+        staticmethod(create_nncf_graph),
         reason="NNCF's FX graph builder typing integer edges float",
     )

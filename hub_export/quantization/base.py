@@ -11,8 +11,9 @@ the graph's inputs, in signature order). :meth:`ExportQuantizer.to_dict` is the 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar, Iterable
+from typing import Any, ClassVar
 
 from ..errors import BackendUnavailableError, ConfigError
 
@@ -91,7 +92,7 @@ class ExportQuantizer:
         for package in self.packages:
             if importlib.util.find_spec(package) is None:
                 raise BackendUnavailableError(
-                    f"{type(self).__name__} needs {package!r}; install it with `pip install \"hub-export[{QUANT_EXTRA}]\"`."
+                    f'{type(self).__name__} needs {package!r}; install it with `pip install "hub-export[{QUANT_EXTRA}]"`.'
                 )
 
     def quantize(self, model: Any, calibration: Calibration, stage: str) -> Any:
@@ -135,7 +136,9 @@ def find_quantizer(config: Any, stage: str) -> ExportQuantizer | None:
     if quantizer is None:
         return None
     if not isinstance(quantizer, ExportQuantizer):
-        raise ConfigError(f"quantizer must be an ExportQuantizer (e.g. OnnxRuntimeQuantizer), got {type(quantizer).__name__}.")
+        raise ConfigError(
+            f"quantizer must be an ExportQuantizer (e.g. OnnxRuntimeQuantizer), got {type(quantizer).__name__}."
+        )
     return quantizer if stage in quantizer.stages and stage == stage_for(config, quantizer) else None
 
 

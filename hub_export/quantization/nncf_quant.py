@@ -24,9 +24,10 @@ Example::
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Literal
 
 from ..errors import ConfigError, ExportError
 from ..patches.nncf import fx_integer_edges_typed_integer
@@ -101,7 +102,9 @@ class NNCFQuantizer(ExportQuantizer):
     ) -> None:
         config = NNCFWeightCompressionConfig() if config is None else config
         if not isinstance(config, (NNCFWeightCompressionConfig, NNCFQuantizationConfig)):
-            raise ConfigError(f"NNCFQuantizer takes an NNCFWeightCompressionConfig or NNCFQuantizationConfig, got {config!r}.")
+            raise ConfigError(
+                f"NNCFQuantizer takes an NNCFWeightCompressionConfig or NNCFQuantizationConfig, got {config!r}."
+            )
         super().__init__(calibration_dataset, config=config)
 
     @property
@@ -167,7 +170,9 @@ class NNCFQuantizer(ExportQuantizer):
                 if isinstance(self.config, NNCFQuantizationConfig)
                 else "Check group_size divides the layers' input size, or try mode='int8_asym'."
             )
-            raise ExportError(f"NNCF failed on the {stage} model: {type(exc).__name__}: {str(exc)[:1500]}\n{hint}") from exc
+            raise ExportError(
+                f"NNCF failed on the {stage} model: {type(exc).__name__}: {str(exc)[:1500]}\n{hint}"
+            ) from exc
 
     def _compress(self, model: Any, stage: str) -> Any:
         """``nncf.compress_weights`` (data-free)."""
@@ -179,7 +184,8 @@ class NNCFQuantizer(ExportQuantizer):
             kwargs.update(ratio=float(cfg.ratio), group_size=int(cfg.group_size), all_layers=bool(cfg.all_layers))
         if stage == "onnx":
             return _on_onnx(
-                model, lambda proto, params: nncf.compress_weights(proto, advanced_parameters=params, **kwargs),
+                model,
+                lambda proto, params: nncf.compress_weights(proto, advanced_parameters=params, **kwargs),
                 nncf.AdvancedCompressionParameters,
             )
         if stage == "fx":
@@ -204,7 +210,8 @@ class NNCFQuantizer(ExportQuantizer):
         data = nncf.Dataset(calibration.feeds())
         if stage == "onnx":
             return _on_onnx(
-                model, lambda proto, params: nncf.quantize(proto, data, advanced_parameters=params, **kwargs),
+                model,
+                lambda proto, params: nncf.quantize(proto, data, advanced_parameters=params, **kwargs),
                 nncf.AdvancedQuantizationParameters,
             )
         return nncf.quantize(model, data, **kwargs)
@@ -242,9 +249,16 @@ def _plain_module(program: Any) -> Any:
     from ..patches.dynamo import tracing_patches
 
     args = tuple(program.example_inputs[0])
-    placeholders = [n for n in program.graph.nodes if n.op == "placeholder" and n.name in program.graph_signature.user_inputs]
+    placeholders = [
+        n for n in program.graph.nodes if n.op == "placeholder" and n.name in program.graph_signature.user_inputs
+    ]
     shapes = tuple(
-        {axis: torch.export.Dim.AUTO for axis, size in enumerate(node.meta["val"].shape) if isinstance(size, torch.SymInt)} or None
+        {
+            axis: torch.export.Dim.AUTO
+            for axis, size in enumerate(node.meta["val"].shape)
+            if isinstance(size, torch.SymInt)
+        }
+        or None
         for node in placeholders
     )
     dynamic = any(shape is not None for shape in shapes)

@@ -15,9 +15,10 @@ Example::
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 from ..errors import ConfigError, ExportError
 from .base import Calibration, ExportQuantizer
@@ -94,7 +95,9 @@ class OnnxRuntimeQuantizer(ExportQuantizer):
     ) -> None:
         config = OnnxRuntimeDynamicConfig() if config is None else config
         if not isinstance(config, (OnnxRuntimeDynamicConfig, OnnxRuntimeStaticConfig)):
-            raise ConfigError(f"OnnxRuntimeQuantizer takes an OnnxRuntimeDynamicConfig or OnnxRuntimeStaticConfig, got {config!r}.")
+            raise ConfigError(
+                f"OnnxRuntimeQuantizer takes an OnnxRuntimeDynamicConfig or OnnxRuntimeStaticConfig, got {config!r}."
+            )
         super().__init__(calibration_dataset, config=config)
 
     @property

@@ -17,7 +17,8 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ..errors import ExportError
 from .base import Calibration, ExportQuantizer
@@ -89,9 +90,13 @@ def quantize_traced(traced: Any, config: Any) -> Any:
     dynamic = any(s is not None for s in shapes)
     try:
         with tracing_patches(dynamic):
-            program = torch.export.export(module, tuple(traced.sample), dynamic_shapes=tuple(shapes) if dynamic else None)
+            program = torch.export.export(
+                module, tuple(traced.sample), dynamic_shapes=tuple(shapes) if dynamic else None
+            )
     except Exception as exc:  # torch raises many types
-        raise ExportError(f"Re-exporting the PT2E-quantized graph failed: {type(exc).__name__}: {str(exc)[:1500]}") from exc
+        raise ExportError(
+            f"Re-exporting the PT2E-quantized graph failed: {type(exc).__name__}: {str(exc)[:1500]}"
+        ) from exc
     return dataclasses.replace(traced, program=program)
 
 

@@ -34,7 +34,9 @@ class ModelRunner:
         self._traced = [name for name, _ in metadata.input_structure]
 
     @classmethod
-    def from_program(cls, program: Any, metadata: ComponentEntry, device: str | None = None, **options: Any) -> ModelRunner:
+    def from_program(
+        cls, program: Any, metadata: ComponentEntry, device: str | None = None, **options: Any
+    ) -> ModelRunner:
         """Build a runner for ``program`` on ``device``."""
         raise NotImplementedError
 
@@ -73,7 +75,9 @@ class ModelRunner:
                     f"this export expects: {expected}."
                 )
             flat.extend(t for _, t in leaves)
-        check_inputs_match(list(self.metadata.inputs), flat, self.metadata.dims, self.metadata.extra.get("pinned_axes", ()))
+        check_inputs_match(
+            list(self.metadata.inputs), flat, self.metadata.dims, self.metadata.extra.get("pinned_axes", ())
+        )
         return flat
 
     def __call__(self, **kwargs: Any) -> Any:

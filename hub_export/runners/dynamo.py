@@ -36,7 +36,9 @@ class DynamoRunner(ModelRunner):
         self._device = _torch_device(device)
 
     @classmethod
-    def from_program(cls, program: Any, metadata: ComponentEntry, device: str | None = None, **options: Any) -> DynamoRunner:
+    def from_program(
+        cls, program: Any, metadata: ComponentEntry, device: str | None = None, **options: Any
+    ) -> DynamoRunner:
         """Build the runner; ``program`` is an ``ExportedProgram``."""
         dev = _torch_device(device)
         module = program.module()

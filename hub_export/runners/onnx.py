@@ -103,7 +103,9 @@ class OnnxRunner(ModelRunner):
         # a static KV cache (input.X -> output.X of one shape): I/O binding makes ORT write each such output into
         # the caller's input buffer, so the cache is never copied between steps
         fed = {i: k for k, (i, _) in enumerate(self._feed)}  # input index -> position among the fed inputs
-        self._shared = {j: (i, fed[i]) for j, i in in_place_pairs(metadata.inputs, metadata.outputs).items() if i in fed}
+        self._shared = {
+            j: (i, fed[i]) for j, i in in_place_pairs(metadata.inputs, metadata.outputs).items() if i in fed
+        }
         self._binding = self._torch_device.type != "cpu" or bool(dtypes & _NON_NUMPY) or bool(self._shared)
 
     @classmethod

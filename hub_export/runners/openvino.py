@@ -248,7 +248,11 @@ def _state_kwargs(metadata: ComponentEntry, slots: list[tuple[int, int, str]]) -
     state = {metadata.inputs[i].name.removeprefix("input.") for i, _, _ in slots}
     names = []
     for name, _ in metadata.input_structure:
-        leaves = [s.name.removeprefix("input.") for s in metadata.inputs if s.name.removeprefix("input.").startswith(f"{name}.")]
+        leaves = [
+            s.name.removeprefix("input.")
+            for s in metadata.inputs
+            if s.name.removeprefix("input.").startswith(f"{name}.")
+        ]
         if leaves and set(leaves) <= state:
             names.append(name)
     return names

@@ -62,6 +62,4 @@ def check_component(
     if module is None:
         return
     check = importlib.import_module(f"{__name__}.{module}").check
-    check(
-        Path(directory), entry, trust_pickles=trust_pickles, allow_custom_domains=frozenset(allow_custom_domains)
-    )
+    check(Path(directory), entry, trust_pickles=trust_pickles, allow_custom_domains=frozenset(allow_custom_domains))

@@ -22,7 +22,9 @@ from ..manifest import ComponentEntry
 __all__ = ["check"]
 
 
-def check(directory: Path, entry: ComponentEntry, *, allow_custom_domains: frozenset[str] = frozenset(), **_: Any) -> None:
+def check(
+    directory: Path, entry: ComponentEntry, *, allow_custom_domains: frozenset[str] = frozenset(), **_: Any
+) -> None:
     """Refuse an ONNX component with escaping/oversized external data or custom operator domains.
 
     Raises:

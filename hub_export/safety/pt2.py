@@ -28,11 +28,32 @@ from ..manifest import ComponentEntry
 __all__ = ["ALLOWED_GLOBALS", "check", "scan_pickle"]
 
 _STORAGES = (
-    "Double", "Float", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool", "ComplexFloat", "ComplexDouble",
+    "Double",
+    "Float",
+    "Half",
+    "BFloat16",
+    "Long",
+    "Int",
+    "Short",
+    "Char",
+    "Byte",
+    "Bool",
+    "ComplexFloat",
+    "ComplexDouble",
 )
 _DTYPES = (
-    "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
-    "complex64", "complex128",
+    "float64",
+    "float32",
+    "float16",
+    "bfloat16",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint8",
+    "bool",
+    "complex64",
+    "complex128",
 )
 #: Globals a ``.pt2`` pickle may import: what ``torch.save`` writes for plain tensors and parameters.
 ALLOWED_GLOBALS = frozenset(
@@ -109,7 +130,9 @@ def _payload_entries(archive: zipfile.ZipFile, names: list[str], label: str) -> 
             config = json.loads(archive.read(name))["config"]
             items = [(str(v["path_name"]), bool(v.get("use_pickle", False))) for v in config.values()]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise UnsafeExportError(f"{label}:{name}: unreadable payload config ({exc}); refusing to load it.") from None
+            raise UnsafeExportError(
+                f"{label}:{name}: unreadable payload config ({exc}); refusing to load it."
+            ) from None
         for path_name, use_pickle in items:
             target = folder + path_name
             if use_pickle or not path_name.startswith(_RAW_PREFIXES[folder]):
