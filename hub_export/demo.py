@@ -48,7 +48,7 @@ def _tiny_llama(directory: Path, seed: int = 0) -> None:
 
 
 def _available_formats() -> list[str]:
-    from hub_export.exporters.auto import exporter_class
+    from hub_export.export.auto import exporter_class
     from hub_export.formats import ExportFormat
 
     formats = []
@@ -74,7 +74,7 @@ def main() -> int:
         from huggingface_hub import HfApi
 
         from hub_export import ExportedModel
-        from hub_export.exporters.auto import exporter_class
+        from hub_export.export.auto import exporter_class
         from hub_export.hub.publish import publish
         from hub_export.hub.source import load_source
 

@@ -19,6 +19,8 @@ __all__ = [
     "IntegrityError",
     "UnsafeExportError",
     "HubError",
+    "PatchTargetMissing",
+    "ParityError",
 ]
 
 
@@ -68,3 +70,11 @@ class UnsafeExportError(HubExportError, ValueError):
 
 class HubError(HubExportError, RuntimeError):
     """A Hub operation (publish, download, sync) failed."""
+
+
+class PatchTargetMissing(HubExportError, AttributeError):
+    """A patch's target no longer exists upstream: the workaround must be reviewed (maybe it is fixed)."""
+
+
+class ParityError(ExportError):
+    """An exported program returned outputs of another number or shape than the eager model on the same inputs."""

@@ -111,10 +111,10 @@ def test_saved_export_describes_the_loop(exports):
     assert plan["attention_mask"] == "extend" and plan["returns_prompt"] is True
     assert (folder / "generation_config.json").is_file()
     assert loaded.generation_config.eos_token_id == 2
-    decode = {s.name: s.shape for s in loaded.components["decode"].metadata.inputs}
+    decode = {s.name: s.shape for s in loaded.components["decode"].metadata.signature.inputs}
     assert decode["input_ids"] == ("batch", 1)
     assert decode["input.past_key_values.0.key"][2] == "past_sequence"
-    outputs = {s.name for s in loaded.components["decode"].metadata.outputs}
+    outputs = {s.name for s in loaded.components["decode"].metadata.signature.outputs}
     assert {"logits", "output.past_key_values.0.key", "output.past_key_values.1.value"} <= outputs
 
 
@@ -124,7 +124,7 @@ def test_encoder_decoder_plan(exports):
     assert set(loaded.components) == {"encoder", "prefill", "decode"}
     assert plan["kind"] == "encoder_decoder" and plan["token_input"] == "decoder_input_ids"
     assert plan["decoder_start_token_id"] == 1 and plan["returns_prompt"] is False  # Whisper's generate drops it
-    decode = {s.name: s.shape for s in loaded.components["decode"].metadata.inputs}
+    decode = {s.name: s.shape for s in loaded.components["decode"].metadata.signature.inputs}
     assert decode["input.past_key_values.0.decoder.key"][2] == "past_sequence"
     assert decode["input.past_key_values.0.encoder.key"][2] == "encoder_sequence"
 
@@ -235,8 +235,8 @@ def test_per_component_configs(models):
             _prompt(case),
             config={"encoder": DynamoConfig(dynamic=False), "default": DynamoConfig(dynamic=True)},
         )
-    assert exported.components["encoder"].metadata.inputs[0].shape == (2, 16, 60)  # static
-    assert exported.components["prefill"].metadata.inputs[0].shape[0] == "batch"
+    assert exported.components["encoder"].metadata.signature.inputs[0].shape == (2, 16, 60)  # static
+    assert exported.components["prefill"].metadata.signature.inputs[0].shape[0] == "batch"
 
 
 @pytest.mark.parametrize("backend", ["dynamo", "onnx"])
@@ -248,7 +248,10 @@ def test_multi_token_decode_generates_and_continues_several_tokens(models, tmp_p
     )
     loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "export"))
     assert loaded.generation["multi_token_decode"] is True
-    assert {s.name: s.shape for s in loaded.components["decode"].metadata.inputs}["input_ids"] == ("batch", "sequence")
+    assert {s.name: s.shape for s in loaded.components["decode"].metadata.signature.inputs}["input_ids"] == (
+        "batch",
+        "sequence",
+    )
     for inputs in [
         _prompt(case),
         *_runs("llama"),
@@ -279,7 +282,7 @@ def test_static_cache_with_multi_token_decode_is_one_graph_for_every_step(models
     exported = DynamoExporter().export_for_generation(
         case.model, _prompt(case), config=DynamoConfig(dynamic=True), generation_config=config, multi_token_decode=True
     )
-    assert {s.name: s.shape for s in exported.components["decode"].metadata.inputs}["input_ids"] == (
+    assert {s.name: s.shape for s in exported.components["decode"].metadata.signature.inputs}["input_ids"] == (
         "batch",
         "sequence",
     )
@@ -416,13 +419,15 @@ def test_static_cache_generate_equals_eager_static_generate(static_llama):
     assert loaded.generation["cache_implementation"] == "static" and loaded.generation_config.max_cache_len == 24
     for component in exported.components.values():
         assert component.metadata.parity["max_abs_diff"] < 1e-5
-    node = dict(loaded.components["decode"].metadata.input_structure)["past_key_values"]
+    node = dict(loaded.components["decode"].metadata.signature.input_structure)["past_key_values"]
     assert (
         node["class"] == "StaticCache"
         and node["max_cache_len"] == 24
         and set(node["layers"][0]) == {"key", "value", "length"}
     )
-    assert {s.name: s.shape for s in loaded.components["prefill"].metadata.inputs}["input.past_key_values.0.key"] == (
+    assert {s.name: s.shape for s in loaded.components["prefill"].metadata.signature.inputs}[
+        "input.past_key_values.0.key"
+    ] == (
         "batch",
         2,
         24,

@@ -19,7 +19,7 @@ from hub_export import (
     HubExportError,
     InputError,
 )
-from hub_export.exporters.dynamo import DynamoExporter as _Dynamo
+from hub_export.backends.dynamo import DynamoExporter as _Dynamo
 
 
 @pytest.fixture(scope="module")

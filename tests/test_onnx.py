@@ -16,10 +16,10 @@ from tiny_models import CASES, build, text_inputs
 
 from hub_export import ExportedModel, OnnxConfig, OnnxExporter
 from hub_export.errors import ConfigError, DeviceUnavailableError, InputError
-from hub_export.formats import ExportFormat
+from hub_export.formats import backend_for
+from hub_export.loading import LocalFiles, load_export
 from hub_export.manifest import Manifest
-from hub_export.model import load_component
-from hub_export.signature import flatten_value
+from hub_export.structure import flatten_value
 
 ATOL = 1e-4
 
@@ -100,8 +100,10 @@ def test_io_and_dim_names(exports: Any, tmp_path: Path) -> None:
     case, folder, loaded = exports("llama")
     metadata = loaded.components["model"].metadata
     graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
-    assert [i.name for i in graph.input] == [s.name for s in metadata.inputs] == ["input_ids", "attention_mask"]
-    assert [o.name for o in graph.output] == [s.name for s in metadata.outputs]
+    assert (
+        [i.name for i in graph.input] == [s.name for s in metadata.signature.inputs] == ["input_ids", "attention_mask"]
+    )
+    assert [o.name for o in graph.output] == [s.name for s in metadata.signature.outputs]
     assert [o.name for o in graph.output][:3] == ["logits", "past_key_values.0.key", "past_key_values.0.value"]
     assert [d.dim_param for d in graph.input[0].type.tensor_type.shape.dim] == ["batch", "sequence"]
     # a decode step: the cache output's length is an expression over the named dims
@@ -177,14 +179,22 @@ def _hf_cache_layout(src: Path, root: Path) -> Path:
     return snapshot
 
 
+class _CacheSnapshot(LocalFiles):
+    """A huggingface_hub cache snapshot: its files are symlinks into ``blobs/`` (see HubFiles)."""
+
+    def read_manifest(self) -> Manifest:
+        manifest = Manifest.loads((self.directory / "export.json").read_bytes())
+        manifest.check_paths(self.directory, symlinks_into=self.directory.parents[2] / "blobs")
+        return manifest
+
+
 def test_symlinked_export_folder_loads_and_runs(exports: Any, tmp_path: Path) -> None:
     import onnx_ir as ir
 
     case, folder, _ = exports("gpt2")
     snapshot = _hf_cache_layout(folder, tmp_path / "cache")
     assert (snapshot / "model.onnx.data").is_symlink()
-    manifest = Manifest.loads((snapshot / "export.json").read_bytes())
-    component = load_component(snapshot, "model", manifest.components["model"], ExportFormat.ONNX)
+    component = load_export(_CacheSnapshot(snapshot)).components["model"]
     got = component.runner()(**case.other)
     with torch.no_grad():
         expected = case.model(**case.other)
@@ -194,7 +204,7 @@ def test_symlinked_export_folder_loads_and_runs(exports: Any, tmp_path: Path) ->
     tensor = next(t for t in values if isinstance(t, ir.ExternalTensor))
     assert tensor.numpy().size > 0
     # and the loaded program saves again as a whole export
-    copy = OnnxExporter.save_program(component.program, tmp_path, "again")
+    copy = backend_for("onnx").save_program(component.program, tmp_path, "again")
     assert copy == ["again.onnx", "again.onnx.data"]
 
 

@@ -12,7 +12,7 @@ from tiny_models import CASES, build
 
 from hub_export import ExportedModel, OpenVINOConfig, OpenVINOExporter
 from hub_export.errors import BackendUnavailableError, DeviceUnavailableError
-from hub_export.signature import flatten_value
+from hub_export.structure import flatten_value
 
 ATOL = 1e-4
 
@@ -88,20 +88,20 @@ def test_port_names_and_dims_follow_the_manifest(name: str, exports: Any) -> Non
     _, folder, loaded = exports(name)
     metadata = loaded.components["model"].metadata
     inputs, outputs = _xml_ports(folder / "openvino_model.xml")
-    assert set(inputs) == {s.name for s in metadata.inputs}
-    assert outputs == {s.name for s in metadata.outputs}
+    assert set(inputs) == {s.name for s in metadata.signature.inputs}
+    assert outputs == {s.name for s in metadata.signature.outputs}
     program = loaded.program
-    assert [p.get_any_name() for p in program.inputs] == [s.name for s in metadata.inputs]
-    assert [p.get_any_name() for p in program.outputs] == [s.name for s in metadata.outputs]
-    for spec in metadata.inputs:
+    assert [p.get_any_name() for p in program.inputs] == [s.name for s in metadata.signature.inputs]
+    assert [p.get_any_name() for p in program.outputs] == [s.name for s in metadata.signature.outputs]
+    for spec in metadata.signature.inputs:
         dims = inputs[spec.name].split(",")
         for dim, xml_dim in zip(spec.shape, dims, strict=True):
             if isinstance(dim, int):
                 assert xml_dim == str(dim), (spec.name, spec.shape, dims)
             else:  # symbolic: dynamic in the IR, with the traced lower bound
-                low = metadata.dims[dim]["min"]
+                low = metadata.signature.dims[dim].min
                 assert xml_dim == ("?" if low == 0 else f"{low}.."), (spec.name, spec.shape, dims)
-    for port, spec in zip(program.outputs, metadata.outputs):
+    for port, spec in zip(program.outputs, metadata.signature.outputs):
         shape = port.get_partial_shape()
         for axis, dim in enumerate(spec.shape):
             assert shape[axis].is_static == isinstance(dim, int), (spec.name, shape)
@@ -197,13 +197,13 @@ class _PaddedAttention(torch.nn.Module):
 
 
 def test_patches_fix_the_graph_and_restore_it() -> None:
-    from hub_export.exporters._trace import trace
-    from hub_export.patches.openvino import (
+    from hub_export.backends.openvino.patches import (
         conversion_patches,
         pin_reshape_wildcards,
         skip_empty_cat_inputs,
         zero_fully_masked_attention_rows,
     )
+    from hub_export.export.trace import trace
 
     torch.manual_seed(0)
     model = _PaddedAttention().eval()

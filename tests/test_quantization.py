@@ -281,7 +281,7 @@ def test_ort_fusions_parity_and_manifest(name, tmp_path):
 def test_quantized_graph_skips_fusions():
     import onnx_ir as ir
 
-    from hub_export.exporters.onnx import _fuse_for_ort
+    from hub_export.backends.onnx.exporter import _fuse_for_ort
 
     x = ir.Value(name="x", shape=ir.Shape([2, 4]), type=ir.TensorType(ir.DataType.FLOAT))
     node = ir.node("DynamicQuantizeLinear", [x], num_outputs=3)

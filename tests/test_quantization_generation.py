@@ -29,7 +29,7 @@ def test_calibration_prompts_are_captured_per_component(monkeypatch, tmp_path):
 
     def spy(quantizer, traced):
         calibration = original(quantizer, traced)
-        names = [spec.name for spec in traced.inputs]
+        names = [spec.name for spec in traced.signature.inputs]
         key = "decode" if any(n.startswith("input.past_key_values") for n in names) else "prefill"
         cache = names.index("input.past_key_values.0.key") if key == "decode" else names.index("input_ids")
         seen[key] = [list(sample[cache].shape) for sample in calibration.samples]

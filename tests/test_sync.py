@@ -117,7 +117,7 @@ def test_sync_exports_once_then_is_up_to_date_then_follows_a_new_commit(
 
 
 def test_a_failing_format_publishes_nothing(source: str, hub_api: HfApi, hub_env: HubServer, monkeypatch, capsys):
-    from hub_export.exporters import auto
+    from hub_export.export import auto
 
     real = auto.exporter_class
 

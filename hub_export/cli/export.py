@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HubExportError
-from ..formats import ExportFormat, layout_for, parse_format
+from ..formats import ExportFormat, backend_for, parse_format
 
 __all__ = ["register", "run", "load_model"]
 
@@ -68,7 +68,7 @@ def _configs(args: argparse.Namespace) -> dict[ExportFormat, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Export and save; prints one line per format."""
-    from ..exporters.auto import exporter_class
+    from ..export.auto import exporter_class
     from ..sample_inputs import dummy_inputs
 
     configs = _configs(args)
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     per_folder = args.subfolder_per_format or len(configs) > 1
     for fmt, config in configs.items():
         exported = exporter_class(fmt)().export(model, inputs, config=config)
-        target = args.output / layout_for(fmt).subfolder if per_folder else args.output
+        target = args.output / backend_for(fmt).layout.subfolder if per_folder else args.output
         exported.save_pretrained(target)
         parity = exported.components["model"].metadata.parity
         print(f"{fmt.value}: {target} (max abs diff vs eager {parity['max_abs_diff']:.2e})")

@@ -43,7 +43,7 @@ def register(subparsers: Any) -> None:
 
 def _subfolders(args: argparse.Namespace) -> dict[str, Path]:
     from ..errors import HubExportError
-    from ..formats import layout_for
+    from ..formats import backend_for
     from ..manifest import Manifest
 
     named: dict[Path, str] = {}
@@ -55,7 +55,7 @@ def _subfolders(args: argparse.Namespace) -> dict[str, Path]:
     exports: dict[str, Path] = {}
     for directory in args.directories:
         manifest = Manifest.read(directory)
-        sub = named.pop(directory.resolve(), None) or layout_for(manifest.export_format).subfolder
+        sub = named.pop(directory.resolve(), None) or backend_for(manifest.export_format).layout.subfolder
         if sub in exports:
             raise HubExportError(
                 f"{exports[sub]} and {directory} both go to {sub}/; give one of them --subfolder-of {directory}=NAME."

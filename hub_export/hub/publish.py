@@ -24,7 +24,7 @@ from typing import Any
 
 from .._files import sha256_file, verify_file
 from ..errors import HubError, ManifestError
-from ..formats import layout_for
+from ..formats import backend_for
 from ..manifest import MANIFEST_NAME, Manifest, Source
 from .card import CardExport, render_card
 
@@ -85,7 +85,7 @@ def push_export(exported: Any, repo_id: str, *, subfolder: str | None = None, **
         A :class:`PublishResult`.
     """
     if subfolder is None:
-        subfolder = layout_for(_format_of(exported)).subfolder
+        subfolder = backend_for(_format_of(exported)).layout.subfolder
     return publish(repo_id, {subfolder: exported}, **kwargs)
 
 
@@ -168,15 +168,15 @@ def _stage(exports: Mapping[str, Any], tmp: Path) -> list[_Local]:
         if isinstance(exported, (str, Path)):
             directory = Path(exported)
             manifest = Manifest.read(directory)
-            for entry in manifest.all_files():
+            for entry in manifest.all_listed():
                 verify_file(directory / entry.path, entry)
         else:
             directory = _save(exported, tmp / f"export-{i}")
             manifest = Manifest.read(directory)
         files = {MANIFEST_NAME: directory / MANIFEST_NAME}
         files.update({name: directory / name for name in _SIDE_FILES if (directory / name).is_file()})
-        files.update({entry.path: directory / entry.path for entry in manifest.all_files()})
-        staged.append(_Local(sub, manifest, files, {e.path: e.sha256 for e in manifest.all_files()}))
+        files.update({entry.path: directory / entry.path for entry in manifest.all_listed()})
+        staged.append(_Local(sub, manifest, files, {e.path: e.sha256 for e in manifest.all_listed()}))
     subs = sorted(s.subfolder for s in staged)
     for a, b in zip(subs, subs[1:]):
         if a == b or b.startswith(a + "/"):

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..configs import AutoExportConfig
 from ..errors import ConfigError, ExportError, HubError, HubExportError, ManifestError
-from ..formats import ExportFormat, layout_for, parse_format
+from ..formats import ExportFormat, backend_for, parse_format
 from ..manifest import MANIFEST_NAME, Manifest
 from .source import SOURCE_PATTERNS, load_source, resolve_revision
 
@@ -229,7 +229,7 @@ def _plan(
     same_files: dict[str, Any] = {}
     plans = []
     for fmt, config in wanted.items():
-        sub = layout_for(fmt).subfolder
+        sub = backend_for(fmt).layout.subfolder
         path = f"{sub}/{MANIFEST_NAME}"
         manifest = _read_manifest(api, target, path, head) if head and path in files else None
         if manifest is None:
@@ -297,7 +297,6 @@ def plan_sync(
 def _export_all(model: Any, plan: SyncPlan, directory: Path) -> dict[str, dict[str, Any]]:
     """Export, save and validate every stale format; the first failure raises and nothing is kept."""
     from .._files import verify_file
-    from ..exporters.auto import exporter_class
     from ..sample_inputs import dummy_inputs
 
     done: dict[str, dict[str, Any]] = {}
@@ -306,10 +305,10 @@ def _export_all(model: Any, plan: SyncPlan, directory: Path) -> dict[str, dict[s
         try:
             inputs = dummy_inputs(model)
             config = AutoExportConfig.from_dict(item.config)
-            exported = exporter_class(item.export_format)().export(model, inputs, config=config)
+            exported = backend_for(item.export_format).exporter_class().export(model, inputs, config=config)
             folder = exported.save_pretrained(directory / item.subfolder)
             manifest = Manifest.read(folder)
-            for entry in manifest.all_files():
+            for entry in manifest.all_listed():
                 verify_file(folder / entry.path, entry)
             parity = manifest.components["model"].parity or {}
             diff, atol = parity.get("max_abs_diff"), parity.get("atol")
@@ -325,7 +324,7 @@ def _export_all(model: Any, plan: SyncPlan, directory: Path) -> dict[str, dict[s
             "path": folder,
             "parity": diff,
             "atol": atol,
-            "bytes": sum(e.size for e in manifest.all_files()),
+            "bytes": sum(e.size for e in manifest.all_listed()),
         }
     return done
 
