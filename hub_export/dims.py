@@ -340,11 +340,11 @@ class Dim:
         text = f"[{self.min}, {self.max if self.max is not None else 'inf'}]"
         return text + (f", a multiple of {self.multiple_of}" if self.multiple_of > 1 else "")
 
-    def check(self, size: int, where: str) -> None:
+    def check(self, size: int, where: str, axis: int) -> None:
         """Raise unless ``size`` is accepted.
 
         Raises:
-            InputBoundsError: Naming ``where`` (an input and axis), the bounds and how to fix it.
+            InputBoundsError: Naming ``where`` (an input), the axis, the bounds and how to fix it.
         """
         if size in self:
             return

@@ -26,7 +26,6 @@ __all__ = [
     "Signature",
     "TensorSpec",
     "dtype_name",
-    "in_place_pairs",
     "pair_names",
     "split_kwargs",
     "torch_dtype",
@@ -113,6 +112,21 @@ class Signature:
             self.dims[d].min if isinstance(d, str) and d in self.dims and self.dims[d].pinned else d for d in spec.shape
         )
 
+    def in_place_pairs(self) -> dict[int, int]:
+        """``{output index: input index}`` of the ``input.X``/``output.X`` pairs of one shape and dtype: a buffer the
+        graph updates in place (a static KV cache), which runners write into the caller's tensor."""
+        by_name = {spec.name: i for i, spec in enumerate(self.inputs)}
+        pairs = {}
+        for j, spec in enumerate(self.outputs):
+            if not spec.name.startswith("output."):
+                continue
+            i = by_name.get("input." + spec.name[len("output.") :])
+            if i is None or self.inputs[i].dtype != spec.dtype:
+                continue
+            if self.concrete_shape(self.inputs[i]) == self.concrete_shape(spec):
+                pairs[j] = i
+        return pairs
+
     def describe(self) -> str:
         """``name: dtype[shape], ...`` of the inputs (for error messages)."""
         return ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in self.inputs)
@@ -172,7 +186,7 @@ class Signature:
                             "other sizes."
                         )
                 elif dim in self.dims:
-                    self.dims[dim].check(int(size), f"Input {spec.name!r} axis {axis}")
+                    self.dims[dim].check(int(size), f"Input {spec.name!r}", axis)
 
     def unflatten_outputs(self, tensors: list[Any], architecture: str | None = None) -> Any:
         """The model's output object (its ``ModelOutput`` class, caches rebuilt) from the flat outputs."""
@@ -226,17 +240,3 @@ def pair_names(input_names: list[str], output_names: list[str]) -> tuple[list[st
         [f"input.{n}" if n in shared else n for n in input_names],
         [f"output.{n}" if n in shared else n for n in output_names],
     )
-
-
-def in_place_pairs(inputs: list[TensorSpec], outputs: list[TensorSpec]) -> dict[int, int]:
-    """``{output index: input index}`` of the ``input.X``/``output.X`` pairs of one shape and dtype: a buffer the
-    graph updates in place (a static KV cache), which runners write into the caller's tensor."""
-    by_name = {spec.name: i for i, spec in enumerate(inputs)}
-    pairs = {}
-    for j, spec in enumerate(outputs):
-        if not spec.name.startswith("output."):
-            continue
-        i = by_name.get("input." + spec.name[len("output.") :])
-        if i is not None and tuple(inputs[i].shape) == tuple(spec.shape) and inputs[i].dtype == spec.dtype:
-            pairs[j] = i
-    return pairs

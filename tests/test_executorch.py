@@ -25,6 +25,7 @@ from hub_export import (
     InputBoundsError,
 )
 from hub_export.dims import Dim
+from hub_export.formats import backend_for
 from hub_export.structure import flatten_value
 
 MODELS = ["llama", "gpt2", "bert", "vit", "whisper"]
@@ -127,7 +128,7 @@ def test_input_beyond_a_bound_raises_naming_input_size_and_bound(exports: Callab
 def test_saving_a_loaded_program_writes_the_same_pte(exports: Callable[[str], Export], tmp_path: Path) -> None:
     _, _, folder = exports("vit")
     loaded = ExportedModel.from_pretrained(folder)
-    assert ExecutorchExporter.save_program(loaded.program, tmp_path, "model") == ["model.pte"]
+    assert backend_for("executorch").save_program(loaded.program, tmp_path, "model") == ["model.pte"]
     assert (tmp_path / "model.pte").read_bytes() == (folder / "model.pte").read_bytes()
     resaved = loaded.save_pretrained(tmp_path / "again")
     assert ExportedModel.from_pretrained(resaved)(**build("vit").other).logits.shape == (3, 5)

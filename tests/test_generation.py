@@ -22,6 +22,7 @@ from hub_export import (
     OpenVINOConfig,
     OpenVINOExporter,
 )
+from hub_export.dims import Dim
 from hub_export.errors import HubExportError, InputError
 from hub_export.utils import decompose_for_generation
 
@@ -382,13 +383,13 @@ def test_openvino_stateful_false_keeps_explicit_cache_tensors(exports):
     # with state, so convert_model's explicit past_key_values Parameters/Results stay (today's behaviour)
     _, _, loaded, _ = exports("llama", "openvino")
     meta = loaded.components["decode"].metadata
-    traced = SimpleNamespace(inputs=meta.inputs, outputs=meta.outputs, input_structure=meta.input_structure)
+    traced = SimpleNamespace(signature=meta.signature)
     exporter = OpenVINOExporter()
     assert exporter._state_pairs(traced, OpenVINOConfig(stateful=True)) == []  # a plain export()
     exporter._generation = True
     assert exporter._state_pairs(traced, OpenVINOConfig(stateful=False)) == []
     assert [list(p) for p in exporter._state_pairs(traced, OpenVINOConfig())] == [s[:2] for s in meta.extra["state"]]
-    assert exporter.component_extra(traced, OpenVINOConfig(stateful=False)) == {
+    assert exporter._extra(traced, OpenVINOConfig(stateful=False)) == {
         "compress_to_fp16": False,
         "stateful": False,
         "inference_precision": "f32",
@@ -425,14 +426,11 @@ def test_static_cache_generate_equals_eager_static_generate(static_llama):
         and node["max_cache_len"] == 24
         and set(node["layers"][0]) == {"key", "value", "length"}
     )
-    assert {s.name: s.shape for s in loaded.components["prefill"].metadata.signature.inputs}[
-        "input.past_key_values.0.key"
-    ] == (
-        "batch",
-        2,
-        24,
-        8,
-    )
+    signature = loaded.components["prefill"].metadata.signature
+    shapes = {s.name: s.shape for s in signature.inputs}
+    # the key buffers' length is fixed by the static cache: a dim admitting 24 only (the values' axis stays symbolic)
+    assert shapes["input.past_key_values.0.key"] == ("batch", 2, "past_sequence_24", 8)
+    assert signature.dims["past_sequence_24"] == Dim("past_sequence_24", 24, 24)
     for inputs in [_prompt(case), *_runs("llama")]:
         expected = case.model.generate(**inputs, max_new_tokens=8, do_sample=False, generation_config=config)
         assert torch.equal(loaded.generate(**inputs, max_new_tokens=8), expected)
@@ -500,7 +498,7 @@ def test_state_space_model_generates_through_its_conv_and_ssm_states(tmp_path, n
     manifest = Manifest.read(exported.save_pretrained(tmp_path / "export"))  # the schema takes the conv/recurrent nodes
     assert manifest.generation["cache"] == "cache_params" and manifest.generation["attention_mask"] == "extend"
     decode = exported.components["decode"].metadata
-    assert [s.name for s in decode.inputs][1:] == [
+    assert [s.name for s in decode.signature.inputs][1:] == [
         f"input.cache_params.{i}.{part}" for i in range(2) for part in ("conv", "recurrent")
     ]
     for component in exported.components.values():

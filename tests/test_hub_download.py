@@ -32,6 +32,11 @@ REPO = "me/tiny"
 SIDE = ("export.json", "config.json", "generation_config.json")
 
 
+def _file(manifest: dict, path: str) -> dict:
+    """The entry of ``path`` in an ``export.json``'s file list."""
+    return next(entry for entry in manifest["files"] if entry["path"] == path)
+
+
 @pytest.fixture(scope="module")
 def exports():
     """The tiny llama with two static Dynamo exports (two input shapes) and a dynamic ONNX export."""
@@ -172,7 +177,7 @@ def test_tampered_files_raise_integrity_error_and_are_evicted(
 ):
     case, first, _, _ = exports
     remote = json.loads(Path(hub_api.hf_hub_download(REPO, "pt2/export.json")).read_text())
-    sha256 = remote["components"]["model"]["files"][0]["sha256"]
+    sha256 = _file(remote, "model.pt2")["sha256"]
     # 1) bytes changed in the server's storage (same size): the client downloads them, we refuse them
     blob = hub_env.store.get("model", REPO).lfs_path(sha256)
     data = bytearray(blob.read_bytes())
@@ -189,7 +194,7 @@ def test_tampered_files_raise_integrity_error_and_are_evicted(
     # 2) a manifest whose sha256 does not match the file, committed with the raw client
     folder = first.save_pretrained(tmp_path / "bad")
     manifest = json.loads((folder / "export.json").read_text())
-    manifest["components"]["model"]["files"][0]["sha256"] = "0" * 64
+    _file(manifest, "model.pt2")["sha256"] = "0" * 64
     (folder / "export.json").write_text(json.dumps(manifest))
     hub_api.upload_folder(repo_id=REPO, folder_path=folder, path_in_repo="bad")
     with pytest.raises(IntegrityError, match="bad/model.pt2.*sha256"):

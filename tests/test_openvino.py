@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -10,8 +11,9 @@ import pytest
 import torch
 from tiny_models import CASES, build
 
-from hub_export import ExportedModel, OpenVINOConfig, OpenVINOExporter
+from hub_export import ExportedModel, OpenVINOConfig, OpenVINOExporter, formats
 from hub_export.errors import BackendUnavailableError, DeviceUnavailableError
+from hub_export.formats import backend_for
 from hub_export.structure import flatten_value
 
 ATOL = 1e-4
@@ -230,7 +232,10 @@ def test_patches_fix_the_graph_and_restore_it() -> None:
 
 
 def test_missing_openvino_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(OpenVINOExporter, "packages", ("hub_export_no_such_package",))
+    backend = backend_for("openvino")
+    monkeypatch.setitem(
+        formats._BACKENDS, "openvino", dataclasses.replace(backend, packages=("hub_export_no_such_package",))
+    )
     case = build("bert")
     with pytest.raises(BackendUnavailableError, match=r"hub-export\[openvino\]"):
         OpenVINOExporter().export(case.model, case.sample, config=OpenVINOConfig(dynamic=True))

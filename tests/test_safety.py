@@ -90,7 +90,7 @@ def _rewrite(folder: Path, relative: str, data: bytes) -> None:
 def _reseal(folder: Path, relative: str) -> None:
     manifest = json.loads((folder / "export.json").read_text())
     data = (folder / relative).read_bytes()
-    for entry in manifest["components"]["model"]["files"]:
+    for entry in manifest["files"]:
         if entry["path"] == relative:
             entry["size"], entry["sha256"] = len(data), hashlib.sha256(data).hexdigest()
     (folder / "export.json").write_text(json.dumps(manifest))

@@ -7,7 +7,6 @@ from typing import Any
 from ...errors import DeviceUnavailableError, ExportError
 from ...manifest import ComponentEntry
 from ...runner import ModelRunner
-from ...signature import in_place_pairs
 
 __all__ = ["ExecutorchRunner"]
 
@@ -66,7 +65,7 @@ class ExecutorchRunner(ModelRunner):
         extra = len(outputs) - len(self.metadata.signature.outputs)
         if extra == 0:
             return outputs
-        pairs = in_place_pairs(self.metadata.signature.inputs, self.metadata.signature.outputs)
+        pairs = self.signature.in_place_pairs()
         mutated = sorted(set(pairs.values()))
         if extra != len(mutated):
             raise ExportError(

@@ -27,10 +27,11 @@ import re
 from typing import Any
 
 from ...configs import ExportConfig
-from ...errors import ExportError
+from ...errors import ConfigError, ExportError
 from ...export.exporter import HfExporter, Lowered
 from ...export.trace import Traced
 from ...quantization.base import calibration_for, find_quantizer
+from ...quantization.pt2e import PT2EQuantizer
 from ._fusions import contrib_ops
 from ._fusions import fuse_for_ort as _fuse_for_ort
 from ._moe import fused_experts_forward, moe_plan
@@ -46,6 +47,21 @@ class OnnxExporter(HfExporter):
     export_format = FORMAT
     config_class = OnnxConfig
     parity_atol = 1e-3
+
+    def check_available(self, config: ExportConfig) -> None:
+        """Also refuse ``PT2EQuantizer``: its quantize/dequantize ops do not convert to ONNX (``torch.onnx.export``
+        fails with a ``ConversionError`` on ``quantized_decomposed.choose_qparams``, torch 2.13).
+
+        Raises:
+            BackendUnavailableError: An ONNX package is not installed.
+            ConfigError: A PT2E quantizer.
+        """
+        super().check_available(config)
+        if isinstance(config.quantizer, PT2EQuantizer):
+            raise ConfigError(
+                "PT2EQuantizer works with dynamo, executorch exports, not 'onnx': its quantize/dequantize ops do not "
+                "convert to ONNX; use OnnxRuntimeQuantizer or NNCFQuantizer for ONNX exports."
+            )
 
     def experts_forward(self, module: Any, config: ExportConfig) -> Any:
         """Fused for cuda: the mixture-of-experts layers ``com.microsoft::MoE`` can express become one

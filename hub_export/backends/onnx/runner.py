@@ -15,7 +15,6 @@ from typing import Any
 from ...errors import ConfigError, DeviceUnavailableError, ExportError
 from ...manifest import ComponentEntry
 from ...runner import ModelRunner
-from ...signature import in_place_pairs
 from ._fusions import runnable_on
 from .io import program_path, save_program
 
@@ -104,11 +103,7 @@ class OnnxRunner(ModelRunner):
         # a static KV cache (input.X -> output.X of one shape): I/O binding makes ORT write each such output into
         # the caller's input buffer, so the cache is never copied between steps
         fed = {i: k for k, (i, _) in enumerate(self._feed)}  # input index -> position among the fed inputs
-        self._shared = {
-            j: (i, fed[i])
-            for j, i in in_place_pairs(metadata.signature.inputs, metadata.signature.outputs).items()
-            if i in fed
-        }
+        self._shared = {j: (i, fed[i]) for j, i in metadata.signature.in_place_pairs().items() if i in fed}
         self._binding = self._torch_device.type != "cpu" or bool(dtypes & _NON_NUMPY) or bool(self._shared)
 
     @classmethod

@@ -18,10 +18,11 @@ from __future__ import annotations
 from typing import Any
 
 from ...configs import ExportConfig
-from ...errors import ExportError
+from ...errors import ConfigError, ExportError
 from ...export.exporter import HfExporter, Lowered
 from ...export.trace import Traced
 from ...quantization.base import calibration_for, find_quantizer
+from ...quantization.pt2e import PT2EQuantizer
 from ...signature import Signature, TensorSpec
 from .config import FORMAT, OpenVINOConfig
 from .io import COMPRESS_KEY, PRECISION_KEY
@@ -59,6 +60,21 @@ class OpenVINOExporter(HfExporter):
             return super().export_for_generation(model, inputs, **kwargs)
         finally:
             self._generation = False
+
+    def check_available(self, config: ExportConfig) -> None:
+        """Also refuse ``PT2EQuantizer``: OpenVINO's frontend fails typing its ``FakeQuantize`` -> ``MatMul``
+        (openvino 2026.4).
+
+        Raises:
+            BackendUnavailableError: openvino is not installed.
+            ConfigError: A PT2E quantizer.
+        """
+        super().check_available(config)
+        if isinstance(config.quantizer, PT2EQuantizer):
+            raise ConfigError(
+                "PT2EQuantizer works with dynamo, executorch exports, not 'openvino': OpenVINO's frontend cannot type "
+                "its quantize/dequantize ops; use NNCFQuantizer for OpenVINO exports."
+            )
 
     def export_program(self, traced: Traced, config: ExportConfig) -> Any:
         """Convert ``traced.program`` with OpenVINO's PyTorch frontend and name its ports.
