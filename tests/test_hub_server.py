@@ -27,7 +27,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-from hub_export.hub.server import HubServer
+from hub_export.embedded_hub.server import HubServer
 
 REPO = "me/tiny"
 HEX40 = set("0123456789abcdef")

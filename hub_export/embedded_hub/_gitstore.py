@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from hub_export.errors import HubError
+from hub_export.errors import StoreError
 
 try:
     import fcntl
@@ -52,21 +52,6 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 _POINTER_RE = re.compile(rb"version https://git-lfs\.github\.com/spec/v1\noid sha256:([0-9a-f]{64})\nsize (\d+)\n")
 _BAD_REF = re.compile(r"(^|/)\.|\.\.|//|@\{|[\x00-\x20~^:?*\[\\\x7f]|\.lock(/|$)|/$|^/")
 _CACHE_MAX = 512
-
-
-class StoreError(HubError):
-    """A request the store refuses; carries the HTTP status and the Hub's ``X-Error-Code``.
-
-    Args:
-        message: What went wrong, for the ``error`` field of the JSON body.
-        status: HTTP status code to answer with.
-        code: Value of the ``X-Error-Code`` header, if the Hub sends one for this case.
-        headers: Extra response headers (e.g. ``X-Repo-Commit`` on a missing entry).
-    """
-
-    def __init__(self, message: str, status: int = 400, code: str | None = None, headers: dict | None = None):
-        super().__init__(message)
-        self.status, self.code, self.headers = status, code, dict(headers or {})
 
 
 def repo_not_found(repo_id: str) -> StoreError:

@@ -6,8 +6,8 @@ commits (regular and LFS files, deletions, ``create_pr``, ``parent_commit``), br
 tree listings, ``paths-info``, downloads with ranges, and the Hub's error codes.
 
 Design:
-    * Storage lives in :mod:`hub_export.hub._gitstore`: one bare git repository per Hub repo, so commit ids
-      are genuine git shas and everything survives restarts. Routes live in :mod:`hub_export.hub._routes`;
+    * Storage lives in :mod:`hub_export.embedded_hub._gitstore`: one bare git repository per Hub repo, so commit ids
+      are genuine git shas and everything survives restarts. Routes live in :mod:`hub_export.embedded_hub._routes`;
       this module only speaks HTTP: it reads bounded bodies (``Content-Length`` or chunked), checks bearer
       tokens, applies injected faults, streams responses and records every request.
     * Standard library only: ``ThreadingHTTPServer`` with HTTP/1.1 keep-alive; writers of one repo are
@@ -38,8 +38,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import BinaryIO
 from urllib.parse import parse_qs
 
-from hub_export.hub._gitstore import HubStore, StoreError
-from hub_export.hub._routes import Request, Response, Router, error_response
+from hub_export.embedded_hub._gitstore import HubStore
+from hub_export.embedded_hub._routes import Request, Response, Router, error_response
+from hub_export.errors import StoreError
 
 __all__ = ["HubServer", "RequestRecord", "FaultRule", "serve", "main"]
 

@@ -23,7 +23,8 @@ import re
 import time
 from urllib.parse import urlencode
 
-from hub_export.hub._gitstore import GitRepo, StoreError, clean_path, entry_not_found, git_oid, lfs_pointer
+from hub_export.embedded_hub._gitstore import GitRepo, clean_path, entry_not_found, git_oid, lfs_pointer
+from hub_export.errors import StoreError
 
 LFS_THRESHOLD = 10 * 1024 * 1024
 #: The Hub's default ``.gitattributes`` (first commit of every repo), plus the formats hub_export writes.

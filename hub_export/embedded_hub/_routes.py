@@ -3,7 +3,7 @@
 Each route mirrors what huggingface_hub 2.4 sends and reads (``hf_api.py``, ``_commit_api.py``, ``lfs.py``,
 ``file_download.py``): the same paths, query parameters, JSON keys, ``X-Error-Code`` values and headers
 (``X-Repo-Commit``, ``ETag``, ``X-Linked-Etag``, ``X-Linked-Size``). Upload rules and commit payloads live in
-:mod:`hub_export.hub._uploads`, storage in :mod:`hub_export.hub._gitstore`.
+:mod:`hub_export.embedded_hub._uploads`, storage in :mod:`hub_export.embedded_hub._gitstore`.
 """
 
 from __future__ import annotations
@@ -24,16 +24,15 @@ from urllib.parse import parse_qs, unquote, urlencode
 
 import yaml
 
-from hub_export.hub._gitstore import (
+from hub_export.embedded_hub._gitstore import (
     GitRepo,
     HubStore,
-    StoreError,
     check_ref_name,
     clean_path,
     entry_not_found,
     revision_not_found,
 )
-from hub_export.hub._uploads import (
+from hub_export.embedded_hub._uploads import (
     GITATTRIBUTES,
     apply_operations,
     is_ignored,
@@ -42,6 +41,7 @@ from hub_export.hub._uploads import (
     sign_upload,
     upload_mode,
 )
+from hub_export.errors import StoreError
 
 _PREFIX = {"model": "", "dataset": "datasets/", "space": "spaces/"}
 _API_TYPES = {"models": "model", "datasets": "dataset", "spaces": "space"}
