@@ -18,14 +18,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 from urllib.parse import parse_qs
 
 from hub_export.embedded_hub._protocol import CHUNK, BodyTooLarge, Request, Response, error_response
+from hub_export.embedded_hub._routes import Router
 from hub_export.errors import StoreError
-
-if TYPE_CHECKING:
-    from hub_export.embedded_hub.server import HubServer
 
 _DRAIN_LIMIT = 16 * 1024**2
 _HOST_RE = re.compile(r"[A-Za-z0-9.\-]+(:\d{1,5})?|\[[0-9A-Fa-f:.]+\](:\d{1,5})?")
@@ -69,6 +67,24 @@ class FaultRule:
     def matches(self, method: str, path: str) -> bool:
         """Whether this rule applies to a request."""
         return self.method in ("*", method) and re.search(self.path, path) is not None
+
+
+class Hub(Protocol):
+    """What the HTTP layer needs of :class:`~hub_export.embedded_hub.server.HubServer` (which implements it;
+    spelled out here so that this module does not import the server module that imports it)."""
+
+    max_body: int
+    max_buffered_body: int
+    token: str | None
+    read_tokens: tuple[str, ...]
+    _router: Router
+
+    @property
+    def url(self) -> str: ...
+
+    def _take_fault(self, method: str, path: str) -> FaultRule | None: ...
+    def _record(self, record: RequestRecord) -> None: ...
+    def _replace_record(self, old: RequestRecord, new: RequestRecord) -> None: ...
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -285,7 +301,7 @@ class HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, address: tuple[str, int], hub: HubServer | Any):
+    def __init__(self, address: tuple[str, int], hub: Hub):
         self.hub = hub
         self.connections: set[socket.socket] = set()
         super().__init__(address, Handler)
