@@ -281,6 +281,9 @@ class Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
         except (ConnectionError, OSError):
             self.close_connection = True
+        except StoreError:  # a body that fails after its headers went out: the client sees a short body
+            _log.exception("Response body of %s %s failed", self.command, self.path)
+            self.close_connection = True
 
     def _write_body(self, resp: Response, count: int) -> None:
         if resp.file is not None:

@@ -283,9 +283,10 @@ def serve(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m hub_export.embedded_hub.server --root DIR [--host H] [--port P] [--token T]``."""
+    """Entry point of ``python -m hub_export.embedded_hub --root DIR [--host H] [--port P] [--token T]
+    [--multipart-threshold BYTES] [--chunk-size BYTES]`` (``hub-export hub serve`` takes the first four)."""
     parser = argparse.ArgumentParser(
-        prog="hub_export.embedded_hub.server", description="Serve an embedded Hugging Face Hub."
+        prog="python -m hub_export.embedded_hub", description="Serve an embedded Hugging Face Hub."
     )
     parser.add_argument("--root", required=True, help="storage directory (created if missing)")
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback)")
