@@ -66,7 +66,7 @@ def main() -> int:
     """Run the demo; returns the exit code."""
     shutil.rmtree(OUTPUT, ignore_errors=True)
     OUTPUT.mkdir(parents=True)
-    from hub_export.hub.server import HubServer
+    from hub_export.embedded_hub.server import HubServer
 
     with HubServer(OUTPUT / "hub-root") as server:
         os.environ["HF_ENDPOINT"] = server.url

@@ -21,6 +21,7 @@ __all__ = [
     "HubError",
     "PatchTargetMissing",
     "ParityError",
+    "StoreError",
 ]
 
 
@@ -78,3 +79,23 @@ class PatchTargetMissing(HubExportError, AttributeError):
 
 class ParityError(ExportError):
     """An exported program returned outputs of another number or shape than the eager model on the same inputs."""
+
+
+class StoreError(HubError):
+    """The embedded Hub server refused a request (bad input, missing repo or file, conflict, failed check).
+
+    Raised inside :mod:`hub_export.embedded_hub` and answered as the Hub's error shape: the HTTP ``status``,
+    an ``X-Error-Code`` header when the Hub sends one for the case (``RepoNotFound``, ``RevisionNotFound``,
+    ``EntryNotFound``) and ``{"error": message}`` as the body. A client of the server never sees this class,
+    only the HTTP error; code that drives the store directly catches it.
+
+    Args:
+        message: What went wrong, for the ``error`` field of the JSON body.
+        status: HTTP status code to answer with.
+        code: Value of the ``X-Error-Code`` header, if the Hub sends one for this case.
+        headers: Extra response headers (e.g. ``X-Repo-Commit`` on a missing entry).
+    """
+
+    def __init__(self, message: str, status: int = 400, code: str | None = None, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.code, self.headers = status, code, dict(headers or {})

@@ -24,7 +24,7 @@ import yaml
 from huggingface_hub import HfApi
 from test_sync import REPO, upload_source
 
-from hub_export.hub.server import HubServer
+from hub_export.embedded_hub.server import HubServer
 
 ROOT = Path(__file__).resolve().parent.parent
 ACTION = ROOT / "actions" / "sync" / "action.yml"

@@ -24,9 +24,9 @@ from hub_export import (
     OnnxExporter,
 )
 from hub_export.cli.main import main
+from hub_export.embedded_hub.server import HubServer
 from hub_export.formats import ExportFormat
 from hub_export.hub.publish import publish
-from hub_export.hub.server import HubServer
 
 REPO = "me/tiny"
 SIDE = ("export.json", "config.json", "generation_config.json")

@@ -12,9 +12,9 @@ from huggingface_hub import CommitOperationAdd, HfApi
 from tiny_models import build
 
 from hub_export import DynamoConfig, DynamoExporter, ExportedModel, HubError
+from hub_export.embedded_hub.server import HubServer
 from hub_export.hub.card import BEGIN, END
 from hub_export.hub.publish import PublishResult, publish
-from hub_export.hub.server import HubServer
 from hub_export.hub.source import load_source
 
 REPO = "me/tiny"

@@ -13,8 +13,8 @@ from huggingface_hub import HfApi
 
 from hub_export import ExportedModel
 from hub_export.cli.main import main
+from hub_export.embedded_hub.server import HubServer
 from hub_export.errors import ConfigError, HubExportError
-from hub_export.hub.server import HubServer
 from hub_export.hub.sync import load_sync_config, plan_sync, sync
 
 REPO = "me/tiny-llama"

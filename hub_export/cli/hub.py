@@ -23,7 +23,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until interrupted."""
-    from ..hub.server import serve
+    from ..embedded_hub.server import serve
 
     print(
         f"embedded hub on http://{args.host}:{args.port} (root {args.root}); set HF_ENDPOINT and HF_HUB_DISABLE_XET=1"

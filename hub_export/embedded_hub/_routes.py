@@ -2,8 +2,9 @@
 
 Each route mirrors what huggingface_hub 2.4 sends and reads (``hf_api.py``, ``_commit_api.py``, ``lfs.py``,
 ``file_download.py``): the same paths, query parameters, JSON keys, ``X-Error-Code`` values and headers
-(``X-Repo-Commit``, ``ETag``, ``X-Linked-Etag``, ``X-Linked-Size``). Upload rules and commit payloads live in
-:mod:`hub_export.hub._uploads`, storage in :mod:`hub_export.hub._gitstore`.
+(``X-Repo-Commit``, ``ETag``, ``X-Linked-Etag``, ``X-Linked-Size``). The LFS routes live in
+:mod:`hub_export.embedded_hub._lfs`, upload rules and commit payloads in :mod:`hub_export.embedded_hub._uploads`,
+storage in :mod:`hub_export.embedded_hub._gitstore`.
 """
 
 from __future__ import annotations
@@ -11,37 +12,28 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import hmac
 import json
 import re
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
-from typing import Any, BinaryIO
+from functools import partial
 from urllib.parse import parse_qs, unquote, urlencode
 
 import yaml
 
-from hub_export.hub._gitstore import (
-    GitRepo,
-    HubStore,
-    StoreError,
-    check_ref_name,
-    clean_path,
-    entry_not_found,
-    revision_not_found,
+from hub_export.embedded_hub._gitstore import GitRepo, HubStore
+from hub_export.embedded_hub._lfs import LfsRoutes
+from hub_export.embedded_hub._names import check_ref_name, clean_path, entry_not_found, revision_not_found
+from hub_export.embedded_hub._protocol import (
+    Request,
+    Response,
+    error_response,
+    iter_lines,
+    json_body,
+    json_response,
+    ranged,
 )
-from hub_export.hub._uploads import (
-    GITATTRIBUTES,
-    apply_operations,
-    is_ignored,
-    lfs_batch,
-    parse_commit,
-    sign_upload,
-    upload_mode,
-)
+from hub_export.embedded_hub._uploads import GITATTRIBUTES, apply_operations, is_ignored, parse_commit, upload_mode
+from hub_export.errors import StoreError
 
 _PREFIX = {"model": "", "dataset": "datasets/", "space": "spaces/"}
 _API_TYPES = {"models": "model", "datasets": "dataset", "spaces": "space"}
@@ -49,84 +41,8 @@ _SUBPATHS = {"revision", "refs", "branch", "tag", "tree", "paths-info", "preuplo
 _READ_POSTS = {"paths-info"}
 
 
-@dataclass
-class Request:
-    """One HTTP request as the router sees it (the server fills it in)."""
-
-    method: str
-    path: str
-    query: dict[str, list[str]]
-    headers: Any
-    base_url: str
-    access: str | None
-    read_body: Callable[[], bytes]
-    copy_body: Callable[[BinaryIO], int]
-
-    def param(self, name: str, default: str | None = None) -> str | None:
-        """First value of a query parameter."""
-        return self.query.get(name, [default])[0]
-
-    def flag(self, name: str) -> bool:
-        """Whether a boolean query parameter is set (``1``/``true``)."""
-        return (self.param(name) or "").lower() in ("1", "true")
-
-
-@dataclass
-class Response:
-    """What to send back: a status, headers and either ``body`` or a slice of ``file``."""
-
-    status: int = 200
-    headers: dict[str, str] = field(default_factory=dict)
-    body: bytes = b""
-    file: Path | None = None
-    offset: int = 0
-    length: int = 0
-
-
-def json_response(data: Any, status: int = 200, headers: dict | None = None) -> Response:
-    """A JSON response."""
-    return Response(status, {"Content-Type": "application/json", **(headers or {})}, json.dumps(data).encode())
-
-
-def error_response(err: StoreError) -> Response:
-    """The Hub's error shape: ``X-Error-Code``/``X-Error-Message`` headers and ``{"error": ...}``."""
-    message = str(err)
-    headers = {"X-Error-Message": message.encode("ascii", "replace").decode()[:300].replace("\n", " ")}
-    if err.code:
-        headers["X-Error-Code"] = err.code
-    return json_response({"error": message}, err.status, {**headers, **err.headers})
-
-
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
-
-
-def _json_body(req: Request) -> dict:
-    """The request body as a JSON object (``{}`` when empty).
-
-    Raises:
-        StoreError: 400 when the body is not a JSON object.
-    """
-    raw = req.read_body()
-    try:
-        body = json.loads(raw) if raw.strip() else {}
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise StoreError(f"Malformed JSON body: {exc}") from None
-    if not isinstance(body, dict):
-        raise StoreError("Malformed JSON body: expected an object")
-    return body
-
-
-def _byte_range(header: str | None, size: int) -> tuple[int, int] | None | bool:
-    """Parse a single ``bytes=`` range: ``(start, end)``, None to serve everything, False if unsatisfiable."""
-    match = re.fullmatch(r"\s*bytes=(\d*)-(\d*)\s*", header or "")
-    if not match or match[1] == match[2] == "":
-        return None
-    if match[1] == "":
-        start, end = max(size - int(match[2]), 0), size - 1
-    else:
-        start, end = int(match[1]), min(int(match[2]) if match[2] else size - 1, size - 1)
-    return (start, end) if start <= end and start < size else False
 
 
 class Router:
@@ -137,12 +53,16 @@ class Router:
         username: Name reported by ``whoami`` and written as commit author.
         auth_enabled: Whether tokens are configured (then every request needs one).
         secret: Key signing LFS upload URLs (they carry no bearer token, like presigned S3 URLs).
+
+    Attributes:
+        lfs: The LFS routes (their ``multipart_threshold`` and ``chunk_size`` are the server's settings).
     """
 
     page_size = 1000
 
     def __init__(self, store: HubStore, username: str, auth_enabled: bool, secret: bytes):
-        self.store, self.username, self.auth_enabled, self.secret = store, username, auth_enabled, secret
+        self.store, self.username, self.auth_enabled = store, username, auth_enabled
+        self.lfs = LfsRoutes(store, secret, self._need)
 
     def handle(self, req: Request) -> Response:
         """Answer one request; store errors become Hub-shaped error responses."""
@@ -177,7 +97,7 @@ class Router:
                 return self._create_repo(req)
             if rest == ["repos", "delete"] and method == "DELETE":
                 self._need(req, "write")
-                body = _json_body(req)
+                body = json_body(req)
                 repo_id = "/".join(p for p in (body.get("organization"), body.get("name")) if p)
                 self.store.delete(body.get("type") or "model", repo_id)
                 return json_response({})
@@ -194,7 +114,7 @@ class Router:
                 return self._resolve(req, self.store.get(repo_type, "/".join(segs[:n])), rev, segs[n + 1 + i :])
             if len(segs) > n + 3 and segs[n - 1].endswith(".git") and segs[n : n + 3] == ["info", "lfs", "objects"]:
                 repo_id = "/".join(segs[:n])[:-4]
-                return self._lfs(req, repo_type, repo_id, segs[n + 3 :])
+                return self.lfs.handle(req, repo_type, repo_id, segs[n + 3 :])
         raise StoreError(f"Not found: {req.path}", 404)
 
     @staticmethod
@@ -259,7 +179,7 @@ class Router:
         )
 
     def _validate_yaml(self, req: Request) -> Response:
-        content = str(_json_body(req).get("content", ""))
+        content = str(json_body(req).get("content", ""))
         match = re.match(r"---\s*\n(.*?)\n---\s*(\n|$)", content, re.S)
         try:
             if match and not isinstance(yaml.safe_load(match[1]) or {}, dict):
@@ -272,7 +192,7 @@ class Router:
         return f"{req.base_url}/{_PREFIX[repo.repo_type]}{repo.repo_id}"
 
     def _create_repo(self, req: Request) -> Response:
-        body = _json_body(req)
+        body = json_body(req)
         if not isinstance(body, dict) or not isinstance(body.get("name"), str):
             raise StoreError("Missing repo name")
         repo_type = body.get("type") or "model"
@@ -347,7 +267,7 @@ class Router:
                     raise StoreError("Cannot delete the default branch 'main'", 403)
                 repo.delete_ref(ref)
                 return json_response({})
-            body = _json_body(req)
+            body = json_body(req)
             if repo.read_ref(ref) is not None:
                 raise StoreError(f"Reference already exists: {ref}", 409)
             repo.write_ref(ref, repo.resolve(str(body.get("startingPoint") or "main"))[0])
@@ -361,7 +281,7 @@ class Router:
                     raise revision_not_found(target)
                 repo.delete_ref(ref)
                 return json_response({})
-            tag = _json_body(req).get("tag")
+            tag = json_body(req).get("tag")
             ref = f"refs/tags/{check_ref_name(str(tag or ''))}"
             sha, _ = repo.resolve(target)
             if repo.read_ref(ref) is not None:
@@ -461,7 +381,7 @@ class Router:
         return repo.read_object(hit[1])[1].decode("utf-8", "replace") if hit and not hit[0] else ""
 
     def _preupload(self, req: Request, repo: GitRepo, rev: str) -> Response:
-        body = _json_body(req)
+        body = json_body(req)
         files = body.get("files") if isinstance(body, dict) else None
         if not isinstance(files, list):
             raise StoreError("Malformed preupload payload: 'files' must be a list")
@@ -492,7 +412,8 @@ class Router:
         return json_response({"files": out, "commitOid": sha})
 
     def _commit(self, req: Request, repo: GitRepo, rev: str) -> Response:
-        header, ops = parse_commit(req.read_body())
+        # Read (and store the regular files of) the payload line by line before taking the repo's lock.
+        header, ops = parse_commit(iter_lines(req.chunks(), req.max_buffered), partial(repo.write_object, "blob"))
         create_pr = req.flag("create_pr")
         with self.store.lock(repo.repo_type, repo.repo_id):
             head, ref = repo.resolve(rev)
@@ -545,62 +466,5 @@ class Router:
             resp = Response(200, headers, file=file, length=info.size)
         else:
             headers["ETag"] = f'"{info.oid}"'
-            resp = Response(200, headers, body=repo.read_object(info.oid)[1])
-        return self._ranged(req, resp, info.size)
-
-    @staticmethod
-    def _ranged(req: Request, resp: Response, size: int) -> Response:
-        span = _byte_range(req.headers.get("Range"), size)
-        if span is False:
-            return Response(416, {"Content-Range": f"bytes */{size}", **resp.headers})
-        if span is None:
-            return resp
-        start, end = span
-        resp.status = 206
-        resp.headers["Content-Range"] = f"bytes {start}-{end}/{size}"
-        if resp.file is not None:
-            resp.offset, resp.length = start, end - start + 1
-        else:
-            resp.body = resp.body[start : end + 1]
-        return resp
-
-    # -- LFS -----------------------------------------------------------------------------------------
-    def _lfs(self, req: Request, repo_type: str, repo_id: str, tail: list[str]) -> Response:
-        if tail == ["batch"] and req.method == "POST":
-            self._need(req, "read")
-            body = _json_body(req)
-            upload = body.get("operation") == "upload"
-            self._need(req, "write" if upload else "read")
-            repo = self.store.get(repo_type, repo_id)
-            base = f"{req.base_url}/{_PREFIX[repo.repo_type]}{repo.repo_id}.git/info/lfs/objects"
-            data = json.dumps(lfs_batch(repo, body, upload, base, self.secret)).encode()
-            return Response(200, {"Content-Type": "application/vnd.git-lfs+json"}, data)
-        if len(tail) == 2 and tail[1] == "verify" and req.method == "POST":
-            self._need(req, "write")
-            repo, body = self.store.get(repo_type, repo_id), _json_body(req)
-            stored = repo.lfs_size(tail[0])
-            if stored is None or body.get("size", stored) != stored:
-                raise StoreError(f"LFS object {tail[0]} not found", 404)
-            return json_response({})
-        if len(tail) == 1 and req.method == "PUT":
-            repo = self.store.get(repo_type, repo_id)
-            size, expires = req.param("size") or "", req.param("exp") or ""
-            valid = size.isdigit() and expires.isdigit() and int(expires) > time.time()
-            signature = sign_upload(self.secret, repo, tail[0], int(size), int(expires)) if valid else ""
-            if not valid or not hmac.compare_digest(signature, req.param("sig") or ""):
-                raise StoreError("Invalid or expired upload URL", 403)
-            if repo.lfs_size(tail[0]) == int(size):
-                req.read_body()
-            else:
-                repo.lfs_store(tail[0], int(size), req.copy_body)
-            return json_response({})
-        if len(tail) == 1 and req.method in ("GET", "HEAD"):
-            self._need(req, "read")
-            repo = self.store.get(repo_type, repo_id)
-            size = repo.lfs_size(tail[0])
-            if size is None:
-                raise StoreError(f"LFS object {tail[0]} not found", 404)
-            return self._ranged(
-                req, Response(200, {"Accept-Ranges": "bytes"}, file=repo.lfs_path(tail[0]), length=size), size
-            )
-        raise StoreError(f"Not found: {req.path}", 404)
+            resp = Response(200, headers, stream=partial(repo.stream_blob, info.oid), length=info.size)
+        return ranged(req.headers.get("Range"), resp, info.size)

@@ -9,15 +9,22 @@ Design:
       is a blob whose oid is ``git hash-object``'s, trees and commits use git's exact encoding, so a commit
       id is a genuine 40-hex sha1 that depends on the content, the parent and the time;
     * files that arrive through LFS are stored once, raw, under ``<repo>/lfs/objects/aa/bb/<sha256>``
-      (git-lfs's own layout) and the tree holds the git-lfs pointer blob, exactly as on the Hub;
+      (git-lfs's own layout) and the tree holds the git-lfs pointer blob, exactly as on the Hub; uploads
+      land in ``lfs/tmp`` (single PUT) or ``lfs/incoming`` (multipart, see
+      :mod:`~hub_export.embedded_hub._multipart`) and are renamed into place once their sha256 matches;
     * refs are loose ref files (``refs/heads/main``, ``refs/tags/v1``, ``refs/pr/1``) replaced atomically
       with ``os.replace``: readers never lock, never see a half-written ref, and a crash leaves at worst
       unreferenced objects (harmless, as in git).
 
+    Content passes in pieces of 1 MiB: LFS uploads are hashed while written, blobs are deflated to and
+    inflated from their object files piece by piece (:meth:`GitRepo.stream_blob` serves any byte range),
+    so memory does not grow with file sizes.
+
     Objects are immutable, so parsed trees and file sizes are cached by oid. Writers of one repo are
     serialised by :meth:`HubStore.lock` (a thread lock plus ``flock`` on a lock file next to the repo, so
-    two processes sharing a root are safe too); repo creation and deletion are atomic renames. Names that become filesystem paths (namespaces, repo names,
-    ref names, LFS oids) are validated against strict patterns before any path is built.
+    two processes sharing a root are safe too); repo creation and deletion are atomic renames. Names that
+    become filesystem paths (namespaces, repo names, ref names, LFS oids) are validated against strict
+    patterns (:mod:`~hub_export.embedded_hub._names`) before any path is built.
 """
 
 from __future__ import annotations
@@ -33,108 +40,30 @@ import threading
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
-from hub_export.errors import HubError
+from hub_export.embedded_hub._names import (
+    HEX40,
+    SHA256,
+    check_ref_name,
+    git_oid,
+    repo_not_found,
+    revision_not_found,
+)
+from hub_export.errors import StoreError
 
 try:
     import fcntl
 except ImportError:  # Windows: the in-process lock still serialises writers of one server
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]
 
 REPO_TYPES = ("model", "dataset", "space")
 _NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?")
-_HEX40 = re.compile(r"[0-9a-f]{40}")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 _POINTER_RE = re.compile(rb"version https://git-lfs\.github\.com/spec/v1\noid sha256:([0-9a-f]{64})\nsize (\d+)\n")
-_BAD_REF = re.compile(r"(^|/)\.|\.\.|//|@\{|[\x00-\x20~^:?*\[\\\x7f]|\.lock(/|$)|/$|^/")
 _CACHE_MAX = 512
-
-
-class StoreError(HubError):
-    """A request the store refuses; carries the HTTP status and the Hub's ``X-Error-Code``.
-
-    Args:
-        message: What went wrong, for the ``error`` field of the JSON body.
-        status: HTTP status code to answer with.
-        code: Value of the ``X-Error-Code`` header, if the Hub sends one for this case.
-        headers: Extra response headers (e.g. ``X-Repo-Commit`` on a missing entry).
-    """
-
-    def __init__(self, message: str, status: int = 400, code: str | None = None, headers: dict | None = None):
-        super().__init__(message)
-        self.status, self.code, self.headers = status, code, dict(headers or {})
-
-
-def repo_not_found(repo_id: str) -> StoreError:
-    """Error for a repository that does not exist."""
-    return StoreError(f"Repository not found: {repo_id}", 404, "RepoNotFound")
-
-
-def revision_not_found(rev: str) -> StoreError:
-    """Error for a revision that does not resolve."""
-    return StoreError(f"Invalid rev id: {rev}", 404, "RevisionNotFound")
-
-
-def entry_not_found(path: str, commit: str | None = None) -> StoreError:
-    """Error for a path missing at a revision."""
-    headers = {"X-Repo-Commit": commit} if commit else {}
-    return StoreError(f"Entry not found: {path}", 404, "EntryNotFound", headers)
-
-
-def clean_path(path: object, *, folder: bool = False) -> str:
-    """Validate a path inside a repo and return it normalised.
-
-    Args:
-        path: Candidate relative POSIX path.
-        folder: Accept (and strip) one trailing slash.
-
-    Returns:
-        The path, unchanged apart from that trailing slash.
-
-    Raises:
-        StoreError: 400 for absolute paths, ``.``/``..``/empty segments, backslashes, control characters
-            or a ``.git`` segment.
-    """
-    if not isinstance(path, str) or not path:
-        raise StoreError(f"Invalid path: {path!r}")
-    if folder and path.endswith("/"):
-        path = path[:-1]
-    bad = (
-        not path
-        or len(path) > 4096
-        or path.startswith("/")
-        or "\\" in path
-        or any(ord(c) < 32 or ord(c) == 127 for c in path)
-        or any(seg in ("", ".", "..", ".git") for seg in path.split("/"))
-    )
-    if bad:
-        raise StoreError(f"Invalid path in repo: {path!r}")
-    return path
-
-
-def check_ref_name(name: str) -> str:
-    """Validate a branch or tag name (git's check-ref-format rules, plus no 40-hex names).
-
-    Raises:
-        StoreError: 400 when the name is not a valid ref name.
-    """
-    if not name or len(name) > 255 or _BAD_REF.search(name) or _HEX40.fullmatch(name):
-        raise StoreError(f"Invalid reference name: {name!r}")
-    return name
-
-
-def git_oid(kind: str, data: bytes) -> str:
-    """The git object id of ``data`` stored as ``kind`` (``blob``, ``tree``, ``commit``)."""
-    return hashlib.sha1(b"%s %d\0" % (kind.encode(), len(data)) + data).hexdigest()
-
-
-def lfs_pointer(oid: str, size: int) -> bytes:
-    """The git-lfs pointer file for an object."""
-    return f"version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {size}\n".encode()
+_PIECE = 1 << 20  # bytes per read, write, deflate or inflate step: bounds memory per transfer
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -192,11 +121,29 @@ class GitRepo:
         return self.path / "objects" / oid[:2] / oid[2:]
 
     def write_object(self, kind: str, data: bytes) -> str:
-        """Store a git object (if absent) and return its oid."""
+        """Store a git object (if absent) and return its oid.
+
+        The object is deflated to its file piece by piece: no second copy of ``data`` is made.
+        """
         oid = git_oid(kind, data)
         path = self._obj_path(oid)
-        if not path.exists():
-            _atomic_write(path, zlib.compress(b"%s %d\0" % (kind.encode(), len(data)) + data, 1))
+        if path.exists():
+            return oid
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                deflate = zlib.compressobj(1)
+                out.write(deflate.compress(b"%s %d\0" % (kind.encode(), len(data))))
+                view = memoryview(data)
+                for start in range(0, len(view), _PIECE):
+                    out.write(deflate.compress(view[start : start + _PIECE]))
+                out.write(deflate.flush())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         return oid
 
     def read_object(self, oid: str) -> tuple[str, bytes]:
@@ -205,7 +152,7 @@ class GitRepo:
         Raises:
             StoreError: 404 when the object does not exist.
         """
-        if not _HEX40.fullmatch(oid):
+        if not HEX40.fullmatch(oid):
             raise StoreError(f"Invalid object id: {oid!r}")
         try:
             raw = zlib.decompress(self._obj_path(oid).read_bytes())
@@ -214,10 +161,46 @@ class GitRepo:
         header, _, data = raw.partition(b"\0")
         return header.split(b" ")[0].decode(), data
 
+    def stream_blob(self, oid: str, offset: int = 0, length: int | None = None) -> Iterator[bytes]:
+        """Yield the content of a blob from ``offset`` on (``length`` bytes, default all), inflating the
+        object file piece by piece so that memory stays bounded whatever the blob's size.
+
+        Raises:
+            StoreError: 404 when the object does not exist.
+        """
+        if not HEX40.fullmatch(oid):
+            raise StoreError(f"Invalid object id: {oid!r}")
+        try:
+            fh = open(self._obj_path(oid), "rb")  # noqa: SIM115 - closed in the finally of this generator
+        except FileNotFoundError:
+            raise StoreError(f"Object not found: {oid}", 404) from None
+        remaining = float("inf") if length is None else length
+        skip, header_done, inflate = offset, False, zlib.decompressobj()
+        try:
+            while remaining > 0:
+                data = inflate.unconsumed_tail or fh.read(_PIECE)
+                out = inflate.decompress(data, _PIECE) if data else inflate.flush()  # flush: output still pending
+                if not out and not data:
+                    break
+                if not header_done:
+                    nul = out.find(b"\0")
+                    if nul < 0:
+                        raise StoreError(f"Corrupt object: {oid}", 500)
+                    out, header_done = out[nul + 1 :], True
+                if skip:
+                    dropped = min(skip, len(out))
+                    out, skip = out[dropped:], skip - dropped
+                if out:
+                    out = out[: int(min(len(out), remaining))]
+                    remaining -= len(out)
+                    yield out
+        finally:
+            fh.close()
+
     def has_commit(self, oid: str) -> bool:
         """Whether ``oid`` names a commit of this repo."""
         try:
-            return _HEX40.fullmatch(oid) is not None and self.read_object(oid)[0] == "commit"
+            return HEX40.fullmatch(oid) is not None and self.read_object(oid)[0] == "commit"
         except StoreError:
             return False
 
@@ -233,7 +216,7 @@ class GitRepo:
             value = self._ref_path(ref).read_text().strip()
         except (OSError, StoreError):
             return None
-        return value if _HEX40.fullmatch(value) else None
+        return value if HEX40.fullmatch(value) else None
 
     def write_ref(self, ref: str, oid: str) -> None:
         """Point a full ref at ``oid`` atomically.
@@ -263,7 +246,7 @@ class GitRepo:
         for file in sorted(base.rglob("*")) if base.is_dir() else []:
             if file.is_file() and not file.name.startswith(".tmp-"):
                 oid = file.read_text().strip()
-                if _HEX40.fullmatch(oid):
+                if HEX40.fullmatch(oid):
                     out[file.relative_to(base).as_posix()] = oid
         return out
 
@@ -275,7 +258,7 @@ class GitRepo:
         Raises:
             StoreError: 400 for a malformed name, 404 ``RevisionNotFound`` when nothing matches.
         """
-        if _HEX40.fullmatch(rev):
+        if HEX40.fullmatch(rev):
             if self.has_commit(rev):
                 return rev, None
             raise revision_not_found(rev)
@@ -414,7 +397,7 @@ class GitRepo:
         Raises:
             StoreError: 400 when ``oid`` is not 64 lowercase hex digits.
         """
-        if not isinstance(oid, str) or not _SHA256.fullmatch(oid):
+        if not isinstance(oid, str) or not SHA256.fullmatch(oid):
             raise StoreError(f"Invalid LFS oid: {oid!r}")
         return self.path / "lfs" / "objects" / oid[:2] / oid[2:4] / oid
 
@@ -425,44 +408,46 @@ class GitRepo:
         except OSError:
             return None
 
-    def lfs_store(self, oid: str, size: int, copy: Callable[[BinaryIO], int]) -> None:
-        """Stream an upload into the LFS store, checking its sha256 and size before publishing it.
+    def lfs_store(self, oid: str, size: int, chunks: Iterable[bytes]) -> None:
+        """Stream an upload into the LFS store, hashing it as it is written; publish it only when its sha256
+        and size match.
 
         Args:
             oid: Expected sha256 (hex).
             size: Expected size in bytes.
-            copy: ``copy(fileobj) -> int`` writes the request body into ``fileobj`` and returns its length.
+            chunks: The content, in pieces.
 
         Raises:
-            StoreError: 400 when the content does not match ``oid``/``size``.
+            StoreError: 400 when the content does not match ``oid``/``size`` (checked as soon as it exceeds
+                ``size``, so an oversized upload stops early).
         """
         target = self.lfs_path(oid)
         tmp_dir = self.path / "lfs" / "tmp"
         tmp_dir.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=tmp_dir)
+        mismatch = StoreError(f"Uploaded content does not match oid {oid} / size {size}", 400)
         try:
-            with os.fdopen(fd, "wb") as raw:
-                hashing = _HashingWriter(raw)
-                copy(hashing)
-            if hashing.size != size or hashing.sha.hexdigest() != oid:
-                raise StoreError(f"Uploaded content does not match oid {oid} / size {size}", 400)
+            sha, written = hashlib.sha256(), 0
+            with os.fdopen(fd, "wb") as out:
+                for chunk in chunks:
+                    written += len(chunk)
+                    if written > size:
+                        raise mismatch
+                    sha.update(chunk)
+                    out.write(chunk)
+            if written != size or sha.hexdigest() != oid:
+                raise mismatch
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(tmp, target)
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
 
-
-class _HashingWriter:
-    """File wrapper that hashes and counts what is written through it."""
-
-    def __init__(self, raw: BinaryIO):
-        self.raw, self.sha, self.size = raw, hashlib.sha256(), 0
-
-    def write(self, data: bytes) -> int:
-        self.sha.update(data)
-        self.size += len(data)
-        return self.raw.write(data)
+    def lfs_publish(self, oid: str, file: Path) -> None:
+        """Move a complete, verified file into the LFS store as object ``oid`` (an atomic rename)."""
+        target = self.lfs_path(oid)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(file, target)
 
 
 class HubStore:
