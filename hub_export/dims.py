@@ -359,7 +359,8 @@ class Dim:
         else:
             fix = f"Re-export with a larger bound for {self.name!r}."
         raise InputBoundsError(
-            f"{where} has size {size} ({self.name}), outside the exported sizes {self.describe()}. {fix}"
+            f"{where} has size {size} on axis {axis} ({self.name}), outside the exported bounds {self.describe()}. "
+            f"{fix}"
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from hub_export import (
     OnnxRuntimeStaticConfig,
     PT2EQuantizer,
 )
+from hub_export.backends.onnx import exporter as onnx_exporter
 from hub_export.quantization import base as quantization_base
 
 PROMPTS = [text_inputs(1, 5, seed=11), text_inputs(2, 9, pad_left=2, seed=12), text_inputs(1, 12, seed=13)]
@@ -35,7 +36,7 @@ def test_calibration_prompts_are_captured_per_component(monkeypatch, tmp_path):
         seen[key] = [list(sample[cache].shape) for sample in calibration.samples]
         return calibration
 
-    monkeypatch.setattr(quantization_base, "calibration_for", spy)
+    monkeypatch.setattr(onnx_exporter, "calibration_for", spy)  # where the ONNX exporter looks it up
     quantizer = OnnxRuntimeQuantizer(OnnxRuntimeStaticConfig(calibration_dataset=PROMPTS, per_channel=True))
     exported = OnnxExporter().export_for_generation(
         case.model, case.sample, config=OnnxConfig(dynamic=True, quantizer=quantizer)

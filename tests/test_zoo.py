@@ -10,6 +10,7 @@ a tiny module for ``patches.openvino.size_arithmetic_rules``), and Mamba's seque
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,9 @@ def test_experts_trace_to_standard_ops_and_restore(cases: Any) -> None:
     assert experts
     for backend in ("dynamo", "executorch"):  # a per-expert loop (where); ExecuTorch: gathered weights (bmm)
         config = AutoExportConfig.config_class(backend)(dynamic=True)
-        program = trace(model, cases("mixtral").sample, config).program
+        exporter = exporter_class(backend)()
+        choose = functools.partial(exporter.experts_forward, config=config)  # the backend's choice, as export() does
+        program = trace(model, cases("mixtral").sample, config, experts=choose).program
         targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
         assert not [t for t in targets if "transformers" in t or "histc" in t or "grouped_mm" in t]
         per_expert_loop = "aten.where.default" in targets and "aten.bmm.default" not in targets

@@ -83,7 +83,7 @@ def _check(exports: dict[str, Path]) -> tuple[Any, list[tuple]]:
             raise HubExportError(
                 f"{directory}: max abs diff vs eager {diff:.3g} is over atol {atol:g}; not publishing."
             )
-        rows.append((manifest.export_format, sub, "published", diff, atol, sum(e.size for e in manifest.all_files())))
+        rows.append((manifest.export_format, sub, "published", diff, atol, sum(e.size for e in manifest.all_listed())))
     distinct = {(s.repo_id, s.revision) if s else None for s in sources.values()}
     if len(distinct) > 1:
         listed = ", ".join(

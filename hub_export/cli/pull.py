@@ -51,9 +51,8 @@ def run(args: argparse.Namespace) -> int:
         token=args.token,
         endpoint=args.endpoint,
     )
-    files = export.manifest.all_files(args.components)
-    names = [MANIFEST_NAME, *(n for n in ("config.json", "generation_config.json") if (export.directory / n).is_file())]
-    names += [f.path for f in files]
+    files = export.manifest.component_files(args.components) + export.manifest.side_files()
+    names = [MANIFEST_NAME, *(f.path for f in files)]
     size = sum((export.directory / n).stat().st_size for n in names)
     print(
         f"{args.repo_id}@{export.commit} {export.subfolder or '.'}/: {export.manifest.export_format} export, "

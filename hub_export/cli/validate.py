@@ -33,7 +33,7 @@ def validate_directory(directory: Path) -> list[str]:
 
     manifest = Manifest.read(directory)
     lines = []
-    for entry in manifest.all_files():
+    for entry in manifest.all_listed():
         verify_file(directory / entry.path, entry)
         lines.append(f"ok {entry.path} {entry.size} bytes sha256 {entry.sha256[:12]}")
     return lines

@@ -29,9 +29,10 @@ def _target_length(prefill: Any, decode: Any, token_input: str, length: int) -> 
     spec = next((s for s in prefill.metadata.signature.inputs if s.name == token_input), None)
     if spec is None or len(spec.shape) < 2 or not _carries_state(decode):
         return None  # (a key/value decode graph takes a short prompt itself; a static one cannot take a long one)
-    if isinstance(spec.shape[1], int):
-        return spec.shape[1]
-    low = prefill.signature.dims[spec.shape[1]].min if spec.shape[1] in prefill.signature.dims else 0
+    size = prefill.signature.concrete_shape(spec)[1]  # an axis the model's code fixed is a dim of one size
+    if isinstance(size, int):
+        return size
+    low = prefill.signature.dims[size].min if size in prefill.signature.dims else 0
     return low if length < low else None
 
 
