@@ -55,12 +55,15 @@ class FileLayout:
         prefix: Prefix of a component's file names (OpenVINO uses ``openvino_``).
         shared: ``(file name, role)`` of files that belong to the export rather than one component (a weights file
             every component reads).
+        optional: Roles of ``files`` a component may lack (ExecuTorch keeps its weights in a ``.ptd`` data file
+            only when asked, or when they are too large for the program file).
     """
 
     subfolder: str
     files: tuple[tuple[str, str], ...]
     prefix: str = ""
     shared: tuple[tuple[str, str], ...] = ()
+    optional: tuple[str, ...] = ()
 
     def component_files(self, component: str) -> dict[str, str]:
         """``{relative file name: role}`` of a component, main file first."""
@@ -78,7 +81,7 @@ class FileLayout:
         for name, role in [*self.component_files(component).items(), *self.shared]:
             if name in listed:
                 found.setdefault(role, name)
-        missing = sorted({role for _, role in self.files} - set(found))
+        missing = sorted({role for _, role in self.files} - set(found) - set(self.optional))
         if missing:
             names = ", ".join(self.component_files(component))
             raise ManifestError(f"$.components.{component}.files: no {'/'.join(missing)} file; expected {names}.")
@@ -111,6 +114,9 @@ class Backend:
         runner_class: Its ``ModelRunner`` subclass.
         layout: Its file layout (:class:`FileLayout`).
         save_program: ``save_program(program, directory, component) -> [relative paths]`` (main file first).
+        save_programs: Optional ``save_programs({component: program}, directory) -> {component: [relative paths]}``
+            writing the components of one export together, so a weight several of them use is stored once (in a
+            file of ``layout.shared``); None: each component is written by ``save_program``.
         load_program: ``load_program(directory, component, entry) -> program``; the files are verified and checked.
         check_files: ``check_files(directory, component, entry, options)``: refuse files that are unsafe to hand
             to ``load_program`` (raises ``UnsafeExportError``); None when the format has nothing to check.
@@ -131,6 +137,7 @@ class Backend:
     save_program: Callable[[Any, Path, str], list[str]]
     load_program: Callable[[Path, str, ComponentEntry], Any]
     check_files: Callable[[Path, str, ComponentEntry, SafetyOptions], None] | None = None
+    save_programs: Callable[[dict[str, Any], Path], dict[str, list[str]]] | None = None
     packages: tuple[str, ...] = ()
     distributions: tuple[str, ...] = ()
     extra: str = ""
