@@ -19,6 +19,12 @@ ROOT = Path(__file__).resolve().parent.parent
 STAGE_LINE = r"^[^\s].* \.\.\. (\d+\.\d s|\d+ min \d\d s)$"
 
 
+@pytest.fixture(autouse=True)
+def outside_actions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Errors read as on a terminal, even when the suite runs in GitHub Actions (there they are annotations)."""
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+
+
 @dataclass
 class Run:
     """One command's exit code, stdout, stderr and wall time."""
@@ -46,6 +52,7 @@ def run_cli(capsys: pytest.CaptureFixture, *argv: str) -> Run:
 def run_process(*argv: str, env: dict[str, str] | None = None, timeout: float = 600, cwd: Path | None = None) -> Run:
     """``python -m hub_export.cli.main ARGV`` in a child process (the console script's entry point)."""
     environment = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    environment.pop("GITHUB_ACTIONS", None)
     start = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "hub_export.cli.main", *map(str, argv)],

@@ -9,12 +9,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cli_run import STAGE_LINE, run_cli, run_process, save_tiny_export, save_tiny_llama
+from cli_run import STAGE_LINE, outside_actions, run_cli, run_process, save_tiny_export, save_tiny_llama
 from huggingface_hub import HfApi
 
 from hub_export.cli._reference import commands
 from hub_export.cli.main import build_parser
 from hub_export.embedded_hub.server import HubServer
+
+__all__ = ["outside_actions"]  # an autouse fixture, used by importing it
 
 REPO = "me/tiny-cli"
 HUB_VERBS = ("export", "push", "pull", "validate", "publish", "sync")

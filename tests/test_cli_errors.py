@@ -11,11 +11,13 @@ import socket
 from pathlib import Path
 
 import pytest
-from cli_run import Run, run_cli, run_process, save_tiny_export
+from cli_run import Run, outside_actions, run_cli, run_process, save_tiny_export
 from huggingface_hub import HfApi
 
 from hub_export.embedded_hub.server import HubServer
 from hub_export.hub.publish import publish
+
+__all__ = ["outside_actions"]  # an autouse fixture, used by importing it
 
 REPO = "me/tiny-errors"
 BOUND_S = 15

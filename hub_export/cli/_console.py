@@ -99,9 +99,13 @@ class Console:
             print(f"warning: {text}", file=self.err, flush=True)
 
     def error(self, prog: str, message: str) -> None:
-        """The one error line: ``hub-export CMD: error: message``."""
+        """The one error line: ``hub-export CMD: error: message`` (in GitHub Actions, an ``::error::`` annotation,
+        which the run's page shows even when the line is inside a collapsed log group)."""
         self._close_line()
-        print(f"{prog}: error: {message}", file=self.err, flush=True)
+        if os.environ.get("GITHUB_ACTIONS") == "true":
+            print(f"::error title={prog}::{message.replace('%', '%25')}", file=self.err, flush=True)
+        else:
+            print(f"{prog}: error: {message}", file=self.err, flush=True)
 
     # -- stages (a hub_export._progress.StageListener) -----------------------------------------------------------
     def started(self, name: str) -> None:
