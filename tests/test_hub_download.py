@@ -218,7 +218,8 @@ def test_cli_push_and_pull(exports, hub_api: HfApi, hub_env: HubServer, tmp_path
 
     target = tmp_path / "pulled"
     assert (
-        main(["pull", REPO, "--subfolder", "pt2", "--revision", "v1", "--local-dir", str(target), "--endpoint", url]) == 0
+        main(["pull", REPO, "--subfolder", "pt2", "--revision", "v1", "--local-dir", str(target), "--endpoint", url])
+        == 0
     )
     assert capsys.readouterr().out.strip().splitlines()[-1] == str(target)
     assert sorted(p.name for p in target.iterdir()) == sorted([*SIDE, "model.pt2"])
