@@ -84,7 +84,7 @@ def _network_failure(chain: list[BaseException], endpoint: str) -> str | None:
     try:
         import httpx2 as httpx
     except ImportError:  # pragma: no cover - older huggingface_hub
-        import httpx
+        import httpx  # type: ignore[no-redef, import-not-found, unused-ignore]
     for item in chain:
         if isinstance(item, httpx.TransportError):
             if isinstance(item, httpx.TimeoutException):

@@ -345,7 +345,7 @@ def _transport_error(exc: BaseException | None) -> BaseException | None:
     try:
         import httpx2 as httpx
     except ImportError:  # pragma: no cover - older huggingface_hub
-        import httpx
+        import httpx  # type: ignore[no-redef, import-not-found, unused-ignore]
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, httpx.TransportError):
