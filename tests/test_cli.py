@@ -60,6 +60,8 @@ def test_an_unknown_flag_prints_the_subcommands_usage(capsys):
     run = run_cli(capsys, "hub", "serve", "--root", "x", "--bogus")
     assert run.code == 2 and run.err.startswith("usage: hub-export hub serve ")
     assert run_cli(capsys, "push", "--help").code == 0
+    run = run_cli(capsys)
+    assert run.code == 2 and run.err.startswith("usage: hub-export ") and "required: COMMAND" in run.err_lines[-1]
 
 
 def test_push_pull_validate_speak_json_and_quiet(

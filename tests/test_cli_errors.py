@@ -108,6 +108,8 @@ def test_a_bad_local_path(tmp_path: Path, capsys):
     assert message.startswith("no folder ./typo")
     message = _one_line(run_cli(capsys, "push", "me/x", tmp_path / "nowhere"), "push")
     assert message.startswith(f"no folder {tmp_path / 'nowhere'}")
+    message = _one_line(run_cli(capsys, "validate", tmp_path), "validate")  # a folder, but not an export
+    assert message == f"no export.json in {tmp_path}; is this a hub_export export folder?"  # no "$:" JSON path
 
 
 def test_a_folder_without_config_json(saved: Path, tmp_path: Path, capsys):

@@ -7,9 +7,10 @@
   stage's name shows while it runs; huggingface_hub's own upload and download bars show as usual.
   ``HF_HUB_DISABLE_PROGRESS_BARS=1`` keeps the lines and drops the live part; ``--quiet`` drops both.
 * **Third-party noise** is filtered while hub_export works (:func:`quiet_third_party`): warnings not raised by
-  hub_export, log records below ERROR, transformers' weight-loading bars, and what native code (ExecuTorch's
-  ``[cpuinfo_utils.cpp]`` lines) writes to file descriptor 2. ``--verbose`` or ``HUB_EXPORT_DEBUG=1`` shows all of
-  it, and the traceback of an error.
+  hub_export, log records below ERROR, transformers' weight-loading bars, what native code writes to file
+  descriptor 2, and native log lines forwarded to ``sys.stderr`` (ExecuTorch's ``[cpuinfo_utils.cpp:71] ...``).
+  ``--verbose`` or ``HUB_EXPORT_DEBUG=1`` shows all of it, and the traceback of an error.
+* **Errors** are one line (:meth:`Console.error`); in GitHub Actions an ``::error::`` annotation.
 """
 
 from __future__ import annotations
