@@ -91,11 +91,17 @@ def test_push_pull_validate_speak_json_and_quiet(
     assert run.code == 0 and run.out.strip().splitlines() == [pushed["commit_url"]]
 
 
-def test_validate_checks_what_the_repo_serves(saved: Path, hub_api: HfApi, hub_env: HubServer, capsys):
+def test_validate_checks_what_the_repo_serves(saved: Path, hub_api: HfApi, hub_env: HubServer, capsys, monkeypatch):
     assert run_cli(capsys, "push", REPO, saved).code == 0
     run = run_cli(capsys, "validate", REPO, "--subfolder", "pt2")
     assert run.code == 0, run.err
     assert "ok model.pt2 " in run.out and run.out.strip().splitlines()[-1].startswith(f"valid: {REPO}@")
+    with monkeypatch.context() as offline:  # offline, the cached copy is what is checked
+        from huggingface_hub import constants
+
+        offline.setattr(constants, "HF_HUB_OFFLINE", True)
+        hub_env.clear_log()
+        assert run_cli(capsys, "validate", REPO, "--subfolder", "pt2").code == 0 and hub_env.log == []
     # bytes changed in the server's storage (same size): validate downloads them again and names the file
     manifest = json.loads((saved / "export.json").read_text())
     sha256 = next(f["sha256"] for f in manifest["files"] if f["path"] == "model.pt2")

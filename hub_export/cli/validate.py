@@ -20,7 +20,7 @@ def register(subparsers: Any) -> None:
         description="Validate export.json against its schema, check that every file it lists is one its format "
         "writes, and check each file's size and sha256. A Hub repo's files are downloaded again (into the Hugging "
         "Face cache), so what the Hub serves now is checked; a file that does not match is named and removed from "
-        "the cache.",
+        "the cache. With HF_HUB_OFFLINE=1 the cached copy is checked.",
         example="hub-export validate me/tiny-llama --subfolder onnx\nhub-export validate ./exports/onnx",
     )
     parser.add_argument("target", metavar="DIR_OR_REPO", help="export folder, or Hub repo id (owner/name)")
@@ -44,6 +44,8 @@ def _source(args: argparse.Namespace) -> Any:
         return LocalFiles(folder)
     if local.exists() or spelled_as_path(args.target):
         raise HubExportError(f"no folder {args.target}: give an export folder, or a Hub repo id (owner/name).")
+    from huggingface_hub import constants
+
     from ..hub.download import download_export
 
     return download_export(
@@ -53,7 +55,8 @@ def _source(args: argparse.Namespace) -> Any:
         cache_dir=args.cache_dir,
         token=args.token,
         endpoint=args.endpoint,
-        force_download=True,  # check what the Hub serves now, not an earlier copy in the cache
+        # what the Hub serves now, not an earlier copy in the cache (offline: the cached copy is what is checked)
+        force_download=not constants.is_offline_mode(),
         fetch_components=False,
     )
 
