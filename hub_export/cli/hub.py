@@ -38,12 +38,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace, console: Any) -> int:
-    """Serve until interrupted."""
+    """Serve until interrupted (the server prints its URL and the environment to set)."""
     from ..embedded_hub.server import serve
 
-    print(
-        f"embedded hub on http://{args.host}:{args.port} (root {args.root}); set HF_ENDPOINT and HF_HUB_DISABLE_XET=1",
-        flush=True,
-    )
     serve(args.root, args.host, args.port, token=args.token)
     return 0
