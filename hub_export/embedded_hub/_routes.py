@@ -18,8 +18,6 @@ from datetime import datetime, timezone
 from functools import partial
 from urllib.parse import parse_qs, unquote, urlencode
 
-import yaml
-
 from hub_export.embedded_hub._gitstore import GitRepo, HubStore
 from hub_export.embedded_hub._lfs import LfsRoutes
 from hub_export.embedded_hub._names import check_ref_name, clean_path, entry_not_found, revision_not_found
@@ -179,6 +177,8 @@ class Router:
         )
 
     def _validate_yaml(self, req: Request) -> Response:
+        import yaml  # here, not at module level: importing the package needs no third-party module
+
         content = str(json_body(req).get("content", ""))
         match = re.match(r"---\s*\n(.*?)\n---\s*(\n|$)", content, re.S)
         try:
