@@ -14,7 +14,7 @@ import binascii
 import hashlib
 import json
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import partial
 from urllib.parse import parse_qs, unquote, urlencode
 
@@ -40,7 +40,7 @@ _READ_POSTS = {"paths-info"}
 
 
 def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
 
 
 class Router:
