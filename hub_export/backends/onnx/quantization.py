@@ -250,7 +250,7 @@ class _Reader:
         return next(self._feeds, None)
 
 
-def _check_type(field: str, value: Any, allowed: tuple[str, ...]) -> None:
+def _check_type(field: str, value: Any, allowed: tuple[Any, ...]) -> None:
     if value not in allowed:
         raise ConfigError(f"{field} must be one of {', '.join(map(repr, allowed))}, got {value!r}.")
 
