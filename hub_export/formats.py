@@ -55,19 +55,19 @@ class FileLayout:
         prefix: Prefix of a component's file names (OpenVINO uses ``openvino_``).
         shared: ``(file name, role)`` of files that belong to the export rather than one component (a weights file
             every component reads).
-        optional: Roles of ``files`` a component may lack (ExecuTorch keeps its weights in a ``.ptd`` data file
-            only when asked, or when they are too large for the program file).
+        optional: ``(suffix, role)`` of files a component may have besides ``files`` (a compiled ``.pt2``'s native
+            code package, an ExecuTorch ``.ptd`` weights file), named like them.
     """
 
     subfolder: str
     files: tuple[tuple[str, str], ...]
     prefix: str = ""
     shared: tuple[tuple[str, str], ...] = ()
-    optional: tuple[str, ...] = ()
+    optional: tuple[tuple[str, str], ...] = ()
 
     def component_files(self, component: str) -> dict[str, str]:
-        """``{relative file name: role}`` of a component, main file first."""
-        return {f"{self.prefix}{component}{suffix}": role for suffix, role in self.files}
+        """``{relative file name: role}`` of a component's files (the optional ones last), main file first."""
+        return {f"{self.prefix}{component}{suffix}": role for suffix, role in (*self.files, *self.optional)}
 
     def paths(self, component: str, listed: Iterable[str]) -> dict[str, str]:
         """``{role: relative path}`` of a component's files, found by exact name among ``listed`` (its manifest
@@ -81,7 +81,7 @@ class FileLayout:
         for name, role in [*self.component_files(component).items(), *self.shared]:
             if name in listed:
                 found.setdefault(role, name)
-        missing = sorted({role for _, role in self.files} - set(found) - set(self.optional))
+        missing = sorted({role for _, role in self.files} - set(found))
         if missing:
             names = ", ".join(self.component_files(component))
             raise ManifestError(f"$.components.{component}.files: no {'/'.join(missing)} file; expected {names}.")

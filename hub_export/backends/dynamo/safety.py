@@ -11,6 +11,9 @@ Weights and constants the archive's configs declare as raw tensor bytes (``use_p
 and are skipped: torch 2.13 stores plain tensors that way, so the only pickle in our exports is the sample
 inputs' ``torch.save``. Tensor subclasses (e.g. torchao quantized weights) are pickled and are refused unless
 ``trust_pickles=True``.
+
+A compiled component's AOTInductor package (role ``native``, ``<component>.aoti.pt2``) is a shared library: loading
+it runs its code, which no scan can vet. It is refused unless the user passed ``trust_native_code=True``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
 from .config import LAYOUT
 
-__all__ = ["ALLOWED_GLOBALS", "check", "scan_pickle"]
+__all__ = ["ALLOWED_GLOBALS", "check", "check_archive", "scan_pickle"]
 
 _STORAGES = (
     "Double",
@@ -80,18 +83,28 @@ _RAW_PREFIXES = {"data/weights/": ("",), "data/constants/": ("tensor_",)}
 
 
 def check(directory: Path, component: str, entry: ComponentEntry, options: SafetyOptions) -> None:
-    """Refuse a ``.pt2`` whose pickles import anything outside :data:`ALLOWED_GLOBALS`.
+    """Refuse native code unless trusted, and a ``.pt2`` whose pickles import anything outside
+    :data:`ALLOWED_GLOBALS`.
 
     Raises:
-        UnsafeExportError: Naming the file, the archive entry and the global (or the malformed pickle).
+        UnsafeExportError: Naming the native package and how to opt in, or the file, the archive entry and the
+            global (or the malformed pickle).
     """
+    paths = LAYOUT.paths(component, [f.path for f in entry.files])
+    if "native" in paths and not options.trust_native_code:
+        raise UnsafeExportError(
+            f"{paths['native']}: component {component!r} is compiled by AOTInductor into native code (a shared "
+            "library), which runs when loaded and cannot be checked. Pass trust_native_code=True to "
+            "ExportedModel.from_pretrained only if you trust whoever published this export; or use an export made "
+            "without DynamoConfig(compile=...)."
+        )
     if options.trust_pickles:
         return
-    program = LAYOUT.paths(component, [f.path for f in entry.files])["program"]
-    _check_archive(directory / program, program)
+    check_archive(directory / paths["program"], paths["program"])
 
 
-def _check_archive(path: Path, label: str) -> None:
+def check_archive(path: Path, label: str) -> None:
+    """Refuse a ``.pt2`` whose pickles import anything outside :data:`ALLOWED_GLOBALS` (``label`` names it)."""
     try:
         archive = zipfile.ZipFile(path)
     except zipfile.BadZipFile as exc:

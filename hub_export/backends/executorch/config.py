@@ -14,7 +14,7 @@ __all__ = ["FORMAT", "LAYOUT", "ExecutorchConfig"]
 FORMAT = ExportFormat.declare("executorch")
 #: One ``<component>.pte`` program per component, in ``executorch/`` on the Hub, with its weights in
 #: ``<component>.ptd`` when they are kept outside the program (``ExecutorchConfig.external_data``).
-LAYOUT = FileLayout(subfolder="executorch", files=((".pte", "program"), (".ptd", "weights")), optional=("weights",))
+LAYOUT = FileLayout(subfolder="executorch", files=((".pte", "program"),), optional=((".ptd", "weights"),))
 
 
 @dataclass
