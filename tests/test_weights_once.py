@@ -95,25 +95,59 @@ def test_tied_weights_are_stored_once(fmt: str, tmp_path: Path) -> None:
     assert float((got - expected).abs().max()) < 1e-4
 
 
-def test_generation_components_share_one_onnx_weights_file(tmp_path: Path) -> None:
+#: format -> (the shared weights file, each generation component's own weights file)
+SHARED_FILES = {
+    "onnx": ("shared.onnx.data", ("prefill.onnx.data", "decode.onnx.data")),
+    "openvino": ("openvino_shared.bin", ("openvino_prefill.bin", "openvino_decode.bin")),
+}
+
+
+@pytest.mark.parametrize("fmt", list(SHARED_FILES))
+def test_generation_components_share_one_weights_file(fmt: str, tmp_path: Path) -> None:
     model = tied_llama(layers=2)
     inputs = text_inputs(1, 6, vocab=8192)
-    exported = OnnxExporter().export_for_generation(model, inputs, config=OnnxConfig(dynamic=True))
-    folder = exported.save_pretrained(tmp_path / "onnx")
+    exporter, config = EXPORTERS[fmt]
+    exported = exporter().export_for_generation(model, inputs, config=config(dynamic=True))
+    folder = exported.save_pretrained(tmp_path / fmt)
+    shared, own = SHARED_FILES[fmt]
     names = sorted(p.name for p in folder.iterdir())
-    assert "shared.onnx.data" in names
-    assert "prefill.onnx.data" not in names and "decode.onnx.data" not in names  # every weight is shared
+    assert shared in names
+    assert not set(own) & set(names), names  # every weight is shared
     assert weight_file_bytes(folder) < unique_bytes(model) * 1.05
     manifest = json.loads((folder / "export.json").read_text())
-    assert [f["path"] for f in manifest["files"]].count("shared.onnx.data") == 1
+    assert [f["path"] for f in manifest["files"]].count(shared) == 1
     for name in ("prefill", "decode"):
-        assert "shared.onnx.data" in manifest["components"][name]["files"]
+        assert shared in manifest["components"][name]["files"]
     loaded = ExportedModel.from_pretrained(folder)
     with torch.no_grad():
         expected = model.generate(**inputs, max_new_tokens=5, do_sample=False)
     assert torch.equal(loaded.generate(**inputs, max_new_tokens=5), expected)
     only_decode = ExportedModel.from_pretrained(folder, components=["decode"])
     assert list(only_decode.components) == ["decode"]
+    resaved = loaded.save_pretrained(tmp_path / f"{fmt}-copy")  # a loaded export copies the shared file once
+    assert sorted(p.name for p in resaved.iterdir()) == names
+
+
+def test_openvino_shared_weights_file_is_checked(tmp_path: Path) -> None:
+    from hub_export.errors import UnsafeExportError
+
+    model = tied_llama(layers=1, vocab=512)
+    inputs = text_inputs(1, 6, vocab=512)
+    exported = OpenVINOExporter().export_for_generation(model, inputs, config=OpenVINOConfig(dynamic=True))
+    folder = exported.save_pretrained(tmp_path / "openvino")
+    shared = folder / "openvino_shared.bin"
+    with open(shared, "r+b") as handle:  # truncated: the constants of the IR point past its end
+        handle.truncate(shared.stat().st_size // 2)
+    manifest = json.loads((folder / "export.json").read_text())
+    for entry in manifest["files"]:  # the manifest agrees with the damaged file, so only the safety walk can see it
+        if entry["path"] == shared.name:
+            import hashlib
+
+            entry["size"] = shared.stat().st_size
+            entry["sha256"] = hashlib.sha256(shared.read_bytes()).hexdigest()
+    (folder / "export.json").write_text(json.dumps(manifest))
+    with pytest.raises(UnsafeExportError, match="openvino_shared.bin"):
+        ExportedModel.from_pretrained(folder)
 
 
 def test_onnx_weight_transposes_are_lazy_views_of_the_model(monkeypatch, tmp_path: Path) -> None:

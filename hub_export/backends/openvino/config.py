@@ -9,11 +9,19 @@ from ...configs import ExportConfig
 from ...errors import ConfigError
 from ...formats import ExportFormat, FileLayout
 
-__all__ = ["FORMAT", "LAYOUT", "OpenVINOConfig"]
+__all__ = ["FORMAT", "LAYOUT", "SHARED_WEIGHTS", "OpenVINOConfig"]
 
 FORMAT = ExportFormat.declare("openvino")
-#: ``openvino_<component>.xml`` (graph) + ``openvino_<component>.bin`` (weights), in ``openvino/`` on the Hub.
-LAYOUT = FileLayout(subfolder="openvino", files=((".xml", "program"), (".bin", "weights")), prefix="openvino_")
+#: The weights file the components of one export that read the same constants share (see ``_shared.py``).
+SHARED_WEIGHTS = "openvino_shared.bin"
+#: ``openvino_<component>.xml`` (graph) + ``openvino_<component>.bin`` (weights), in ``openvino/`` on the Hub; or
+#: the ``.xml`` + :data:`SHARED_WEIGHTS`.
+LAYOUT = FileLayout(
+    subfolder="openvino",
+    files=((".xml", "program"), (".bin", "weights")),
+    prefix="openvino_",
+    shared=((SHARED_WEIGHTS, "weights"),),
+)
 
 
 @dataclass
