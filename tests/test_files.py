@@ -95,3 +95,37 @@ def test_copy_file_hashes_on_the_way(tmp_path: Path) -> None:
     digest = copy_file(source, tmp_path / "b.bin")
     assert digest == hashlib.sha256(b"z" * 20_000).hexdigest() == known_sha256(tmp_path / "b.bin")
     assert (tmp_path / "b.bin").read_bytes() == source.read_bytes()
+
+
+class _CountingSha256:
+    """``hashlib`` as ``_files`` sees it, counting the digests it starts (each one is a full read of a file)."""
+
+    def __init__(self) -> None:
+        self.started = 0
+
+    def sha256(self, *args):
+        self.started += 1
+        return hashlib.sha256(*args)
+
+
+def test_a_second_load_reads_no_verified_file_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tiny_models import build
+
+    from hub_export import DynamoConfig, DynamoExporter, ExportedModel
+
+    case = build("llama")
+    folder = DynamoExporter().export(case.model, case.sample, config=DynamoConfig()).save_pretrained(tmp_path / "pt2")
+    counting = _CountingSha256()
+    monkeypatch.setattr(_files, "hashlib", counting)
+    monkeypatch.setattr(_files, "_KNOWN", {})  # a new process: only the store remembers
+    ExportedModel.from_pretrained(folder)
+    assert counting.started == 0  # every file was hashed when it was saved, and is unchanged since
+    program = folder / "model.pt2"
+    with open(program, "r+b") as handle:  # a changed file is read and refused
+        handle.seek(program.stat().st_size // 2)
+        byte = handle.read(1)
+        handle.seek(-1, 1)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(IntegrityError, match="model.pt2"):
+        ExportedModel.from_pretrained(folder)
+    assert counting.started == 1
