@@ -99,9 +99,9 @@ def _runtime_load(fmt: str, folder: Path) -> float:
     if fmt == "onnx":
         import onnxruntime as ort
 
-        from hub_export.backends.onnx.runner import _default_session_options
+        from hub_export.backends.onnx.runner import make_session_options
 
-        session = ort.InferenceSession(str(folder / "model.onnx"), _default_session_options(), ["CPUExecutionProvider"])
+        session = ort.InferenceSession(str(folder / "model.onnx"), make_session_options(), ["CPUExecutionProvider"])
         del session
     elif fmt == "openvino":
         import openvino
