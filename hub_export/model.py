@@ -78,23 +78,30 @@ class ExportedComponent:
 class ExportedModel:
     """An export: named components of one format, runnable with the original model's call.
 
+    It answers what transformers code asks of a model (pipelines, ``GenerationMixin``): ``config``,
+    ``generation_config``, ``device``, ``dtype``, ``main_input_name``, ``can_generate()``, ``forward`` and a
+    positional first input.
+
     Attributes:
         export_format: The format of every component.
-        config: The export config used.
+        export_config: The export config used.
         components: Component name -> :class:`ExportedComponent`.
-        model_config: The model's ``PretrainedConfig`` (saved as ``config.json``), or None.
+        config: The source model's ``PretrainedConfig`` (saved as ``config.json``), or None.
         generation_config: The model's ``GenerationConfig``, or None.
         source: Where the model came from on the Hub, or None.
-        device: The device runners execute on (None: the backend's default).
+        generation: The generation plan of an ``export_for_generation`` export (``export.json``), or None.
     """
+
+    #: What transformers reads of a model class (``PreTrainedModel`` has the same attribute).
+    base_model_prefix = ""
 
     def __init__(
         self,
         export_format: ExportFormat | str,
-        config: ExportConfig,
+        export_config: ExportConfig,
         components: dict[str, ExportedComponent],
         *,
-        model_config: Any = None,
+        config: Any = None,
         generation_config: Any = None,
         source: Source | None = None,
         device: str | None = None,
@@ -102,18 +109,80 @@ class ExportedModel:
         runner_options: dict[str, Any] | None = None,
     ) -> None:
         self.export_format = parse_format(export_format)
-        self.config = config
+        self.export_config = export_config
         self.components = dict(components)
-        self.model_config = model_config
+        self.config = config
         self.generation_config = generation_config
         self.source = source
-        self.device = device
+        self._device = _device_name(device)
         self.generation = generation
         self.runner_options = dict(runner_options or {})
         self._runners: dict[str, Any] = {}
 
     def __repr__(self) -> str:
-        return f"ExportedModel(format={self.export_format.value!r}, components={list(self.components)}, device={self.device!r})"
+        return (
+            f"{type(self).__name__}(format={self.export_format.value!r}, components={list(self.components)}, "
+            f"device={self._device!r})"
+        )
+
+    # -- what transformers asks of a model ------------------------------------------------------------------
+    @property
+    def model_config(self) -> Any:
+        """Deprecated name of :attr:`config` (the source model's ``PretrainedConfig``)."""
+        return self.config
+
+    @property
+    def device(self) -> Any:
+        """The ``torch.device`` of the tensors the export returns: the device asked for (``cpu`` by default);
+        always ``cpu`` for OpenVINO, whose runner hands back host tensors whatever device it runs on."""
+        import torch
+
+        if self._device is None or self.export_format is ExportFormat.OPENVINO:
+            return torch.device("cpu")
+        return torch.device(self._device)
+
+    @property
+    def dtype(self) -> Any:
+        """The ``torch.dtype`` the export was traced at (its first component's)."""
+        from .signature import torch_dtype
+
+        return torch_dtype(next(iter(self.components.values())).metadata.dtype)
+
+    @property
+    def main_input_name(self) -> str:
+        """The input a positional argument goes to: ``input_ids``, ``pixel_values``, ``input_features``, ..."""
+        names = [name for name, _ in self._entry_component().metadata.input_structure]
+        return next((n for n in _MAIN_INPUTS if n in names), names[0] if names else "input_ids")
+
+    @property
+    def input_modalities(self) -> tuple[str, ...]:
+        """The kinds of input the export takes (``text``, ``image``, ``audio``), as ``PreTrainedModel`` says."""
+        names = {name for c in self.components.values() for name, _ in c.metadata.input_structure}
+        found = tuple(kind for kind, inputs in _MODALITIES.items() if names & inputs)
+        return found or ("text",)
+
+    def can_generate(self) -> bool:
+        """Whether ``generate()`` works: only for exports made by ``export_for_generation``."""
+        return False
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Run a single-component export with the model's inputs (the main one may be positional); returns the
+        model's ModelOutput class. ``token_type_ids`` that the export traced but the call omits are zeros, as the
+        model itself takes them."""
+        component = self._single()
+        kwargs = _with_positional(self, args, kwargs)
+        runner = self.runners[component.name]
+        return runner(**_default_token_types(runner, kwargs))
+
+    def _entry_component(self) -> ExportedComponent:
+        """The component a call starts with: the single one, the encoder, the prefill or the language model."""
+        if len(self.components) == 1 or not self.generation:
+            return next(iter(self.components.values()))
+        stages = self.generation.get("stages", {})
+        for stage in ("encoder", "embed_tokens", "prefill", "language_model"):
+            if stages.get(stage) in self.components:
+                return self.components[stages[stage]]
+        return next(iter(self.components.values()))
 
     # -- running --------------------------------------------------------------------------------------------
     @property
@@ -123,25 +192,24 @@ class ExportedModel:
 
     @property
     def runners(self) -> dict[str, Any]:
-        """Component name -> runner on :attr:`device` (built on first access)."""
+        """Component name -> runner on the device asked for (built on first access)."""
         for name, component in self.components.items():
             if name not in self._runners:
-                self._runners[name] = component.runner(self.device, **self.runner_options)
+                self._runners[name] = component.runner(self._device, **self.runner_options)
         return self._runners
 
-    def to(self, device: str | None) -> ExportedModel:
-        """Run on ``device`` from now on (runners are rebuilt lazily); returns self."""
-        if device != self.device:
-            self.device = device
+    def to(self, device: Any) -> ExportedModel:
+        """Run on ``device`` (a name such as ``cpu``/``cuda:0``, a ``torch.device``, or None for the backend's
+        default) from now on; runners are rebuilt lazily. Returns self."""
+        device = _device_name(device)
+        if device != self._device:
+            self._device = device
             self._runners.clear()
         return self
 
-    def __call__(self, **kwargs: Any) -> Any:
-        """Run a single-component export with the model's kwargs; returns the model's ModelOutput class."""
-        name = self._single().name
-        if name not in self._runners:
-            self._runners[name] = self.components[name].runner(self.device, **self.runner_options)
-        return self._runners[name](**kwargs)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """``forward``: run with the model's inputs, the main one positional or by name."""
+        return self.forward(*args, **kwargs)
 
     def generate(self, *args: Any, **kwargs: Any) -> Any:
         """Generate token ids with an export made by ``export_for_generation``."""
@@ -167,7 +235,7 @@ class ExportedModel:
         return Manifest(
             export_format=self.export_format.value,
             created_with=created_with(self.export_format.value),
-            config=self.config.to_dict(),
+            config=self.export_config.to_dict(),
             components={name: c.metadata for name, c in self.components.items()},
             source=self.source,
             generation=self.generation,
@@ -195,8 +263,8 @@ class ExportedModel:
             entries = {name: component.save(staged) for name, component in self.components.items()}
             manifest = dataclasses.replace(self.manifest(), components=entries)
             manifest.write(staged)
-            if self.model_config is not None:
-                self.model_config.to_json_file(str(staged / "config.json"))
+            if self.config is not None:
+                self.config.to_json_file(str(staged / "config.json"))
             if self.generation_config is not None:
                 self.generation_config.to_json_file(str(staged / "generation_config.json"))
             replace_directory(staged, target)
@@ -251,21 +319,27 @@ class ExportedModel:
             trust_pickles: Load ``.pt2`` archives whose pickles reference globals outside the tensor
                 allow-list. DANGEROUS: such a file runs arbitrary code when loaded; only for files you made.
             allow_custom_domains: ONNX operator domains to accept besides the standard ones.
-            **runner_options: Passed to the backend runner (e.g. ``providers=`` for ONNX Runtime).
+            **runner_options: The backend runner's options: ``providers`` and ``session_options`` for ONNX Runtime,
+                ``config`` (compile properties) for OpenVINO.
 
         Raises:
+            TypeError: An argument that neither this method nor the export's runner takes.
             ManifestError: ``export.json`` is missing or invalid.
             IntegrityError: A file does not match the manifest.
             UnsafeExportError: A file would run code or read outside the export when loaded (see
                 :mod:`hub_export.safety`).
         """
+        check_runner_options(None, runner_options)
         safety = {"trust_pickles": trust_pickles, "allow_custom_domains": tuple(allow_custom_domains)}
         local = Path(pretrained_model_name_or_path) / subfolder
         if local.is_dir():
-            return load_directory(local, components=components, device=device, runner_options=runner_options, **safety)
+            loaded = load_directory(
+                local, components=components, device=device, runner_options=runner_options, **safety
+            )
+            return _check_class(cls, loaded)
         from .hub.download import load_from_hub
 
-        return load_from_hub(
+        loaded = load_from_hub(
             str(pretrained_model_name_or_path),
             subfolder=subfolder,
             revision=revision,
@@ -280,6 +354,46 @@ class ExportedModel:
             runner_options=runner_options,
             **safety,
         )
+        return _check_class(cls, loaded)
+
+
+#: The options each format's runner takes (``ExportedModel.from_pretrained(..., **runner_options)``).
+RUNNER_OPTIONS: dict[ExportFormat, tuple[str, ...]] = {
+    ExportFormat.DYNAMO: (),
+    ExportFormat.ONNX: ("providers", "session_options"),
+    ExportFormat.EXECUTORCH: (),
+    ExportFormat.OPENVINO: ("config",),
+}
+
+
+def check_runner_options(export_format: ExportFormat | None, options: dict[str, Any]) -> None:
+    """Refuse options no runner takes (``export_format`` None) or that this format's runner does not take.
+
+    Raises:
+        TypeError: Naming the unknown options and what is accepted.
+    """
+    accepted = (
+        sorted({o for names in RUNNER_OPTIONS.values() for o in names})
+        if export_format is None
+        else list(RUNNER_OPTIONS[export_format])
+    )
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        where = "any runner" if export_format is None else f"the {export_format.value} runner"
+        raise TypeError(
+            f"ExportedModel.from_pretrained() got unexpected keyword argument(s) {unknown}: neither it nor {where} "
+            f"takes them (runner options accepted: {accepted or 'none'})."
+        )
+
+
+def _check_class(cls: type, loaded: ExportedModel) -> ExportedModel:
+    """``loaded`` when it is a ``cls`` (``ExportedModel.from_pretrained`` takes whatever class the export needs)."""
+    if not isinstance(loaded, cls):
+        raise HubExportError(
+            f"{cls.__name__}.from_pretrained loaded a {type(loaded).__name__} (components {list(loaded.components)}); "
+            "load it with ExportedModel.from_pretrained, which picks the class the export needs."
+        )
+    return loaded
 
 
 def _load_side_configs(directory: Path) -> tuple[Any, Any]:
@@ -348,12 +462,14 @@ def assemble_export(
     runner_options: dict[str, Any] | None = None,
 ) -> ExportedModel:
     """The ``ExportedModel`` of loaded (or lazily loading) components, with the side configs of ``directory``."""
+    fmt = parse_format(manifest.export_format)
+    check_runner_options(fmt, dict(runner_options or {}))
     model_config, generation_config = _load_side_configs(directory)
     return ExportedModel(
-        parse_format(manifest.export_format),
+        fmt,
         AutoExportConfig.from_dict(_config_without_quantizer(manifest.config)),
         components,
-        model_config=model_config,
+        config=model_config,
         generation_config=generation_config,
         source=manifest.source,
         device=device,
@@ -365,3 +481,49 @@ def assemble_export(
 def _config_without_quantizer(config: dict[str, Any]) -> dict[str, Any]:
     # a quantizer is recorded as its recipe (plain data); the loaded export does not re-run it
     return {**config, "quantizer": None}
+
+
+#: The inputs a positional argument may stand for, in the order they are looked for among the traced inputs.
+_MAIN_INPUTS = ("input_ids", "input_features", "input_values", "pixel_values", "inputs_embeds", "decoder_input_ids")
+_MODALITIES = {
+    "text": {"input_ids", "inputs_embeds", "decoder_input_ids"},
+    "image": {"pixel_values", "pixel_values_videos"},
+    "audio": {"input_features", "input_values", "input_audio_embeds"},
+}
+
+
+def _device_name(device: Any) -> str | None:
+    """A runner device name from a name, a ``torch.device`` or None."""
+    return None if device is None else str(device)
+
+
+def _with_positional(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with the one positional argument a model takes (its main input) named.
+
+    Raises:
+        TypeError: More than one positional argument, or the main input given both ways.
+    """
+    if not args:
+        return kwargs
+    name = model.main_input_name
+    if len(args) > 1:
+        raise TypeError(
+            f"{type(model).__name__} takes its main input ({name}) positionally and the others by keyword; "
+            f"got {len(args)} positional arguments."
+        )
+    if name in kwargs:
+        raise TypeError(f"{type(model).__name__} got multiple values for {name!r} (positional and keyword).")
+    return {name: args[0], **kwargs}
+
+
+def _default_token_types(runner: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with all-zero ``token_type_ids`` when the runner traced them and the call gives none: a model
+    takes missing token types as zeros (segment A), so an export traced with them runs without them too."""
+    if kwargs.get("token_type_ids") is not None or "token_type_ids" not in dict(runner.metadata.input_structure):
+        return kwargs
+    reference = kwargs.get("input_ids")
+    if reference is None:
+        return kwargs
+    import torch
+
+    return {**kwargs, "token_type_ids": torch.zeros_like(torch.as_tensor(reference))}

@@ -49,6 +49,8 @@ class HfExporter:
         Args:
             model: A transformers ``PreTrainedModel`` (or any ``torch.nn.Module`` taking kwargs).
             sample_inputs: Sample kwargs; every tensor kwarg becomes a graph input, flags are applied at trace time.
+                Inputs the config implies and the sample lacks are added (BERT's ``token_type_ids``, as zeros:
+                see :func:`hub_export.sample_inputs.implied_inputs`).
             config: The export config (defaults to this format's config class with its defaults).
 
         Returns:
@@ -59,15 +61,16 @@ class HfExporter:
             BackendUnavailableError: The backend's package is not installed.
         """
         from ..model import ExportedModel
+        from ..sample_inputs import implied_inputs
 
         config = self._check_config(config)
         self.check_available(config)
-        component = self.export_component("model", model, dict(sample_inputs), config)
+        component = self.export_component("model", model, implied_inputs(model, dict(sample_inputs)), config)
         return ExportedModel(
             self.export_format,
             config,
             {"model": component},
-            model_config=getattr(model, "config", None),
+            config=getattr(model, "config", None),
             generation_config=getattr(model, "generation_config", None),
             source=getattr(model, "_hub_export_source", None),
         )

@@ -210,14 +210,15 @@ def export_for_generation(
         generation_config if generation_config is not None else getattr(model, "generation_config", None)
     )
     cache = getattr(gen_config, "cache_implementation", None) or "dynamic"
+    plan = {**_plan(components, capture, multi_token_decode, cache), "stateful": _stateful(exported)}
     return ExportedModel(
         exporter.export_format,
         main,
         exported,
-        model_config=getattr(model, "config", None),
+        config=getattr(model, "config", None),
         generation_config=gen_config,
         source=getattr(model, "_hub_export_source", None),
-        generation={**_plan(components, capture, multi_token_decode, cache), "stateful": _stateful(exported)},
+        generation=plan,
     )
 
 

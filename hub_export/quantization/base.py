@@ -117,13 +117,17 @@ def calibration_for(quantizer: ExportQuantizer, traced: Any) -> Calibration:
         InputError: A calibration sample does not match the traced signature.
     """
     from ..exporters.base import _metadata
+    from ..model import _default_token_types
     from ..runners.base import ModelRunner
 
     names = [spec.name for spec in traced.inputs]
     if not quantizer.calibration_dataset:
         return Calibration(names, [list(traced.sample)], from_dataset=False)
     flattener = ModelRunner(_metadata(traced))
-    return Calibration(names, [flattener.flatten_inputs(dict(sample)) for sample in quantizer.calibration_dataset])
+    samples = [
+        flattener.flatten_inputs(_default_token_types(flattener, dict(s))) for s in quantizer.calibration_dataset
+    ]
+    return Calibration(names, samples)
 
 
 def find_quantizer(config: Any, stage: str) -> ExportQuantizer | None:
