@@ -45,6 +45,8 @@ _LAZY = {
     "ExportedModel": "model",
     "ExportedComponent": "model",
     "ExportMetadata": "model",
+    "ExportedModelForCausalLM": "generation.mixin",
+    "ExportedModelForSeq2SeqLM": "generation.mixin",
     "ModelRunner": "runners.base",
     "Manifest": "manifest",
     "TensorSpec": "signature",

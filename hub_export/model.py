@@ -28,6 +28,16 @@ def _exporter_class(export_format: ExportFormat) -> Any:
     return exporter_class(export_format)
 
 
+def exported_model_class(generation: dict[str, Any] | None) -> type[ExportedModel]:
+    """The class of an export with this generation plan: :class:`ExportedModel` without one, else the
+    ``GenerationMixin`` class of its kind (see :func:`hub_export.tasks.class_for_plan`)."""
+    if not generation:
+        return ExportedModel
+    from .tasks import class_for_plan
+
+    return class_for_plan(generation)
+
+
 class ExportedComponent:
     """One exported graph: the backend's program and the metadata recorded while tracing.
 
@@ -80,7 +90,9 @@ class ExportedModel:
 
     It answers what transformers code asks of a model (pipelines, ``GenerationMixin``): ``config``,
     ``generation_config``, ``device``, ``dtype``, ``main_input_name``, ``can_generate()``, ``forward`` and a
-    positional first input.
+    positional first input. An export made by ``export_for_generation`` is an
+    :class:`~hub_export.generation.mixin.ExportedModelForCausalLM` (or ``...ForSeq2SeqLM``), whose ``generate()``
+    is transformers' own.
 
     Attributes:
         export_format: The format of every component.
@@ -212,15 +224,16 @@ class ExportedModel:
         return self.forward(*args, **kwargs)
 
     def generate(self, *args: Any, **kwargs: Any) -> Any:
-        """Generate token ids with an export made by ``export_for_generation``."""
-        if self.generation is None:
-            raise HubExportError(
-                "generate() needs an export made with exporter.export_for_generation(model, inputs, config=...); "
-                f"this one has components {list(self.components)}."
-            )
-        from .generation.loop import generate
+        """Generation needs an export made by ``export_for_generation`` (an ``ExportedModelForCausalLM`` or
+        ``ExportedModelForSeq2SeqLM``, whose ``generate()`` is transformers' own).
 
-        return generate(self, *args, **kwargs)
+        Raises:
+            HubExportError: Always, naming the components this export has.
+        """
+        raise HubExportError(
+            "generate() needs an export made with exporter.export_for_generation(model, inputs, config=...); "
+            f"this one has components {list(self.components)}."
+        )
 
     def _single(self) -> ExportedComponent:
         if len(self.components) != 1:
@@ -465,7 +478,7 @@ def assemble_export(
     fmt = parse_format(manifest.export_format)
     check_runner_options(fmt, dict(runner_options or {}))
     model_config, generation_config = _load_side_configs(directory)
-    return ExportedModel(
+    return exported_model_class(manifest.generation)(
         fmt,
         AutoExportConfig.from_dict(_config_without_quantizer(manifest.config)),
         components,

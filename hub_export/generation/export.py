@@ -185,7 +185,7 @@ def export_for_generation(
     multi_token_decode: bool = False,
 ) -> Any:
     """See :meth:`hub_export.exporters.base.HfExporter.export_for_generation`."""
-    from ..model import ExportedModel
+    from ..model import exported_model_class
 
     main = _main_config(exporter, config)
     exporter.check_available(main)
@@ -211,7 +211,7 @@ def export_for_generation(
     )
     cache = getattr(gen_config, "cache_implementation", None) or "dynamic"
     plan = {**_plan(components, capture, multi_token_decode, cache), "stateful": _stateful(exported)}
-    return ExportedModel(
+    return exported_model_class(plan)(
         exporter.export_format,
         main,
         exported,
