@@ -313,12 +313,27 @@ class ExportedModel:
         endpoint: str | None = None,
         trust_pickles: bool = False,
         allow_custom_domains: tuple[str, ...] = (),
+        export: bool | str | ExportFormat | ExportConfig | None = None,
+        export_config: ExportConfig | None = None,
+        task: str | None = None,
         **runner_options: Any,
     ) -> ExportedModel:
-        """Load an export from a local folder or a Hub repo.
+        """Load an export from a local folder or a Hub repo, or export a model repo on the fly.
 
         Reads ``export.json`` first and validates it; only then opens (or downloads) the files it lists for the
         requested components, each checked against its size and sha256.
+
+        With ``export=`` (``"onnx"``, an ``OnnxConfig(...)``, or ``True`` with ``export_config=``), a repo that
+        holds no export of that format in ``subfolder`` (default: the format's folder, ``onnx/``, ...) is
+        exported here: the model is loaded from the repo's safetensors at the commit ``revision`` resolves to,
+        exported for ``task`` (inferred from ``config.json`` when omitted; generative tasks get
+        ``export_for_generation``), and cached next to the Hugging Face cache, keyed by repo, commit, format, task
+        and config (see :mod:`hub_export.hub.on_the_fly`). The next call loads the cached export, offline too.
+
+        Example::
+
+            model = ExportedModel.from_pretrained("HuggingFaceTB/SmolLM2-135M", export="onnx")
+            ids = model.generate(**tokenizer("Hello", return_tensors="pt"), max_new_tokens=20)
 
         Args:
             pretrained_model_name_or_path: A local export folder or a Hub repo id.
@@ -332,6 +347,11 @@ class ExportedModel:
             trust_pickles: Load ``.pt2`` archives whose pickles reference globals outside the tensor
                 allow-list. DANGEROUS: such a file runs arbitrary code when loaded; only for files you made.
             allow_custom_domains: ONNX operator domains to accept besides the standard ones.
+            export: Export a model repo that has no such export: a format name, an export config, or True
+                (with ``export_config``).
+            export_config: The export config of ``export=True``.
+            task: The task to export for (``text-generation``, ``text-classification``, ...; see
+                :data:`hub_export.tasks.TASKS`); inferred from the model's config when omitted.
             **runner_options: The backend runner's options: ``providers`` and ``session_options`` for ONNX Runtime,
                 ``config`` (compile properties) for OpenVINO.
 
@@ -344,6 +364,29 @@ class ExportedModel:
         """
         check_runner_options(None, runner_options)
         safety = {"trust_pickles": trust_pickles, "allow_custom_domains": tuple(allow_custom_domains)}
+        if export is not None and export is not False:
+            from .hub.on_the_fly import from_model_repo
+
+            loaded = from_model_repo(
+                str(pretrained_model_name_or_path),
+                export=export,
+                export_config=export_config,
+                task=task,
+                subfolder=subfolder,
+                revision=revision,
+                components=components,
+                device=device,
+                cache_dir=cache_dir,
+                token=token,
+                local_files_only=local_files_only,
+                force_download=force_download,
+                endpoint=endpoint,
+                runner_options=runner_options,
+                **safety,
+            )
+            return _check_class(cls, loaded)
+        if export_config is not None or task is not None:
+            raise TypeError("export_config= and task= choose what export=... makes; pass export= too.")
         local = Path(pretrained_model_name_or_path) / subfolder
         if local.is_dir():
             loaded = load_directory(
