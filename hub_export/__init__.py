@@ -53,6 +53,7 @@ _LAZY = {
     "publish": "hub.publish",
     "PublishResult": "hub.publish",
     "load_source": "hub.source",
+    "pipeline": "pipelines",
     "sync": "hub.sync",
     "decompose_for_generation": "generation.decompose",
     "ExportQuantizer": "quantization",

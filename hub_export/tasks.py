@@ -20,7 +20,15 @@ from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["TASKS", "Task", "auto_class_name", "class_for_plan", "class_for_task", "infer_task"]
+__all__ = [
+    "TASKS",
+    "Task",
+    "auto_class_name",
+    "class_for_plan",
+    "class_for_task",
+    "export_task",
+    "infer_task",
+]
 
 
 @dataclass(frozen=True)
@@ -116,21 +124,22 @@ def auto_class_name(task: str, config: Any = None) -> tuple[str, bool]:
     return spec.auto_class, spec.generative
 
 
-def infer_task(config: Any) -> str:
-    """The task of a model config: the first task whose auto class maps the config's first architecture.
+def infer_task(config: Any, architecture: str | None = None) -> str:
+    """The task of a model config: the first task whose auto class maps ``architecture`` (default: the config's
+    first architecture) for this config class.
 
     Raises:
-        ConfigError: The config names no architecture, or one that no task's auto class loads.
+        ConfigError: No architecture is known, or no task's auto class loads it.
     """
     import transformers
 
     architectures = list(getattr(config, "architectures", None) or [])
-    if not architectures:
+    wanted = architecture or (architectures[0] if architectures else None)
+    if not wanted:
         raise ConfigError(
             f"The {type(config).__name__} names no architecture (config.architectures); pass task= "
             f"(one of {', '.join(TASKS)})."
         )
-    wanted = architectures[0]
     names = [(task.name, task.auto_class) for task in TASKS.values()]
     names += [(task.name, task.non_generative_class) for task in TASKS.values() if task.non_generative_class]
     for task, auto in names:
@@ -145,3 +154,27 @@ def infer_task(config: Any) -> str:
             if getattr(candidate, "__name__", None) == wanted:
                 return task
     raise ConfigError(f"No task's auto class loads architecture {wanted!r}; pass task= (one of {', '.join(TASKS)}).")
+
+
+def export_task(exported: Any) -> str:
+    """The task of an export: from its generation plan (decoder-only: ``text-generation``, vision/audio-language:
+    ``image-text-to-text``, encoder-decoder: ``automatic-speech-recognition`` for audio inputs, else
+    ``text2text-generation``), else from the architecture it was exported from (``config.architectures``, or
+    the one its graph recorded).
+
+    Raises:
+        ConfigError: No task fits.
+    """
+    plan = exported.generation
+    if plan:
+        kind = plan.get("kind")
+        if kind == "multimodal":
+            return "image-text-to-text"
+        if kind == "encoder_decoder":
+            audio = exported.main_input_name in ("input_features", "input_values")
+            return "automatic-speech-recognition" if audio else "text2text-generation"
+        return "text-generation"
+    config = exported.config
+    architectures = list(getattr(config, "architectures", None) or [])
+    recorded = next(iter(exported.components.values())).metadata.architecture if exported.components else None
+    return infer_task(config, architectures[0] if architectures else recorded)

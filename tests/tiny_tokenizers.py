@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["VOCAB_SIZE", "WORDS", "bert_tokenizer", "llama_tokenizer", "t5_tokenizer"]
+__all__ = ["VOCAB_SIZE", "WORDS", "bert_tokenizer", "llama_tokenizer", "t5_tokenizer", "whisper_tokenizer"]
 
 #: The vocabulary size of the tiny text models.
 VOCAB_SIZE = 96
@@ -86,3 +86,30 @@ def bert_tokenizer() -> Any:
         mask_token="[MASK]",
         model_input_names=["input_ids", "token_type_ids", "attention_mask"],
     )
+
+
+def whisper_tokenizer() -> Any:
+    """A byte-level BPE ``WhisperTokenizer`` (``Ġ`` marks a space) over the letters and first words of :data:`WORDS`,
+    with Whisper's special tokens last, as in Whisper's vocabulary: ``<|endoftext|>``=93 (EOS and padding),
+    ``<|startoftranscript|>``=94 (the decoder start), ``<|notimestamps|>``=95."""
+    from transformers import WhisperTokenizer
+
+    vocab: dict[str, int] = {}
+    for char in ["Ġ", *sorted(set("".join(WORDS)))]:
+        vocab.setdefault(char, len(vocab))
+    merges = []
+    for word in WORDS:
+        if len(vocab) + len(word) > VOCAB_SIZE - 3:
+            break
+        piece = "Ġ"
+        for char in word:
+            if piece + char not in vocab:
+                merges.append((piece, char))
+                vocab[piece + char] = len(vocab)
+            piece += char
+    while len(vocab) < VOCAB_SIZE - 3:
+        vocab[f"<|filler{len(vocab)}|>"] = len(vocab)
+    specials = ["<|endoftext|>", "<|startoftranscript|>", "<|notimestamps|>"]
+    for token in specials:
+        vocab[token] = len(vocab)
+    return WhisperTokenizer(vocab=vocab, merges=merges, additional_special_tokens=specials[1:])
