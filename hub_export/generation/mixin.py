@@ -137,8 +137,9 @@ class _GenerativeExport(ExportedModel, GenerationMixin):
         """transformers' ``GenerationMixin.generate`` over the exported graphs: same arguments, same outputs.
 
         Args:
-            seed: Sample with a ``torch`` generator seeded so (the global random state is left as it was);
-                without it, sampling draws from the global random state, as transformers does.
+            seed: Seed torch's random state for this call only (the global state is restored afterwards), so
+                that sampling is reproducible; without it, sampling draws from the global random state, as
+                transformers does.
             *args, **kwargs: As ``GenerationMixin.generate`` (``max_new_tokens``, ``do_sample``, ``num_beams``,
                 ``streamer``, ``stop_strings`` with ``tokenizer``, ``generation_config``, the model's inputs).
 
