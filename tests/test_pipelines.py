@@ -141,7 +141,7 @@ def test_encoder_tasks(folder, task, model_class, extra, inputs, call):
 
 # -- image classification ----------------------------------------------------------------------------------
 def test_image_classification(folder):
-    pytest.importorskip("PIL", reason="transformers' image processors need Pillow (or torchvision)")
+    pytest.importorskip("PIL", reason="transformers' image processors need Pillow (the test extra) or torchvision")
     from PIL import Image
     from transformers.models.vit.image_processing_pil_vit import ViTImageProcessorPil
 
