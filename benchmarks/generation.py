@@ -10,12 +10,24 @@ step can do when it must read every weight once.
 ``GenerationMixin`` since it replaced the hand-written loop), the ``generate`` function of
 ``hub_export/generation/loop.py`` at git revision ``REV`` (e.g. the commit before the switch): the per-step overhead
 of ``GenerationMixin`` as a tokens/s ratio that load on the machine affects alike.
+
+With ``--compare`` it measures our exports beside the runtime-specific tools (onnxruntime-genai's model builder,
+fp32 and int4; optimum-intel, fp32, int8 and int4), each tool in its own process, interleaved over rounds; with
+``--contention`` two busy background processes share the cores meanwhile (see ``benchmarks/_speed_compare.py``)::
+
+    python benchmarks/generation.py --compare [--contention] [--sizes small qwen2-0.5b llama-1b] \
+        [--peer-python PEERS_VENV/bin/python] [--workdir DIR] [--rounds 3] [--tools hub-onnx genai ...]
+
+The peers pin other transformers versions, so they live in an environment of their own (``--peer-python``; a tool
+whose package does not import there is skipped with the reason). ``--workdir`` keeps the exports, so a second run
+(say with ``--contention``) measures without exporting again.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import statistics
 import subprocess
 import sys
@@ -112,10 +124,20 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--compare-loop", metavar="REV", help="also time loop.py's generate at this git revision")
+    parser.add_argument("--compare", action="store_true", help="our exports beside onnxruntime-genai, optimum-intel")
+    parser.add_argument("--contention", action="store_true", help="with --compare: two busy processes meanwhile")
+    parser.add_argument("--sizes", nargs="+", default=["small"], help="with --compare: small, qwen2-0.5b, llama-1b")
+    parser.add_argument("--tools", nargs="+", default=None, help="with --compare: a subset of the tools")
+    parser.add_argument("--peer-python", default=os.environ.get("PEER_PYTHON", sys.executable))
+    parser.add_argument("--workdir", default=None, help="with --compare: where exports are kept (default: temporary)")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    if args.compare or args.contention:
+        _compare(args)
+        return
 
     from hub_export import ExportedModel
-    from hub_export.exporters.auto import exporter_class
+    from hub_export.export.auto import exporter_class
 
     model = small_llama()
     params = sum(p.numel() for p in model.parameters())
@@ -175,6 +197,23 @@ def main() -> None:
                 f"| {name} | {n / old_s:.1f} | {n / new_s:.1f} | {old_s / new_s:.3f} | {old_cpu / n * 1e3:.2f} | "
                 f"{new_cpu / n * 1e3:.2f} | {old_cpu / new_cpu:.3f} |"
             )
+
+
+def _compare(args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _speed_compare import run
+    from _speed_tools import SIZES, TOOLS
+
+    unknown = sorted(set(args.sizes) - set(SIZES)) + sorted(set(args.tools or ()) - set(TOOLS))
+    if unknown:
+        raise SystemExit(f"unknown size or tool {unknown}; sizes: {list(SIZES)}, tools: {list(TOOLS)}")
+    args.tools = args.tools or list(TOOLS)
+    if args.workdir is None:
+        with tempfile.TemporaryDirectory(prefix="hub_export_speed_") as tmp:
+            args.workdir = tmp
+            run(args)
+    else:
+        run(args)
 
 
 if __name__ == "__main__":

@@ -1,88 +1,38 @@
-"""``ExportedComponent`` and ``ExportedModel``: an export in memory, on disk and on the Hub."""
+"""``ExportedModel``: an export in memory, on disk and on the Hub, answering what transformers asks of a model.
+
+An export made by ``export_for_generation`` is an ``ExportedModelForCausalLM`` or ``ExportedModelForSeq2SeqLM``:
+an ``ExportedModel`` whose ``forward`` is one step on the exported graphs and whose ``generate()`` is transformers'
+``GenerationMixin`` (:mod:`hub_export.generation.mixin`). Both classes are built the first time they are asked for
+(``hub_export.ExportedModelForCausalLM``, or loading such an export), so that importing this module imports no
+third-party package.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import shutil
 from pathlib import Path
 from typing import Any
 
-from ._files import atomic_directory, file_entry, replace_directory, verify_file
+from ._files import atomic_directory, file_entry, replace_directory
 from ._versions import created_with
+from .component import ExportedComponent
 from .configs import AutoExportConfig, ExportConfig
-from .errors import HubExportError, ManifestError
-from .formats import ExportFormat, parse_format
-from .manifest import MANIFEST_NAME, ComponentEntry, Manifest, Source
+from .errors import ConfigError, HubExportError
+from .formats import ExportFormat, SafetyOptions, backend_for, backends, parse_format
+from .hub.download import download_export
+from .hub.publish import push_export
+from .loading import FileSource, LoadedExport, LocalFiles, load_export
+from .manifest import MANIFEST_NAME, SIDE_FILE_ROLES, Manifest, Source
+from .sample_inputs import default_token_types
+from .tasks import TASKS, plan_class_name
 
-__all__ = ["ExportedComponent", "ExportedModel", "ExportMetadata"]
+# ExportedModelForCausalLM and ExportedModelForSeq2SeqLM are built on first use (module ``__getattr__`` below).
+__all__ = ["ExportedModel", "exported_model_class"]
 
-#: What the exporter recorded about one component (signature, structures, dims, parity, files).
-ExportMetadata = ComponentEntry
-
-_SIDE_FILES = ("config.json", "generation_config.json")
-
-
-def _exporter_class(export_format: ExportFormat) -> Any:
-    from .exporters.auto import exporter_class
-
-    return exporter_class(export_format)
-
-
-def exported_model_class(generation: dict[str, Any] | None) -> type[ExportedModel]:
-    """The class of an export with this generation plan: :class:`ExportedModel` without one, else the
-    ``GenerationMixin`` class of its kind (see :func:`hub_export.tasks.class_for_plan`)."""
-    if not generation:
-        return ExportedModel
-    from .tasks import class_for_plan
-
-    return class_for_plan(generation)
-
-
-class ExportedComponent:
-    """One exported graph: the backend's program and the metadata recorded while tracing.
-
-    Attributes:
-        name: Component name (``model``, ``decode``, ...).
-        export_format: Its format.
-        program: The backend's program (``ExportedProgram``, ``onnx_ir.Model``, ...).
-        metadata: Its :class:`ExportMetadata`.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        export_format: ExportFormat,
-        program: Any,
-        metadata: ComponentEntry,
-        files_dir: Path | None = None,
-    ) -> None:
-        self.name = name
-        self.export_format = parse_format(export_format)
-        self.program = program
-        self.metadata = metadata
-        self._files_dir = files_dir  # set when loaded from disk: saving copies these verified files verbatim
-
-    def __repr__(self) -> str:
-        return f"ExportedComponent(name={self.name!r}, format={self.export_format.value!r}, program={type(self.program).__name__})"
-
-    def runner(self, device: str | None = None, **options: Any) -> Any:
-        """A runner executing this component on ``device``."""
-        return (
-            _exporter_class(self.export_format)
-            .runner_class()
-            .from_program(self.program, self.metadata, device, **options)
-        )
-
-    def save(self, directory: Path) -> ComponentEntry:
-        """Write this component's files into ``directory``; returns its metadata with the file entries."""
-        if self._files_dir is not None and self.metadata.files:
-            relative = [f.path for f in self.metadata.files]
-            for rel in relative:
-                (directory / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(self._files_dir / rel, directory / rel)
-        else:
-            relative = _exporter_class(self.export_format).save_program(self.program, directory, self.name)
-        return dataclasses.replace(self.metadata, files=tuple(file_entry(directory, rel) for rel in relative))
+#: The classes of generation exports -> the ``GenerationMixin`` steps class of :mod:`hub_export.generation.mixin`.
+_GENERATIVE = {"ExportedModelForCausalLM": "CausalLMSteps", "ExportedModelForSeq2SeqLM": "Seq2SeqLMSteps"}
 
 
 class ExportedModel:
@@ -90,9 +40,8 @@ class ExportedModel:
 
     It answers what transformers code asks of a model (pipelines, ``GenerationMixin``): ``config``,
     ``generation_config``, ``device``, ``dtype``, ``main_input_name``, ``can_generate()``, ``forward`` and a
-    positional first input. An export made by ``export_for_generation`` is an
-    :class:`~hub_export.generation.mixin.ExportedModelForCausalLM` (or ``...ForSeq2SeqLM``), whose ``generate()``
-    is transformers' own.
+    positional first input. An export made by ``export_for_generation`` is an ``ExportedModelForCausalLM`` (or
+    ``...ForSeq2SeqLM``), whose ``generate()`` is transformers' own.
 
     Attributes:
         export_format: The format of every component.
@@ -140,7 +89,7 @@ class ExportedModel:
     # -- what transformers asks of a model ------------------------------------------------------------------
     @property
     def model_config(self) -> Any:
-        """Deprecated name of :attr:`config` (the source model's ``PretrainedConfig``)."""
+        """Former name of :attr:`config` (the source model's ``PretrainedConfig``)."""
         return self.config
 
     @property
@@ -149,7 +98,7 @@ class ExportedModel:
         always ``cpu`` for OpenVINO, whose runner hands back host tensors whatever device it runs on."""
         import torch
 
-        if self._device is None or self.export_format is ExportFormat.OPENVINO:
+        if self._device is None or self.export_format.value == "openvino":
             return torch.device("cpu")
         return torch.device(self._device)
 
@@ -163,13 +112,13 @@ class ExportedModel:
     @property
     def main_input_name(self) -> str:
         """The input a positional argument goes to: ``input_ids``, ``pixel_values``, ``input_features``, ..."""
-        names = [name for name, _ in self._entry_component().metadata.input_structure]
+        names = [name for name, _ in self._entry_component().metadata.signature.input_structure]
         return next((n for n in _MAIN_INPUTS if n in names), names[0] if names else "input_ids")
 
     @property
     def input_modalities(self) -> tuple[str, ...]:
         """The kinds of input the export takes (``text``, ``image``, ``audio``), as ``PreTrainedModel`` says."""
-        names = {name for c in self.components.values() for name, _ in c.metadata.input_structure}
+        names = {name for c in self.components.values() for name, _ in c.metadata.signature.input_structure}
         found = tuple(kind for kind, inputs in _MODALITIES.items() if names & inputs)
         return found or ("text",)
 
@@ -182,9 +131,26 @@ class ExportedModel:
         model's ModelOutput class. ``token_type_ids`` that the export traced but the call omits are zeros, as the
         model itself takes them."""
         component = self._single()
-        kwargs = _with_positional(self, args, kwargs)
         runner = self.runners[component.name]
-        return runner(**_default_token_types(runner, kwargs))
+        return runner(**default_token_types(runner.signature, self._named_inputs(args, kwargs)))
+
+    def _named_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``kwargs`` with the one positional argument a model takes (its main input) named.
+
+        Raises:
+            TypeError: More than one positional argument, or the main input given both ways.
+        """
+        if not args:
+            return kwargs
+        name = self.main_input_name
+        if len(args) > 1:
+            raise TypeError(
+                f"{type(self).__name__} takes its main input ({name}) positionally and the others by keyword; "
+                f"got {len(args)} positional arguments."
+            )
+        if name in kwargs:
+            raise TypeError(f"{type(self).__name__} got multiple values for {name!r} (positional and keyword).")
+        return {name: args[0], **kwargs}
 
     def _entry_component(self) -> ExportedComponent:
         """The component a call starts with: the single one, the encoder, the prefill or the language model."""
@@ -245,9 +211,10 @@ class ExportedModel:
     # -- saving ---------------------------------------------------------------------------------------------
     def manifest(self) -> Manifest:
         """The manifest of this export (components without files until saved)."""
+        backend = backend_for(self.export_format)
         return Manifest(
             export_format=self.export_format.value,
-            created_with=created_with(self.export_format.value),
+            created_with=created_with(backend.distributions),
             config=self.export_config.to_dict(),
             components={name: c.metadata for name, c in self.components.items()},
             source=self.source,
@@ -274,12 +241,16 @@ class ExportedModel:
         staged = atomic_directory(target)
         try:
             entries = {name: component.save(staged) for name, component in self.components.items()}
-            manifest = dataclasses.replace(self.manifest(), components=entries)
-            manifest.write(staged)
             if self.config is not None:
                 self.config.to_json_file(str(staged / "config.json"))
             if self.generation_config is not None:
                 self.generation_config.to_json_file(str(staged / "generation_config.json"))
+            side = [
+                file_entry(staged, name, role) for name, role in SIDE_FILE_ROLES.items() if (staged / name).is_file()
+            ]
+            manifest = dataclasses.replace(self.manifest(), components=entries)
+            manifest = manifest.with_files([*manifest.all_listed(), *side])
+            manifest.write(staged)
             replace_directory(staged, target)
         except BaseException:
             shutil.rmtree(staged, ignore_errors=True)
@@ -291,8 +262,6 @@ class ExportedModel:
 
     def push_to_hub(self, repo_id: str, **kwargs: Any) -> Any:
         """Publish this export as one commit in ``repo_id`` (see :func:`hub_export.hub.publish.push_export`)."""
-        from .hub.publish import push_export
-
         return push_export(self, repo_id, **kwargs)
 
     # -- loading --------------------------------------------------------------------------------------------
@@ -313,6 +282,7 @@ class ExportedModel:
         endpoint: str | None = None,
         trust_pickles: bool = False,
         allow_custom_domains: tuple[str, ...] = (),
+        trust_native_code: bool = False,
         export: bool | str | ExportFormat | ExportConfig | None = None,
         export_config: ExportConfig | None = None,
         task: str | None = None,
@@ -321,14 +291,15 @@ class ExportedModel:
         """Load an export from a local folder or a Hub repo, or export a model repo on the fly.
 
         Reads ``export.json`` first and validates it; only then opens (or downloads) the files it lists for the
-        requested components, each checked against its size and sha256.
+        requested components, each checked against its size and sha256. The class of the result follows the
+        export: an ``export_for_generation`` export is an ``ExportedModelForCausalLM`` / ``...ForSeq2SeqLM``.
 
         With ``export=`` (``"onnx"``, an ``OnnxConfig(...)``, or ``True`` with ``export_config=``), a repo that
         holds no export of that format in ``subfolder`` (default: the format's folder, ``onnx/``, ...) is
         exported here: the model is loaded from the repo's safetensors at the commit ``revision`` resolves to,
         exported for ``task`` (inferred from ``config.json`` when omitted; generative tasks get
         ``export_for_generation``), and cached next to the Hugging Face cache, keyed by repo, commit, format, task
-        and config (see :mod:`hub_export.hub.on_the_fly`). The next call loads the cached export, offline too.
+        and config (see :mod:`hub_export.on_the_fly`). The next call loads the cached export, offline too.
 
         Example::
 
@@ -347,196 +318,137 @@ class ExportedModel:
             trust_pickles: Load ``.pt2`` archives whose pickles reference globals outside the tensor
                 allow-list. DANGEROUS: such a file runs arbitrary code when loaded; only for files you made.
             allow_custom_domains: ONNX operator domains to accept besides the standard ones.
+            trust_native_code: Load native code in an export (the AOTInductor package of a compiled ``.pt2``), which
+                runs when loaded. Only for exports whose publisher you trust.
             export: Export a model repo that has no such export: a format name, an export config, or True
                 (with ``export_config``).
             export_config: The export config of ``export=True``.
             task: The task to export for (``text-generation``, ``text-classification``, ...; see
                 :data:`hub_export.tasks.TASKS`); inferred from the model's config when omitted.
-            **runner_options: The backend runner's options: ``providers`` and ``session_options`` for ONNX Runtime,
-                ``config`` (compile properties) for OpenVINO.
+            **runner_options: The backend runner's options (``providers=`` for ONNX Runtime, ``config=`` for
+                OpenVINO, ...).
 
         Raises:
-            TypeError: An argument that neither this method nor the export's runner takes.
+            TypeError: An argument that neither this method nor any runner takes.
+            ConfigError: A runner option the export's format does not take.
             ManifestError: ``export.json`` is missing or invalid.
             IntegrityError: A file does not match the manifest.
             UnsafeExportError: A file would run code or read outside the export when loaded (see
-                :mod:`hub_export.safety`).
+                the format's safety check, see docs/security.md).
         """
-        check_runner_options(None, runner_options)
-        safety = {"trust_pickles": trust_pickles, "allow_custom_domains": tuple(allow_custom_domains)}
+        _check_option_names(runner_options)
+        options = SafetyOptions(
+            trust_pickles=trust_pickles,
+            allow_custom_domains=frozenset(allow_custom_domains),
+            trust_native_code=bool(trust_native_code),
+        )
+        hub = {
+            "revision": revision,
+            "cache_dir": cache_dir,
+            "token": token,
+            "local_files_only": local_files_only,
+            "force_download": force_download,
+            "endpoint": endpoint,
+        }
         if export is not None and export is not False:
-            from .hub.on_the_fly import from_model_repo
+            from .on_the_fly import export_source
 
-            loaded = from_model_repo(
+            source: FileSource = export_source(
                 str(pretrained_model_name_or_path),
                 export=export,
                 export_config=export_config,
                 task=task,
                 subfolder=subfolder,
-                revision=revision,
                 components=components,
-                device=device,
-                cache_dir=cache_dir,
-                token=token,
-                local_files_only=local_files_only,
-                force_download=force_download,
-                endpoint=endpoint,
-                runner_options=runner_options,
-                **safety,
+                **hub,
             )
-            return _check_class(cls, loaded)
-        if export_config is not None or task is not None:
+        elif export_config is not None or task is not None:
             raise TypeError("export_config= and task= choose what export=... makes; pass export= too.")
-        local = Path(pretrained_model_name_or_path) / subfolder
-        if local.is_dir():
-            loaded = load_directory(
-                local, components=components, device=device, runner_options=runner_options, **safety
+        elif (Path(pretrained_model_name_or_path) / subfolder).is_dir():
+            source = LocalFiles(Path(pretrained_model_name_or_path) / subfolder)
+        else:
+            source = download_export(
+                str(pretrained_model_name_or_path),
+                subfolder=subfolder,
+                components=components,
+                fetch_components=False,
+                **hub,
             )
-            return _check_class(cls, loaded)
-        from .hub.download import load_from_hub
+        loaded = load_export(source, components=components, lazy=lazy, options=options)
+        return cls._from_loaded(loaded, device=device, runner_options=runner_options)
 
-        loaded = load_from_hub(
-            str(pretrained_model_name_or_path),
-            subfolder=subfolder,
-            revision=revision,
-            components=components,
+    @classmethod
+    def _from_loaded(
+        cls, loaded: LoadedExport, *, device: str | None = None, runner_options: dict[str, Any] | None = None
+    ) -> ExportedModel:
+        """The export of ``loaded``, as the class its generation plan needs (refused when that is no ``cls``)."""
+        manifest = loaded.manifest
+        backend_for(manifest.export_format).runner_class.check_options(dict(runner_options or {}))
+        klass = exported_model_class(manifest.generation)
+        if not issubclass(klass, cls):
+            raise HubExportError(
+                f"{cls.__name__}.from_pretrained loaded a {klass.__name__} export (components "
+                f"{list(loaded.components)}); load it with ExportedModel.from_pretrained, which picks the class the "
+                "export needs."
+            )
+        return klass(
+            parse_format(manifest.export_format),
+            AutoExportConfig.from_dict({**manifest.config, "quantizer": None}),  # the recipe is recorded, not re-run
+            loaded.components,
+            config=loaded.model_config,
+            generation_config=loaded.generation_config,
+            source=manifest.source,
             device=device,
-            lazy=lazy,
-            cache_dir=cache_dir,
-            token=token,
-            local_files_only=local_files_only,
-            force_download=force_download,
-            endpoint=endpoint,
+            generation=manifest.generation,
             runner_options=runner_options,
-            **safety,
         )
-        return _check_class(cls, loaded)
 
 
-#: The options each format's runner takes (``ExportedModel.from_pretrained(..., **runner_options)``).
-RUNNER_OPTIONS: dict[ExportFormat, tuple[str, ...]] = {
-    ExportFormat.DYNAMO: (),
-    ExportFormat.ONNX: ("providers", "session_options"),
-    ExportFormat.EXECUTORCH: (),
-    ExportFormat.OPENVINO: ("config",),
-}
-
-
-def check_runner_options(export_format: ExportFormat | None, options: dict[str, Any]) -> None:
-    """Refuse options no runner takes (``export_format`` None) or that this format's runner does not take.
+def exported_model_class(generation: dict[str, Any] | None = None, *, task: str | None = None) -> type[ExportedModel]:
+    """The class running an export: from its generation plan (``export.json``'s ``generation``), or from the task
+    it is made for (:data:`hub_export.tasks.TASKS`); :class:`ExportedModel` for an export that does not generate.
 
     Raises:
-        TypeError: Naming the unknown options and what is accepted.
+        ConfigError: An unknown task or plan kind.
     """
-    accepted = (
-        sorted({o for names in RUNNER_OPTIONS.values() for o in names})
-        if export_format is None
-        else list(RUNNER_OPTIONS[export_format])
-    )
-    unknown = sorted(set(options) - set(accepted))
+    if task is not None:
+        if task not in TASKS:
+            raise ConfigError(f"Unknown task {task!r}; known tasks: {', '.join(TASKS)}.")
+        name = TASKS[task].exported_class
+    else:
+        name = plan_class_name(generation) if generation else "ExportedModel"
+    return ExportedModel if name == "ExportedModel" else _generative_class(name)
+
+
+@functools.cache
+def _generative_class(name: str) -> type[ExportedModel]:
+    """``ExportedModelForCausalLM`` / ``...ForSeq2SeqLM``: the ``GenerationMixin`` steps of
+    :mod:`hub_export.generation.mixin` over :class:`ExportedModel` (built once, on first use)."""
+    from .generation import mixin
+
+    steps = getattr(mixin, _GENERATIVE[name])
+    return type(name, (steps, ExportedModel), {"__module__": __name__, "__qualname__": name, "__doc__": steps.__doc__})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _GENERATIVE:
+        return _generative_class(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _check_option_names(options: dict[str, Any]) -> None:
+    """Refuse keyword arguments that no registered format's runner takes, as Python refuses an unknown argument.
+
+    Raises:
+        TypeError: Naming them and the runner options that exist.
+    """
+    known = sorted({name for backend in backends().values() for name in backend.runner_class.options})
+    unknown = sorted(set(options) - set(known))
     if unknown:
-        where = "any runner" if export_format is None else f"the {export_format.value} runner"
         raise TypeError(
-            f"ExportedModel.from_pretrained() got unexpected keyword argument(s) {unknown}: neither it nor {where} "
-            f"takes them (runner options accepted: {accepted or 'none'})."
+            f"ExportedModel.from_pretrained() got unexpected keyword argument(s) {unknown}: neither it nor any "
+            f"format's runner takes them (runner options: {', '.join(known)})."
         )
-
-
-def _check_class(cls: type, loaded: ExportedModel) -> ExportedModel:
-    """``loaded`` when it is a ``cls`` (``ExportedModel.from_pretrained`` takes whatever class the export needs)."""
-    if not isinstance(loaded, cls):
-        raise HubExportError(
-            f"{cls.__name__}.from_pretrained loaded a {type(loaded).__name__} (components {list(loaded.components)}); "
-            "load it with ExportedModel.from_pretrained, which picks the class the export needs."
-        )
-    return loaded
-
-
-def _load_side_configs(directory: Path) -> tuple[Any, Any]:
-    model_config = generation_config = None
-    if (directory / "config.json").is_file():
-        from transformers import AutoConfig
-
-        model_config = AutoConfig.from_pretrained(str(directory), trust_remote_code=False)
-    if (directory / "generation_config.json").is_file():
-        from transformers import GenerationConfig
-
-        generation_config = GenerationConfig.from_pretrained(str(directory))
-    return model_config, generation_config
-
-
-def load_component(
-    directory: Path,
-    name: str,
-    entry: ComponentEntry,
-    export_format: ExportFormat,
-    *,
-    trust_pickles: bool = False,
-    allow_custom_domains: tuple[str, ...] = (),
-) -> ExportedComponent:
-    """Verify a component's files against the manifest, run the format's safety checks, then load its program."""
-    from .safety import check_component
-
-    for file in entry.files:
-        verify_file(directory / file.path, file)
-    check_component(
-        export_format, directory, entry, trust_pickles=trust_pickles, allow_custom_domains=allow_custom_domains
-    )
-    program = _exporter_class(export_format).load_program(directory, name, entry)
-    return ExportedComponent(name, export_format, program, entry, files_dir=directory.resolve())
-
-
-def load_directory(
-    directory: Path,
-    *,
-    components: list[str] | None = None,
-    device: str | None = None,
-    runner_options: dict[str, Any] | None = None,
-    manifest: Manifest | None = None,
-    trust_pickles: bool = False,
-    allow_custom_domains: tuple[str, ...] = (),
-) -> ExportedModel:
-    """Load an export folder: manifest first (validated, paths checked), then the listed files."""
-    directory = Path(directory)
-    manifest = manifest or Manifest.read(directory)
-    fmt = parse_format(manifest.export_format)
-    names = list(manifest.components) if components is None else list(components)
-    missing = [n for n in names if n not in manifest.components]
-    if missing:
-        raise ManifestError(f"No component(s) {missing} in this export; it has {sorted(manifest.components)}.")
-    safety = {"trust_pickles": trust_pickles, "allow_custom_domains": tuple(allow_custom_domains)}
-    loaded = {name: load_component(directory, name, manifest.components[name], fmt, **safety) for name in names}
-    return assemble_export(manifest, loaded, directory, device=device, runner_options=runner_options)
-
-
-def assemble_export(
-    manifest: Manifest,
-    components: dict[str, ExportedComponent],
-    directory: Path,
-    *,
-    device: str | None = None,
-    runner_options: dict[str, Any] | None = None,
-) -> ExportedModel:
-    """The ``ExportedModel`` of loaded (or lazily loading) components, with the side configs of ``directory``."""
-    fmt = parse_format(manifest.export_format)
-    check_runner_options(fmt, dict(runner_options or {}))
-    model_config, generation_config = _load_side_configs(directory)
-    return exported_model_class(manifest.generation)(
-        fmt,
-        AutoExportConfig.from_dict(_config_without_quantizer(manifest.config)),
-        components,
-        config=model_config,
-        generation_config=generation_config,
-        source=manifest.source,
-        device=device,
-        generation=manifest.generation,
-        runner_options=runner_options,
-    )
-
-
-def _config_without_quantizer(config: dict[str, Any]) -> dict[str, Any]:
-    # a quantizer is recorded as its recipe (plain data); the loaded export does not re-run it
-    return {**config, "quantizer": None}
 
 
 #: The inputs a positional argument may stand for, in the order they are looked for among the traced inputs.
@@ -551,35 +463,3 @@ _MODALITIES = {
 def _device_name(device: Any) -> str | None:
     """A runner device name from a name, a ``torch.device`` or None."""
     return None if device is None else str(device)
-
-
-def _with_positional(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` with the one positional argument a model takes (its main input) named.
-
-    Raises:
-        TypeError: More than one positional argument, or the main input given both ways.
-    """
-    if not args:
-        return kwargs
-    name = model.main_input_name
-    if len(args) > 1:
-        raise TypeError(
-            f"{type(model).__name__} takes its main input ({name}) positionally and the others by keyword; "
-            f"got {len(args)} positional arguments."
-        )
-    if name in kwargs:
-        raise TypeError(f"{type(model).__name__} got multiple values for {name!r} (positional and keyword).")
-    return {name: args[0], **kwargs}
-
-
-def _default_token_types(runner: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` with all-zero ``token_type_ids`` when the runner traced them and the call gives none: a model
-    takes missing token types as zeros (segment A), so an export traced with them runs without them too."""
-    if kwargs.get("token_type_ids") is not None or "token_type_ids" not in dict(runner.metadata.input_structure):
-        return kwargs
-    reference = kwargs.get("input_ids")
-    if reference is None:
-        return kwargs
-    import torch
-
-    return {**kwargs, "token_type_ids": torch.zeros_like(torch.as_tensor(reference))}

@@ -6,7 +6,7 @@ from typing import Any
 
 from .errors import ExportError
 
-__all__ = ["dummy_inputs", "implied_inputs"]
+__all__ = ["default_token_types", "dummy_inputs", "implied_inputs"]
 
 
 def _get(config: Any, *names: str, default: Any = None) -> Any:
@@ -81,3 +81,17 @@ def implied_inputs(model: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     if "token_type_ids" not in accepted:
         return inputs
     return {**inputs, "token_type_ids": torch.zeros_like(ids)}
+
+
+def default_token_types(signature: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with all-zero ``token_type_ids`` when ``signature`` (a component's :class:`Signature`) traced them
+    and the call gives none: a model takes missing token types as zeros (segment A), so an export traced with them
+    runs without them too."""
+    if kwargs.get("token_type_ids") is not None or "token_type_ids" not in dict(signature.input_structure):
+        return kwargs
+    reference = kwargs.get("input_ids")
+    if reference is None:
+        return kwargs
+    import torch
+
+    return {**kwargs, "token_type_ids": torch.zeros_like(torch.as_tensor(reference))}

@@ -11,7 +11,8 @@ from tiny_tokenizers import llama_tokenizer
 from transformers import GenerationMixin
 
 from hub_export import ExportedModel, OnnxConfig, OnnxExporter, OpenVINOConfig, OpenVINOExporter
-from hub_export.generation.mixin import ExportedModelForCausalLM, RunnerState
+from hub_export.generation.mixin import RunnerState
+from hub_export.model import ExportedModelForCausalLM
 
 _BACKENDS = {"onnx": (OnnxExporter, OnnxConfig), "openvino": (OpenVINOExporter, OpenVINOConfig)}
 _PROMPTS = ["the cat sat on the mat", "birds sang"]

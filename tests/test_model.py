@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import warnings
 from pathlib import Path
@@ -12,14 +13,16 @@ from tiny_models import build
 
 import hub_export
 from hub_export import (
+    ConfigError,
     DynamoConfig,
     DynamoExporter,
     ExportedModel,
     ExportError,
     HubExportError,
     InputError,
+    formats,
 )
-from hub_export.exporters.dynamo import DynamoExporter as _Dynamo
+from hub_export.formats import backend_for
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +37,12 @@ def test_atomic_save_keeps_previous_export_on_failure(llama_export, tmp_path: Pa
     exported.save_pretrained(target)
     before = {p.name: p.read_bytes() for p in target.iterdir()}
 
-    def boom(cls, program, directory, component):
+    def boom(program, directory, component):
         (Path(directory) / "model.pt2").write_bytes(b"half written")
         raise OSError("disk full")
 
-    monkeypatch.setattr(_Dynamo, "save_program", classmethod(boom))
+    backend = backend_for("dynamo")
+    monkeypatch.setitem(formats._BACKENDS, "dynamo", dataclasses.replace(backend, save_program=boom))
     fresh = DynamoExporter().export(case.model, case.sample, config=DynamoConfig(dynamic=True))
     with pytest.raises(OSError, match="disk full"):
         fresh.save_pretrained(target)
@@ -189,8 +193,8 @@ def test_unknown_from_pretrained_arguments_raise_type_error(llama_export, tmp_pa
     folder = exported.save_pretrained(tmp_path / "export")
     with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['trust_remote_code'\]"):
         ExportedModel.from_pretrained(folder, trust_remote_code=True)
-    with pytest.raises(TypeError, match=r"\['providers'\].*the dynamo runner"):
-        ExportedModel.from_pretrained(folder, providers=["CPUExecutionProvider"])
+    with pytest.raises(ConfigError, match=r"DynamoRunner does not take the option\(s\) \['providers'\]"):
+        ExportedModel.from_pretrained(folder, providers=["CPUExecutionProvider"])  # ONNX Runtime's, at load time
 
 
 def test_token_type_ids_the_config_implies_are_traced() -> None:
@@ -203,7 +207,7 @@ def test_token_type_ids_the_config_implies_are_traced() -> None:
     case, tokenizer = build("bert"), bert_tokenizer()
     sample = {k: v for k, v in case.sample.items() if k != "token_type_ids"}
     exported = OnnxExporter().export(case.model, sample, config=OnnxConfig(dynamic=True))
-    assert "token_type_ids" in dict(exported.components["model"].metadata.input_structure)
+    assert "token_type_ids" in dict(exported.components["model"].metadata.signature.input_structure)
     pair = tokenizer(["the cat sat", "a dog"], ["on the mat", "ran to the big park"], padding=True, return_tensors="pt")
     assert int(pair["token_type_ids"].sum()) > 0
     with torch.no_grad():

@@ -10,10 +10,10 @@ from tiny_models import build
 from tiny_tokenizers import bert_tokenizer, llama_tokenizer
 
 from hub_export import ConfigError, ExportedModel, HubError, OnnxConfig, OnnxExporter
-from hub_export.generation.mixin import ExportedModelForCausalLM
-from hub_export.hub.on_the_fly import export_cache_root
+from hub_export.embedded_hub import HubServer
 from hub_export.hub.publish import publish
-from hub_export.hub.server import HubServer
+from hub_export.model import ExportedModelForCausalLM
+from hub_export.on_the_fly import export_cache_root
 
 REPO = "me/tiny-llama"
 

@@ -1,8 +1,9 @@
 """transformers' ``GenerationMixin`` over the graphs of an ``export_for_generation`` export.
 
-:class:`ExportedModelForCausalLM` (decoder-only and vision/audio-language exports) and
-:class:`ExportedModelForSeq2SeqLM` (encoder-decoder exports: T5, Whisper, ...) are an
-:class:`~hub_export.model.ExportedModel` and a ``GenerationMixin``: ``generate()`` is transformers' own, so every
+``ExportedModelForCausalLM`` (decoder-only and vision/audio-language exports) and ``ExportedModelForSeq2SeqLM``
+(encoder-decoder exports: T5, Whisper, ...) are an :class:`~hub_export.model.ExportedModel` and the steps class
+of this module (:class:`CausalLMSteps`, :class:`Seq2SeqLMSteps`, both a ``GenerationMixin``; ``hub_export.model``
+combines them, so that this module never imports it): ``generate()`` is transformers' own, so every
 decoding strategy (greedy, sampling, beam search, ...), logits processor (repetition penalty, n-gram blocking,
 ``min_new_tokens``, bad words, ...), stopping criterion (several EOS ids, stop strings, ...) and streamer works
 as it does for the eager model. What they add is ``forward``: one step of the model on the exported graphs.
@@ -39,7 +40,6 @@ import torch
 from transformers import GenerationConfig, GenerationMixin
 
 from ..errors import HubExportError, InputError
-from ..model import ExportedModel, _with_positional
 from ._prompt import fit_prompt
 from .decompose import _empty_cache as _holds_nothing
 from .loop import (
@@ -54,7 +54,7 @@ from .loop import (
     positions_from_mask,
 )
 
-__all__ = ["ExportedModelForCausalLM", "ExportedModelForSeq2SeqLM", "RunnerState"]
+__all__ = ["CausalLMSteps", "GenerativeSteps", "RunnerState", "Seq2SeqLMSteps"]
 
 #: What ``generate()`` passes to ``forward`` besides the traced inputs.
 _GENERATION_KWARGS = frozenset(
@@ -114,8 +114,19 @@ def _past_length(cache: Any) -> int | None:
         return None
 
 
-class _GenerativeExport(ExportedModel, GenerationMixin):
-    """What the generative export classes share: transformers' ``generate()`` over :meth:`forward`."""
+class GenerativeSteps(GenerationMixin):
+    """What the generative export classes share: transformers' ``generate()`` over :meth:`forward`.
+
+    A mixin over :class:`~hub_export.model.ExportedModel` (placed before it), whose attributes it reads.
+    """
+
+    generation: Any
+    generation_config: Any
+    config: Any
+    components: dict[str, Any]
+    runners: dict[str, Any]
+    main_input_name: str
+    _named_inputs: Any
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -171,7 +182,7 @@ class _GenerativeExport(ExportedModel, GenerationMixin):
     # -- GenerationMixin hooks ------------------------------------------------------------------------------
     def _validate_model_kwargs(self, model_kwargs: dict[str, Any]) -> None:
         """Refuse inputs no graph of this export takes (transformers checks them against ``forward``)."""
-        traced = {name for c in self.components.values() for name, _ in c.metadata.input_structure}
+        traced = {name for c in self.components.values() for name, _ in c.metadata.signature.input_structure}
         unused = [k for k, v in model_kwargs.items() if v is not None and k not in traced | _GENERATION_KWARGS]
         if unused:
             raise ValueError(
@@ -310,7 +321,7 @@ def _mask_and_positions(plan: dict[str, Any], ids: Any, mask: Any, positions: An
     return mask, positions
 
 
-class ExportedModelForCausalLM(_GenerativeExport):
+class CausalLMSteps(GenerativeSteps):
     """A decoder-only (or vision/audio-language) generation export with transformers' ``generate()``.
 
     ``forward(input_ids, attention_mask, position_ids, past_key_values)`` is one step of the model: the prompt
@@ -391,7 +402,7 @@ def _output(values: dict[str, Any]) -> Any:
 class _Encoder:
     """The encoder component as ``GenerationMixin`` calls it: ``encoder(**kwargs)`` -> the encoder's output."""
 
-    def __init__(self, model: ExportedModelForSeq2SeqLM) -> None:
+    def __init__(self, model: Seq2SeqLMSteps) -> None:
         self._model = model
 
     @property
@@ -401,9 +412,9 @@ class _Encoder:
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run the encoder graph on the inputs it traced (flags such as ``return_dict`` are dropped)."""
         model = self._model
-        kwargs = _with_positional(model, args, kwargs)
+        kwargs = model._named_inputs(args, kwargs)
         runner = model.runners[model.generation["stages"]["encoder"]]
-        traced = dict(runner.metadata.input_structure)
+        traced = dict(runner.metadata.signature.input_structure)
         if "attention_mask" in traced and kwargs.get("attention_mask") is None:
             main = kwargs.get(model.main_input_name)
             if main is not None:
@@ -413,7 +424,7 @@ class _Encoder:
     __call__ = forward
 
 
-class ExportedModelForSeq2SeqLM(_GenerativeExport):
+class Seq2SeqLMSteps(GenerativeSteps):
     """An encoder-decoder generation export (T5, BART, Whisper, ...) with transformers' ``generate()``.
 
     ``get_encoder()`` runs the encoder graph; ``forward`` is one decoder step: the first one (no cache yet)
@@ -437,7 +448,7 @@ class ExportedModelForSeq2SeqLM(_GenerativeExport):
         may be positional."""
         plan = self.generation
         name, token_input = plan["cache"], plan["token_input"]
-        kwargs = _with_positional(self, args, kwargs)
+        kwargs = self._named_inputs(args, kwargs)
         if encoder_outputs is None:
             encoder_outputs = self.get_encoder()(attention_mask=attention_mask, **kwargs)
         if decoder_input_ids is None:
