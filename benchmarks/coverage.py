@@ -20,6 +20,19 @@ committed with the matrix, so ``--report-only`` rebuilds it anywhere); a run onl
     python benchmarks/coverage.py [--backends dynamo onnx openvino executorch] [--cases llama bert]
         [--tools hub peer] [--timeout 120] [--results docs/coverage-results.jsonl] [--rerun] [--report-only]
     python benchmarks/coverage.py --backends gen-dynamo gen-onnx gen-openvino   # the generation cells
+
+Every architecture (``--all``): instead of the zoo, every model type of transformers' auto mappings
+(``benchmarks/_tiny_configs.py``: causal / masked LM, sequence / token classification, seq2seq LM, image
+classification, CTC, speech seq2seq, image-text-to-text, AutoModel as the fallback head), each built from its
+config class's defaults with the size fields shrunk, with sample inputs found from its main input name. The
+backends run one after another over every type (dynamo, then onnx, openvino, executorch), so a partial run has
+whole columns. ``--shard i/n`` (1-based) takes every n-th type, so shards fan out (``actions/examples/coverage.yml``);
+each shard writes ``docs/coverage-all/shard-i-of-n.jsonl``, and ``--all --report-only`` merges every file of
+that folder into the matrix's second part (the latest row of a cell wins). Failing cells get a one-line reason
+and a failure class (``benchmarks/_failure_classes.py``); types that cannot run here are listed with the reason::
+
+    python benchmarks/coverage.py --all [--shard 1/4] [--backends dynamo onnx] [--types llama bert] [--timeout 300]
+    python benchmarks/coverage.py --all --report-only
 """
 
 from __future__ import annotations
@@ -126,18 +139,48 @@ def _export(tool: str, backend: str, model: Any, sample: dict[str, Any]) -> Any:
     return AutoHfExporter.from_config(config).export(model, sample, config)
 
 
-def run_cell(case_name: str, tool: str, backend: str) -> dict[str, Any]:
-    """Export one case with one tool and backend, run both shapes, compare with eager."""
-    import torch
+def _build(case_name: str, all_mode: bool) -> Any:
+    if all_mode:
+        from _tiny_configs import build_case
+
+        return build_case(case_name)
     from zoo import build
+
+    return build(case_name)
+
+
+def run_cell(case_name: str, tool: str, backend: str, all_mode: bool = False) -> dict[str, Any]:
+    """Export one case with one tool and backend, run both shapes, compare with eager.
+
+    ``all_mode``: the case is a model type built by ``_tiny_configs.build_case``; a build failure is a row whose
+    reason starts with ``[build]``, and an environment that cannot build it a ``skip`` row.
+    """
+    import torch
 
     row: dict[str, Any] = {"case": case_name, "tool": tool, "backend": backend, "ok": False}
     try:
-        case = build(case_name)
+        row["stage"] = "build"
+        try:
+            case = _build(case_name, all_mode)
+        except Exception as exc:
+            if all_mode:
+                from _tiny_configs import skip_reason
+
+                why = skip_reason(exc)
+                if why:
+                    return {"case": case_name, "tool": "*", "backend": "*", "skip": why}
+            raise
+        if all_mode:
+            row["head"] = case.head
+            if case.notes:
+                row["notes"] = "; ".join(case.notes)
         if is_generation_backend(backend):
+            row.pop("stage")
             return run_generation_cell(case, tool, backend, row)
+        row["stage"] = "eager"
         with torch.no_grad():
             expected = [case.model(**inputs) for inputs in (case.sample, case.other)]
+        row.pop("stage")
         start = time.perf_counter()
         exported = _export(tool, backend, case.model, case.sample)
         row["export_s"] = round(time.perf_counter() - start, 2)
@@ -157,8 +200,11 @@ def run_cell(case_name: str, tool: str, backend: str) -> dict[str, Any]:
     except BaseException as exc:  # noqa: BLE001 - every failure is a result
         if isinstance(exc, KeyboardInterrupt):
             raise
-        row["reason"] = (f"[{row.pop('stage')}] " if "stage" in row else "") + _reason(exc)
-        row["trace"] = "".join(traceback.format_exception(exc)[-3:])[-1500:]
+        stage = row.pop("stage", None)
+        if all_mode and stage == "eager":
+            stage = "build"  # the tiny model does not run its own sample inputs
+        row["reason"] = (f"[{stage}] " if stage else "") + _reason(exc)
+        row["trace"] = "".join(traceback.format_exception(exc)[-3:])[-(3000 if all_mode else 1500) :]
     return row
 
 
@@ -166,18 +212,38 @@ def _alarm(_signum: int, _frame: Any) -> None:
     raise TimeoutError("cell timed out")
 
 
-def child(cells: list[tuple[str, str, str]], results: Path, timeout: int) -> None:
-    """Run cells in order, appending one JSON line per cell (flushed, so a crash loses only the current cell)."""
+def child(cells: list[tuple[str, str, str]], results: Path, timeout: int, all_mode: bool = False) -> None:
+    """Run cells in order, appending one JSON line per cell (flushed, so a crash loses only the current cell).
+
+    ``all_mode``: rows carry their time (``t``, the latest row of a cell wins across shard files), and a type the
+    environment cannot build gets one skip row; its other cells are then not run."""
     warnings.filterwarnings("ignore")
+    if all_mode:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
     signal.signal(signal.SIGALRM, _alarm)
+    skipped: set[str] = set()
     for case_name, tool, backend in cells:
+        if case_name in skipped:
+            continue
         print(f"  {case_name:12s} {tool:4s} {backend:10s}", end=" ", flush=True)
         signal.alarm(timeout)
         try:
-            row = run_cell(case_name, tool, backend)
+            row = run_cell(case_name, tool, backend, all_mode)
         finally:
             signal.alarm(0)
-        print("ok" if row["ok"] else "FAIL", row.get("max_diff", ""), row.get("export_s", ""), flush=True)
+        if "skip" in row:
+            skipped.add(case_name)
+            print("SKIP", row["skip"], flush=True)
+        else:
+            print("ok" if row["ok"] else "FAIL", row.get("max_diff", ""), row.get("export_s", ""), flush=True)
+        if all_mode:
+            from _failure_classes import classify
+
+            row["t"] = round(time.time(), 1)
+            if classify(row):
+                row["class"] = classify(row)
         with results.open("a") as handle:
             handle.write(json.dumps(row) + "\n")
 
@@ -344,6 +410,9 @@ def report(results: Path, out: Path, backends: list[str], tools: list[str]) -> N
         lines += ["", f"## Failing {TOOL_NAMES[tool]} cells", ""]
         reasons = [f"* **{r['case']}** / {r['backend']}: {_why(r)}" for r in failing]
         lines += reasons or ["None."]
+    from _coverage_all import section
+
+    lines += section()
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out}")
@@ -351,22 +420,46 @@ def report(results: Path, out: Path, backends: list[str], tools: list[str]) -> N
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--backends", nargs="+", default=DEFAULT_BACKENDS, choices=ALL_BACKENDS)
+    parser.add_argument(
+        "--backends",
+        nargs="+",
+        default=None,
+        choices=ALL_BACKENDS,
+        help=f"default: {' '.join(DEFAULT_BACKENDS)} (--all: these and executorch)",
+    )
     parser.add_argument("--cases", nargs="+", default=None)
     parser.add_argument("--tools", nargs="+", default=TOOLS, choices=TOOLS)
-    parser.add_argument("--timeout", type=int, default=120, help="seconds per cell")
-    parser.add_argument("--results", type=Path, default=ROOT / "docs" / "coverage-results.jsonl")
+    parser.add_argument("--timeout", type=int, default=None, help="seconds per cell (default 120; --all: 300)")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="default: docs/coverage-results.jsonl "
+        "(--all: docs/coverage-all/shard-i-of-n.jsonl, or all.jsonl unsharded)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "support-matrix.md")
     parser.add_argument("--fresh", action="store_true", help="discard earlier results instead of resuming")
     parser.add_argument("--rerun", action="store_true", help="run the selected cells again, even those in --results")
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--all", action="store_true", help="every model type of transformers' auto mappings")
+    parser.add_argument("--types", nargs="+", default=None, help="--all: only these model types")
+    parser.add_argument("--shard", default=None, help="--all: 'i/n' (1-based), every n-th type from the i-th")
+    parser.add_argument("--batch", type=int, default=8, help="--all: model types per child process")
     args = parser.parse_args()
     if args.child:
-        child([tuple(cell) for cell in json.loads(args.child)], args.results, args.timeout)
+        child([tuple(cell) for cell in json.loads(args.child)], args.results, args.timeout, args.all)
+        return
+    if args.all:
+        from _coverage_all import main_all
+
+        main_all(args, parser, write_matrix)
         return
     from zoo import ZOO
 
+    args.results = args.results or ROOT / "docs" / "coverage-results.jsonl"
+    args.backends = args.backends or DEFAULT_BACKENDS
+    args.timeout = args.timeout or 120
     cases = args.cases or list(ZOO)
     unknown = [c for c in cases if c not in ZOO]
     if unknown:
@@ -375,9 +468,14 @@ def main() -> None:
         os.remove(args.results)
     if not args.report_only:
         drive(cases, args.tools, args.backends, args.results, args.timeout, rerun=args.rerun)
-    ran = {(row["tool"], row["backend"]) for row in map(json.loads, args.results.read_text().splitlines())}
+    write_matrix(args.out, args.results)
+
+
+def write_matrix(out: Path, results: Path = ROOT / "docs" / "coverage-results.jsonl") -> None:
+    """Write the matrix: the zoo's cells (``results``), then every architecture's (``docs/coverage-all/``)."""
+    ran = {(row["tool"], row["backend"]) for row in map(json.loads, results.read_text().splitlines())}
     backends = [b for b in ALL_BACKENDS if any((t, b) in ran for t in TOOLS)]
-    report(args.results, args.out, backends, [t for t in TOOLS if any((t, b) in ran for b in backends)])
+    report(results, out, backends, [t for t in TOOLS if any((t, b) in ran for b in backends)])
 
 
 if __name__ == "__main__":
