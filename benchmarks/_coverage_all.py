@@ -96,9 +96,27 @@ def _run_child(cells: list[tuple[str, str, str]], results: Path, timeout: int) -
 
 
 def drive_all(
-    archs: list[Any], tools: list[str], backends: list[str], results: Path, timeout: int, batch: int, rerun: bool
+    archs: list[Any],
+    tools: list[str],
+    backends: list[str],
+    results: Path,
+    timeout: int,
+    batch: int,
+    rerun: bool,
+    retry: tuple[str, ...] = (),
 ) -> None:
-    since = time.time() if rerun else 0.0
+    """Run every cell of ``archs`` missing from ``results`` (``rerun``: every cell; ``retry``: also the cells
+    whose latest row failed with one of these classes, e.g. ``tiny-config`` after a shrinker fix)."""
+    started = time.time()
+    since = started if rerun else 0.0
+
+    def stale(row: dict[str, Any] | None) -> bool:
+        if row is None:
+            return True
+        if row.get("t", 0) >= started:
+            return False
+        return row.get("t", 0) < since or (not row.get("ok") and row.get("class") in retry)
+
     for arch in archs:  # types this environment cannot even enumerate a builder for
         if arch.skip and (arch.model_type, *SKIP) not in load_rows([results]):
             _append(
@@ -116,8 +134,7 @@ def drive_all(
                     (a.model_type, tool, backend)
                     for a in chunk
                     for tool in tools
-                    if (a.model_type, *SKIP) not in rows
-                    and rows.get((a.model_type, tool, backend), {}).get("t", -1) < since
+                    if (a.model_type, *SKIP) not in rows and stale(rows.get((a.model_type, tool, backend)))
                 ]
 
             cells = pending()
@@ -163,7 +180,8 @@ def main_all(args: argparse.Namespace, parser: argparse.ArgumentParser, write_ma
         results.unlink()
     backends = args.backends or ALL_BACKENDS
     print(f"{len(archs)} model types (shard {shard[0]}/{shard[1]}) -> {results}", flush=True)
-    drive_all(archs, args.tools, backends, results, args.timeout or 300, args.batch, args.rerun)
+    retry = tuple(args.retry or ())
+    drive_all(archs, args.tools, backends, results, args.timeout or 300, args.batch, args.rerun, retry)
     write_matrix(out)
 
 

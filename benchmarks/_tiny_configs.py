@@ -94,6 +94,19 @@ OVERRIDES: dict[str, tuple[dict[str, Any], str]] = {
         },
         "ALIGN's vision tower is EfficientNet (see efficientnet)",
     ),
+    "align": (
+        {"projection_dim": 320},
+        "the text projection must match the EfficientNet tower's pooled width (320 at width_coefficient 1.0)",
+    ),
+    "aria": (
+        {"projector_patch_to_query_dict": {64: 16}},
+        "the projector maps the patch count to its query count by a table of the checkpoint image sizes "
+        "(1225, 4900 patches); the tiny image has 64",
+    ),
+    "bridgetower_vision_model": (
+        {"hidden_size": 64},
+        "its residual attention blocks use d_model // 64 heads (a constant head width of 64)",
+    ),
     "bamba": (
         {"attn_layer_indices": [1]},
         "the defaults hold no attention layer (attn_layer_indices=None), which the model's cache cannot serve",
@@ -112,6 +125,13 @@ OVERRIDES: dict[str, tuple[dict[str, Any], str]] = {
         },
         "attention/expert layers are placed by period/offset (8/4, 2/1), so 2 layers would hold no attention layer",
     ),
+}
+
+
+#: model type -> why it cannot be built from a config alone (checked before building)
+SKIPS: dict[str, str] = {
+    "chameleon": "checkpoint-only component: the image-token vocabulary map (vocabulary_map) comes from the "
+    "checkpoint's tokenizer; the default config has none",
 }
 
 
@@ -149,6 +169,7 @@ MAIN_INPUTS = ("input_ids", "pixel_values", "input_features", "input_values")
 @functools.lru_cache(maxsize=1)
 def enumerate_architectures() -> list[Arch]:
     """Every model type of the :data:`HEADS` mappings, sorted, with its head (first mapping holding it)."""
+    import torch
     import transformers
     from transformers.models.auto import modeling_auto
 
@@ -166,7 +187,11 @@ def enumerate_architectures() -> list[Arch]:
             arch.skip = skip_reason(exc) or f"{class_name} not importable: {_one_line(exc)}"
             archs.append(arch)
             continue
-        if head != "image-text-to-text" and main not in MAIN_INPUTS:
+        if model_type in SKIPS:
+            arch.skip = SKIPS[model_type]
+        elif getattr(model_cls, "forward", None) is torch.nn.Module.forward:
+            arch.skip = f"{class_name} has no forward (generation-only wrapper)"
+        elif head != "image-text-to-text" and main not in MAIN_INPUTS:
             arch.skip = f"main input {main!r} (no sample-input builder for it)"
         archs.append(arch)
     return archs
@@ -340,7 +365,11 @@ def _layer_dict_keys(d: dict[str, Any]) -> list[str]:
     return [
         k
         for k, v in d.items()
-        if isinstance(k, str) and isinstance(v, dict) and v and all(str(x).lstrip("-").isdigit() for x in v)
+        if isinstance(k, str)
+        and "layer" in k
+        and isinstance(v, dict)
+        and v
+        and all(str(x).lstrip("-").isdigit() for x in v)
     ]
 
 
@@ -438,10 +467,10 @@ def _shrink_value(k: str, v: Any, d: dict[str, Any]) -> Any:
             return min(v, MOE_FFN) if v > 0 else v
         if _FFN.match(k):
             return min(v, FFN) if v > 0 else v
-        if _HEAD_DIM.match(k):
-            return min(v, HEAD_DIM) if v > 0 else v
         if k in ("qk_rope_head_dim", "rotary_dim", "rope_dim"):
             return min(v, 4) if v > 0 else v
+        if _HEAD_DIM.match(k):
+            return min(v, HEAD_DIM) if v > 0 else v
         if _RANK.match(k):
             return min(v, 16) if v > 0 else v
         if _KV_HEADS.match(k):
@@ -575,6 +604,25 @@ def _fix_heads(d: dict[str, Any], original: dict[str, Any]) -> None:
         d[heads_key] = math.gcd(hidden, d[heads_key])
 
 
+def _keep_relations(d: dict[str, Any], original: dict[str, Any], untouched: list[str]) -> None:
+    """A size no rule knows that equalled the hidden size / head dim / intermediate size stays equal to it
+    (e.g. BROS's bbox projection = head dim)."""
+    heads = original.get("num_attention_heads")
+    old_hidden, new_hidden = original.get("hidden_size"), d.get("hidden_size")
+    pairs = []
+    if _int(old_hidden) and _int(new_hidden):
+        pairs.append((old_hidden, new_hidden))
+        if _int(heads) and heads and _int(d.get("num_attention_heads")) and d["num_attention_heads"]:
+            pairs.append((old_hidden // heads, new_hidden // d["num_attention_heads"]))
+    if _int(original.get("intermediate_size")) and _int(d.get("intermediate_size")):
+        pairs.append((original["intermediate_size"], d["intermediate_size"]))
+    for k in untouched:
+        for old, new in pairs:
+            if original.get(k) == old and old != new and not k.endswith(("_id", "_index", "positions", "length")):
+                d[k] = new
+                break
+
+
 def _fix_windows(d: dict[str, Any], original: dict[str, Any]) -> None:
     """Windows measured in patches scale with the patch grid (Swin: the last stage is one window), windows in
     pixels with the patch size (Qwen2.5-VL); LLaVA-NeXT's resolution grid with the image size."""
@@ -622,17 +670,21 @@ def _shrink(d: dict[str, Any]) -> dict[str, Any]:
     for k, v in d.items():
         if not isinstance(k, str) or k in ("id2label", "label2id"):
             continue
-        if isinstance(v, dict) and v and all(str(x).lstrip("-").isdigit() for x in v):  # per-layer configs
+        if "layer" in k and isinstance(v, dict) and v and all(str(x).lstrip("-").isdigit() for x in v):  # per layer
             out[k] = {x: _shrink(y) if isinstance(y, dict) else y for x, y in v.items()}
         elif _is_sub_config(k, v):
             out[k] = _shrink(v)
         elif isinstance(v, list) and v and all(_is_sub_config(k, x) for x in v):
             out[k] = [_shrink(x) for x in v]
     _shrink_layers(out)
+    untouched = []
     for k, v in list(out.items()):
         if not isinstance(k, str) or k in _LAYER_KEYS or _is_sub_config(k, v):
             continue
         out[k] = _shrink_value(k, v, out)
+        if _int(v) and out[k] == v and v >= 16:
+            untouched.append(k)
+    _keep_relations(out, original, untouched)
     _fix_heads(out, original)
     _fix_rope(out)
     _fix_windows(out, original)
@@ -644,8 +696,12 @@ def _shrink(d: dict[str, Any]) -> dict[str, Any]:
     if _int(out.get("qk_nope_head_dim")) and _int(out.get("qk_rope_head_dim")):  # MLA: sums stay sums
         old_sum = original["qk_nope_head_dim"] + original["qk_rope_head_dim"]
         for k, v in original.items():
-            if isinstance(k, str) and k.endswith("head_dim") and v == old_sum and k not in ("qk_nope_head_dim",):
+            if not isinstance(k, str) or not k.endswith("head_dim") or k in ("qk_nope_head_dim", "qk_rope_head_dim"):
+                continue
+            if v == old_sum:
                 out[k] = out["qk_nope_head_dim"] + out["qk_rope_head_dim"]
+            elif v == original["qk_rope_head_dim"]:  # the rotary head dim (DeepSeek-V3's head_dim)
+                out[k] = out["qk_rope_head_dim"]
     for k in ("mamba_n_heads", "mamba_num_heads"):
         if _int(out.get(k)) and _int(out.get("mamba_d_head")):
             expand = out.get("mamba_expand", 2) or 2
@@ -707,6 +763,12 @@ def tiny_config(model_type: str, adjustments: list[Any] = ()) -> Any:
 
     config_cls = CONFIG_MAPPING[model_type]
     default = config_cls().to_dict()
+    for key, sub_cls in getattr(config_cls, "sub_configs", {}).items():  # a tower the defaults leave out
+        if default.get(key) is None and isinstance(sub_cls, type) and hasattr(sub_cls, "model_type"):
+            try:
+                default[key] = sub_cls().to_dict()
+            except Exception:  # noqa: BLE001 - a sub-config without usable defaults stays None
+                pass
     shrunk = _shrink(default)
     for adjust in adjustments:
         adjust(shrunk)
@@ -820,9 +882,12 @@ def _audio_feature_inputs(model: Any, batch: int, frames: int, seed: int) -> lis
     candidates = []
     for shape in ((batch, mels, frames), (batch, frames, mels)):
         candidates.append({"input_features": torch.randn(*shape, generator=gen)})
-    for shape in ((batch, mels, frames), (batch, frames, mels)):  # some encoders need the frame mask
-        features = torch.randn(*shape, generator=gen)
-        candidates.append({"input_features": features, "attention_mask": torch.ones(batch, frames, dtype=torch.int64)})
+    params = _params(model)
+    masks = [n for n in ("attention_mask", "input_features_mask", "feature_attention_mask") if n in params]
+    for mask in masks:  # some encoders need the frame mask
+        for shape in ((batch, mels, frames), (batch, frames, mels)):
+            features = torch.randn(*shape, generator=gen)
+            candidates.append({"input_features": features, mask: torch.ones(batch, frames, dtype=torch.int64)})
     return candidates
 
 
@@ -830,10 +895,15 @@ def _waveform_inputs(model: Any, batch: int, samples: int, seed: int) -> list[di
     import torch
 
     gen = torch.Generator().manual_seed(seed)
-    return [
+    candidates = [
         {"input_values": torch.randn(batch, samples, generator=gen)},
         {"input_values": torch.randn(batch, 1, samples, generator=gen)},
     ]
+    mels = _get(model.config, "num_mel_bins", default=None)
+    if _int(mels):  # spectrogram transformers: (batch, frames, mel bins), frames fixed by the config
+        frames = _get(model.config, "max_length", default=64)
+        candidates.append({"input_values": torch.randn(batch, frames, mels, generator=gen)})
+    return candidates
 
 
 def _decoder_inputs(model: Any, ids: _Ids, inputs: dict[str, Any], batch: int, dec: int, seed: int) -> None:
@@ -1066,11 +1136,31 @@ def build_case(model_type: str, head: str | None = None) -> Case:
             adjustments.append(fix[1])
 
 
+_BUILDABLE = {
+    "self",
+    "input_ids",
+    "pixel_values",
+    "input_features",
+    "input_values",
+    "decoder_input_ids",
+    "bbox",
+    "grid_thw",
+    "image_grid_thw",
+    "hidden_states",
+    "image_sizes",
+}
+
+
 def _find_inputs(case: Case, ids: _Ids) -> None:
     """Fill ``case.sample`` / ``case.other``: the first candidate inputs eager runs (the oracle)."""
     model, head = case.model, case.head
     main = getattr(model, "main_input_name", "input_ids")
     required = _required(model)
+    unknown = [n for n in required if n not in _BUILDABLE and not n.endswith("_mask")]
+    if unknown:
+        raise BuildSkip(
+            f"forward requires {', '.join(map(repr, unknown))}, which the sample-input builder cannot build"
+        )
     grid = next((n for n in ("grid_thw", "image_grid_thw") if n in required), None)
     if grid and head != "image-text-to-text":  # a Qwen-VL-style vision tower alone: patches + grid
         import torch
@@ -1099,7 +1189,8 @@ def _find_inputs(case: Case, ids: _Ids) -> None:
         sample, error = _first_running(model, samples)
         extra = sample is None
         if extra:
-            sample, _error = _first_running(model, [_extras(model, ids, x, 0) for x in samples])
+            sample, extra_error = _first_running(model, [_extras(model, ids, x, 0) for x in samples])
+            error = extra_error if _extras(model, ids, samples[0], 0).keys() != samples[0].keys() else error
         if sample is None:
             raise error
         seq = sample["input_ids"].shape[1]
@@ -1122,7 +1213,8 @@ def _find_inputs(case: Case, ids: _Ids) -> None:
         sample, error = _first_running(model, _with_decoder(model, ids, candidates, 2, 3, 0))
         extra = sample is None
         if extra:
-            sample, _error = _first_running(model, [_extras(model, ids, x, 0) for x in candidates])
+            sample, extra_error = _first_running(model, [_extras(model, ids, x, 0) for x in candidates])
+            error = extra_error if _extras(model, ids, candidates[0], 0).keys() != candidates[0].keys() else error
         if sample is None:
             raise error
         gen = torch.Generator().manual_seed(1)

@@ -446,6 +446,7 @@ def main() -> None:
     parser.add_argument("--types", nargs="+", default=None, help="--all: only these model types")
     parser.add_argument("--shard", default=None, help="--all: 'i/n' (1-based), every n-th type from the i-th")
     parser.add_argument("--batch", type=int, default=8, help="--all: model types per child process")
+    parser.add_argument("--retry", nargs="+", default=None, help="--all: rerun the cells failing with these classes")
     args = parser.parse_args()
     if args.child:
         child([tuple(cell) for cell in json.loads(args.child)], args.results, args.timeout, args.all)
