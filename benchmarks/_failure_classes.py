@@ -43,7 +43,7 @@ RULES: list[tuple[str, re.Pattern[str], Any]] = [
     ("tiny-config", re.compile(r"^\[build\]"), None),
     ("timeout", re.compile(r"timed out|TimeoutError"), None),
     ("crash", re.compile(r"process died|Segmentation fault|core dumped|MemoryError|Killed"), None),
-    ("schema", re.compile(r"ManifestError|export\.json|does not match .*pattern|schema", re.IGNORECASE), None),
+    ("schema", re.compile(r"ManifestError|export\.json"), None),
     (
         "hybrid-cache",
         re.compile(
@@ -65,7 +65,8 @@ RULES: list[tuple[str, re.Pattern[str], Any]] = [
     (
         "pinned-sequence",
         re.compile(
-            r"fixed to \d+|fixed this axis|Constraints violated|specialized to|were specialized|"
+            r"fixed to \d+|fixed this axis|Constraints violated|specialized to|were specialized|is static there|"
+            r"Guard failed: .*size\(\)\[\d+\] == \d+|Expected input at .* to be equal to|"
             r"inferred to be a constant|marked as dynamic but|Not all values of .* satisfy|"
             r"static there|pinned",
             re.IGNORECASE,

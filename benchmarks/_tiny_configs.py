@@ -107,6 +107,10 @@ OVERRIDES: dict[str, tuple[dict[str, Any], str]] = {
         {"hidden_size": 64},
         "its residual attention blocks use d_model // 64 heads (a constant head width of 64)",
     ),
+    "layoutlmv3": (
+        {"hidden_size": 48, "coordinate_size": 8, "shape_size": 8},
+        "the 2-D position embedding concatenates 4 coordinate + 2 shape embeddings: hidden = 4c + 2s",
+    ),
     "bamba": (
         {"attn_layer_indices": [1]},
         "the defaults hold no attention layer (attn_layer_indices=None), which the model's cache cannot serve",
@@ -163,7 +167,7 @@ class BuildSkip(Exception):
 
 # ---- enumeration ---------------------------------------------------------------------------------------------
 #: main input names :func:`build_case` knows how to build
-MAIN_INPUTS = ("input_ids", "pixel_values", "input_features", "input_values")
+MAIN_INPUTS = ("input_ids", "pixel_values", "input_features", "input_values", "inputs")
 
 
 @functools.lru_cache(maxsize=1)
@@ -712,6 +716,8 @@ def _shrink(d: dict[str, Any]) -> dict[str, Any]:
     overrides, _why = OVERRIDES.get(str(out.get("model_type")), ({}, ""))
     for key, value in overrides.items():
         out[key] = original.get(key) if value is None else value  # None: keep the default
+    if "vocab_size" in out and out["vocab_size"] is None and "hidden_size" in out:  # set by the checkpoint
+        out["vocab_size"] = VOCAB
     if "use_pretrained_backbone" in out:
         out["use_pretrained_backbone"] = False
     if out.get("use_timm_backbone"):
@@ -756,12 +762,13 @@ def _min_vocab(d: dict[str, Any], best: int = VOCAB) -> int:
     return best
 
 
-def tiny_config(model_type: str, adjustments: list[Any] = ()) -> Any:
+def tiny_config(model_type: str, adjustments: list[Any] = (), config_cls: Any = None) -> Any:
     """The config class's defaults with every recognised size field shrunk (plus :data:`OVERRIDES`, then the
-    ``adjustments``: functions of the shrunk dict that :func:`build_case` derives from the model's own errors)."""
+    ``adjustments``: functions of the shrunk dict that :func:`build_case` derives from the model's own errors).
+    ``config_cls``: the head's own config class where it is a sub-config of the type's (MusicGen's decoder)."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    config_cls = CONFIG_MAPPING[model_type]
+    config_cls = config_cls or CONFIG_MAPPING[model_type]
     default = config_cls().to_dict()
     for key, sub_cls in getattr(config_cls, "sub_configs", {}).items():  # a tower the defaults leave out
         if default.get(key) is None and isinstance(sub_cls, type) and hasattr(sub_cls, "model_type"):
@@ -772,6 +779,9 @@ def tiny_config(model_type: str, adjustments: list[Any] = ()) -> Any:
     shrunk = _shrink(default)
     for adjust in adjustments:
         adjust(shrunk)
+    for key in ("image_token_id", "image_token_index"):  # a placeholder id the checkpoint sets: a free id
+        if key in shrunk and shrunk[key] is None:
+            shrunk[key] = 10**6
     # special token ids beyond the shrunk vocab move to its top (the same id maps to the same new id everywhere)
     vocab = _min_vocab(shrunk)
     found: set[int] = set()
@@ -840,11 +850,19 @@ class _Ids:
         return torch.tensor(self.allowed)[pick]
 
 
+def _ones(batch: int, seq: int) -> Any:
+    import torch
+
+    return torch.ones(batch, seq, dtype=torch.int64)
+
+
 def _text(model: Any, ids: _Ids, batch: int, seq: int, seed: int, pad_left: int = 0) -> dict[str, Any]:
     import torch
 
     params = _params(model)
-    inputs: dict[str, Any] = {"input_ids": ids(batch, seq, seed)}
+    codebooks = _get(model.config, "num_codebooks", default=1)
+    rows = batch * codebooks if _int(codebooks) and codebooks > 1 else batch  # MusicGen: one row per codebook
+    inputs: dict[str, Any] = {"input_ids": ids(rows, seq, seed)}
     if "attention_mask" in params:
         mask = torch.ones(batch, seq, dtype=torch.int64)
         if pad_left:
@@ -954,9 +972,6 @@ def _vlm_inputs(model: Any, ids: _Ids, batch: int, text: int, seed: int) -> tupl
     import torch
 
     config = model.config
-    token = _get(config, "image_token_id", "image_token_index", default=None)
-    if token is None:
-        raise BuildSkip("image-text-to-text model without an image token id in its config")
     vision = _get(config, "vision_config", default=config)
     size = _size(_get(vision, "image_size", default=IMAGE))
     patch = _get(vision, "patch_size", default=PATCH)
@@ -973,9 +988,9 @@ def _vlm_inputs(model: Any, ids: _Ids, batch: int, text: int, seed: int) -> tupl
         if "image_sizes" in params:
             sizes = torch.tensor([list(size)] * batch)
             image_sets = [{**images, "image_sizes": sizes} for images in image_sets]
-        count = _get(config, "image_seq_length", "mm_tokens_per_image", default=None) or (size[0] // patch) * (
-            size[1] // patch
-        )
+        count = _get(config, "image_seq_length", "mm_tokens_per_image", "num_query_tokens", default=None) or (
+            size[0] // patch
+        ) * (size[1] // patch)
     first_error: BaseException | None = None
     for images in image_sets:
         inputs, error = _placeholders(model, ids, images, count, batch, text, seed)
@@ -997,6 +1012,16 @@ def _placeholders(
     config = model.config
     params = _params(model)
     token = _get(config, "image_token_id", "image_token_index", default=None)
+    if token is None:  # no placeholders: the image features are prepended (BLIP-2's legacy path) or cross-attended
+        inputs = {**_text(model, ids, batch, text, seed), **images}
+        if "qformer_input_ids" in params:
+            inputs["qformer_input_ids"] = ids(batch, 4, seed + 2)
+            inputs["qformer_attention_mask"] = _ones(batch, 4)
+        try:
+            _eager(model, inputs)
+            return inputs, None
+        except Exception as exc:  # noqa: BLE001
+            return {}, exc
     start = _get(config, "vision_start_token_id", "image_start_token_id", "boi_token_id", default=None)
     end = _get(config, "vision_end_token_id", "image_end_token_id", "eoi_token_id", default=None)
     error: BaseException | None = None
@@ -1019,6 +1044,9 @@ def _placeholders(
         if "attention_mask" in params:
             inputs["attention_mask"] = torch.ones_like(input_ids)
         inputs.update(images)
+        if "qformer_input_ids" in params:  # InstructBLIP: the Q-Former's own prompt
+            inputs["qformer_input_ids"] = ids(batch, 4, seed + 2)
+            inputs["qformer_attention_mask"] = _ones(batch, 4)
         if "mm_token_type_ids" in params:  # M-RoPE: 1 marks an image token
             inputs["mm_token_type_ids"] = (input_ids == int(token)).long()
         try:
@@ -1088,6 +1116,14 @@ def _adjustment(exc: BaseException) -> tuple[str, Any] | None:
                     level["rope_parameters"]["mrope_section"] = section
 
         return f"mrope_section={section}", mrope
+    if "got (NoneType)" in text and "ne()" in text:  # a pad token id the checkpoint sets, compared with the ids
+
+        def pad(d: dict[str, Any]) -> None:
+            for level in _walk(d):
+                if "pad_token_id" in level and level["pad_token_id"] is None:
+                    level["pad_token_id"] = 1
+
+        return "pad_token_id=1", pad
     if re.search(r"rotates \d+ of head_dim=\d+ dims", text):  # partial rotary factor leaves too few dims
 
         def wider(d: dict[str, Any]) -> None:
@@ -1116,12 +1152,18 @@ def build_case(model_type: str, head: str | None = None) -> Case:
         raise KeyError(model_type)
     if arch.skip:
         raise BuildSkip(arch.skip)
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
     adjustments: list[Any] = []
     notes: list[str] = []
+    model_cls = getattr(transformers, arch.model_class)
+    own = getattr(model_cls, "config_class", None)
+    subs = getattr(CONFIG_MAPPING[model_type], "sub_configs", {}).values()
+    config_cls = own if own is not CONFIG_MAPPING[model_type] and own in subs else None
     while True:
         try:
-            config = tiny_config(model_type, adjustments)
-            model = _seeded_model(getattr(transformers, arch.model_class), config)
+            config = tiny_config(model_type, adjustments, config_cls)
+            model = _seeded_model(model_cls, config)
             case = Case(model_type, model, {}, {}, head=arch.head, notes=list(notes))
             _find_inputs(case, _Ids(config))
             return case
@@ -1138,6 +1180,8 @@ def build_case(model_type: str, head: str | None = None) -> Case:
 
 _BUILDABLE = {
     "self",
+    "inputs",
+    "qformer_input_ids",
     "input_ids",
     "pixel_values",
     "input_features",
@@ -1184,6 +1228,11 @@ def _find_inputs(case: Case, ids: _Ids) -> None:
             other, error2 = _vlm_inputs(model, ids, 3, 5, 1)
             if error2 is not None:
                 raise error2
+    elif main == "inputs" and head in ("masked-lm", "causal-lm", "sequence-classification", "token-classification"):
+        sample = {"inputs": ids(2, 7, 0), "attention_mask": _ones(2, 7)}  # Perceiver: token ids under `inputs`
+        other = {"inputs": ids(3, 11, 1), "attention_mask": _ones(3, 11)}
+        for inputs in (sample, other):
+            _eager(model, inputs)
     elif main == "input_ids":
         samples = [_text(model, ids, 2, seq, 0) for seq in (7, 8, 16, 32, 64)]
         sample, error = _first_running(model, samples)
