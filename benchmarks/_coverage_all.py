@@ -236,13 +236,17 @@ def section(paths: list[Path] | None = None) -> list[str]:
     for (case, _tool, _backend), row in rows.items():
         if row.get("head"):
             heads[case] = row["head"]
-    try:  # the head of types whose every row failed before the build said it
+    enumerated: list[str] = types
+    try:  # the enumeration (and the head of types whose every row failed before the build said it)
         from _tiny_configs import enumerate_architectures
 
-        for arch in enumerate_architectures():
+        archs = enumerate_architectures()
+        enumerated = sorted({a.model_type for a in archs} | set(types))
+        for arch in archs:
             heads.setdefault(arch.model_type, arch.head)
     except Exception:  # noqa: BLE001 - the report also works from the files alone
         pass
+    pending = [t for t in enumerated if t not in types]
     skipped = {t: rows[(t, *SKIP)]["skip"] for t in types if (t, *SKIP) in rows}
     backends = [b for b in ALL_BACKENDS if any(k[2] == b for k in rows)]
     tools = [t for t in ("hub", "peer") if any(k[1] == t for k in rows)]
@@ -250,6 +254,12 @@ def section(paths: list[Path] | None = None) -> list[str]:
     built = {
         t for t in ran if not all(rows[k].get("class") == "tiny-config" for k in rows if k[0] == t and k[1] != "*")
     }
+
+    def passed(of: list[str], tool: str, backend: str) -> str:
+        got = [rows[(t, tool, backend)] for t in of if t in built and (t, tool, backend) in rows]
+        got = [r for r in got if r.get("class") != "tiny-config"]
+        return f"{sum(bool(r.get('ok')) for r in got)}/{len(got)}" if got else "—"
+
     lines = [
         "",
         "# Every architecture of transformers (auto-enumerated)",
@@ -258,22 +268,29 @@ def section(paths: list[Path] | None = None) -> list[str]:
         "Every model type of transformers' auto mappings, exported with the first head that maps it (image-text-to-text,",
         "speech seq2seq, seq2seq LM, CTC, masked LM, causal LM, image / sequence / token classification, else AutoModel),",
         "built from its config class's defaults with the size fields shrunk (`benchmarks/_tiny_configs.py`), random",
-        "weights, `dynamic=True`, run at the sample shape and at another batch/length, compared with eager as above.",
-        "A failing cell shows its failure class (legend below); `—` = not run (yet).",
+        "weights, `dynamic=True`, run at the sample shape and at another batch/length, compared with eager as above",
+        "(hub: every output leaf; peer: the main tensor). A failing cell shows its failure class (legend below);",
+        "`—` = not run (yet). Totals count the model types that were built; `tiny-config` types (the harness could",
+        "not build the tiny model or its inputs) are listed apart and not counted.",
         "",
-        f"**{len(types)} model types enumerated**: {len(skipped)} skipped (reasons below), {len(ran)} run, of which "
-        f"{len(ran) - len(built)} could not be built tiny (`tiny-config`, the harness's side).",
+        f"**{len(enumerated)} model types enumerated**: {len(skipped)} skipped (reasons below), "
+        f"{len(ran) - len(built)} not built tiny (`tiny-config`), {len(built)} built and run"
+        + (f", {len(pending)} not run yet" if pending else "")
+        + ".",
         "",
         "## Model types per head",
         "",
-        "| head | enumerated | skipped | tiny-config | run |",
-        "|---|---|---|---|---|",
+        "| head | enumerated | skipped | tiny-config | built | "
+        + " | ".join(f"{b} {t}" for b in backends for t in tools)
+        + " |",
+        "|---|---|---|---|---|" + "---|" * (len(backends) * len(tools)),
     ]
-    for head in sorted({heads.get(t, "?") for t in types}):
-        of = [t for t in types if heads.get(t, "?") == head]
+    for head in sorted({heads.get(t, "?") for t in enumerated}):
+        of = [t for t in enumerated if heads.get(t, "?") == head]
         sk = [t for t in of if t in skipped]
-        tc = [t for t in of if t not in skipped and t not in built]
-        lines.append(f"| {head} | {len(of)} | {len(sk)} | {len(tc)} | {len(of) - len(sk) - len(tc)} |")
+        tc = [t for t in of if t in ran and t not in built]
+        cells = " | ".join(passed(of, tool, b) for b in backends for tool in tools)
+        lines.append(f"| {head} | {len(of)} | {len(sk)} | {len(tc)} | {len([t for t in of if t in built])} | {cells} |")
     lines += [
         "",
         "## Totals (passed / built model types)",

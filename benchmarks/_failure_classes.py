@@ -66,7 +66,7 @@ RULES: list[tuple[str, re.Pattern[str], Any]] = [
         "pinned-sequence",
         re.compile(
             r"fixed to \d+|fixed this axis|Constraints violated|specialized to|were specialized|is static there|"
-            r"Guard failed: .*size\(\)\[\d+\] == \d+|Expected input at .* to be equal to|"
+            r"Guard failed: .*size\(\)|Expected input at .* to be equal to|"
             r"inferred to be a constant|marked as dynamic but|Not all values of .* satisfy|"
             r"static there|pinned",
             re.IGNORECASE,
