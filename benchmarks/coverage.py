@@ -10,7 +10,9 @@ and compared with eager PyTorch:
 * peer: max abs diff of ``logits``, else ``last_hidden_state``, else the first tensor output (the peer's
   runners rebuild outputs differently; this is the tensor every task reads).
 
-A cell passes when the export succeeded, both shapes ran, and the max diff is <= 1e-4 (dynamo) / 1e-3 (others).
+A cell passes when the export succeeded, both shapes ran, and the max diff is <= 1e-4 (dynamo) / 1e-3 (others);
+with ``--all`` also after a round trip (``save_pretrained``, ``from_pretrained``, the other shape on the loaded
+export: a manifest the library refuses to write fails the cell).
 Each case runs in a child process; a cell that hangs past ``--timeout`` (or kills its process) is recorded as
 failed and the child restarts on the next cell. Results go to a JSON-lines file (``docs/coverage-results.jsonl``,
 committed with the matrix, so ``--report-only`` rebuilds it anywhere); a run only adds the cells the file lacks
@@ -197,6 +199,8 @@ def run_cell(case_name: str, tool: str, backend: str, all_mode: bool = False) ->
             row["reason"] = (
                 f"max abs diff {row['max_diff']:.2e} > {atol(backend):g} (sample {diffs[0]:.1e}, other {diffs[1]:.1e})"
             )
+        elif all_mode:  # the round trip: save_pretrained, from_pretrained, the other shape on the loaded export
+            _round_trip(tool, exported, case.other, expected[1], compare, backend, row)
     except BaseException as exc:  # noqa: BLE001 - every failure is a result
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -206,6 +210,34 @@ def run_cell(case_name: str, tool: str, backend: str, all_mode: bool = False) ->
         row["reason"] = (f"[{stage}] " if stage else "") + _reason(exc)
         row["trace"] = "".join(traceback.format_exception(exc)[-3:])[-(3000 if all_mode else 1500) :]
     return row
+
+
+def _round_trip(
+    tool: str, exported: Any, inputs: dict[str, Any], eager: Any, compare: Any, backend: str, row: dict[str, Any]
+) -> None:
+    """Save the export, load it back, run ``inputs`` on the loaded one (stages ``save``, ``load``, ``run loaded``)."""
+    import tempfile
+
+    import torch
+
+    if tool == "hub":
+        from hub_export.model import ExportedModel
+    else:
+        from transformers.exporters import ExportedModel
+    row["ok"] = False  # until the loaded export ran
+    with tempfile.TemporaryDirectory(prefix="coverage-") as folder:
+        row["stage"] = "save"
+        exported.save_pretrained(Path(folder) / "export")
+        row["stage"] = "load"
+        loaded = ExportedModel.from_pretrained(Path(folder) / "export")
+        row["stage"] = "run loaded"
+        with torch.no_grad():
+            diff = compare(loaded(**inputs), eager)
+    row.pop("stage")
+    row["round_trip"] = True
+    row["ok"] = diff <= atol(backend)
+    if not row["ok"]:
+        row["reason"] = f"after save/load: max abs diff {diff:.2e} > {atol(backend):g} (other shape)"
 
 
 def _alarm(_signum: int, _frame: Any) -> None:
