@@ -951,17 +951,22 @@ def _first_running(model: Any, candidates: list[dict[str, Any]]) -> tuple[dict[s
 _MISMATCH = re.compile(r"tokens:?\s*(\d+),?\s*features:?\s*(\d+)", re.IGNORECASE)
 
 
-def _grid_pixels(model: Any, batch: int, gen: Any) -> dict[str, Any]:
-    """Qwen-VL-style images: flattened patches (rows = t*h*w per image, C*T*P*P each) and their (t, h, w) grid."""
+def _grid_pixels(model: Any, batch: int, gen: Any, layout: int = 0) -> dict[str, Any]:
+    """Qwen-VL-style images: flattened patches (rows = t*h*w per image, C*T*P*P each) and their (t, h, w) grid.
+    ``layout`` 1: a temporal patch of 2 the config does not state; 2: patches as (C, P, P) images."""
     import torch
 
     vision = _get(model.config, "vision_config", default=model.config)
     patch = _get(vision, "patch_size", "spatial_patch_size", default=PATCH)
-    temporal = _get(vision, "temporal_patch_size", default=1)
+    temporal = _get(vision, "temporal_patch_size", default=2 if layout == 1 else 1)
     merge = _get(vision, "spatial_merge_size", "merge_size", default=2)
     channels = _get(vision, "in_channels", "in_chans", "num_channels", default=3)
     side = 2 * merge
-    pixels = torch.randn(batch * side * side, channels * temporal * patch * patch, generator=gen)
+    rows = batch * side * side
+    if layout == 2:
+        pixels = torch.randn(rows, channels, patch, patch, generator=gen)
+    else:
+        pixels = torch.randn(rows, channels * temporal * patch * patch, generator=gen)
     return {"pixel_values": pixels, "image_grid_thw": torch.tensor([[1, side, side]] * batch)}
 
 
@@ -979,15 +984,15 @@ def _vlm_inputs(model: Any, ids: _Ids, batch: int, text: int, seed: int) -> tupl
     params = _params(model)
     gen = torch.Generator().manual_seed(seed)
     if "image_grid_thw" in params:
-        image_sets = [_grid_pixels(model, batch, gen)]
+        image_sets = [_grid_pixels(model, batch, gen, layout) for layout in (0, 1, 2)]
         count = 4
     else:
         channels = _get(vision, "num_channels", default=3)
         pixels = torch.randn(batch, channels if _int(channels) else 3, *size, generator=gen)
         image_sets = [{"pixel_values": pixels}, {"pixel_values": pixels[:, None]}]  # (B, C, H, W), (B, 1, C, H, W)
-        if "image_sizes" in params:
+        if "image_sizes" in params:  # LLaVA-NeXT / Pixtral towers need them; a CLIP tower refuses them
             sizes = torch.tensor([list(size)] * batch)
-            image_sets = [{**images, "image_sizes": sizes} for images in image_sets]
+            image_sets += [{**images, "image_sizes": sizes} for images in image_sets]
         count = _get(config, "image_seq_length", "mm_tokens_per_image", "num_query_tokens", default=None) or (
             size[0] // patch
         ) * (size[1] // patch)
@@ -1210,14 +1215,21 @@ def _find_inputs(case: Case, ids: _Ids) -> None:
         import torch
 
         name = next((n for n in required if n != grid), "pixel_values")
-        found = []
-        for batch, seed in ((2, 0), (3, 1)):
-            images = _grid_pixels(model, batch, torch.Generator().manual_seed(seed))
-            found.append({name: images["pixel_values"], grid: images["image_grid_thw"]})
-        for inputs in found:
-            _eager(model, inputs)
-        case.sample, case.other = found
-        return
+        error = None
+        for layout in (0, 1, 2):
+            found = []
+            for batch, seed in ((2, 0), (3, 1)):
+                images = _grid_pixels(model, batch, torch.Generator().manual_seed(seed), layout)
+                found.append({name: images["pixel_values"], grid: images["image_grid_thw"]})
+            try:
+                for inputs in found:
+                    _eager(model, inputs)
+            except Exception as exc:  # noqa: BLE001 - the next layout
+                error = error or exc
+                continue
+            case.sample, case.other = found
+            return
+        raise error
     if head == "image-text-to-text":
         sample, error = _vlm_inputs(model, ids, 2, 5, 0)
         if error is not None:
