@@ -78,12 +78,16 @@ def _reason(exc: BaseException) -> str:
     return text if len(text) <= 180 else text[:177] + "..."
 
 
-def _diff(got: Any, expected: Any) -> float:
-    """Max abs diff of two tensors; NaN where both are NaN counts as equal, a shape mismatch as inf."""
+def _diff(got: Any, expected: Any, name: str = "output") -> float:
+    """Max abs diff of two tensors; NaN where both are NaN counts as equal, NaN on one side only as inf.
+
+    Raises:
+        AssertionError: The shapes differ.
+    """
     import torch
 
     if tuple(got.shape) != tuple(expected.shape):
-        return math.inf
+        raise AssertionError(f"output shape mismatch: {name} {tuple(got.shape)} != eager {tuple(expected.shape)}")
     got, expected = got.detach().double().cpu(), expected.detach().double().cpu()
     if got.numel() == 0:
         return 0.0
@@ -107,7 +111,7 @@ def _compare_hub(got: Any, expected: Any) -> float:
     if list(got_leaves) != list(expected_leaves):
         missing = sorted(set(expected_leaves) ^ set(got_leaves))[:4]
         raise AssertionError(f"output leaves differ from eager: {missing}")
-    return max((_diff(got_leaves[k], expected_leaves[k]) for k in expected_leaves), default=0.0)
+    return max((_diff(got_leaves[k], expected_leaves[k], k) for k in expected_leaves), default=0.0)
 
 
 def _main_tensor(value: Any) -> Any:
