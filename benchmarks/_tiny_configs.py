@@ -1081,6 +1081,11 @@ def _extras(model: Any, ids: _Ids, inputs: dict[str, Any], seed: int) -> dict[st
         out.update(_image_inputs(model, batch, seed)[0])
     if "input_ids" in params and "input_ids" not in out:
         out.update(_text(model, ids, batch, 7, seed))
+    required = _required(model)
+    if "input_values" in required and "input_values" not in out:  # audio-text dual encoders
+        out["input_values"] = torch.randn(batch, 1, 4000, generator=gen)
+    if "input_features" in required and "input_features" not in out:
+        out.update(_audio_feature_inputs(model, batch, 64, seed)[0])
     if "bbox" in params and "input_ids" in out:
         seq = out["input_ids"].shape[1]
         corners = torch.randint(0, 500, (batch, seq, 2), generator=gen)
