@@ -111,6 +111,14 @@ OVERRIDES: dict[str, tuple[dict[str, Any], str]] = {
         {"hidden_size": 48, "coordinate_size": 8, "shape_size": 8},
         "the 2-D position embedding concatenates 4 coordinate + 2 shape embeddings: hidden = 4c + 2s",
     ),
+    "recurrent_gemma": (
+        {"num_hidden_layers": 3},
+        "the layer kinds cycle through block_types (recurrent, recurrent, attention): 2 layers hold no attention",
+    ),
+    "reformer": (
+        {"axial_pos_embds_dim": [16, 16], "axial_pos_shape": [8, 8]},
+        "axial position embeddings: their dims must sum to the hidden size, their shape bounds the sequence",
+    ),
     "bamba": (
         {"attn_layer_indices": [1]},
         "the defaults hold no attention layer (attn_layer_indices=None), which the model's cache cannot serve",
@@ -524,6 +532,8 @@ def _shrink_value(k: str, v: Any, d: dict[str, Any]) -> Any:
             return v  # fixed up from the image size below (or by the model's own mismatch error)
         if k in ("index_topk",):
             return min(v, 4)
+        if k in ("num_frames",):
+            return min(v, 4)
         if k in ("intra_bottleneck_size", "true_hidden_size"):
             return min(v, HIDDEN)
         if k in ("feature_size", "embedding_size"):  # audio feature sizes, pixel-decoder widths, embedding widths
@@ -627,6 +637,23 @@ def _keep_relations(d: dict[str, Any], original: dict[str, Any], untouched: list
                 break
 
 
+def _fix_feature_layers(d: dict[str, Any]) -> None:
+    """Layer indices into the (shrunk) vision tower stay inside it (LLaVA's vision_feature_layer, VipLLaVA's list)."""
+    vision = d.get("vision_config")
+    layers = next((vision[k] for k in _LAYER_KEYS if isinstance(vision, dict) and _int(vision.get(k))), None)
+    if not layers:
+        return
+
+    def clamp(x: int) -> int:
+        return max(x, -layers) if x < 0 else min(x, layers - 1)
+
+    for k in ("vision_feature_layer", "vision_feature_layers"):
+        if _int(d.get(k)):
+            d[k] = clamp(d[k])
+        elif isinstance(d.get(k), list) and all(_int(x) for x in d[k]):
+            d[k] = [clamp(x) for x in d[k]]
+
+
 def _fix_windows(d: dict[str, Any], original: dict[str, Any]) -> None:
     """Windows measured in patches scale with the patch grid (Swin: the last stage is one window), windows in
     pixels with the patch size (Qwen2.5-VL); LLaVA-NeXT's resolution grid with the image size."""
@@ -692,6 +719,7 @@ def _shrink(d: dict[str, Any]) -> dict[str, Any]:
     _fix_heads(out, original)
     _fix_rope(out)
     _fix_windows(out, original)
+    _fix_feature_layers(out)
     if any(_EXPERTS.match(k) and _int(v) and v > 1 for k, v in out.items()):  # a default top-k left unset
         for k in ("num_experts_per_tok",):
             if k in out and out[k] is None:
@@ -885,6 +913,9 @@ def _image_inputs(model: Any, batch: int, seed: int) -> list[dict[str, Any]]:
     layouts = [(batch, channels, *size)]
     if size != (IMAGE, IMAGE):
         layouts.append((batch, channels, IMAGE, IMAGE))
+    frames = _get(vision, "num_frames", default=_get(config, "num_frames", default=None))
+    if _int(frames):  # video: (batch, frames, channels, height, width)
+        layouts.insert(0, (batch, frames, channels, *size))
     return [{"pixel_values": torch.randn(*shape, generator=gen)} for shape in layouts]
 
 
@@ -893,7 +924,15 @@ def _audio_feature_inputs(model: Any, batch: int, frames: int, seed: int) -> lis
 
     config = model.config
     audio = _get(config, "audio_config", "encoder_config", default=config)
-    mels = _get(audio, "num_mel_bins", "feature_size", "input_feat_per_channel", "n_mels", default=16)
+    mels = _get(
+        audio,
+        "feature_projection_input_dim",
+        "num_mel_bins",
+        "feature_size",
+        "input_feat_per_channel",
+        "n_mels",
+        default=16,
+    )
     channels = _get(audio, "input_channels", default=1)
     mels = mels * channels if _int(channels) and channels > 1 else mels
     gen = torch.Generator().manual_seed(seed)
