@@ -519,8 +519,9 @@ def _shrink_value(k: str, v: Any, d: dict[str, Any]) -> Any:
             return min(v, 2)
         if k in ("mm_tokens_per_image",):
             return min(v, 16)  # a square that divides the (image / patch)^2 = 64 patches: pooled 2x2
+        if k in ("num_queries",):  # detection queries: a top-k over the (few) tiny anchors
+            return min(v, 10)
         if k in (
-            "num_queries",
             "num_query_tokens",
             "num_latents",
             "image_seq_length",
@@ -546,7 +547,6 @@ def _shrink_value(k: str, v: Any, d: dict[str, Any]) -> Any:
             "hidden_channels",
             "embedding_channels",
             "upsample_initial_channel",
-            "codebook_dim",
             "vector_quantization_hidden_dimension",
             "mask_downsampler_embed_dim",
             "memory_attention_hidden_size",
@@ -720,10 +720,16 @@ def _shrink(d: dict[str, Any]) -> dict[str, Any]:
     _fix_rope(out)
     _fix_windows(out, original)
     _fix_feature_layers(out)
-    if any(_EXPERTS.match(k) and _int(v) and v > 1 for k, v in out.items()):  # a default top-k left unset
-        for k in ("num_experts_per_tok",):
-            if k in out and out[k] is None:
+    experts = [v for k, v in out.items() if isinstance(k, str) and _EXPERTS.match(k) and _int(v) and v > 1]
+    top_k = [v for k, v in out.items() if isinstance(k, str) and _TOP_K.match(k) and _int(v) and v > 0]
+    if experts or top_k or "moe_intermediate_size" in out:  # expert counts / top-k the checkpoint sets
+        for k in list(out):
+            if isinstance(k, str) and out[k] is None and _EXPERTS.match(k):
+                out[k] = experts[0] if experts else EXPERTS
+            elif k == "num_experts_per_tok" and out[k] is None:
                 out[k] = TOP_K
+            elif k in ("n_shared_experts", "num_shared_experts") and out[k] is None:
+                out[k] = 1
     # sizes whose relation the model checks
     if _int(out.get("qk_nope_head_dim")) and _int(out.get("qk_rope_head_dim")):  # MLA: sums stay sums
         old_sum = original["qk_nope_head_dim"] + original["qk_rope_head_dim"]
