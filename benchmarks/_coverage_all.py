@@ -192,8 +192,10 @@ def _short(text: str, limit: int = 200) -> str:
 
 
 def _cause(row: dict[str, Any]) -> str:
-    """The one-line reason, with the traceback line naming the cause when the first line is generic."""
+    """The one-line reason, with the chained root cause or the traceback line naming it."""
     reason = row.get("reason", "?")
+    if row.get("cause"):
+        return _short(f"{reason.split(': ', 1)[0]}: … {row['cause']}", 240)
     for line in reversed(row.get("trace", "").splitlines()):
         line = line.strip(" -")
         if (

@@ -18,6 +18,7 @@ CLASSES: dict[str, str] = {
     "not an export failure; not counted in the export totals)",
     "schema": "the export succeeded but export.json (hub_export's manifest schema) refused it, e.g. a symbolic "
     "size expression its pattern does not admit",
+    "round-trip": "the export ran, but saving it, loading it back or running the loaded one failed",
     "hybrid-cache": "a cache with linear-attention / SSM / sliding layers that the exporter cannot flatten",
     "data-dependent-guard": "torch.export hit control flow or a size that depends on tensor values "
     "(GuardOnDataDependentSymNode, data-dependent expressions)",
@@ -28,6 +29,8 @@ CLASSES: dict[str, str] = {
     "openvino-shape-inference": "OpenVINO converted the graph but its shape inference failed (at compile time "
     "or at the other shape)",
     "executorch-lowering": "to_edge / XNNPACK lowering / the ExecuTorch runtime refused the program",
+    "onnx-conversion": "torch.onnx could not convert or optimise the exported program (ConversionError, an "
+    "onnx_ir pass error)",
     "onnx-runtime": "the ONNX model was written but onnxruntime refused to load or run it",
     "dynamo-unsupported": "torch.export could not trace a Python construct (dynamo Unsupported / UserError)",
     "output-structure": "the exported model's outputs differ in structure from eager (class, leaves, shape)",
@@ -44,6 +47,7 @@ RULES: list[tuple[str, re.Pattern[str], Any]] = [
     ("timeout", re.compile(r"timed out|TimeoutError"), None),
     ("crash", re.compile(r"process died|Segmentation fault|core dumped|MemoryError|Killed"), None),
     ("schema", re.compile(r"ManifestError|export\.json"), None),
+    ("round-trip", re.compile(r"^\[(save|load|run loaded)\]|^after save/load"), None),
     (
         "hybrid-cache",
         re.compile(
@@ -57,7 +61,7 @@ RULES: list[tuple[str, re.Pattern[str], Any]] = [
         "data-dependent-guard",
         re.compile(
             r"GuardOnDataDependentSymNode|data[- ]dependent|Could not guard on|"
-            r"Could not extract specialized integer|unbacked symint|u\d+ is not|_is_all_true",
+            r"Could not extract specialized integer|unbacked symint|u\d+ is not",
             re.IGNORECASE,
         ),
         None,
@@ -78,7 +82,7 @@ RULES: list[tuple[str, re.Pattern[str], Any]] = [
         re.compile(
             r"No ONNX function found|No conversion rule|not supported by|Unsupported operator|"
             r"OpConversionFailed|FX node .* not supported|Operator .* is not supported|"
-            r"no decomposition|aten::\w+.*not (implemented|supported)|torch\.ops\.transformers",
+            r"no decomposition|aten::\w+.*not (implemented|supported)|torch\.ops\.transformers|_is_all_true",
             re.IGNORECASE,
         ),
         None,
@@ -107,8 +111,13 @@ RULES: list[tuple[str, re.Pattern[str], Any]] = [
         lambda row: row.get("backend") == "onnx",
     ),
     (
+        "onnx-conversion",
+        re.compile(r"ConversionError|PassError|Failed to decompose the FX graph|torch\.onnx\.export failed"),
+        lambda row: row.get("backend") == "onnx",
+    ),
+    (
         "dynamo-unsupported",
-        re.compile(r"torch\._dynamo\.exc|Unsupported:|UserError|dynamo", re.IGNORECASE),
+        re.compile(r"torch\._dynamo\.exc\.(Unsupported|UserError)|(^|\n)Unsupported: |UserError: "),
         None,
     ),
     ("output-structure", re.compile(r"output class|output leaves differ|output shape mismatch"), None),
@@ -120,7 +129,7 @@ def classify(row: dict[str, Any]) -> str | None:
     """The failure class of a result row (None for a passing or skipped row)."""
     if row.get("ok") or row.get("skip"):
         return None
-    text = f"{row.get('reason', '')}\n{row.get('trace', '')}"
+    text = f"{row.get('reason', '')}\n{row.get('cause', '')}\n{row.get('trace', '')}"
     for name, pattern, predicate in RULES:
         if pattern.search(text) and (predicate is None or predicate(row)):
             return name

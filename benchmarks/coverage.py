@@ -78,6 +78,21 @@ def _reason(exc: BaseException) -> str:
     return text if len(text) <= 180 else text[:177] + "..."
 
 
+def _root_cause(exc: BaseException) -> str | None:
+    """The innermost exception chained under ``exc`` (what a wrapping ExportError hides), with where it was raised."""
+    inner, seen = exc, {id(exc)}
+    while (inner.__cause__ or inner.__context__) is not None and len(seen) < 20:
+        inner = inner.__cause__ or inner.__context__
+        if id(inner) in seen:
+            break
+        seen.add(id(inner))
+    if inner is exc:
+        return None
+    frames = traceback.extract_tb(inner.__traceback__)
+    where = f" ({Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+    return _reason(inner) + where
+
+
 def _diff(got: Any, expected: Any, name: str = "output") -> float:
     """Max abs diff of two tensors; NaN where both are NaN counts as equal, NaN on one side only as inf.
 
@@ -217,6 +232,10 @@ def run_cell(case_name: str, tool: str, backend: str, all_mode: bool = False) ->
             stage = "build"  # the tiny model does not run its own sample inputs
         row["reason"] = (f"[{stage}] " if stage else "") + _reason(exc)
         row["trace"] = "".join(traceback.format_exception(exc)[-3:])[-(3000 if all_mode else 1500) :]
+        if all_mode:
+            cause = _root_cause(exc)
+            if cause:
+                row["cause"] = cause
     return row
 
 
