@@ -44,6 +44,17 @@ def shard_of(archs: list[Any], shard: tuple[int, int]) -> list[Any]:
     return archs[i - 1 :: n]
 
 
+def spread(archs: list[Any]) -> list[Any]:
+    """Round-robin over the heads (each head's types in name order): a partial run covers every head."""
+    groups: dict[str, list[Any]] = {}
+    for arch in archs:
+        groups.setdefault(arch.head, []).append(arch)
+    order = []
+    for i in range(max((len(g) for g in groups.values()), default=0)):
+        order += [g[i] for _head, g in sorted(groups.items()) if i < len(g)]
+    return order
+
+
 def load_rows(paths: list[Path]) -> dict[tuple[str, str, str], dict[str, Any]]:
     """(type, tool, backend) -> the latest row over ``paths`` (skip rows under (type, '*', '*'))."""
     rows: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -74,25 +85,40 @@ def _line_count(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def _run_child(cells: list[tuple[str, str, str]], results: Path, timeout: int) -> str | None:
-    """Run ``cells`` in one child; None when it finished, else why it stopped ('timed out...' / 'process died')."""
+    """Run ``cells`` in one child; None when it finished, else why it stopped ('timed out...' / 'process died').
+
+    The child limits each cell's CPU time itself; this watchdog kills it when it spends ``timeout`` + 120 s of CPU
+    without writing a row (a long native call the child's timer cannot interrupt), or writes nothing for
+    max(3600, 10 x timeout) s of wall time (a deadlock, which spends no CPU)."""
     cmd = [sys.executable, str(ROOT / "benchmarks" / "coverage.py"), "--child", json.dumps(cells), "--all"]
     cmd += ["--results", str(results), "--timeout", str(timeout)]
     proc = subprocess.Popen(cmd, start_new_session=True)
-    seen, last = _line_count(results), time.monotonic()
+    seen, last, last_cpu = _line_count(results), time.monotonic(), 0.0
+    wall_limit = max(3600, 10 * timeout)
     while True:
         try:
             code = proc.wait(timeout=5)
             return None if code == 0 else f"process died (exit code {code})"
         except subprocess.TimeoutExpired:
             pass
-        now_lines = _line_count(results)
+        now_lines, cpu = _line_count(results), _cpu_seconds(proc.pid)
         if now_lines != seen:
-            seen, last = now_lines, time.monotonic()
-        elif time.monotonic() - last > timeout + 60:
+            seen, last, last_cpu = now_lines, time.monotonic(), cpu
+        elif cpu - last_cpu > timeout + 120 or time.monotonic() - last > wall_limit:
             os.killpg(proc.pid, signal.SIGKILL)  # the child's own session: it and its workers
             proc.wait()
-            return f"timed out (no result in {timeout + 60} s; process killed)"
+            spent = f"{cpu - last_cpu:.0f} s of CPU, {time.monotonic() - last:.0f} s"
+            return f"timed out (no result after {spent}; process killed)"
 
 
 def drive_all(
@@ -175,7 +201,9 @@ def main_all(args: argparse.Namespace, parser: argparse.ArgumentParser, write_ma
         if unknown:
             parser.error(f"unknown model types {unknown}")
         archs = [a for a in archs if a.model_type in args.types]
-    archs = shard_of(archs, shard)
+    archs = shard_of(archs, shard)  # by name, so a shard's types do not depend on --order
+    if args.order == "spread":
+        archs = spread(archs)
     if args.fresh and results.exists():
         results.unlink()
     backends = args.backends or ALL_BACKENDS

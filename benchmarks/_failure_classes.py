@@ -43,8 +43,8 @@ CLASSES: dict[str, str] = {
 
 # (class, pattern over "reason + traceback", a predicate on the row or None); the first match wins
 RULES: list[tuple[str, re.Pattern[str], Any]] = [
-    ("tiny-config", re.compile(r"^\[build\]"), None),
     ("timeout", re.compile(r"timed out|TimeoutError"), None),
+    ("tiny-config", re.compile(r"^\[build\]"), None),
     ("crash", re.compile(r"process died|Segmentation fault|core dumped|MemoryError|Killed"), None),
     ("schema", re.compile(r"ManifestError|export\.json"), None),
     ("round-trip", re.compile(r"^\[(save|load|run loaded)\]|^after save/load"), None),

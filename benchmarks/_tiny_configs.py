@@ -34,6 +34,7 @@ __all__ = [
     "OVERRIDES",
     "Arch",
     "BuildSkip",
+    "arch_of",
     "Case",
     "build_case",
     "enumerate_architectures",
@@ -178,35 +179,42 @@ class BuildSkip(Exception):
 MAIN_INPUTS = ("input_ids", "pixel_values", "input_features", "input_values", "inputs")
 
 
+def _heads() -> list[tuple[str, dict[str, Any]]]:
+    from transformers.models.auto import modeling_auto
+
+    return [(head, getattr(modeling_auto, name)) for head, name in HEADS]
+
+
+def arch_of(model_type: str, mappings: list[tuple[str, dict[str, Any]]] | None = None) -> Arch:
+    """The head, model class and skip reason of one model type (imports only its own model class)."""
+    import torch
+    import transformers
+
+    mappings = mappings or _heads()
+    head, names = next((h, m[model_type]) for h, m in mappings if model_type in m)
+    class_name = names if isinstance(names, str) else names[0]
+    arch = Arch(model_type, head, class_name)
+    try:
+        model_cls = getattr(transformers, class_name)
+        main = getattr(model_cls, "main_input_name", "input_ids")
+    except (ImportError, AttributeError) as exc:
+        arch.skip = skip_reason(exc) or f"{class_name} not importable: {_one_line(exc)}"
+        return arch
+    if model_type in SKIPS:
+        arch.skip = SKIPS[model_type]
+    elif getattr(model_cls, "forward", None) is torch.nn.Module.forward:
+        arch.skip = f"{class_name} has no forward (generation-only wrapper)"
+    elif head != "image-text-to-text" and main not in MAIN_INPUTS:
+        arch.skip = f"main input {main!r} (no sample-input builder for it)"
+    return arch
+
+
 @functools.lru_cache(maxsize=1)
 def enumerate_architectures() -> list[Arch]:
     """Every model type of the :data:`HEADS` mappings, sorted, with its head (first mapping holding it)."""
-    import torch
-    import transformers
-    from transformers.models.auto import modeling_auto
-
-    mappings = [(head, getattr(modeling_auto, name)) for head, name in HEADS]
+    mappings = _heads()
     types = sorted({t for _head, mapping in mappings for t in mapping})
-    archs = []
-    for model_type in types:
-        head, names = next((h, m[model_type]) for h, m in mappings if model_type in m)
-        class_name = names if isinstance(names, str) else names[0]
-        arch = Arch(model_type, head, class_name)
-        try:
-            model_cls = getattr(transformers, class_name)
-            main = getattr(model_cls, "main_input_name", "input_ids")
-        except (ImportError, AttributeError) as exc:
-            arch.skip = skip_reason(exc) or f"{class_name} not importable: {_one_line(exc)}"
-            archs.append(arch)
-            continue
-        if model_type in SKIPS:
-            arch.skip = SKIPS[model_type]
-        elif getattr(model_cls, "forward", None) is torch.nn.Module.forward:
-            arch.skip = f"{class_name} has no forward (generation-only wrapper)"
-        elif head != "image-text-to-text" and main not in MAIN_INPUTS:
-            arch.skip = f"main input {main!r} (no sample-input builder for it)"
-        archs.append(arch)
-    return archs
+    return [arch_of(model_type, mappings) for model_type in types]
 
 
 def _one_line(exc: BaseException) -> str:
@@ -1202,9 +1210,7 @@ def build_case(model_type: str, head: str | None = None) -> Case:
     """
     import transformers
 
-    arch = next((a for a in enumerate_architectures() if a.model_type == model_type), None)
-    if arch is None:
-        raise KeyError(model_type)
+    arch = arch_of(model_type)
     if arch.skip:
         raise BuildSkip(arch.skip)
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
