@@ -352,6 +352,16 @@ def section(paths: list[Path] | None = None) -> list[str]:
     for cls in classes:
         cells = " | ".join(str(counts.get((cls, t, b), 0) or "") for b in backends for t in tools)
         lines.append(f"| {cls} | {cells} | {CLASSES[cls]} |")
+    lines += ["", "## Representative failures per class", ""]
+    for cls in classes:
+        examples = []
+        for (case, tool, backend), row in sorted(rows.items()):
+            if tool != "*" and case in built and not row.get("ok") and row.get("class") == cls:
+                if not any(e[0] == case for e in examples):
+                    examples.append((case, tool, backend, row))
+        picked = examples[:3]
+        lines.append(f"* **{cls}** ({len(examples)} model types)")
+        lines += [f"  * {case} / {backend} {tool}: {_cause(row)}" for case, tool, backend, row in picked]
     header = " | ".join(f"{b} {t}" for b in backends for t in tools)
     lines += [
         "",
