@@ -145,6 +145,8 @@ OVERRIDES: dict[str, tuple[dict[str, Any], str]] = {
 SKIPS: dict[str, str] = {
     "chameleon": "checkpoint-only component: the image-token vocabulary map (vocabulary_map) comes from the "
     "checkpoint's tokenizer; the default config has none",
+    "emu3": "checkpoint-only component: the image-token vocabulary map (vocabulary_map) comes from the "
+    "checkpoint's tokenizer; the default config has none",
 }
 
 
@@ -1043,6 +1045,13 @@ def _vlm_inputs(model: Any, ids: _Ids, batch: int, text: int, seed: int) -> tupl
         channels = _get(vision, "num_channels", default=3)
         pixels = torch.randn(batch, channels if _int(channels) else 3, *size, generator=gen)
         image_sets = [{"pixel_values": pixels}, {"pixel_values": pixels[:, None]}]  # (B, C, H, W), (B, 1, C, H, W)
+        high = _get(config, "high_res_vision_config", default=None)
+        if "high_res_pixel_values" in params and high is not None:  # DeepSeek-VL hybrid: a second, larger view
+            hsize = _size(_get(high, "image_size", default=2 * IMAGE))
+            image_sets = [
+                {**images, "high_res_pixel_values": torch.randn(batch, 3, *hsize, generator=gen)}
+                for images in image_sets
+            ]
         if "image_sizes" in params:  # LLaVA-NeXT / Pixtral towers need them; a CLIP tower refuses them
             sizes = torch.tensor([list(size)] * batch)
             image_sets += [{**images, "image_sizes": sizes} for images in image_sets]
