@@ -196,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--publishers", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args(argv)
-    from hub_export.hub.server import HubServer
+    from hub_export.embedded_hub.server import HubServer
 
     with tempfile.TemporaryDirectory(prefix="hub-load-") as tmp:
         root = Path(tmp)

@@ -10,8 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
-
+from ._versions import __version__
 from .errors import (
     BackendUnavailableError,
     ConfigError,
@@ -23,30 +22,35 @@ from .errors import (
     InputError,
     IntegrityError,
     ManifestError,
+    ParityError,
+    PatchTargetMissing,
     UnknownFormatError,
     UnsafeExportError,
 )
-from .formats import ExportFormat
+from .formats import Backend, ExportFormat, FileLayout, SafetyOptions, register_backend
 
 # public name -> module that defines it (imported lazily)
 _LAZY = {
     "ExportConfig": "configs",
-    "DynamoConfig": "configs",
-    "OnnxConfig": "configs",
-    "ExecutorchConfig": "configs",
-    "OpenVINOConfig": "configs",
     "AutoExportConfig": "configs",
-    "HfExporter": "exporters.base",
-    "DynamoExporter": "exporters.dynamo",
-    "OnnxExporter": "exporters.onnx",
-    "ExecutorchExporter": "exporters.executorch",
-    "OpenVINOExporter": "exporters.openvino",
-    "AutoHfExporter": "exporters.auto",
+    "DynamoConfig": "backends.dynamo",
+    "OnnxConfig": "backends.onnx",
+    "ExecutorchConfig": "backends.executorch",
+    "OpenVINOConfig": "backends.openvino",
+    "HfExporter": "export.exporter",
+    "Lowered": "export.exporter",
+    "DynamoExporter": "backends.dynamo",
+    "OnnxExporter": "backends.onnx",
+    "ExecutorchExporter": "backends.executorch",
+    "OpenVINOExporter": "backends.openvino",
+    "AutoHfExporter": "export.auto",
     "ExportedModel": "model",
-    "ExportedComponent": "model",
-    "ExportMetadata": "model",
-    "ModelRunner": "runners.base",
+    "ExportedComponent": "component",
+    "ExportMetadata": "component",
+    "ModelRunner": "runner",
     "Manifest": "manifest",
+    "Dim": "dims",
+    "Signature": "signature",
     "TensorSpec": "signature",
     "publish": "hub.publish",
     "PublishResult": "hub.publish",
@@ -54,9 +58,10 @@ _LAZY = {
     "sync": "hub.sync",
     "decompose_for_generation": "generation.decompose",
     "ExportQuantizer": "quantization",
-    "OnnxRuntimeQuantizer": "quantization",
-    "OnnxRuntimeDynamicConfig": "quantization",
-    "OnnxRuntimeStaticConfig": "quantization",
+    "OnnxRuntimeQuantizer": "backends.onnx.quantization",
+    "OnnxRuntimeDynamicConfig": "backends.onnx.quantization",
+    "OnnxRuntimeStaticConfig": "backends.onnx.quantization",
+    "OnnxRuntimeWeightOnlyConfig": "backends.onnx.quantization",
     "NNCFQuantizer": "quantization",
     "NNCFWeightCompressionConfig": "quantization",
     "NNCFQuantizationConfig": "quantization",
@@ -65,7 +70,11 @@ _LAZY = {
 
 __all__ = [
     "__version__",
+    "Backend",
     "ExportFormat",
+    "FileLayout",
+    "SafetyOptions",
+    "register_backend",
     *_LAZY,
     "BackendUnavailableError",
     "ConfigError",
@@ -79,6 +88,8 @@ __all__ = [
     "ManifestError",
     "UnknownFormatError",
     "UnsafeExportError",
+    "ParityError",
+    "PatchTargetMissing",
 ]
 
 

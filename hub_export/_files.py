@@ -26,10 +26,10 @@ def sha256_file(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def file_entry(directory: str | Path, relative: str) -> FileEntry:
+def file_entry(directory: str | Path, relative: str, role: str = "") -> FileEntry:
     """The manifest entry of ``directory/relative``."""
     path = Path(directory) / relative
-    return FileEntry(path=Path(relative).as_posix(), size=path.stat().st_size, sha256=sha256_file(path))
+    return FileEntry(path=Path(relative).as_posix(), size=path.stat().st_size, sha256=sha256_file(path), role=role)
 
 
 def verify_file(path: str | Path, entry: FileEntry) -> None:

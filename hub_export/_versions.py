@@ -5,7 +5,10 @@ from __future__ import annotations
 import warnings
 from importlib import metadata
 
-__all__ = ["TESTED_VERSIONS", "created_with", "warn_version_drift"]
+__all__ = ["TESTED_VERSIONS", "__version__", "created_with", "warn_version_drift"]
+
+#: The version of hub_export (the facade re-exports it).
+__version__ = "0.1.0"
 
 # Keep equal to constraints.txt (a test checks it).
 TESTED_VERSIONS: dict[str, str] = {
@@ -24,14 +27,6 @@ TESTED_VERSIONS: dict[str, str] = {
     "jsonschema": "4.26.0",
 }
 
-# Packages each format's export depends on (recorded in the manifest's created_with).
-BACKEND_PACKAGES: dict[str, tuple[str, ...]] = {
-    "dynamo": (),
-    "onnx": ("onnx", "onnxscript", "onnx-ir", "onnxruntime"),
-    "executorch": ("executorch",),
-    "openvino": ("openvino",),
-}
-
 _warned: set[str] = set()
 
 
@@ -47,12 +42,10 @@ def _base(version: str) -> str:
     return version.split("+", 1)[0]
 
 
-def created_with(export_format: str) -> dict[str, str]:
-    """``{package: version}`` of hub_export, torch, transformers and the format's backend packages."""
-    from . import __version__
-
+def created_with(distributions: tuple[str, ...] = ()) -> dict[str, str]:
+    """``{package: version}`` of hub_export, torch, transformers and a format's backend distributions."""
     versions = {"hub_export": __version__}
-    for package in ("torch", "transformers", *BACKEND_PACKAGES.get(str(export_format), ())):
+    for package in ("torch", "transformers", *distributions):
         version = installed_version(package)
         if version is not None:
             versions[package] = version

@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from .errors import ConfigError
-from .formats import ExportFormat, parse_format
+from .formats import ExportFormat, backend_for, parse_format
 
 __all__ = [
     "ExportConfig",
-    "DynamoConfig",
-    "OnnxConfig",
-    "ExecutorchConfig",
-    "OpenVINOConfig",
     "AutoExportConfig",
     "dim_to_json",
     "dim_from_json",
@@ -169,81 +165,6 @@ class ExportConfig:
         return dataclasses.replace(self, **changes)
 
 
-@dataclass
-class DynamoConfig(ExportConfig):
-    """Export with ``torch.export`` to a ``.pt2`` ExportedProgram."""
-
-    export_format: ClassVar[ExportFormat] = ExportFormat.DYNAMO
-
-
-@dataclass
-class OnnxConfig(DynamoConfig):
-    """Export to ONNX through ``torch.onnx.export(dynamo=True)``.
-
-    Attributes:
-        opset_version: ONNX opset; None takes the exporter's default.
-        optimize: Run onnxscript's optimizer on the graph.
-        ort_fusions: Rewrite into ONNX Runtime fused operators for this execution provider (needs ``optimize``).
-    """
-
-    export_format: ClassVar[ExportFormat] = ExportFormat.ONNX
-    opset_version: int | None = None
-    optimize: bool = True
-    ort_fusions: Literal["cpu", "cuda", "webgpu", "dml"] | None = None
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.ort_fusions not in (None, "cpu", "cuda", "webgpu", "dml"):
-            raise ConfigError(f"ort_fusions must be None, 'cpu', 'cuda', 'webgpu' or 'dml', got {self.ort_fusions!r}.")
-        if self.ort_fusions is not None and not self.optimize:
-            raise ConfigError("ort_fusions requires optimize=True.")
-
-
-@dataclass
-class ExecutorchConfig(DynamoConfig):
-    """Export to an ExecuTorch ``.pte`` program.
-
-    Attributes:
-        backend: Delegate to lower to: ``"xnnpack"`` (CPU), ``"cuda"`` or ``"mlx"``.
-        alloc_graph_input: Memory-plan graph inputs.
-        alloc_graph_output: Memory-plan graph outputs.
-        alloc_mutable_buffers: Memory-plan mutable buffers.
-    """
-
-    export_format: ClassVar[ExportFormat] = ExportFormat.EXECUTORCH
-    backend: str = "xnnpack"
-    alloc_graph_input: bool = True
-    alloc_graph_output: bool = True
-    alloc_mutable_buffers: bool = True
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.backend not in ("xnnpack", "cuda", "mlx"):
-            raise ConfigError(f"ExecutorchConfig.backend must be 'xnnpack', 'cuda' or 'mlx', got {self.backend!r}.")
-
-
-@dataclass
-class OpenVINOConfig(DynamoConfig):
-    """Export to OpenVINO IR (``openvino_model.xml`` + ``.bin``).
-
-    Attributes:
-        compress_to_fp16: Store weights as fp16.
-        stateful: Keep a generation model's KV cache as internal state.
-    """
-
-    export_format: ClassVar[ExportFormat] = ExportFormat.OPENVINO
-    compress_to_fp16: bool = False
-    stateful: bool = True
-
-
-_CONFIGS: dict[ExportFormat, type[ExportConfig]] = {
-    ExportFormat.DYNAMO: DynamoConfig,
-    ExportFormat.ONNX: OnnxConfig,
-    ExportFormat.EXECUTORCH: ExecutorchConfig,
-    ExportFormat.OPENVINO: OpenVINOConfig,
-}
-
-
 class AutoExportConfig:
     """Picks the config class from a dict's ``export_format``."""
 
@@ -254,7 +175,7 @@ class AutoExportConfig:
         Raises:
             UnknownFormatError: The format is unknown; the message lists the known ones.
         """
-        return _CONFIGS[parse_format(export_format)]
+        return backend_for(export_format).config_class
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ExportConfig:

@@ -1,66 +1,288 @@
-"""Export formats and each format's file layout."""
+"""The format registry: every export format is one :class:`Backend` record, registered once.
+
+A backend is a package (the built-in ones are ``hub_export/backends/<name>/``) that defines its config, exporter,
+runner, program I/O, safety check, file layout, required packages and Hub tags, and registers one record with
+:func:`register_backend`. Nothing outside that package names the format: the rest of hub_export asks the registry.
+
+Built-in backends are the sub-packages of :mod:`hub_export.backends`; they are imported the first time the registry
+is asked about formats (each imports its optional runtime, such as ``onnxruntime``, only when it exports or loads).
+A third-party format calls :func:`register_backend` itself (see ``docs/extending.md``).
+
+:class:`ExportFormat` is the name of a registered format: ``ExportFormat("onnx")``, ``ExportFormat.ONNX`` and
+``list(ExportFormat)`` all come from the registry, so a registered third-party format is an ``ExportFormat`` too.
+"""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from .errors import UnknownFormatError
+from .errors import ConfigError, ManifestError, UnknownFormatError
 
-__all__ = ["ExportFormat", "FormatLayout", "layout_for", "parse_format"]
+if TYPE_CHECKING:
+    from .manifest import ComponentEntry
 
+__all__ = [
+    "Backend",
+    "ExportFormat",
+    "FileLayout",
+    "SafetyOptions",
+    "backend_for",
+    "backends",
+    "parse_format",
+    "register_backend",
+]
 
-class ExportFormat(StrEnum):
-    """The runtimes hub_export exports to."""
-
-    DYNAMO = "dynamo"
-    ONNX = "onnx"
-    EXECUTORCH = "executorch"
-    OPENVINO = "openvino"
+_BACKENDS: dict[str, Backend] = {}
+_DISCOVERED = False
+_LOCK = threading.RLock()
 
 
 @dataclass(frozen=True)
-class FormatLayout:
-    """Where one format's files live.
+class FileLayout:
+    """Where one format's files live, and what each file is.
 
     Attributes:
-        subfolder: Default Hub subfolder of this format (``onnx/``, ``pt2/``, ...).
-        suffixes: File name suffixes of one component, main file first.
+        subfolder: Default Hub subfolder of this format (``onnx``, ``pt2``, ...).
+        files: ``(suffix, role)`` of one component's files, main file first: ``("model.onnx", ...)`` is
+            ``prefix + component + suffix``. Roles name what a file is (``program``, ``weights``); the loader and
+            the safety checks find files by role, never by suffix.
         prefix: Prefix of a component's file names (OpenVINO uses ``openvino_``).
+        shared: ``(file name, role)`` of files that belong to the export rather than one component (a weights file
+            every component reads).
+        optional: ``(suffix, role)`` of files a component may have besides ``files`` (a compiled ``.pt2``'s native
+            code package), named like them.
     """
 
     subfolder: str
-    suffixes: tuple[str, ...]
+    files: tuple[tuple[str, str], ...]
     prefix: str = ""
+    shared: tuple[tuple[str, str], ...] = ()
+    optional: tuple[tuple[str, str], ...] = ()
 
-    def files(self, component: str) -> tuple[str, ...]:
-        """Relative file names of a component, main file first."""
-        return tuple(f"{self.prefix}{component}{suffix}" for suffix in self.suffixes)
+    def component_files(self, component: str) -> dict[str, str]:
+        """``{relative file name: role}`` of a component's files (the optional ones last), main file first."""
+        return {f"{self.prefix}{component}{suffix}": role for suffix, role in (*self.files, *self.optional)}
+
+    def paths(self, component: str, listed: Iterable[str]) -> dict[str, str]:
+        """``{role: relative path}`` of a component's files, found by exact name among ``listed`` (its manifest
+        entry's paths): never by suffix or position. Shared files count for every component.
+
+        Raises:
+            ManifestError: A file of the layout is not listed.
+        """
+        listed = set(listed)
+        found: dict[str, str] = {}
+        for name, role in [*self.component_files(component).items(), *self.shared]:
+            if name in listed:
+                found.setdefault(role, name)
+        missing = sorted({role for _, role in self.files} - set(found))
+        if missing:
+            names = ", ".join(self.component_files(component))
+            raise ManifestError(f"$.components.{component}.files: no {'/'.join(missing)} file; expected {names}.")
+        return found
 
 
-_LAYOUTS = {
-    ExportFormat.DYNAMO: FormatLayout("pt2", (".pt2",)),
-    ExportFormat.ONNX: FormatLayout("onnx", (".onnx", ".onnx.data")),
-    ExportFormat.EXECUTORCH: FormatLayout("executorch", (".pte",)),
-    ExportFormat.OPENVINO: FormatLayout("openvino", (".xml", ".bin"), prefix="openvino_"),
-}
+@dataclass(frozen=True)
+class SafetyOptions:
+    """What the user allowed when loading an untrusted export (see ``docs/security.md``).
+
+    Attributes:
+        trust_pickles: Accept pickles referencing globals outside the tensor allow-list (runs arbitrary code).
+        allow_custom_domains: Operator domains to accept besides the standard ones.
+        trust_native_code: Accept native code in an export (compiled kernels), which runs when loaded.
+    """
+
+    trust_pickles: bool = False
+    allow_custom_domains: frozenset[str] = frozenset()
+    trust_native_code: bool = False
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Everything hub_export knows about one export format.
+
+    Attributes:
+        name: The format name (``onnx``); also the value recorded as ``export_format`` in ``export.json``.
+        config_class: Its ``ExportConfig`` subclass.
+        exporter_class: Its ``HfExporter`` subclass.
+        runner_class: Its ``ModelRunner`` subclass.
+        layout: Its file layout (:class:`FileLayout`).
+        save_program: ``save_program(program, directory, component) -> [relative paths]`` (main file first).
+        load_program: ``load_program(directory, component, entry) -> program``; the files are verified and checked.
+        check_files: ``check_files(directory, component, entry, options)``: refuse files that are unsafe to hand
+            to ``load_program`` (raises ``UnsafeExportError``); None when the format has nothing to check.
+        packages: Import names the backend needs; a missing one raises ``BackendUnavailableError``.
+        distributions: Distributions whose versions an export records (``created_with``).
+        extra: The pip extra that installs the packages (``pip install "hub-export[<extra>]"``).
+        card_tags: The Hub tags of the format, on the model card.
+        quantization_stage: The program type a quantizer sees after lowering (``"onnx"``, ``"openvino"``) or None
+            when the backend's quantization happens on the traced program only.
+        description: One line for listings (``hub-export --help``, docs).
+    """
+
+    name: str
+    config_class: type
+    exporter_class: type
+    runner_class: type
+    layout: FileLayout
+    save_program: Callable[[Any, Path, str], list[str]]
+    load_program: Callable[[Path, str, ComponentEntry], Any]
+    check_files: Callable[[Path, str, ComponentEntry, SafetyOptions], None] | None = None
+    packages: tuple[str, ...] = ()
+    distributions: tuple[str, ...] = ()
+    extra: str = ""
+    card_tags: tuple[str, ...] = ()
+    quantization_stage: str | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("-", "_").isidentifier() or self.name != self.name.lower():
+            raise ConfigError(
+                f"Backend name {self.name!r} must be a lower-case identifier such as 'onnx' or 'tensorrt'."
+            )
+
+
+def register_backend(backend: Backend) -> Backend:
+    """Register a format. Every config, exporter, loader and Hub helper of hub_export then knows it.
+
+    Raises:
+        ConfigError: A backend of that name is already registered, or the record is inconsistent.
+    """
+    if not isinstance(backend, Backend):
+        raise ConfigError(f"register_backend takes a hub_export.Backend record, got {type(backend).__name__}.")
+    config_format = getattr(backend.config_class, "export_format", None)
+    if config_format is not None and str(config_format) != backend.name:
+        raise ConfigError(
+            f"{backend.config_class.__name__}.export_format is {str(config_format)!r}, but the backend is named "
+            f"{backend.name!r}; set export_format = ExportFormat({backend.name!r}) on the config class."
+        )
+    with _LOCK:
+        existing = _BACKENDS.get(backend.name)
+        if existing is not None and existing != backend:
+            raise ConfigError(f"A backend named {backend.name!r} is already registered ({existing.description}).")
+        _BACKENDS[backend.name] = backend
+    return backend
+
+
+def _discover() -> None:
+    """Import the built-in backend packages once (each registers itself on import)."""
+    global _DISCOVERED
+    if _DISCOVERED:
+        return
+    with _LOCK:
+        if _DISCOVERED:
+            return
+        package = importlib.import_module(f"{__package__}.backends")
+        for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
+            if info.ispkg and not info.name.startswith("_"):
+                importlib.import_module(f"{package.__name__}.{info.name}")
+        _DISCOVERED = True
+
+
+def backends() -> dict[str, Backend]:
+    """Every registered backend, by name (built-in ones first, in name order)."""
+    _discover()
+    return dict(_BACKENDS)
+
+
+def backend_for(export_format: ExportFormat | str) -> Backend:
+    """The backend record of a format.
+
+    Raises:
+        UnknownFormatError: No backend of that name; the message lists the registered ones.
+    """
+    name = str(export_format).lower()
+    backend = _BACKENDS.get(name)
+    if backend is None:
+        _discover()
+        backend = _BACKENDS.get(name)
+    if backend is None:
+        known = ", ".join(_BACKENDS)
+        raise UnknownFormatError(
+            f"Unknown export format {str(export_format)!r}; known formats: {known}. A format of another package is "
+            "available once that package registers it with hub_export.register_backend(...)."
+        )
+    return backend
+
+
+class _ExportFormatType(type):
+    """``ExportFormat.ONNX``, ``iter(ExportFormat)`` and ``"onnx" in ExportFormat`` read the registry."""
+
+    def __getattr__(cls, name: str) -> ExportFormat:
+        if name.startswith("_") or not name.isupper():
+            raise AttributeError(name)
+        try:
+            return cls(name.lower())
+        except UnknownFormatError as exc:
+            raise AttributeError(str(exc)) from None
+
+    def __iter__(cls) -> Iterator[ExportFormat]:
+        return iter([cls(name) for name in backends()])
+
+    def __len__(cls) -> int:
+        return len(backends())
+
+    def __contains__(cls, value: object) -> bool:
+        return isinstance(value, str) and value.lower() in backends()
+
+
+class ExportFormat(str, metaclass=_ExportFormatType):
+    """The name of a registered export format (a ``str``): ``ExportFormat("onnx") == "onnx"``.
+
+    One instance per name, so ``is`` comparisons hold. Construction validates the name against the registry.
+
+    Raises:
+        UnknownFormatError: No backend of that name is registered.
+    """
+
+    __slots__ = ()
+    _instances: dict[str, ExportFormat] = {}
+
+    def __new__(cls, value: str) -> ExportFormat:
+        if isinstance(value, ExportFormat):
+            return value
+        name = str(value).lower()
+        instance = cls._instances.get(name)
+        if instance is None or name not in _BACKENDS:
+            backend_for(name)  # raises UnknownFormatError listing the known formats
+            instance = cls.declare(name)
+        return instance
+
+    @classmethod
+    def declare(cls, name: str) -> ExportFormat:
+        """The format name a backend package uses before its record is registered (no registry check)."""
+        return cls._instances.setdefault(name, str.__new__(cls, name))
+
+    @property
+    def value(self) -> str:
+        """The format name (as on an ``Enum`` member)."""
+        return str.__str__(self)
+
+    @property
+    def backend(self) -> Backend:
+        """The format's :class:`Backend` record."""
+        return backend_for(self)
+
+    def __repr__(self) -> str:
+        return f"ExportFormat({str.__str__(self)!r})"
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ExportFormat, (str.__str__(self),))
 
 
 def parse_format(value: ExportFormat | str) -> ExportFormat:
     """Turn a format name into an :class:`ExportFormat`.
 
     Raises:
-        UnknownFormatError: The name is not a known format; the message lists the known ones.
+        UnknownFormatError: The name is not a registered format; the message lists the known ones.
     """
-    if isinstance(value, ExportFormat):
-        return value
-    try:
-        return ExportFormat(str(value).lower())
-    except ValueError:
-        known = ", ".join(f.value for f in ExportFormat)
-        raise UnknownFormatError(f"Unknown export format {value!r}; known formats: {known}.") from None
-
-
-def layout_for(export_format: ExportFormat | str) -> FormatLayout:
-    """The file layout of a format."""
-    return _LAYOUTS[parse_format(export_format)]
+    return ExportFormat(value)

@@ -1,38 +1,74 @@
 """``export.json``: the manifest dataclasses, and reading, writing and validating them.
 
 Every read and every write validates against ``schemas/export.schema.json`` (JSON Schema 2020-12) and then
-checks what a schema cannot: output classes against the allow-list, tensor indices against the signature, and
-(on disk) that no listed file leaves the export folder. An invalid manifest raises :class:`ManifestError`
-naming the JSON path, before any file of the export is opened.
+checks what a schema cannot: the format is registered, output classes are in the allow-list, tensor indices fit
+the signature, size expressions parse under :mod:`hub_export.dims`' grammar, and every listed file has the role
+the format's layout gives its exact name (:meth:`Manifest.roles`). An invalid manifest raises
+:class:`ManifestError` naming the JSON path, before any file of the export is opened.
+
+Schema version 2 lists every file of the folder once, at the top, with its size, sha256 and role; a component
+names its files by path (so a weights file shared by several components is listed, hashed and downloaded once).
+Version 1 manifests (files listed per component, side configs unlisted) are still read.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import os
+import stat
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from ._allowlist import resolve_output_class
-from .errors import ManifestError
-from .signature import TensorSpec
+from .dims import parse_size
+from .errors import ManifestError, UnknownFormatError
+from .formats import backend_for
+from .signature import Signature
+from .structure import children
 
 __all__ = [
     "MANIFEST_NAME",
+    "MAX_MANIFEST_BYTES",
     "SCHEMA_VERSION",
-    "FileEntry",
-    "Source",
+    "SIDE_FILE_ROLES",
     "ComponentEntry",
+    "FileEntry",
     "Manifest",
+    "Source",
     "schema",
     "schema_path",
     "validate_manifest_data",
 ]
 
 MANIFEST_NAME = "export.json"
-SCHEMA_VERSION = 1
-_MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+SCHEMA_VERSION = 2
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+_MAX_JSON_DEPTH = 200
+
+#: Files an export folder may hold besides its programs, by exact name, with their role.
+SIDE_FILE_ROLES: dict[str, str] = {
+    "config.json": "config",
+    "generation_config.json": "generation_config",
+    "tokenizer.json": "tokenizer",
+    "tokenizer_config.json": "tokenizer",
+    "special_tokens_map.json": "tokenizer",
+    "added_tokens.json": "tokenizer",
+    "vocab.json": "tokenizer",
+    "vocab.txt": "tokenizer",
+    "merges.txt": "tokenizer",
+    "tokenizer.model": "tokenizer",
+    "spiece.model": "tokenizer",
+    "sentencepiece.bpe.model": "tokenizer",
+    "chat_template.jinja": "chat_template",
+    "chat_template.json": "chat_template",
+    "preprocessor_config.json": "processor",
+    "processor_config.json": "processor",
+    "feature_extractor_config.json": "processor",
+    "image_processor_config.json": "processor",
+    "video_preprocessor_config.json": "processor",
+}
 
 
 def schema_path() -> Path:
@@ -66,15 +102,16 @@ def _json_path(parts: Any) -> str:
 
 @dataclass(frozen=True)
 class FileEntry:
-    """One file of a component: relative POSIX path, size in bytes, sha256 hex digest."""
+    """One file of an export: relative POSIX path, size in bytes, sha256 hex digest and role."""
 
     path: str
     size: int
     sha256: str
+    role: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """As JSON data."""
-        return {"path": self.path, "size": self.size, "sha256": self.sha256}
+        return {"path": self.path, "size": self.size, "sha256": self.sha256, "role": self.role}
 
 
 @dataclass(frozen=True)
@@ -105,54 +142,50 @@ class Source:
 
 @dataclass(frozen=True)
 class ComponentEntry:
-    """What the manifest records about one exported component."""
+    """What the manifest records about one exported component.
+
+    Attributes:
+        files: Its files (entries of the manifest's file list), main file first.
+        signature: Its traced :class:`~hub_export.signature.Signature`.
+        architecture: The model class it was traced from.
+        dtype: The model's dtype.
+        device: The device it was traced on.
+        parity: ``{max_abs_diff, atol, inputs}`` measured against eager at export time.
+        quantization: The quantizer's recipe, or None.
+        extra: Backend-specific plain data.
+    """
 
     files: tuple[FileEntry, ...]
+    signature: Signature
     architecture: str | None
     dtype: str
     device: str
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
-    input_structure: tuple[tuple[str, dict[str, Any]], ...]
-    output_structure: dict[str, Any]
-    constants: dict[str, Any] = field(default_factory=dict)
-    dims: dict[str, dict[str, int | None]] = field(default_factory=dict)
     parity: dict[str, Any] | None = None
     quantization: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """As JSON data."""
+        """As JSON data (files by path: the manifest lists them once at the top)."""
         return {
-            "files": [f.to_json() for f in self.files],
+            "files": [f.path for f in self.files],
             "architecture": self.architecture,
             "dtype": self.dtype,
             "device": self.device,
-            "inputs": [s.to_json() for s in self.inputs],
-            "outputs": [s.to_json() for s in self.outputs],
-            "input_structure": [[name, node] for name, node in self.input_structure],
-            "output_structure": self.output_structure,
-            "constants": dict(self.constants),
-            "dims": {k: dict(v) for k, v in self.dims.items()},
+            **self.signature.to_json(),
             "parity": self.parity,
             "quantization": self.quantization,
             "extra": dict(self.extra),
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ComponentEntry:
-        """Build from validated JSON data."""
+    def from_json(cls, data: dict[str, Any], files: dict[str, FileEntry], where: str) -> ComponentEntry:
+        """Build from validated JSON data; ``files`` maps the manifest's paths to their entries."""
         return cls(
-            files=tuple(FileEntry(**f) for f in data["files"]),
+            files=tuple(files[p if isinstance(p, str) else p["path"]] for p in data["files"]),
+            signature=Signature.from_json(data, where),
             architecture=data["architecture"],
             dtype=data["dtype"],
             device=data["device"],
-            inputs=tuple(TensorSpec.from_json(s) for s in data["inputs"]),
-            outputs=tuple(TensorSpec.from_json(s) for s in data["outputs"]),
-            input_structure=tuple((name, node) for name, node in data["input_structure"]),
-            output_structure=data["output_structure"],
-            constants=dict(data["constants"]),
-            dims={k: dict(v) for k, v in data["dims"].items()},
             parity=data.get("parity"),
             quantization=data.get("quantization"),
             extra=dict(data.get("extra", {})),
@@ -161,29 +194,53 @@ class ComponentEntry:
 
 @dataclass(frozen=True)
 class Manifest:
-    """The whole ``export.json``."""
+    """The whole ``export.json``.
+
+    Attributes:
+        export_format: The format's name.
+        created_with: ``{package: version}`` of what made the export.
+        config: The export config (``ExportConfig.to_dict()``).
+        components: Component name -> :class:`ComponentEntry`.
+        files: Every file of the folder but ``export.json``, once (programs, weights, configs, tokenizer files).
+        source: Where the model came from on the Hub.
+        generation: The generation loop's plan (``export_for_generation``), or None.
+        task: The pipeline task the export serves, or None.
+        schema_version: The version it was read as (written as :data:`SCHEMA_VERSION`).
+    """
 
     export_format: str
     created_with: dict[str, str]
     config: dict[str, Any]
     components: dict[str, ComponentEntry]
+    files: tuple[FileEntry, ...] = ()
     source: Source | None = None
     generation: dict[str, Any] | None = None
+    task: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
         """As JSON data (validated by :meth:`dumps`)."""
         data = {
-            "schema_version": self.schema_version,
+            "schema_version": SCHEMA_VERSION,
             "export_format": self.export_format,
+            "task": self.task,
             "created_with": dict(self.created_with),
             "source": self.source.to_json() if self.source else None,
             "config": self.config,
+            "files": [f.to_json() for f in self.all_listed()],
             "components": {name: c.to_json() for name, c in self.components.items()},
         }
         if self.generation is not None:
             data["generation"] = self.generation
         return data
+
+    def all_listed(self) -> list[FileEntry]:
+        """Every file the manifest lists: :attr:`files`, plus component files missing from it (one entry a path)."""
+        seen = {f.path: f for f in self.files}
+        for component in self.components.values():
+            for entry in component.files:
+                seen.setdefault(entry.path, entry)
+        return list(seen.values())
 
     def dumps(self) -> str:
         """Validated JSON text.
@@ -206,58 +263,104 @@ class Manifest:
         """Parse and validate manifest text.
 
         Raises:
-            ManifestError: Invalid JSON, schema violation or a class outside the allow-list.
+            ManifestError: Invalid JSON, schema violation, an unknown format or file, a class outside the allow-list.
         """
-        if len(text) > _MAX_MANIFEST_BYTES:
-            raise ManifestError(f"$: export.json is {len(text)} bytes, over the {_MAX_MANIFEST_BYTES} byte limit.")
+        if len(text) > MAX_MANIFEST_BYTES:
+            raise ManifestError(f"$: export.json is {len(text)} bytes, over the {MAX_MANIFEST_BYTES} byte limit.")
         try:
             data = json.loads(text)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ManifestError(f"$: export.json is not valid JSON ({exc}).") from None
+        except RecursionError:
+            raise ManifestError("$: export.json is nested too deeply.") from None
         validate_manifest_data(data)
+        return cls._from_data(data)
+
+    @classmethod
+    def _from_data(cls, data: dict[str, Any]) -> Manifest:
+        version = data["schema_version"]
+        if version == 1:
+            files = _v1_files(data)
+        else:
+            files = {f["path"]: FileEntry(**f) for f in data["files"]}
         source = data["source"]
+        components = {
+            name: ComponentEntry.from_json(c, files, f"$.components.{name}") for name, c in data["components"].items()
+        }
         return cls(
             export_format=data["export_format"],
             created_with=dict(data["created_with"]),
             config=data["config"],
-            components={name: ComponentEntry.from_json(c) for name, c in data["components"].items()},
+            components=components,
+            files=tuple(files.values()),
             source=Source(**source) if source else None,
             generation=data.get("generation"),
-            schema_version=data["schema_version"],
+            task=data.get("task"),
+            schema_version=version,
         )
 
     @classmethod
     def read(cls, directory: str | Path) -> Manifest:
-        """Read and validate ``directory/export.json``, and check its file paths stay inside ``directory``.
+        """Read and validate ``directory/export.json``, and check every listed file is a plain file inside the folder.
+
+        The manifest is stat-checked (a regular file, not a symlink, at most :data:`MAX_MANIFEST_BYTES`) before a
+        byte of it is read.
 
         Raises:
-            ManifestError: The manifest is missing, invalid, or a listed path leaves the folder.
+            ManifestError: The manifest is missing, invalid, too large, a symlink, or a listed path leaves the folder.
         """
         directory = Path(directory)
         path = directory / MANIFEST_NAME
-        if not path.is_file():
-            raise ManifestError(f"$: no {MANIFEST_NAME} in {directory}; is this a hub_export export folder?")
-        manifest = cls.loads(path.read_bytes())
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            raise ManifestError(f"$: no {MANIFEST_NAME} in {directory}; is this a hub_export export folder?") from None
+        if not stat.S_ISREG(info.st_mode):
+            raise ManifestError(f"$: {path} is not a regular file (a symlink or a device); refusing to read it.")
+        if info.st_size > MAX_MANIFEST_BYTES:
+            raise ManifestError(f"$: export.json is {info.st_size} bytes, over the {MAX_MANIFEST_BYTES} byte limit.")
+        with open(path, "rb") as handle:
+            manifest = cls.loads(handle.read(MAX_MANIFEST_BYTES + 1))
         manifest.check_paths(directory)
         return manifest
 
-    def check_paths(self, directory: str | Path) -> None:
-        """Refuse listed files that resolve outside ``directory`` (through a symlink, say).
+    def check_paths(self, directory: str | Path, *, symlinks_into: str | Path | None = None) -> None:
+        """Refuse listed files that are, or pass through, a symlink, or resolve outside ``directory``.
+
+        Args:
+            directory: The export folder.
+            symlinks_into: A folder symlinks may point into (the huggingface_hub cache's ``blobs/``, whose snapshot
+                files are symlinks); None: no symlink is accepted.
 
         Raises:
-            ManifestError: A path escapes the folder.
+            ManifestError: A path escapes the folder or passes through a symlink.
         """
-        root = Path(directory).resolve()
-        for name, component in self.components.items():
-            for i, entry in enumerate(component.files):
-                target = (root / entry.path).resolve()
-                if target != root and root not in target.parents:
-                    raise ManifestError(
-                        f"$.components.{name}.files[{i}].path: {entry.path!r} resolves outside the export folder."
-                    )
+        root = Path(directory)
+        real_root = root.resolve()
+        blobs = Path(symlinks_into).resolve() if symlinks_into is not None else None
+        for i, entry in enumerate(self.all_listed()):
+            where = f"$.files[{i}].path: {entry.path!r}"
+            current = root
+            parts = entry.path.split("/")
+            for depth, part in enumerate(parts):
+                current = current / part
+                if not os.path.islink(current):
+                    continue
+                target = Path(os.path.realpath(current))
+                last = depth == len(parts) - 1
+                if not (last and blobs is not None and (target == blobs or blobs in target.parents)):
+                    raise ManifestError(f"{where} is or passes through a symlink; an export folder holds plain files.")
+            target = Path(os.path.realpath(root / entry.path))
+            inside = target == real_root or real_root in target.parents
+            if not inside and not (blobs is not None and blobs in target.parents):
+                raise ManifestError(f"{where} resolves outside the export folder.")
 
-    def all_files(self, components: list[str] | None = None) -> list[FileEntry]:
-        """The files of the given components (all by default), without duplicates."""
+    def component_files(self, components: list[str] | None = None) -> list[FileEntry]:
+        """The files of the given components (all by default), each once.
+
+        Raises:
+            ManifestError: A component does not exist (the message lists those that do).
+        """
         names = list(self.components) if components is None else components
         seen: dict[str, FileEntry] = {}
         for name in names:
@@ -266,6 +369,83 @@ class Manifest:
             for entry in self.components[name].files:
                 seen.setdefault(entry.path, entry)
         return list(seen.values())
+
+    def side_files(self, role: str | None = None) -> list[FileEntry]:
+        """The listed files that belong to no component (configs, tokenizer and processor files), by role."""
+        own = {entry.path for c in self.components.values() for entry in c.files}
+        return [f for f in self.all_listed() if f.path not in own and (role is None or f.role == role)]
+
+    def roles(self) -> dict[str, str]:
+        """``{path: role}`` of every listed file, from the format's layout and the side-file names.
+
+        This is the one role map: loaders and safety checks find files through it, by exact name as the exporter
+        wrote it; the role a manifest records must agree with it.
+
+        Raises:
+            ManifestError: A file is unknown to the layout, or its recorded role differs.
+        """
+        try:
+            layout = backend_for(self.export_format).layout
+        except UnknownFormatError as exc:
+            raise ManifestError(f"$.export_format: {exc}") from None
+        expected: dict[str, str] = dict(SIDE_FILE_ROLES)
+        for name in self.components:
+            expected.update(layout.component_files(name))
+        expected.update(dict(layout.shared))
+        roles: dict[str, str] = {}
+        for i, entry in enumerate(self.all_listed()):
+            role = expected.get(entry.path)
+            if role is None:
+                raise ManifestError(
+                    f"$.files[{i}].path: {entry.path!r} is not a file a {self.export_format} export has; "
+                    "refusing an export with unknown files."
+                )
+            if entry.role and entry.role != role:
+                raise ManifestError(f"$.files[{i}].role: {entry.path!r} is a {role} file, not {entry.role!r}.")
+            roles[entry.path] = role
+        for name, component in self.components.items():
+            own = layout.component_files(name)
+            for entry in component.files:
+                if entry.path not in own and entry.path not in dict(layout.shared):
+                    raise ManifestError(
+                        f"$.components.{name}.files: {entry.path!r} is not a file of component {name!r}."
+                    )
+        return roles
+
+    def with_files(self, files: list[FileEntry]) -> Manifest:
+        """A copy whose file list is ``files`` (components' entries updated to the same paths)."""
+        by_path = {f.path: f for f in files}
+        components = {
+            name: replace(c, files=tuple(by_path.get(f.path, f) for f in c.files))
+            for name, c in self.components.items()
+        }
+        return replace(self, files=tuple(files), components=components)
+
+
+def _v1_files(data: dict[str, Any]) -> dict[str, FileEntry]:
+    files: dict[str, FileEntry] = {}
+    for component in data["components"].values():
+        for entry in component["files"]:
+            if not isinstance(entry, dict):
+                raise ManifestError("$.components: schema_version 1 lists file objects, not paths.")
+            files.setdefault(entry["path"], FileEntry(entry["path"], entry["size"], entry["sha256"]))
+    return files
+
+
+def _depth(value: Any, limit: int) -> int:
+    """The nesting depth of JSON data, stopping at ``limit``."""
+    stack = [(value, 1)]
+    deepest = 0
+    while stack:
+        item, level = stack.pop()
+        deepest = max(deepest, level)
+        if deepest >= limit:
+            return deepest
+        if isinstance(item, dict):
+            stack.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, level + 1) for v in item)
+    return deepest
 
 
 def validate_manifest_data(data: Any) -> None:
@@ -283,14 +463,29 @@ def validate_manifest_data(data: Any) -> None:
             f"$.schema_version: {data['schema_version']} is newer than this hub_export understands ({SCHEMA_VERSION}); "
             "upgrade hub-export."
         )
-    errors = sorted(
-        _validator().iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path)))
-    )
+    if _depth(data, _MAX_JSON_DEPTH) >= _MAX_JSON_DEPTH:
+        raise ManifestError(f"$: export.json is nested deeper than {_MAX_JSON_DEPTH} levels.")
+    try:
+        errors = sorted(
+            _validator().iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path)))
+        )
+    except RecursionError:
+        raise ManifestError("$: export.json is nested too deeply.") from None
     if errors:
         best = _best_error(errors)
         raise ManifestError(f"{_json_path(best.absolute_path)}: {best.message}")
+    try:
+        backend_for(data["export_format"])
+    except UnknownFormatError as exc:
+        raise ManifestError(f"$.export_format: {exc}") from None
+    version = data["schema_version"]
+    if version >= 2 and "files" not in data:
+        raise ManifestError("$.files: schema_version 2 lists every file of the export at the top.")
+    listed = {f["path"] for f in data.get("files", [])}
+    if version >= 2 and len(listed) != len(data["files"]):
+        raise ManifestError("$.files: duplicate paths.")
     for name, component in data["components"].items():
-        _check_component(name, component)
+        _check_component(name, component, version, listed)
 
 
 def _best_error(errors: list[Any]) -> Any:
@@ -299,7 +494,7 @@ def _best_error(errors: list[Any]) -> Any:
     return jsonschema.exceptions.best_match(errors) or errors[0]
 
 
-def _check_component(name: str, component: dict[str, Any]) -> None:
+def _check_component(name: str, component: dict[str, Any], version: int, listed: set[str]) -> None:
     where = f"$.components.{name}"
     n_in, n_out = len(component["inputs"]), len(component["outputs"])
     for key, node in component["input_structure"]:
@@ -308,26 +503,37 @@ def _check_component(name: str, component: dict[str, Any]) -> None:
     names = [s["name"] for s in component["inputs"]] + [s["name"] for s in component["outputs"]]
     if len(set(names)) != len(names):
         raise ManifestError(f"{where}: tensor names must be unique across inputs and outputs.")
-    paths = [f["path"] for f in component["files"]]
+    paths = [f if isinstance(f, str) else f["path"] for f in component["files"]]
     if len(set(paths)) != len(paths):
         raise ManifestError(f"{where}.files: duplicate paths.")
+    for i, entry in enumerate(component["files"]):
+        if version >= 2 and (not isinstance(entry, str) or entry not in listed):
+            raise ManifestError(f"{where}.files[{i}]: {entry!r} must be a path listed in $.files.")
+        if version == 1 and isinstance(entry, str):
+            raise ManifestError(f"{where}.files[{i}]: schema_version 1 lists file objects.")
+    dims = set(component["dims"])
+    for side in ("inputs", "outputs"):
+        for i, spec in enumerate(component[side]):
+            for axis, dim in enumerate(spec["shape"]):
+                if isinstance(dim, str):
+                    try:
+                        parse_size(dim, dims if side == "inputs" else None)
+                    except ValueError as exc:
+                        raise ManifestError(
+                            f"{where}.{side}[{i}].shape[{axis}]: {dim!r} is not a size expression ({exc})."
+                        ) from None
+    for dim_name, bounds in component["dims"].items():
+        if bounds.get("max") is not None and bounds["max"] < bounds["min"]:
+            raise ManifestError(f"{where}.dims.{dim_name}: max {bounds['max']} is below min {bounds['min']}.")
 
 
 def _check_node(node: dict[str, Any], count: int, where: str, architecture: str | None) -> None:
-    kind = node["type"]
-    if kind == "tensor" and node["index"] >= count:
-        raise ManifestError(f"{where}.index: {node['index']} is past the {count} tensors of the signature.")
-    if kind == "model_output":
-        resolve_output_class(node["class"], architecture, where=f"{where}.class")
-    children: list[tuple[str, dict[str, Any]]] = []
-    if kind in ("tuple", "list"):
-        children = [(f"items[{i}]", n) for i, n in enumerate(node["items"])]
-    elif kind in ("dict", "model_output"):
-        children = [(k, n) for k, n in node.get("items", node.get("fields", []))]
-    elif kind == "cache":
-        for i, layer in enumerate(node["layers"]):
-            for part, kv in layer.items() if "decoder" in layer else [("", layer)]:
-                for key in ("conv", "recurrent") if "conv" in kv else ("key", "value"):
-                    children.append((f"layers[{i}]{'.' + part if part else ''}.{key}", kv[key]))
-    for key, child in children:
-        _check_node(child, count, f"{where}.{key}", architecture)
+    stack = [(node, where)]
+    while stack:
+        current, path = stack.pop()
+        kind = current["type"]
+        if kind == "tensor" and current["index"] >= count:
+            raise ManifestError(f"{path}.index: {current['index']} is past the {count} tensors of the signature.")
+        if kind == "model_output":
+            resolve_output_class(current["class"], architecture, where=f"{path}.class")
+        stack.extend((child, f"{path}.{key}") for key, child in children(current))

@@ -7,72 +7,19 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ._files import atomic_directory, file_entry, replace_directory, verify_file
+from ._files import atomic_directory, file_entry, replace_directory
 from ._versions import created_with
+from .component import ExportedComponent
 from .configs import AutoExportConfig, ExportConfig
-from .errors import HubExportError, ManifestError
-from .formats import ExportFormat, parse_format
-from .manifest import MANIFEST_NAME, ComponentEntry, Manifest, Source
+from .errors import HubExportError
+from .formats import ExportFormat, SafetyOptions, backend_for, parse_format
+from .generation.loop import generate
+from .hub.download import download_export
+from .hub.publish import push_export
+from .loading import LoadedExport, LocalFiles, load_export
+from .manifest import MANIFEST_NAME, SIDE_FILE_ROLES, Manifest, Source
 
-__all__ = ["ExportedComponent", "ExportedModel", "ExportMetadata"]
-
-#: What the exporter recorded about one component (signature, structures, dims, parity, files).
-ExportMetadata = ComponentEntry
-
-_SIDE_FILES = ("config.json", "generation_config.json")
-
-
-def _exporter_class(export_format: ExportFormat) -> Any:
-    from .exporters.auto import exporter_class
-
-    return exporter_class(export_format)
-
-
-class ExportedComponent:
-    """One exported graph: the backend's program and the metadata recorded while tracing.
-
-    Attributes:
-        name: Component name (``model``, ``decode``, ...).
-        export_format: Its format.
-        program: The backend's program (``ExportedProgram``, ``onnx_ir.Model``, ...).
-        metadata: Its :class:`ExportMetadata`.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        export_format: ExportFormat,
-        program: Any,
-        metadata: ComponentEntry,
-        files_dir: Path | None = None,
-    ) -> None:
-        self.name = name
-        self.export_format = parse_format(export_format)
-        self.program = program
-        self.metadata = metadata
-        self._files_dir = files_dir  # set when loaded from disk: saving copies these verified files verbatim
-
-    def __repr__(self) -> str:
-        return f"ExportedComponent(name={self.name!r}, format={self.export_format.value!r}, program={type(self.program).__name__})"
-
-    def runner(self, device: str | None = None, **options: Any) -> Any:
-        """A runner executing this component on ``device``."""
-        return (
-            _exporter_class(self.export_format)
-            .runner_class()
-            .from_program(self.program, self.metadata, device, **options)
-        )
-
-    def save(self, directory: Path) -> ComponentEntry:
-        """Write this component's files into ``directory``; returns its metadata with the file entries."""
-        if self._files_dir is not None and self.metadata.files:
-            relative = [f.path for f in self.metadata.files]
-            for rel in relative:
-                (directory / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(self._files_dir / rel, directory / rel)
-        else:
-            relative = _exporter_class(self.export_format).save_program(self.program, directory, self.name)
-        return dataclasses.replace(self.metadata, files=tuple(file_entry(directory, rel) for rel in relative))
+__all__ = ["ExportedModel"]
 
 
 class ExportedModel:
@@ -150,8 +97,6 @@ class ExportedModel:
                 "generate() needs an export made with exporter.export_for_generation(model, inputs, config=...); "
                 f"this one has components {list(self.components)}."
             )
-        from .generation.loop import generate
-
         return generate(self, *args, **kwargs)
 
     def _single(self) -> ExportedComponent:
@@ -164,9 +109,10 @@ class ExportedModel:
     # -- saving ---------------------------------------------------------------------------------------------
     def manifest(self) -> Manifest:
         """The manifest of this export (components without files until saved)."""
+        backend = backend_for(self.export_format)
         return Manifest(
             export_format=self.export_format.value,
-            created_with=created_with(self.export_format.value),
+            created_with=created_with(backend.distributions),
             config=self.config.to_dict(),
             components={name: c.metadata for name, c in self.components.items()},
             source=self.source,
@@ -193,12 +139,16 @@ class ExportedModel:
         staged = atomic_directory(target)
         try:
             entries = {name: component.save(staged) for name, component in self.components.items()}
-            manifest = dataclasses.replace(self.manifest(), components=entries)
-            manifest.write(staged)
             if self.model_config is not None:
                 self.model_config.to_json_file(str(staged / "config.json"))
             if self.generation_config is not None:
                 self.generation_config.to_json_file(str(staged / "generation_config.json"))
+            side = [
+                file_entry(staged, name, role) for name, role in SIDE_FILE_ROLES.items() if (staged / name).is_file()
+            ]
+            manifest = dataclasses.replace(self.manifest(), components=entries)
+            manifest = manifest.with_files([*manifest.all_listed(), *side])
+            manifest.write(staged)
             replace_directory(staged, target)
         except BaseException:
             shutil.rmtree(staged, ignore_errors=True)
@@ -210,8 +160,6 @@ class ExportedModel:
 
     def push_to_hub(self, repo_id: str, **kwargs: Any) -> Any:
         """Publish this export as one commit in ``repo_id`` (see :func:`hub_export.hub.publish.push_export`)."""
-        from .hub.publish import push_export
-
         return push_export(self, repo_id, **kwargs)
 
     # -- loading --------------------------------------------------------------------------------------------
@@ -232,6 +180,7 @@ class ExportedModel:
         endpoint: str | None = None,
         trust_pickles: bool = False,
         allow_custom_domains: tuple[str, ...] = (),
+        trust_native_code: bool = False,
         **runner_options: Any,
     ) -> ExportedModel:
         """Load an export from a local folder or a Hub repo.
@@ -251,117 +200,53 @@ class ExportedModel:
             trust_pickles: Load ``.pt2`` archives whose pickles reference globals outside the tensor
                 allow-list. DANGEROUS: such a file runs arbitrary code when loaded; only for files you made.
             allow_custom_domains: ONNX operator domains to accept besides the standard ones.
+            trust_native_code: Load native code in an export (the AOTInductor package of a compiled ``.pt2``), which
+                runs when loaded. Only for exports whose publisher you trust.
             **runner_options: Passed to the backend runner (e.g. ``providers=`` for ONNX Runtime).
 
         Raises:
             ManifestError: ``export.json`` is missing or invalid.
             IntegrityError: A file does not match the manifest.
             UnsafeExportError: A file would run code or read outside the export when loaded (see
-                :mod:`hub_export.safety`).
+                the format's safety check, see docs/security.md).
         """
-        safety = {"trust_pickles": trust_pickles, "allow_custom_domains": tuple(allow_custom_domains)}
+        options = SafetyOptions(
+            trust_pickles=trust_pickles,
+            allow_custom_domains=frozenset(allow_custom_domains),
+            trust_native_code=bool(trust_native_code),
+        )
         local = Path(pretrained_model_name_or_path) / subfolder
         if local.is_dir():
-            return load_directory(local, components=components, device=device, runner_options=runner_options, **safety)
-        from .hub.download import load_from_hub
+            source: Any = LocalFiles(local)
+        else:
+            source = download_export(
+                str(pretrained_model_name_or_path),
+                subfolder=subfolder,
+                revision=revision,
+                components=components,
+                cache_dir=cache_dir,
+                token=token,
+                local_files_only=local_files_only,
+                force_download=force_download,
+                endpoint=endpoint,
+                fetch_components=False,
+            )
+        loaded = load_export(source, components=components, lazy=lazy, options=options)
+        return cls._from_loaded(loaded, device=device, runner_options=runner_options)
 
-        return load_from_hub(
-            str(pretrained_model_name_or_path),
-            subfolder=subfolder,
-            revision=revision,
-            components=components,
+    @classmethod
+    def _from_loaded(
+        cls, loaded: LoadedExport, *, device: str | None = None, runner_options: dict[str, Any] | None = None
+    ) -> ExportedModel:
+        manifest = loaded.manifest
+        return cls(
+            parse_format(manifest.export_format),
+            AutoExportConfig.from_dict({**manifest.config, "quantizer": None}),  # the recipe is recorded, not re-run
+            loaded.components,
+            model_config=loaded.model_config,
+            generation_config=loaded.generation_config,
+            source=manifest.source,
             device=device,
-            lazy=lazy,
-            cache_dir=cache_dir,
-            token=token,
-            local_files_only=local_files_only,
-            force_download=force_download,
-            endpoint=endpoint,
+            generation=manifest.generation,
             runner_options=runner_options,
-            **safety,
         )
-
-
-def _load_side_configs(directory: Path) -> tuple[Any, Any]:
-    model_config = generation_config = None
-    if (directory / "config.json").is_file():
-        from transformers import AutoConfig
-
-        model_config = AutoConfig.from_pretrained(str(directory), trust_remote_code=False)
-    if (directory / "generation_config.json").is_file():
-        from transformers import GenerationConfig
-
-        generation_config = GenerationConfig.from_pretrained(str(directory))
-    return model_config, generation_config
-
-
-def load_component(
-    directory: Path,
-    name: str,
-    entry: ComponentEntry,
-    export_format: ExportFormat,
-    *,
-    trust_pickles: bool = False,
-    allow_custom_domains: tuple[str, ...] = (),
-) -> ExportedComponent:
-    """Verify a component's files against the manifest, run the format's safety checks, then load its program."""
-    from .safety import check_component
-
-    for file in entry.files:
-        verify_file(directory / file.path, file)
-    check_component(
-        export_format, directory, entry, trust_pickles=trust_pickles, allow_custom_domains=allow_custom_domains
-    )
-    program = _exporter_class(export_format).load_program(directory, name, entry)
-    return ExportedComponent(name, export_format, program, entry, files_dir=directory.resolve())
-
-
-def load_directory(
-    directory: Path,
-    *,
-    components: list[str] | None = None,
-    device: str | None = None,
-    runner_options: dict[str, Any] | None = None,
-    manifest: Manifest | None = None,
-    trust_pickles: bool = False,
-    allow_custom_domains: tuple[str, ...] = (),
-) -> ExportedModel:
-    """Load an export folder: manifest first (validated, paths checked), then the listed files."""
-    directory = Path(directory)
-    manifest = manifest or Manifest.read(directory)
-    fmt = parse_format(manifest.export_format)
-    names = list(manifest.components) if components is None else list(components)
-    missing = [n for n in names if n not in manifest.components]
-    if missing:
-        raise ManifestError(f"No component(s) {missing} in this export; it has {sorted(manifest.components)}.")
-    safety = {"trust_pickles": trust_pickles, "allow_custom_domains": tuple(allow_custom_domains)}
-    loaded = {name: load_component(directory, name, manifest.components[name], fmt, **safety) for name in names}
-    return assemble_export(manifest, loaded, directory, device=device, runner_options=runner_options)
-
-
-def assemble_export(
-    manifest: Manifest,
-    components: dict[str, ExportedComponent],
-    directory: Path,
-    *,
-    device: str | None = None,
-    runner_options: dict[str, Any] | None = None,
-) -> ExportedModel:
-    """The ``ExportedModel`` of loaded (or lazily loading) components, with the side configs of ``directory``."""
-    model_config, generation_config = _load_side_configs(directory)
-    return ExportedModel(
-        parse_format(manifest.export_format),
-        AutoExportConfig.from_dict(_config_without_quantizer(manifest.config)),
-        components,
-        model_config=model_config,
-        generation_config=generation_config,
-        source=manifest.source,
-        device=device,
-        generation=manifest.generation,
-        runner_options=runner_options,
-    )
-
-
-def _config_without_quantizer(config: dict[str, Any]) -> dict[str, Any]:
-    # a quantizer is recorded as its recipe (plain data); the loaded export does not re-run it
-    return {**config, "quantizer": None}

@@ -1,51 +1,39 @@
-"""The traced signature of an export, encoded as plain data.
+"""The traced signature of an export: named flat tensors in and out, their dims, and the structures around them.
 
-A model is called with kwargs that hold tensors, caches and flags, and returns a ``ModelOutput`` holding
-tensors, caches and tuples. Every backend sees one flat graph instead: a tuple of named tensors in, a tuple of
-named tensors out. This module converts between the two and writes the conversion down as JSON "structure"
-trees (no code paths: classes are bare names resolved through :mod:`hub_export._allowlist`).
+Every backend runs one flat graph: a tuple of named tensors in, a tuple of named tensors out. A
+:class:`Signature` is that graph's contract as plain data: its :class:`TensorSpec` inputs and outputs (each axis an
+int, a dim name or a size expression over dim names), the :class:`~hub_export.dims.Dim` of every name, the
+structure trees mapping the model's kwargs and output class to the flat tensors (:mod:`hub_export.structure`), and
+the constants applied while tracing. It validates a call before a runtime sees it and rebuilds the model's output.
 
-Structure nodes::
-
-    {"type": "tensor", "index": i}                       # position in the flat input or output tuple
-    {"type": "none"} | {"type": "constant", "value": v}
-    {"type": "tuple" | "list", "items": [node, ...]}
-    {"type": "dict", "items": [[key, node], ...]}
-    {"type": "model_output", "class": "CausalLMOutputWithPast", "fields": [[key, node], ...]}
-    {"type": "cache", "class": "DynamicCache", "layers": [{"key": node, "value": node}, ...]}
-    {"type": "cache", "class": "StaticCache", "max_cache_len": n, "layers": [{"key": node, "value": node, "length": node}, ...]}
-    {"type": "cache", "class": "EncoderDecoderCache", "layers": [{"decoder": {...}, "encoder": {...}}, ...]}
-    {"type": "cache", "class": "DynamicCache", "layers": [{"conv": node, "recurrent": node}, ...]}  # state-space
-
-Flat tensors are named after their path: ``logits``, ``past_key_values.0.key``, ``hidden_states.2``,
-``past_key_values.0.encoder.value``. When a name is both read and written, the pair becomes
-``input.<name>`` / ``output.<name>``.
+When a name is both read and written (a cache updated in place), the pair becomes ``input.<name>`` /
+``output.<name>``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from ._allowlist import cache_class, is_model_output, resolve_output_class
+from .dims import Dim, dims_from_json, dims_to_json
 from .errors import ExportError, InputError, ManifestError
+from .structure import CONSTANT_TYPES, count_tensors, flatten_value, unflatten
 
 __all__ = [
     "TRAINING_ONLY_INPUTS",
+    "Signature",
     "TensorSpec",
-    "Flattened",
-    "flatten_value",
-    "unflatten",
-    "split_kwargs",
-    "pair_names",
     "dtype_name",
+    "pair_names",
+    "split_kwargs",
     "torch_dtype",
 ]
 
 TRAINING_ONLY_INPUTS = frozenset(
     {"labels", "start_positions", "end_positions", "next_sentence_label", "mc_labels", "return_loss", "decoder_labels"}
 )
-_CONSTANT_TYPES = (bool, int, float, str, type(None))
 
 
 @dataclass(frozen=True)
@@ -87,226 +75,145 @@ def torch_dtype(name: str) -> Any:
     return value
 
 
-@dataclass
-class Flattened:
-    """A value flattened to tensors: the structure tree, and ``(name, tensor)`` leaves in order."""
+@dataclass(frozen=True)
+class Signature:
+    """The contract of one exported graph.
 
-    tree: dict[str, Any]
-    leaves: list[tuple[str, Any]]
-
-
-def _join(path: tuple[str, ...]) -> str:
-    return ".".join(path)
-
-
-def flatten_value(value: Any, path: tuple[str, ...], leaves: list[tuple[str, Any]]) -> dict[str, Any]:
-    """Encode ``value`` as a structure node, appending its tensors to ``leaves``.
-
-    Raises:
-        ExportError: The value holds something that is neither a tensor, a cache, a container nor a constant.
+    Attributes:
+        inputs: The flat graph inputs, in order.
+        outputs: The flat graph outputs, in order.
+        input_structure: ``(kwarg, structure node)`` per traced kwarg, in order (indices into ``inputs``).
+        output_structure: The structure node of the model's output (indices into ``outputs``).
+        constants: Non-tensor kwargs applied while tracing (``use_cache``, ``return_dict``, ...).
+        dims: The :class:`~hub_export.dims.Dim` of every symbolic name in the shapes. A dim with ``min == max`` is
+            an axis the model's code fixed while tracing.
     """
-    import torch
 
-    if isinstance(value, torch.Tensor):
-        leaves.append((_join(path), value))
-        return {"type": "tensor", "index": len(leaves) - 1}
-    if value is None:
-        return {"type": "none"}
-    if isinstance(value, _CONSTANT_TYPES):
-        return {"type": "constant", "value": value}
-    if is_model_output(value):
-        fields = [[key, flatten_value(item, (*path, key), leaves)] for key, item in value.items()]
-        return {"type": "model_output", "class": type(value).__name__, "fields": fields}
-    cls_name = type(value).__name__
-    if cls_name == "EncoderDecoderCache":
-        decoder, encoder = value.self_attention_cache, value.cross_attention_cache
-        layers = []
-        for i in range(max(len(decoder.layers), len(encoder.layers))):
-            layers.append(
-                {
-                    "decoder": _flatten_layer(decoder.layers, i, (*path, str(i), "decoder"), leaves),
-                    "encoder": _flatten_layer(encoder.layers, i, (*path, str(i), "encoder"), leaves),
-                }
-            )
-        return {"type": "cache", "class": cls_name, "layers": layers}
-    if cls_name == "StaticCache":
-        return _flatten_static_cache(value, path, leaves)
-    if (
-        cls_name == "DynamicCache"
-        and value.layers
-        and all(hasattr(layer, "recurrent_states") for layer in value.layers)
-    ):
-        return _flatten_state_cache(value, path, leaves)
-    if cls_name == "DynamicCache":
-        layers = [_flatten_layer(value.layers, i, (*path, str(i)), leaves) for i in range(len(value.layers))]
-        return {"type": "cache", "class": cls_name, "layers": layers}
-    if isinstance(value, (tuple, list)):
-        items = [flatten_value(item, (*path, str(i)), leaves) for i, item in enumerate(value)]
-        return {"type": type(value).__name__ if type(value) in (tuple, list) else "tuple", "items": items}
-    if isinstance(value, dict):
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    input_structure: tuple[tuple[str, dict[str, Any]], ...]
+    output_structure: dict[str, Any]
+    constants: dict[str, Any] = field(default_factory=dict)
+    dims: dict[str, Dim] = field(default_factory=dict)
+
+    @property
+    def input_names(self) -> list[str]:
+        """The traced kwargs, in order."""
+        return [name for name, _ in self.input_structure]
+
+    def replace(self, **changes: Any) -> Signature:
+        """A copy with some fields changed (``dims=...`` after a backend narrowed the bounds, say)."""
+        return dataclasses.replace(self, **changes)
+
+    def concrete_shape(self, spec: TensorSpec) -> tuple[int | str, ...]:
+        """``spec.shape`` with the dims that admit one size (pinned axes) replaced by that size: what a backend
+        declares static in its graph."""
+        return tuple(
+            self.dims[d].min if isinstance(d, str) and d in self.dims and self.dims[d].pinned else d for d in spec.shape
+        )
+
+    def in_place_pairs(self) -> dict[int, int]:
+        """``{output index: input index}`` of the ``input.X``/``output.X`` pairs of one shape and dtype: a buffer the
+        graph updates in place (a static KV cache), which runners write into the caller's tensor."""
+        by_name = {spec.name: i for i, spec in enumerate(self.inputs)}
+        pairs = {}
+        for j, spec in enumerate(self.outputs):
+            if not spec.name.startswith("output."):
+                continue
+            i = by_name.get("input." + spec.name[len("output.") :])
+            if i is None or self.inputs[i].dtype != spec.dtype:
+                continue
+            if self.concrete_shape(self.inputs[i]) == self.concrete_shape(spec):
+                pairs[j] = i
+        return pairs
+
+    def describe(self) -> str:
+        """``name: dtype[shape], ...`` of the inputs (for error messages)."""
+        return ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in self.inputs)
+
+    def flatten_inputs(self, kwargs: Mapping[str, Any]) -> list[Any]:
+        """Map the model's kwargs to the flat, validated graph inputs (kwargs the export did not trace are ignored:
+        the caller decides whether to warn).
+
+        Raises:
+            InputError: A traced input is missing, has another structure, dtype, rank or static size.
+            InputBoundsError: A size lies outside its dim's bounds.
+        """
+        import torch
+
+        flat: list[Any] = []
+        for name, node in self.input_structure:
+            if name not in kwargs or kwargs[name] is None:
+                raise InputError(f"Missing input {name!r}; this export expects: {self.describe()}.")
+            leaves: list[tuple[str, Any]] = []
+            value = kwargs[name]
+            if isinstance(value, (list, tuple)) and value and not isinstance(value[0], torch.Tensor):
+                value = torch.as_tensor(value)
+            got = flatten_value(value, (name,), leaves)
+            if count_tensors(node) != len(leaves) or got.get("type") != node.get("type"):
+                raise InputError(
+                    f"Input {name!r} has a different structure ({len(leaves)} tensors) than traced "
+                    f"({count_tensors(node)}); this export expects: {self.describe()}."
+                )
+            flat.extend(t for _, t in leaves)
+        self.check_inputs(flat)
+        return flat
+
+    def check_inputs(self, tensors: list[Any]) -> None:
+        """Check flat tensors against the inputs: dtype, rank, static sizes and dim bounds.
+
+        Raises:
+            InputError: A tensor has the wrong dtype, rank or static size.
+            InputBoundsError: A size lies outside its dim's bounds.
+        """
+        for spec, tensor in zip(self.inputs, tensors):
+            got = dtype_name(tensor.dtype)
+            if got != spec.dtype:
+                raise InputError(
+                    f"Input {spec.name!r} has dtype {got}, expected {spec.dtype}. Expected signature: {self.describe()}."
+                )
+            if tensor.dim() != len(spec.shape):
+                raise InputError(
+                    f"Input {spec.name!r} has rank {tensor.dim()} (shape {list(tensor.shape)}), expected rank "
+                    f"{len(spec.shape)} {list(spec.shape)}. Expected signature: {self.describe()}."
+                )
+            for axis, (size, dim) in enumerate(zip(tensor.shape, spec.shape)):
+                if isinstance(dim, int):
+                    if size != dim:
+                        raise InputError(
+                            f"Input {spec.name!r} has size {size} on axis {axis}, but this export is static there "
+                            f"({dim}). Expected signature: {self.describe()}. Re-export with dynamic=True to accept "
+                            "other sizes."
+                        )
+                elif dim in self.dims:
+                    self.dims[dim].check(int(size), f"Input {spec.name!r}", axis)
+
+    def unflatten_outputs(self, tensors: list[Any], architecture: str | None = None) -> Any:
+        """The model's output object (its ``ModelOutput`` class, caches rebuilt) from the flat outputs."""
+        return unflatten(self.output_structure, tensors, architecture, "output_structure")
+
+    def to_json(self) -> dict[str, Any]:
+        """The signature's fields of a component in ``export.json``."""
         return {
-            "type": "dict",
-            "items": [[str(k), flatten_value(v, (*path, str(k)), leaves)] for k, v in value.items()],
+            "inputs": [s.to_json() for s in self.inputs],
+            "outputs": [s.to_json() for s in self.outputs],
+            "input_structure": [[name, node] for name, node in self.input_structure],
+            "output_structure": self.output_structure,
+            "constants": dict(self.constants),
+            "dims": dims_to_json(self.dims),
         }
-    raise ExportError(
-        f"{_join(path) or 'value'}: cannot export a {cls_name}; exports take and return tensors, "
-        "DynamicCache/EncoderDecoderCache caches, tuples and constants."
-    )
 
-
-def _flatten_layer(layers: list[Any], i: int, path: tuple[str, ...], leaves: list[tuple[str, Any]]) -> dict[str, Any]:
-    layer = layers[i] if i < len(layers) else None
-    keys = getattr(layer, "keys", None)
-    values = getattr(layer, "values", None)
-    if keys is None or values is None or getattr(layer, "is_initialized", True) is False:
-        return {"key": {"type": "none"}, "value": {"type": "none"}}
-    return {
-        "key": flatten_value(keys, (*path, "key"), leaves),
-        "value": flatten_value(values, (*path, "value"), leaves),
-    }
-
-
-def _flatten_static_cache(cache: Any, path: tuple[str, ...], leaves: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A ``StaticCache``: per layer its preallocated ``key``/``value`` buffers ``[batch, heads, max_cache_len, dim]``
-    and ``length`` (the 0-d count of filled positions, ``cumulative_length``); the graph updates all in place."""
-    kinds = sorted({type(layer).__name__ for layer in cache.layers} - {"StaticLayer"})
-    if kinds:
-        raise ExportError(
-            f"{_join(path)}: StaticCache layers of type {kinds} cannot be exported; only full-attention StaticLayer."
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], where: str = "$") -> Signature:
+        """Rebuild from validated JSON data (a component of ``export.json``)."""
+        return cls(
+            inputs=tuple(TensorSpec.from_json(s) for s in data["inputs"]),
+            outputs=tuple(TensorSpec.from_json(s) for s in data["outputs"]),
+            input_structure=tuple((name, node) for name, node in data["input_structure"]),
+            output_structure=data["output_structure"],
+            constants=dict(data["constants"]),
+            dims=dims_from_json(data["dims"], f"{where}.dims"),
         )
-    lengths = {int(layer.max_cache_len) for layer in cache.layers}
-    if len(lengths) != 1:
-        raise ExportError(
-            f"{_join(path)}: StaticCache layers with different max_cache_len {sorted(lengths)} cannot be exported."
-        )
-    layers = []
-    for i, layer in enumerate(cache.layers):
-        node = _flatten_layer(cache.layers, i, (*path, str(i)), leaves)
-        if node["key"]["type"] != "none":
-            node["length"] = flatten_value(layer.cumulative_length, (*path, str(i), "length"), leaves)
-        layers.append(node)
-    return {"type": "cache", "class": "StaticCache", "max_cache_len": lengths.pop(), "layers": layers}
-
-
-def _flatten_state_cache(cache: Any, path: tuple[str, ...], leaves: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A state-space ``DynamicCache`` (Mamba-2: ``LinearAttentionLayer`` layers): per layer its ``conv`` state
-    ``[batch, channels, kernel]`` and ``recurrent`` (SSM) state, both of fixed size; the graph updates them in place."""
-    kinds = sorted({type(layer).__name__ for layer in cache.layers} - {"LinearAttentionLayer"})
-    if kinds or any(layer.number_of_states != 1 for layer in cache.layers):
-        raise ExportError(
-            f"{_join(path)}: cache layers {kinds or 'with several states'} cannot be exported; "
-            "only LinearAttentionLayer layers with one state are."
-        )
-    layers = []
-    for i, layer in enumerate(cache.layers):
-        states = {
-            part: getattr(layer, f"{part}_states")[0] if layer.has_previous_state[0] else None
-            for part in ("conv", "recurrent")
-        }
-        layers.append({part: flatten_value(state, (*path, str(i), part), leaves) for part, state in states.items()})
-    return {"type": "cache", "class": "DynamicCache", "layers": layers}
-
-
-def _state_cache(cls: Any, node: dict[str, Any], tensors: list[Any]) -> Any:
-    """Rebuild a state-space ``DynamicCache`` whose ``LinearAttentionLayer`` layers hold the given tensors."""
-    from transformers.cache_utils import Cache, LinearAttentionLayer
-
-    cache = cls.__new__(cls)
-    Cache.__init__(cache, layers=[LinearAttentionLayer() for _ in node["layers"]])
-    for layer, entry in zip(cache.layers, node["layers"]):
-        conv, recurrent = unflatten(entry["conv"], tensors), unflatten(entry["recurrent"], tensors)
-        if conv is None:
-            continue
-        layer.dtype, layer.device = conv.dtype, conv.device
-        layer.conv_states[0], layer.recurrent_states[0], layer.conv_kernel_size[0] = conv, recurrent, conv.shape[-1]
-        layer.is_conv_states_initialized[0] = layer.is_recurrent_states_initialized[0] = layer.has_previous_state[0] = (
-            True
-        )
-    return cache
-
-
-def _static_cache(cls: Any, node: dict[str, Any], tensors: list[Any]) -> Any:
-    """Rebuild a ``StaticCache`` whose layers hold the given tensors themselves (no copy: in-place updates of
-    the graph land in the caller's buffers)."""
-    from transformers.cache_utils import Cache, StaticLayer
-
-    cache = cls.__new__(cls)  # StaticCache.__init__ needs the model config only to choose the layer types
-    Cache.__init__(cache, layers=[StaticLayer(max_cache_len=int(node["max_cache_len"])) for _ in node["layers"]])
-    for layer, entry in zip(cache.layers, node["layers"]):
-        key, value = unflatten(entry["key"], tensors), unflatten(entry["value"], tensors)
-        if key is None:
-            continue
-        layer.dtype, layer.device = key.dtype, key.device
-        layer.batch_size, layer.num_heads = key.shape[:2]
-        layer.k_head_dim, layer.v_head_dim = key.shape[-1], value.shape[-1]
-        layer.keys, layer.values = key, value
-        layer.cumulative_length = unflatten(entry["length"], tensors)
-        layer.is_initialized = True
-    return cache
-
-
-def unflatten(
-    node: dict[str, Any], tensors: list[Any], architecture: str | None = None, where: str = "structure"
-) -> Any:
-    """Rebuild a value from its structure node and flat tensors.
-
-    Raises:
-        ManifestError: The node names a class outside the allow-list or is malformed.
-    """
-    kind = node.get("type")
-    if kind == "tensor":
-        return tensors[node["index"]]
-    if kind == "none":
-        return None
-    if kind == "constant":
-        return node["value"]
-    if kind in ("tuple", "list"):
-        items = [unflatten(n, tensors, architecture, f"{where}.items[{i}]") for i, n in enumerate(node["items"])]
-        return tuple(items) if kind == "tuple" else items
-    if kind == "dict":
-        return {k: unflatten(n, tensors, architecture, f"{where}.{k}") for k, n in node["items"]}
-    if kind == "model_output":
-        cls = resolve_output_class(node["class"], architecture, where=f"{where}.class")
-        return cls(**{k: unflatten(n, tensors, architecture, f"{where}.{k}") for k, n in node["fields"]})
-    if kind == "cache":
-        return _unflatten_cache(node, tensors, where)
-    raise ManifestError(f"{where}: unknown structure node type {kind!r}.")
-
-
-def _layer_pairs(layers: list[dict[str, Any]], tensors: list[Any], part: str | None) -> list[tuple[Any, Any]]:
-    pairs = []
-    for layer in layers:
-        entry = layer[part] if part else layer
-        pairs.append((unflatten(entry["key"], tensors), unflatten(entry["value"], tensors)))
-    return pairs
-
-
-def _dynamic_cache(pairs: list[tuple[Any, Any]]) -> Any:
-    from transformers import DynamicCache
-
-    cache = DynamicCache()
-    for i, (key, value) in enumerate(pairs):
-        if key is not None:
-            # an empty update creates the layer; it then holds the tensors as they are: `update` would copy every
-            # key and value (a torch.cat whose OpenMP threads keep spinning and slow the runtime's next call)
-            cache.update(key[..., :0, :], value[..., :0, :], i)
-            cache.layers[i].keys, cache.layers[i].values = key, value
-    return cache
-
-
-def _unflatten_cache(node: dict[str, Any], tensors: list[Any], where: str) -> Any:
-    cls = cache_class(node.get("class"), where=f"{where}.class")
-    if cls.__name__ == "EncoderDecoderCache":
-        decoder = _dynamic_cache(_layer_pairs(node["layers"], tensors, "decoder"))
-        encoder = _dynamic_cache(_layer_pairs(node["layers"], tensors, "encoder"))
-        return cls(decoder, encoder)
-    if cls.__name__ == "DynamicCache" and node["layers"] and "conv" in node["layers"][0]:
-        return _state_cache(cls, node, tensors)
-    if cls.__name__ == "DynamicCache":
-        return _dynamic_cache(_layer_pairs(node["layers"], tensors, None))
-    if cls.__name__ == "StaticCache":
-        return _static_cache(cls, node, tensors)
-    raise ManifestError(f"{where}: rebuilding a {cls.__name__} from flat tensors is not supported.")
 
 
 def split_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -322,7 +229,7 @@ def split_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
         )
     traced, constants = {}, {}
     for name, value in kwargs.items():
-        (constants if isinstance(value, _CONSTANT_TYPES) else traced)[name] = value
+        (constants if isinstance(value, CONSTANT_TYPES) else traced)[name] = value
     return traced, constants
 
 
@@ -333,69 +240,3 @@ def pair_names(input_names: list[str], output_names: list[str]) -> tuple[list[st
         [f"input.{n}" if n in shared else n for n in input_names],
         [f"output.{n}" if n in shared else n for n in output_names],
     )
-
-
-def check_inputs_match(
-    specs: list[TensorSpec], tensors: list[Any], dims: dict[str, dict[str, Any]], pinned_axes: Any = ()
-) -> None:
-    """Check flat tensors against the traced specs: dtype, rank, static dims and symbolic bounds.
-
-    ``pinned_axes`` (``{"input", "axis", "size"}`` items) are the axes asked to be dynamic that the model fixed
-    while tracing: their error says so instead of suggesting ``dynamic=True``.
-
-    Raises:
-        InputError: A tensor has the wrong dtype, rank or static size.
-        InputBoundsError: A symbolic dim lies outside its recorded bounds.
-    """
-    from .errors import InputBoundsError
-
-    expected = ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in specs)
-    for spec, tensor in zip(specs, tensors):
-        got = dtype_name(tensor.dtype)
-        if got != spec.dtype:
-            raise InputError(
-                f"Input {spec.name!r} has dtype {got}, expected {spec.dtype}. Expected signature: {expected}."
-            )
-        if tensor.dim() != len(spec.shape):
-            raise InputError(
-                f"Input {spec.name!r} has rank {tensor.dim()} (shape {list(tensor.shape)}), expected rank {len(spec.shape)} "
-                f"{list(spec.shape)}. Expected signature: {expected}."
-            )
-        for axis, (size, dim) in enumerate(zip(tensor.shape, spec.shape)):
-            if isinstance(dim, int):
-                if size != dim:
-                    pinned = any(p.get("input") == spec.name and p.get("axis") == axis for p in pinned_axes)
-                    fix = (
-                        "It was exported with dynamic shapes, but the model's code fixed this axis while tracing "
-                        "(a limitation of the model's implementation, e.g. a Python loop over it): re-exporting with "
-                        f"dynamic=True does not change it. Pass size {dim} there, or export with a sample of the size "
-                        "you will run."
-                        if pinned
-                        else "Re-export with dynamic=True to accept other sizes."
-                    )
-                    raise InputError(
-                        f"Input {spec.name!r} has size {size} on axis {axis}, but this export is static there ({dim}). "
-                        f"Expected signature: {expected}. {fix}"
-                    )
-                continue
-            bounds = dims.get(dim, {})
-            low, high = bounds.get("min"), bounds.get("max")
-            if (low is not None and size < low) or (high is not None and size > high):
-                raise InputBoundsError(
-                    f"Input {spec.name!r} has size {size} on axis {axis} ({dim}), outside the exported bounds "
-                    f"[{low}, {high if high is not None else 'inf'}]. Re-export with a larger bound for {dim!r}."
-                )
-
-
-def in_place_pairs(inputs: list[TensorSpec], outputs: list[TensorSpec]) -> dict[int, int]:
-    """``{output index: input index}`` of the ``input.X``/``output.X`` pairs of one shape and dtype: a buffer the
-    graph updates in place (a static KV cache), which runners write into the caller's tensor."""
-    by_name = {spec.name: i for i, spec in enumerate(inputs)}
-    pairs = {}
-    for j, spec in enumerate(outputs):
-        if not spec.name.startswith("output."):
-            continue
-        i = by_name.get("input." + spec.name[len("output.") :])
-        if i is not None and tuple(inputs[i].shape) == tuple(spec.shape) and inputs[i].dtype == spec.dtype:
-            pairs[j] = i
-    return pairs

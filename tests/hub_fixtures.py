@@ -2,7 +2,7 @@
 
 ``tests/conftest.py`` registers them (``from hub_fixtures import HUB_TOKEN, hub_api, hub_env, hub_server``):
 
-* ``hub_server``: a started :class:`~hub_export.hub.server.HubServer` on a free loopback port, storing in a
+* ``hub_server``: a started :class:`~hub_export.embedded_hub.server.HubServer` on a free loopback port, storing in a
   tmp dir, without tokens;
 * ``hub_env``: ``hub_server`` made the default endpoint: ``HF_ENDPOINT``, huggingface_hub's
   already-imported constants (endpoint, URL template, Xet off, offline off) and a private ``HF_HUB_CACHE``;
@@ -23,7 +23,7 @@ import pytest
 os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-from hub_export.hub.server import HubServer  # noqa: E402
+from hub_export.embedded_hub.server import HubServer  # noqa: E402
 
 __all__ = ["hub_server", "hub_env", "hub_api", "HUB_TOKEN"]
 

@@ -22,6 +22,7 @@ from hub_export import (
     OpenVINOConfig,
     OpenVINOExporter,
 )
+from hub_export.dims import Dim
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +93,8 @@ def test_dynamic_shapes_example(llama, exporter_cls, config_cls) -> None:
         prefer_deferred_runtime_asserts_over_guards=True,
     )
     exported = exporter.export(model, inputs, config=config)
-    dims = exported.components["model"].metadata.dims
-    assert dims["batch"] == {"min": 1, "max": 32}
+    dims = exported.components["model"].metadata.signature.dims
+    assert dims["batch"] == Dim("batch", 1, 32)
     other = text_inputs(3, 14, pad_left=2, seed=3)
     with torch.no_grad():
         expected = model(**other).logits

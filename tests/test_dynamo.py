@@ -7,7 +7,8 @@ import torch
 from tiny_models import CASES, build
 
 from hub_export import DynamoConfig, DynamoExporter, ExportedModel
-from hub_export.signature import flatten_value
+from hub_export.dims import Dim
+from hub_export.structure import flatten_value
 
 
 def flat(output) -> list[torch.Tensor]:
@@ -38,7 +39,7 @@ def test_dynamic_export_save_load_run(name: str, tmp_path) -> None:
         assert type(got) is type(expected)
         assert max_diff(got, expected) <= 1e-5
     # the batch axis is symbolic and named
-    assert metadata.inputs[0].shape[0] == "batch"
+    assert metadata.signature.inputs[0].shape[0] == "batch"
 
 
 def test_cache_output_is_a_real_dynamic_cache(tmp_path) -> None:
@@ -49,7 +50,7 @@ def test_cache_output_is_a_real_dynamic_cache(tmp_path) -> None:
     out = exported(**case.other)
     assert isinstance(out.past_key_values, DynamicCache)
     assert out.past_key_values.get_seq_length() == case.other["input_ids"].shape[1]
-    names = [s.name for s in exported.components["model"].metadata.outputs]
+    names = [s.name for s in exported.components["model"].metadata.signature.outputs]
     assert names[:3] == ["logits", "past_key_values.0.key", "past_key_values.0.value"]
 
 
@@ -67,10 +68,10 @@ def test_decode_step_with_cache_input_pairs_names() -> None:
     exported = DynamoExporter().export(case.model, step, config=DynamoConfig(dynamic=True))
     assert first.past_key_values.get_seq_length() == before  # the caller's cache is not mutated
     metadata = exported.components["model"].metadata
-    names = [s.name for s in metadata.inputs]
+    names = [s.name for s in metadata.signature.inputs]
     assert "input.past_key_values.0.key" in names
-    assert "output.past_key_values.0.key" in [s.name for s in metadata.outputs]
-    key_spec = next(s for s in metadata.inputs if s.name == "input.past_key_values.0.key")
+    assert "output.past_key_values.0.key" in [s.name for s in metadata.signature.outputs]
+    key_spec = next(s for s in metadata.signature.inputs if s.name == "input.past_key_values.0.key")
     assert key_spec.shape[2] == "past_sequence"
     with torch.no_grad():
         expected = case.model(**{**step, "past_key_values": case.model(**prompt).past_key_values})
@@ -82,7 +83,7 @@ def test_all_ones_attention_mask_stays_an_input() -> None:
     case = build("llama")
     assert bool(case.sample["attention_mask"].all())
     exported = DynamoExporter().export(case.model, case.sample, config=DynamoConfig(dynamic=True))
-    assert [s.name for s in exported.components["model"].metadata.inputs] == ["input_ids", "attention_mask"]
+    assert [s.name for s in exported.components["model"].metadata.signature.inputs] == ["input_ids", "attention_mask"]
     # and it is honoured: a padded mask changes the logits exactly like eager
     padded = dict(case.other)
     with torch.no_grad():
@@ -95,8 +96,8 @@ def test_flags_are_trace_constants() -> None:
     sample = {"input_ids": case.sample["input_ids"], "use_cache": False, "return_dict": True}
     exported = DynamoExporter().export(case.model, sample, config=DynamoConfig(dynamic=True))
     metadata = exported.components["model"].metadata
-    assert metadata.constants == {"use_cache": False, "return_dict": True}
-    assert [s.name for s in metadata.outputs] == ["logits"]
+    assert metadata.signature.constants == {"use_cache": False, "return_dict": True}
+    assert [s.name for s in metadata.signature.outputs] == ["logits"]
     out = exported(input_ids=case.other["input_ids"])
     assert out.logits.shape[0] == 3 and out.past_key_values is None
 
@@ -105,14 +106,14 @@ def test_batch_one_sample_stays_dynamic() -> None:
     case = build("llama")  # a tokenizer("...") sample: batch 1
     assert case.sample["input_ids"].shape[0] == 1
     exported = DynamoExporter().export(case.model, case.sample, config=DynamoConfig(dynamic=True))
-    assert exported.components["model"].metadata.inputs[0].shape[0] == "batch"
+    assert exported.components["model"].metadata.signature.inputs[0].shape[0] == "batch"
     assert exported(**case.other).logits.shape[0] == 3
 
 
 def test_static_export_and_explicit_dims() -> None:
     case = build("bert")
     static = DynamoExporter().export(case.model, case.sample)
-    assert static.components["model"].metadata.inputs[0].shape == (2, 8)
+    assert static.components["model"].metadata.signature.inputs[0].shape == (2, 8)
     batch = torch.export.Dim("batch", min=1, max=16)
     seq = torch.export.Dim("seq", min=2, max=64)
     config = DynamoConfig(
@@ -120,8 +121,8 @@ def test_static_export_and_explicit_dims() -> None:
         prefer_deferred_runtime_asserts_over_guards=True,
     )
     exported = DynamoExporter().export(case.model, case.sample, config=config)
-    dims = exported.components["model"].metadata.dims
-    assert dims["batch"] == {"min": 1, "max": 16} and dims["sequence"] == {"min": 2, "max": 64}
+    dims = exported.components["model"].metadata.signature.dims
+    assert dims["batch"] == Dim("batch", 1, 16) and dims["sequence"] == Dim("sequence", 2, 64)
 
 
 def test_program_is_independent_of_the_eager_model() -> None:

@@ -24,7 +24,9 @@ from hub_export import (
     ExportError,
     InputBoundsError,
 )
-from hub_export.signature import flatten_value
+from hub_export.dims import Dim
+from hub_export.formats import backend_for
+from hub_export.structure import flatten_value
 
 MODELS = ["llama", "gpt2", "bert", "vit", "whisper"]
 # The upper bounds dynamic=True plans for, from each tiny model's config (batch: ExecutorchExporter.max_batch).
@@ -126,7 +128,7 @@ def test_input_beyond_a_bound_raises_naming_input_size_and_bound(exports: Callab
 def test_saving_a_loaded_program_writes_the_same_pte(exports: Callable[[str], Export], tmp_path: Path) -> None:
     _, _, folder = exports("vit")
     loaded = ExportedModel.from_pretrained(folder)
-    assert ExecutorchExporter.save_program(loaded.program, tmp_path, "model") == ["model.pte"]
+    assert backend_for("executorch").save_program(loaded.program, tmp_path, "model") == ["model.pte"]
     assert (tmp_path / "model.pte").read_bytes() == (folder / "model.pte").read_bytes()
     resaved = loaded.save_pretrained(tmp_path / "again")
     assert ExportedModel.from_pretrained(resaved)(**build("vit").other).logits.shape == (3, 5)
@@ -161,7 +163,7 @@ def test_explicit_dims_are_honoured_exactly() -> None:
     batch = torch.export.Dim("images", min=1, max=4)
     config = ExecutorchConfig(dynamic_shapes={"pixel_values": {0: batch}})
     export = ExecutorchExporter().export(case.model, case.sample, config=config)
-    assert export.components["model"].metadata.dims == {"batch": {"min": 1, "max": 4}}
+    assert export.components["model"].metadata.signature.dims == {"batch": Dim("batch", 1, 4)}
     assert export.config.to_dict()["dynamic_shapes"]["items"][0][1]["items"][0][1] == {
         "dim": {"name": "images", "min": 1, "max": 4}
     }
@@ -188,7 +190,7 @@ class _SplitMul(torch.nn.Module):
 
 def test_split_outputs_keep_the_batch_dynamic() -> None:
     export = ExecutorchExporter().export(_SplitMul(), {"x": torch.randn(2, 4)}, config=ExecutorchConfig(dynamic=True))
-    assert export.components["model"].metadata.dims["batch"] == {"min": 1, "max": 8}
+    assert export.components["model"].metadata.signature.dims["batch"] == Dim("batch", 1, 8)
     x = torch.randn(5, 4)
     assert torch.allclose(export(x=x), _SplitMul()(x))
 
@@ -197,7 +199,7 @@ def test_unbounded_sizes_fail_the_lowering_instead_of_planning_the_sample() -> N
     import executorch.exir.sym_util as sym_util
     from executorch.exir import to_edge_transform_and_lower
 
-    from hub_export.patches.executorch import executorch_patches
+    from hub_export.backends.executorch.patches import executorch_patches
 
     original = sym_util.eval_upper_bound
     program = torch.export.export(_SplitMul(), (torch.randn(3, 4),), dynamic_shapes=({0: torch.export.Dim("n")},))
@@ -262,7 +264,7 @@ def test_sizes_interval_arithmetic_cannot_bound_are_planned_at_their_exact_maxim
     from torch.utils._sympy.numbers import int_oo
     from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
-    from hub_export.patches.executorch import upper_bound
+    from hub_export.backends.executorch.patches import upper_bound
 
     env = ShapeEnv()
     sequence = env.create_symbol(8, ConstantSource("sequence"))
@@ -279,7 +281,7 @@ def test_sizes_interval_arithmetic_cannot_bound_are_planned_at_their_exact_maxim
 def test_symbolic_min_and_max_pass_the_edge_verifier_only_inside_the_patch() -> None:
     from executorch.exir.verification import verifier
 
-    from hub_export.patches.executorch import symbolic_min_max_admitted
+    from hub_export.backends.executorch.patches import symbolic_min_max_admitted
 
     before = verifier._EXECUTORCH_SYM_OPS
     assert torch.sym_min not in before  # the upstream gap: to_executorch maps them, to_edge's verifier refuses them
@@ -298,7 +300,7 @@ class _SquaredSize(torch.nn.Module):
 def test_integer_powers_of_sizes_are_emitted_as_products() -> None:
     import operator
 
-    from hub_export.patches.executorch import integer_powers_as_products
+    from hub_export.backends.executorch.patches import integer_powers_as_products
 
     dims = {0: torch.export.Dim("n", min=2, max=8), 1: torch.export.Dim("m", min=2, max=8)}
     program = torch.export.export(_SquaredSize(), (torch.randn(3, 3),), dynamic_shapes=(dims,))

@@ -22,6 +22,7 @@ from hub_export import (
     OpenVINOConfig,
     OpenVINOExporter,
 )
+from hub_export.dims import Dim
 from hub_export.errors import HubExportError, InputError
 from hub_export.utils import decompose_for_generation
 
@@ -111,10 +112,10 @@ def test_saved_export_describes_the_loop(exports):
     assert plan["attention_mask"] == "extend" and plan["returns_prompt"] is True
     assert (folder / "generation_config.json").is_file()
     assert loaded.generation_config.eos_token_id == 2
-    decode = {s.name: s.shape for s in loaded.components["decode"].metadata.inputs}
+    decode = {s.name: s.shape for s in loaded.components["decode"].metadata.signature.inputs}
     assert decode["input_ids"] == ("batch", 1)
     assert decode["input.past_key_values.0.key"][2] == "past_sequence"
-    outputs = {s.name for s in loaded.components["decode"].metadata.outputs}
+    outputs = {s.name for s in loaded.components["decode"].metadata.signature.outputs}
     assert {"logits", "output.past_key_values.0.key", "output.past_key_values.1.value"} <= outputs
 
 
@@ -124,7 +125,7 @@ def test_encoder_decoder_plan(exports):
     assert set(loaded.components) == {"encoder", "prefill", "decode"}
     assert plan["kind"] == "encoder_decoder" and plan["token_input"] == "decoder_input_ids"
     assert plan["decoder_start_token_id"] == 1 and plan["returns_prompt"] is False  # Whisper's generate drops it
-    decode = {s.name: s.shape for s in loaded.components["decode"].metadata.inputs}
+    decode = {s.name: s.shape for s in loaded.components["decode"].metadata.signature.inputs}
     assert decode["input.past_key_values.0.decoder.key"][2] == "past_sequence"
     assert decode["input.past_key_values.0.encoder.key"][2] == "encoder_sequence"
 
@@ -235,8 +236,8 @@ def test_per_component_configs(models):
             _prompt(case),
             config={"encoder": DynamoConfig(dynamic=False), "default": DynamoConfig(dynamic=True)},
         )
-    assert exported.components["encoder"].metadata.inputs[0].shape == (2, 16, 60)  # static
-    assert exported.components["prefill"].metadata.inputs[0].shape[0] == "batch"
+    assert exported.components["encoder"].metadata.signature.inputs[0].shape == (2, 16, 60)  # static
+    assert exported.components["prefill"].metadata.signature.inputs[0].shape[0] == "batch"
 
 
 @pytest.mark.parametrize("backend", ["dynamo", "onnx"])
@@ -248,7 +249,10 @@ def test_multi_token_decode_generates_and_continues_several_tokens(models, tmp_p
     )
     loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "export"))
     assert loaded.generation["multi_token_decode"] is True
-    assert {s.name: s.shape for s in loaded.components["decode"].metadata.inputs}["input_ids"] == ("batch", "sequence")
+    assert {s.name: s.shape for s in loaded.components["decode"].metadata.signature.inputs}["input_ids"] == (
+        "batch",
+        "sequence",
+    )
     for inputs in [
         _prompt(case),
         *_runs("llama"),
@@ -279,7 +283,7 @@ def test_static_cache_with_multi_token_decode_is_one_graph_for_every_step(models
     exported = DynamoExporter().export_for_generation(
         case.model, _prompt(case), config=DynamoConfig(dynamic=True), generation_config=config, multi_token_decode=True
     )
-    assert {s.name: s.shape for s in exported.components["decode"].metadata.inputs}["input_ids"] == (
+    assert {s.name: s.shape for s in exported.components["decode"].metadata.signature.inputs}["input_ids"] == (
         "batch",
         "sequence",
     )
@@ -379,13 +383,13 @@ def test_openvino_stateful_false_keeps_explicit_cache_tensors(exports):
     # with state, so convert_model's explicit past_key_values Parameters/Results stay (today's behaviour)
     _, _, loaded, _ = exports("llama", "openvino")
     meta = loaded.components["decode"].metadata
-    traced = SimpleNamespace(inputs=meta.inputs, outputs=meta.outputs, input_structure=meta.input_structure)
+    traced = SimpleNamespace(signature=meta.signature)
     exporter = OpenVINOExporter()
     assert exporter._state_pairs(traced, OpenVINOConfig(stateful=True)) == []  # a plain export()
     exporter._generation = True
     assert exporter._state_pairs(traced, OpenVINOConfig(stateful=False)) == []
     assert [list(p) for p in exporter._state_pairs(traced, OpenVINOConfig())] == [s[:2] for s in meta.extra["state"]]
-    assert exporter.component_extra(traced, OpenVINOConfig(stateful=False)) == {
+    assert exporter._extra(traced, OpenVINOConfig(stateful=False)) == {
         "compress_to_fp16": False,
         "stateful": False,
         "inference_precision": "f32",
@@ -416,18 +420,17 @@ def test_static_cache_generate_equals_eager_static_generate(static_llama):
     assert loaded.generation["cache_implementation"] == "static" and loaded.generation_config.max_cache_len == 24
     for component in exported.components.values():
         assert component.metadata.parity["max_abs_diff"] < 1e-5
-    node = dict(loaded.components["decode"].metadata.input_structure)["past_key_values"]
+    node = dict(loaded.components["decode"].metadata.signature.input_structure)["past_key_values"]
     assert (
         node["class"] == "StaticCache"
         and node["max_cache_len"] == 24
         and set(node["layers"][0]) == {"key", "value", "length"}
     )
-    assert {s.name: s.shape for s in loaded.components["prefill"].metadata.inputs}["input.past_key_values.0.key"] == (
-        "batch",
-        2,
-        24,
-        8,
-    )
+    signature = loaded.components["prefill"].metadata.signature
+    shapes = {s.name: s.shape for s in signature.inputs}
+    # the key buffers' length is fixed by the static cache: a dim admitting 24 only (the values' axis stays symbolic)
+    assert shapes["input.past_key_values.0.key"] == ("batch", 2, "past_sequence_24", 8)
+    assert signature.dims["past_sequence_24"] == Dim("past_sequence_24", 24, 24)
     for inputs in [_prompt(case), *_runs("llama")]:
         expected = case.model.generate(**inputs, max_new_tokens=8, do_sample=False, generation_config=config)
         assert torch.equal(loaded.generate(**inputs, max_new_tokens=8), expected)
@@ -495,7 +498,7 @@ def test_state_space_model_generates_through_its_conv_and_ssm_states(tmp_path, n
     manifest = Manifest.read(exported.save_pretrained(tmp_path / "export"))  # the schema takes the conv/recurrent nodes
     assert manifest.generation["cache"] == "cache_params" and manifest.generation["attention_mask"] == "extend"
     decode = exported.components["decode"].metadata
-    assert [s.name for s in decode.inputs][1:] == [
+    assert [s.name for s in decode.signature.inputs][1:] == [
         f"input.cache_params.{i}.{part}" for i in range(2) for part in ("conv", "recurrent")
     ]
     for component in exported.components.values():

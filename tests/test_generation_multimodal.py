@@ -114,7 +114,7 @@ def test_plan_chains_the_components_as_data(exports):
             "token_id": LLAVA_IMAGE_TOKEN,
         }
     ]
-    shapes = {name: {s.name: s.shape for s in c.metadata.inputs} for name, c in loaded.components.items()}
+    shapes = {name: {s.name: s.shape for s in c.metadata.signature.inputs} for name, c in loaded.components.items()}
     assert shapes["image_encoder"] == {"pixel_values": ("batch", 3, 16, 16)}
     assert shapes["language_model"]["inputs_embeds"] == ("batch", "sequence", 32)
     assert shapes["embed_tokens"] == {"input_ids": ("batch", "sequence")}

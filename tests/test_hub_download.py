@@ -24,12 +24,17 @@ from hub_export import (
     OnnxExporter,
 )
 from hub_export.cli.main import main
+from hub_export.embedded_hub.server import HubServer
 from hub_export.formats import ExportFormat
 from hub_export.hub.publish import publish
-from hub_export.hub.server import HubServer
 
 REPO = "me/tiny"
 SIDE = ("export.json", "config.json", "generation_config.json")
+
+
+def _file(manifest: dict, path: str) -> dict:
+    """The entry of ``path`` in an ``export.json``'s file list."""
+    return next(entry for entry in manifest["files"] if entry["path"] == path)
 
 
 @pytest.fixture(scope="module")
@@ -122,17 +127,12 @@ def test_components_subset_and_lazy(exports, hub_api: HfApi, hub_env: HubServer,
     hub_env.clear_log()
     only = ExportedModel.from_pretrained(REPO, subfolder="duo", components=["second"], cache_dir=tmp_path / "a")
     assert list(only.components) == ["second"]
-    assert set(_fetched(hub_env)) == {
-        "duo/export.json",
-        "duo/config.json",
-        "duo/generation_config.json",
-        "duo/second.pt2",
-    }
+    assert set(_fetched(hub_env)) == {"duo/export.json", "duo/config.json", "duo/second.pt2"}  # only listed files
     assert torch.equal(_logits(only.components["second"].runner(), case.other), _logits(second, case.other))
 
     hub_env.clear_log()
     lazy = ExportedModel.from_pretrained(REPO, subfolder="duo", lazy=True, cache_dir=tmp_path / "b")
-    assert set(_fetched(hub_env)) == {"duo/export.json", "duo/config.json", "duo/generation_config.json"}
+    assert set(_fetched(hub_env)) == {"duo/export.json", "duo/config.json"}
     assert lazy.model_config.model_type == "llama" and lazy.generation_config is None
     hub_env.clear_log()
     assert torch.equal(_logits(lazy.components["first"].runner(), case.sample), _logits(first, case.sample))
@@ -172,7 +172,7 @@ def test_tampered_files_raise_integrity_error_and_are_evicted(
 ):
     case, first, _, _ = exports
     remote = json.loads(Path(hub_api.hf_hub_download(REPO, "pt2/export.json")).read_text())
-    sha256 = remote["components"]["model"]["files"][0]["sha256"]
+    sha256 = _file(remote, "model.pt2")["sha256"]
     # 1) bytes changed in the server's storage (same size): the client downloads them, we refuse them
     blob = hub_env.store.get("model", REPO).lfs_path(sha256)
     data = bytearray(blob.read_bytes())
@@ -189,7 +189,7 @@ def test_tampered_files_raise_integrity_error_and_are_evicted(
     # 2) a manifest whose sha256 does not match the file, committed with the raw client
     folder = first.save_pretrained(tmp_path / "bad")
     manifest = json.loads((folder / "export.json").read_text())
-    manifest["components"]["model"]["files"][0]["sha256"] = "0" * 64
+    _file(manifest, "model.pt2")["sha256"] = "0" * 64
     (folder / "export.json").write_text(json.dumps(manifest))
     hub_api.upload_folder(repo_id=REPO, folder_path=folder, path_in_repo="bad")
     with pytest.raises(IntegrityError, match="bad/model.pt2.*sha256"):
@@ -209,16 +209,17 @@ def test_cli_push_and_pull(exports, hub_api: HfApi, hub_env: HubServer, tmp_path
     case, first, _, _ = exports
     folder = first.save_pretrained(tmp_path / "export")
     url = hub_env.url
-    assert main(["push", str(folder), REPO, "--tag", "v1", "--message", "from the cli", "--endpoint", url]) == 0
+    assert main(["push", REPO, str(folder), "--tag", "v1", "--commit-message", "from the cli", "--endpoint", url]) == 0
     out = capsys.readouterr().out
     assert "committed" in out and "tag: v1" in out
     assert hub_api.list_repo_commits(REPO)[0].title == "from the cli"
-    assert main(["push", str(folder), REPO, "--endpoint", url]) == 0
+    assert main(["push", REPO, str(folder), "--endpoint", url]) == 0
     assert "unchanged" in capsys.readouterr().out
 
     target = tmp_path / "pulled"
     assert (
-        main(["pull", REPO, "--subfolder", "pt2", "--revision", "v1", "--output", str(target), "--endpoint", url]) == 0
+        main(["pull", REPO, "--subfolder", "pt2", "--revision", "v1", "--local-dir", str(target), "--endpoint", url])
+        == 0
     )
     assert capsys.readouterr().out.strip().splitlines()[-1] == str(target)
     assert sorted(p.name for p in target.iterdir()) == sorted([*SIDE, "model.pt2"])
@@ -235,4 +236,4 @@ def test_cli_push_and_pull(exports, hub_api: HfApi, hub_env: HubServer, tmp_path
     assert err.startswith("hub-export pull: error:") and "me/missing" in err and len(err.strip().splitlines()) == 1
     assert main(["pull", REPO, "--subfolder", "pt2", "--component", "decoder", "--endpoint", url]) == 1
     assert "decoder" in capsys.readouterr().err
-    assert main(["push", str(tmp_path / "nowhere"), REPO, "--endpoint", url]) == 1
+    assert main(["push", REPO, str(tmp_path / "nowhere"), "--endpoint", url]) == 1

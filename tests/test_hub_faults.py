@@ -14,10 +14,10 @@ import torch
 from huggingface_hub import try_to_load_from_cache
 
 from hub_export import DynamoConfig, DynamoExporter, ExportedModel, OnnxConfig, OnnxExporter
+from hub_export.embedded_hub.server import HubServer
 from hub_export.errors import HubError, IntegrityError
 from hub_export.hub import download
 from hub_export.hub.publish import publish
-from hub_export.hub.server import HubServer
 
 REPO = "me/faulty"
 PT2 = r"/resolve/[0-9a-f]{40}/pt2/model\.pt2$"

@@ -12,12 +12,17 @@ from huggingface_hub import CommitOperationAdd, HfApi
 from tiny_models import build
 
 from hub_export import DynamoConfig, DynamoExporter, ExportedModel, HubError
+from hub_export.embedded_hub.server import HubServer
 from hub_export.hub.card import BEGIN, END
 from hub_export.hub.publish import PublishResult, publish
-from hub_export.hub.server import HubServer
 from hub_export.hub.source import load_source
 
 REPO = "me/tiny"
+
+
+def _file(manifest: dict, path: str) -> dict:
+    """The entry of ``path`` in an ``export.json``'s file list."""
+    return next(entry for entry in manifest["files"] if entry["path"] == path)
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +96,7 @@ def test_one_commit_replaces_the_subfolder_and_leaves_the_rest(llama, hub_api: H
     assert "pt2/stale.bin" not in files  # left over from an older export: deleted in the same commit
     assert {"config.json", "model.safetensors", "other/keep.txt", "pt2/nested/export.json"} <= files
     remote = json.loads(Path(hub_api.hf_hub_download(REPO, "pt2/export.json")).read_text())
-    entry = remote["components"]["model"]["files"][0]
+    entry = _file(remote, "model.pt2")
     tree = {f.path: f for f in hub_api.list_repo_tree(REPO, "pt2", recursive=True)}
     assert tree["pt2/model.pt2"].lfs.sha256 == entry["sha256"] and tree["pt2/model.pt2"].size == entry["size"]
     card = _readme(hub_api)

@@ -6,8 +6,11 @@ import base64
 import hashlib
 import http.client
 import json
+import os
+import re
 import shutil
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -27,7 +30,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-from hub_export.hub.server import HubServer
+from hub_export.embedded_hub.server import HubServer
 
 REPO = "me/tiny"
 HEX40 = set("0123456789abcdef")
@@ -417,3 +420,165 @@ def test_dataset_repos_use_their_url_prefix(hub_api: HfApi, hub_env: HubServer):
     assert Path(path).read_bytes() == b"a,b\n"
     with pytest.raises(RepositoryNotFoundError):
         hub_api.model_info("me/data")
+
+
+# -- GB-scale transfers: multipart uploads, resumed downloads, bounded memory ----------------------------------
+
+
+def test_multipart_upload_through_the_client(hub_api: HfApi, hub_env: HubServer, repo: str, monkeypatch):
+    from hub_export.embedded_hub import _multipart
+
+    hub_env.multipart_threshold, hub_env.chunk_size = 50_000, 16_384
+    big, small = bytes(range(256)) * 400 + b"tail", b"\x00" * 1000  # 7 parts (the last short); one basic PUT
+    monkeypatch.setattr(_multipart, "_hash_file", None)  # parts arrive in order: hashed while they stream in
+    hub_env.clear_log()
+    ops = [CommitOperationAdd("w.bin", big), CommitOperationAdd("s.bin", small)]
+    hub_api.create_commit(repo, ops, commit_message="multipart")
+    puts = [r for r in hub_env.log if r.method == "PUT"]
+    parts = [r for r in puts if "/multipart/" in r.path]
+    assert [r.bytes_received for r in parts] == [16_384] * 6 + [len(big) - 6 * 16_384]
+    assert [r.path.rsplit("/", 1)[1] for r in parts] == [str(n) for n in range(1, 8)]
+    assert [r.bytes_received for r in puts if r not in parts] == [len(small)]  # below the threshold: one PUT
+    done = [r for r in hub_env.log if r.method == "POST" and r.path.endswith(parts[0].path.rsplit("/", 2)[1])]
+    assert [r.status for r in done] == [200]  # the completion URL
+    assert Path(hf_hub_download(repo, "w.bin", endpoint=hub_env.url)).read_bytes() == big
+    tree = {e.path: e for e in hub_api.list_repo_tree(repo)}
+    assert tree["w.bin"].lfs.sha256 == hashlib.sha256(big).hexdigest() and tree["w.bin"].size == len(big)
+    repo_dir = hub_env.store.root / "repos" / "models" / "me" / "tiny.git"
+    assert list((repo_dir / "lfs" / "incoming").iterdir()) == []  # nothing left of the upload
+
+
+def _batch(server: HubServer, data: bytes, transfers: list[str]) -> dict:
+    body = {"operation": "upload", "transfers": transfers, "objects": [{"oid": _sha(data), "size": len(data)}]}
+    status, _, raw = _raw(server, "POST", f"/{REPO}.git/info/lfs/objects/batch", json.dumps(body).encode())
+    assert status == 200
+    return json.loads(raw)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _path(url: str) -> str:
+    return "/" + url.split("/", 3)[3]
+
+
+def test_multipart_parts_in_any_order_retried_and_checked(hub_api: HfApi, hub_env: HubServer, repo: str):
+    hub_env.multipart_threshold, hub_env.chunk_size = 1, 1000
+    data = bytes(range(250)) * 10  # 2500 bytes: parts of 1000, 1000, 500
+    assert _batch(hub_env, data, ["basic"])["objects"][0]["actions"]["upload"].get("header") is None
+    answer = _batch(hub_env, data, ["basic", "multipart"])
+    upload = answer["objects"][0]["actions"]["upload"]
+    assert answer["transfer"] == "multipart" and upload["header"]["chunk_size"] == "1000"
+    urls = {k: _path(v) for k, v in upload["header"].items() if k.isdigit()}
+    assert sorted(urls) == ["00001", "00002", "00003"]
+    done = _path(upload["href"])
+    assert _raw(hub_env, "PUT", urls["00003"], data[2000:] + b"!")[0] == 400  # longer than the part
+    assert _raw(hub_env, "PUT", urls["00003"].replace("sig=", "sig=0"), data[2000:])[0] == 403  # forged
+    etags = {}
+    for key, start in (("00003", 2000), ("00001", 0), ("00002", 1000), ("00001", 0)):  # any order, one retry
+        status, headers, _ = _raw(hub_env, "PUT", urls[key], data[start : start + 1000])
+        assert status == 200
+        etags[int(key)] = headers["ETag"]
+    parts = [{"partNumber": n, "etag": etags[n]} for n in (1, 2, 3)]
+    wrong = json.dumps({"oid": _sha(data), "parts": [*parts[:2], {"partNumber": 3, "etag": '"nope"'}]})
+    assert _raw(hub_env, "POST", done, wrong.encode())[0] == 400
+    assert _raw(hub_env, "POST", done, json.dumps({"oid": _sha(data), "parts": parts[:2]}).encode())[0] == 400
+    complete = json.dumps({"oid": _sha(data), "parts": parts}).encode()
+    assert _raw(hub_env, "POST", done, complete)[0] == 200
+    assert _raw(hub_env, "POST", done, complete)[0] == 200  # a retried completion is a no-op
+    assert _raw(hub_env, "GET", f"/{repo}.git/info/lfs/objects/{_sha(data)}")[2] == data
+
+    bad = bytes(2500)  # parts that do not hash to the announced oid are refused at completion
+    upload = _batch(hub_env, data[::-1], ["multipart"])["objects"][0]["actions"]["upload"]
+    urls = [_path(v) for k, v in sorted(upload["header"].items()) if k.isdigit()]
+    parts = [
+        {"partNumber": n + 1, "etag": _raw(hub_env, "PUT", u, bad[n * 1000 : n * 1000 + 1000])[1]["ETag"]}
+        for n, u in enumerate(urls)
+    ]
+    body = json.dumps({"oid": _sha(data[::-1]), "parts": parts}).encode()
+    assert _raw(hub_env, "POST", _path(upload["href"]), body)[0] == 400
+    assert _raw(hub_env, "GET", f"/{repo}.git/info/lfs/objects/{_sha(data[::-1])}")[0] == 404
+
+
+def test_interrupted_download_resumes_with_a_range_request(hub_api: HfApi, hub_env: HubServer, repo: str, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 64 * 1024)  # what the client keeps of a cut body
+    lfs, text = bytes(range(256)) * 8192, b"0123456789abcdef" * 131072  # 2 MiB each: LFS, regular git blob
+    hub_api.upload_file(path_or_fileobj=lfs, path_in_repo="w.bin", repo_id=repo)
+    hub_api.upload_file(path_or_fileobj=text, path_in_repo="t.txt", repo_id=repo)
+    for name, data in (("w.bin", lfs), ("t.txt", text)):
+        hub_env.clear_log()
+        hub_env.add_fault("GET", rf"/resolve/main/{re.escape(name)}$", "cut", after_bytes=1 << 20)
+        assert Path(hf_hub_download(repo, name, endpoint=hub_env.url)).read_bytes() == data
+        gets = [(r.status, r.range, r.bytes_sent) for r in hub_env.log if r.method == "GET"]
+        assert gets == [(200, None, 1 << 20), (206, f"bytes={1 << 20}-", len(data) - (1 << 20))], name
+
+    whole = _raw(hub_env, "GET", f"/{repo}/resolve/main/w.bin")[1]
+    status, part, body = _raw(hub_env, "GET", f"/{repo}/resolve/main/w.bin", headers={"Range": "bytes=1000-"})
+    assert status == 206 and body == lfs[1000:] and part["Content-Range"] == f"bytes 1000-{len(lfs) - 1}/{len(lfs)}"
+    for key in ("ETag", "X-Repo-Commit", "X-Linked-Etag", "X-Linked-Size"):
+        assert part[key] == whole[key], key  # they describe the whole file, so a resume can be checked
+    status, _, body = _raw(hub_env, "GET", f"/{repo}/resolve/main/t.txt", headers={"Range": "bytes=1048570-1048585"})
+    assert status == 206 and body == text[1048570:1048586]
+
+
+def test_commits_stream_line_by_line(hub_api: HfApi, tmp_path: Path, hub_env: HubServer):
+    with HubServer(tmp_path / "lines") as server:
+        server.max_buffered_body = 4096  # one NDJSON line, not the whole payload
+        HfApi(endpoint=server.url, token=HUB_TOKEN).create_repo(REPO)
+        many = _commit_body(*(_file_op(f"f{i}.txt", b"%04d" % i * 200) for i in range(20)))  # 20 KB in all
+        assert len(many) > 4 * 4096 and _raw(server, "POST", f"/api/models/{REPO}/commit/main", many)[0] == 200
+        api = HfApi(endpoint=server.url, token=HUB_TOKEN)
+        assert len(api.list_repo_files(REPO)) == 21
+        one = _commit_body(_file_op("big.txt", b"x" * 4000))
+        assert _raw(server, "POST", f"/api/models/{REPO}/commit/main", one)[0] == 413
+
+
+def test_server_memory_stays_flat_while_a_large_file_streams(tmp_path: Path, hub_env: HubServer):
+    psutil = pytest.importorskip("psutil")
+    size, chunk = 256 << 20, 64 << 20
+    cmd = [sys.executable, "-m", "hub_export.embedded_hub", "--root", str(tmp_path / "rss"), "--port", "0"]
+    cmd += ["--multipart-threshold", str(size // 2), "--chunk-size", str(chunk)]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    )
+    try:
+        url = proc.stdout.readline().split(" at ")[1].split()[0]
+        server = psutil.Process(proc.pid)
+        api = HfApi(endpoint=url, token=HUB_TOKEN)
+        api.create_repo(REPO)  # the server has served a request: its baseline includes what that loads
+        baseline, peak, done = server.memory_info().rss, [0], threading.Event()
+
+        def sample() -> None:
+            while not done.is_set():
+                peak[0] = max(peak[0], server.memory_info().rss)
+                done.wait(0.01)
+
+        source = tmp_path / "big.bin"
+        block = os.urandom(1 << 20)
+        with open(source, "wb") as fh:
+            for i in range(size >> 20):
+                fh.write(block[:-8] + i.to_bytes(8, "little"))
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        api.upload_file(path_or_fileobj=str(source), path_in_repo="big.bin", repo_id=REPO)  # multipart
+        api.upload_file(path_or_fileobj=str(source), path_in_repo="copy.bin", repo_id=REPO)  # stored: no transfer
+        path = hf_hub_download(REPO, "big.bin", endpoint=url, cache_dir=tmp_path / "cache")
+        done.set()
+        sampler.join()
+        assert os.path.getsize(path) == size and _file_sha(path) == _file_sha(source)
+        growth = peak[0] - baseline
+        assert growth < 32 << 20, f"server RSS grew by {growth >> 20} MiB while {size >> 20} MiB passed both ways"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _file_sha(path: str | Path) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while piece := fh.read(1 << 20):
+            sha.update(piece)
+    return sha.hexdigest()

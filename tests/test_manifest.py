@@ -68,14 +68,17 @@ HOSTILE = {
     "schema_as_string": ("schema_version", "1", "$.schema_version"),
     "extra_top_level_key": ("loader", "os:system", "$"),
     "files_not_list": (f"{C}/files", "model.pt2", "$.components.model.files"),
-    "size_negative": (f"{C}/files/0/size", -1, "$.components.model.files[0].size"),
-    "sha_short": (f"{C}/files/0/sha256", "abc", "$.components.model.files[0].sha256"),
-    "absolute_path": (f"{C}/files/0/path", "/etc/passwd", "$.components.model.files[0].path"),
-    "traversal_path": (f"{C}/files/0/path", "../../outside.pt2", "$.components.model.files[0].path"),
-    "inner_traversal": (f"{C}/files/0/path", "sub/../../x.pt2", "$.components.model.files[0].path"),
-    "backslash_path": (f"{C}/files/0/path", "sub\\model.pt2", "$.components.model.files[0].path"),
-    "windows_drive": (f"{C}/files/0/path", "C:/model.pt2", "$.components.model.files[0].path"),
-    "home_path": (f"{C}/files/0/path", "~/model.pt2", "$.components.model.files[0].path"),
+    "component_file_unlisted": (f"{C}/files/0", "other.pt2", "$.components.model.files[0]"),
+    "unknown_role": ("files/0/role", "plugin", "$.files[0].role"),
+    "size_expression_code": (f"{C}/outputs/0/shape/0", "__import__('os')", "$.components.model.outputs[0].shape[0]"),
+    "size_negative": ("files/0/size", -1, "$.files[0].size"),
+    "sha_short": ("files/0/sha256", "abc", "$.files[0].sha256"),
+    "absolute_path": ("files/0/path", "/etc/passwd", "$.files[0].path"),
+    "traversal_path": ("files/0/path", "../../outside.pt2", "$.files[0].path"),
+    "inner_traversal": ("files/0/path", "sub/../../x.pt2", "$.files[0].path"),
+    "backslash_path": ("files/0/path", "sub\\model.pt2", "$.files[0].path"),
+    "windows_drive": ("files/0/path", "C:/model.pt2", "$.files[0].path"),
+    "home_path": ("files/0/path", "~/model.pt2", "$.files[0].path"),
     "output_class_eval": (f"{C}/output_structure/class", "builtins:eval", "$.components.model.output_structure"),
     "output_class_dotted": (f"{C}/output_structure/class", "os.system", "$.components.model.output_structure"),
     "output_class_not_allowed": (f"{C}/output_structure/class", "Popen", "$.components.model.output_structure.class"),
@@ -168,7 +171,7 @@ def test_symlink_out_of_the_folder_is_rejected(saved: Path, tmp_path: Path) -> N
     export.mkdir()
     (export / "export.json").write_text((saved / "export.json").read_text())
     (export / "model.pt2").symlink_to(outside / "model.pt2")
-    with pytest.raises(ManifestError, match=r"files\[0\].path.*outside the export folder"):
+    with pytest.raises(ManifestError, match=r"files\[0\].path.*is or passes through a symlink"):
         ExportedModel.from_pretrained(export)
 
 
@@ -180,3 +183,14 @@ def test_write_validates(saved: Path, tmp_path: Path) -> None:
     with pytest.raises(ManifestError, match="export_format"):
         broken.write(tmp_path)
     assert not (tmp_path / "export.json").exists()
+
+
+def test_optional_layout_files_are_known_but_not_required() -> None:
+    from hub_export.formats import FileLayout
+
+    layout = FileLayout(subfolder="pt2", files=((".pt2", "program"),), optional=((".aoti.pt2", "native"),))
+    assert layout.component_files("decode") == {"decode.pt2": "program", "decode.aoti.pt2": "native"}
+    assert layout.paths("decode", ["decode.pt2"]) == {"program": "decode.pt2"}
+    assert layout.paths("decode", ["decode.pt2", "decode.aoti.pt2"])["native"] == "decode.aoti.pt2"
+    with pytest.raises(ManifestError, match="no program file"):
+        layout.paths("decode", ["decode.aoti.pt2"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import warnings
 from pathlib import Path
@@ -18,8 +19,9 @@ from hub_export import (
     ExportError,
     HubExportError,
     InputError,
+    formats,
 )
-from hub_export.exporters.dynamo import DynamoExporter as _Dynamo
+from hub_export.formats import backend_for
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +36,12 @@ def test_atomic_save_keeps_previous_export_on_failure(llama_export, tmp_path: Pa
     exported.save_pretrained(target)
     before = {p.name: p.read_bytes() for p in target.iterdir()}
 
-    def boom(cls, program, directory, component):
+    def boom(program, directory, component):
         (Path(directory) / "model.pt2").write_bytes(b"half written")
         raise OSError("disk full")
 
-    monkeypatch.setattr(_Dynamo, "save_program", classmethod(boom))
+    backend = backend_for("dynamo")
+    monkeypatch.setitem(formats._BACKENDS, "dynamo", dataclasses.replace(backend, save_program=boom))
     fresh = DynamoExporter().export(case.model, case.sample, config=DynamoConfig(dynamic=True))
     with pytest.raises(OSError, match="disk full"):
         fresh.save_pretrained(target)

@@ -16,10 +16,10 @@ from tiny_models import CASES, build, text_inputs
 
 from hub_export import ExportedModel, OnnxConfig, OnnxExporter
 from hub_export.errors import ConfigError, DeviceUnavailableError, InputError
-from hub_export.formats import ExportFormat
+from hub_export.formats import backend_for
+from hub_export.loading import LocalFiles, load_export
 from hub_export.manifest import Manifest
-from hub_export.model import load_component
-from hub_export.signature import flatten_value
+from hub_export.structure import flatten_value
 
 ATOL = 1e-4
 
@@ -100,8 +100,10 @@ def test_io_and_dim_names(exports: Any, tmp_path: Path) -> None:
     case, folder, loaded = exports("llama")
     metadata = loaded.components["model"].metadata
     graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
-    assert [i.name for i in graph.input] == [s.name for s in metadata.inputs] == ["input_ids", "attention_mask"]
-    assert [o.name for o in graph.output] == [s.name for s in metadata.outputs]
+    assert (
+        [i.name for i in graph.input] == [s.name for s in metadata.signature.inputs] == ["input_ids", "attention_mask"]
+    )
+    assert [o.name for o in graph.output] == [s.name for s in metadata.signature.outputs]
     assert [o.name for o in graph.output][:3] == ["logits", "past_key_values.0.key", "past_key_values.0.value"]
     assert [d.dim_param for d in graph.input[0].type.tensor_type.shape.dim] == ["batch", "sequence"]
     # a decode step: the cache output's length is an expression over the named dims
@@ -153,7 +155,7 @@ def test_providers_and_devices(exports: Any) -> None:
         ExportedModel.from_pretrained(folder, providers=["BogusExecutionProvider"])(**case.sample)
     with pytest.raises(ConfigError, match="either"):
         ExportedModel.from_pretrained(folder, device="cpu", providers=["CPUExecutionProvider"])(**case.sample)
-    with pytest.raises(ConfigError, match="providers, session_options"):
+    with pytest.raises(ConfigError, match="providers, session_options, intra_op_num_threads, allow_spinning"):
         ExportedModel.from_pretrained(folder, thread_count=2)(**case.sample)
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
@@ -163,6 +165,41 @@ def test_providers_and_devices(exports: Any) -> None:
     assert session.get_providers() == ["CPUExecutionProvider"]
     assert session.get_session_options().intra_op_num_threads == 1
     assert out.logits.shape == (2, 3)
+
+
+def test_thread_options_and_their_defaults(exports: Any) -> None:
+    """Default: one intra-op thread per core this process may use, idle threads sleep; options override that,
+    on hub_export's defaults or on a caller's SessionOptions (which is not modified)."""
+    import onnxruntime as ort
+
+    from hub_export.backends.onnx.runner import available_cores
+
+    case, folder, _ = exports("bert")
+    spinning = "session.intra_op.allow_spinning"
+    default = ExportedModel.from_pretrained(folder)
+    expected = default(**case.sample).logits
+    options = default.runners["model"].session.get_session_options()
+    assert options.intra_op_num_threads == available_cores()
+    assert options.get_session_config_entry(spinning) == "0"
+    tuned = ExportedModel.from_pretrained(
+        folder, intra_op_num_threads=1, allow_spinning=True, session_config={"session.dynamic_block_base": "4"}
+    )
+    assert torch.equal(tuned(**case.sample).logits, expected)
+    options = tuned.runners["model"].session.get_session_options()
+    assert options.intra_op_num_threads == 1
+    assert options.get_session_config_entry(spinning) == "1"
+    assert options.get_session_config_entry("session.dynamic_block_base") == "4"
+    mine = ort.SessionOptions()
+    mine.intra_op_num_threads = 2
+    loaded = ExportedModel.from_pretrained(folder, session_options=mine, allow_spinning=False)
+    loaded(**case.sample)
+    options = loaded.runners["model"].session.get_session_options()
+    assert options.intra_op_num_threads == 2 and options.get_session_config_entry(spinning) == "0"
+    with pytest.raises(RuntimeError):  # the caller's object is left alone: no entry was added to it
+        mine.get_session_config_entry(spinning)
+    for bad in ({"intra_op_num_threads": -1}, {"intra_op_num_threads": "2"}, {"allow_spinning": "no"}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            ExportedModel.from_pretrained(folder, **bad)(**case.sample)
 
 
 def _hf_cache_layout(src: Path, root: Path) -> Path:
@@ -177,14 +214,22 @@ def _hf_cache_layout(src: Path, root: Path) -> Path:
     return snapshot
 
 
+class _CacheSnapshot(LocalFiles):
+    """A huggingface_hub cache snapshot: its files are symlinks into ``blobs/`` (see HubFiles)."""
+
+    def read_manifest(self) -> Manifest:
+        manifest = Manifest.loads((self.directory / "export.json").read_bytes())
+        manifest.check_paths(self.directory, symlinks_into=self.directory.parents[2] / "blobs")
+        return manifest
+
+
 def test_symlinked_export_folder_loads_and_runs(exports: Any, tmp_path: Path) -> None:
     import onnx_ir as ir
 
     case, folder, _ = exports("gpt2")
     snapshot = _hf_cache_layout(folder, tmp_path / "cache")
     assert (snapshot / "model.onnx.data").is_symlink()
-    manifest = Manifest.loads((snapshot / "export.json").read_bytes())
-    component = load_component(snapshot, "model", manifest.components["model"], ExportFormat.ONNX)
+    component = load_export(_CacheSnapshot(snapshot)).components["model"]
     got = component.runner()(**case.other)
     with torch.no_grad():
         expected = case.model(**case.other)
@@ -194,7 +239,7 @@ def test_symlinked_export_folder_loads_and_runs(exports: Any, tmp_path: Path) ->
     tensor = next(t for t in values if isinstance(t, ir.ExternalTensor))
     assert tensor.numpy().size > 0
     # and the loaded program saves again as a whole export
-    copy = OnnxExporter.save_program(component.program, tmp_path, "again")
+    copy = backend_for("onnx").save_program(component.program, tmp_path, "again")
     assert copy == ["again.onnx", "again.onnx.data"]
 
 

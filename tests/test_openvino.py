@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -10,9 +11,10 @@ import pytest
 import torch
 from tiny_models import CASES, build
 
-from hub_export import ExportedModel, OpenVINOConfig, OpenVINOExporter
-from hub_export.errors import BackendUnavailableError, DeviceUnavailableError
-from hub_export.signature import flatten_value
+from hub_export import ExportedModel, OpenVINOConfig, OpenVINOExporter, formats
+from hub_export.errors import BackendUnavailableError, ConfigError, DeviceUnavailableError
+from hub_export.formats import backend_for
+from hub_export.structure import flatten_value
 
 ATOL = 1e-4
 
@@ -88,20 +90,20 @@ def test_port_names_and_dims_follow_the_manifest(name: str, exports: Any) -> Non
     _, folder, loaded = exports(name)
     metadata = loaded.components["model"].metadata
     inputs, outputs = _xml_ports(folder / "openvino_model.xml")
-    assert set(inputs) == {s.name for s in metadata.inputs}
-    assert outputs == {s.name for s in metadata.outputs}
+    assert set(inputs) == {s.name for s in metadata.signature.inputs}
+    assert outputs == {s.name for s in metadata.signature.outputs}
     program = loaded.program
-    assert [p.get_any_name() for p in program.inputs] == [s.name for s in metadata.inputs]
-    assert [p.get_any_name() for p in program.outputs] == [s.name for s in metadata.outputs]
-    for spec in metadata.inputs:
+    assert [p.get_any_name() for p in program.inputs] == [s.name for s in metadata.signature.inputs]
+    assert [p.get_any_name() for p in program.outputs] == [s.name for s in metadata.signature.outputs]
+    for spec in metadata.signature.inputs:
         dims = inputs[spec.name].split(",")
         for dim, xml_dim in zip(spec.shape, dims, strict=True):
             if isinstance(dim, int):
                 assert xml_dim == str(dim), (spec.name, spec.shape, dims)
             else:  # symbolic: dynamic in the IR, with the traced lower bound
-                low = metadata.dims[dim]["min"]
+                low = metadata.signature.dims[dim].min
                 assert xml_dim == ("?" if low == 0 else f"{low}.."), (spec.name, spec.shape, dims)
-    for port, spec in zip(program.outputs, metadata.outputs):
+    for port, spec in zip(program.outputs, metadata.signature.outputs):
         shape = port.get_partial_shape()
         for axis, dim in enumerate(spec.shape):
             assert shape[axis].is_static == isinstance(dim, int), (spec.name, shape)
@@ -177,6 +179,25 @@ def test_default_device_is_auto_and_compiles_once(exports: Any) -> None:
         assert max_diff(loaded(**case.other), case.model(**case.other)) <= ATOL
 
 
+def test_cpu_threads_are_unpinned_by_default_and_configurable(exports: Any) -> None:
+    case, folder, _ = exports("bert")
+    default = ExportedModel.from_pretrained(folder, device="cpu")
+    expected = default(**case.sample)
+    compiled = default.runners["model"].compiled_model
+    assert compiled.get_property("ENABLE_CPU_PINNING") is False
+    assert str(compiled.get_property("PERFORMANCE_HINT")).endswith("LATENCY")
+    tuned = ExportedModel.from_pretrained(folder, device="cpu", num_threads=1, cpu_pinning=True)
+    assert max_diff(tuned(**case.sample), expected) == 0
+    compiled = tuned.runners["model"].compiled_model
+    assert compiled.get_property("INFERENCE_NUM_THREADS") == 1
+    assert compiled.get_property("ENABLE_CPU_PINNING") is True
+    auto = ExportedModel.from_pretrained(folder, num_threads=1)  # AUTO: the CPU's properties go to the CPU
+    assert max_diff(auto(**case.sample), expected) == 0
+    for bad in ({"num_threads": 1.5}, {"cpu_pinning": "yes"}, {"config": "LATENCY"}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            ExportedModel.from_pretrained(folder, device="cpu", **bad)(**case.sample)
+
+
 class _PaddedAttention(torch.nn.Module):
     """The three graph shapes the patches fix: an empty-cache ``cat``, a ``-1`` reshape, a fully masked row."""
 
@@ -197,13 +218,13 @@ class _PaddedAttention(torch.nn.Module):
 
 
 def test_patches_fix_the_graph_and_restore_it() -> None:
-    from hub_export.exporters._trace import trace
-    from hub_export.patches.openvino import (
+    from hub_export.backends.openvino.patches import (
         conversion_patches,
         pin_reshape_wildcards,
         skip_empty_cat_inputs,
         zero_fully_masked_attention_rows,
     )
+    from hub_export.export.trace import trace
 
     torch.manual_seed(0)
     model = _PaddedAttention().eval()
@@ -230,7 +251,10 @@ def test_patches_fix_the_graph_and_restore_it() -> None:
 
 
 def test_missing_openvino_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(OpenVINOExporter, "packages", ("hub_export_no_such_package",))
+    backend = backend_for("openvino")
+    monkeypatch.setitem(
+        formats._BACKENDS, "openvino", dataclasses.replace(backend, packages=("hub_export_no_such_package",))
+    )
     case = build("bert")
     with pytest.raises(BackendUnavailableError, match=r"hub-export\[openvino\]"):
         OpenVINOExporter().export(case.model, case.sample, config=OpenVINOConfig(dynamic=True))

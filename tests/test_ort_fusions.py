@@ -26,8 +26,8 @@ import torch
 from tiny_models import build
 
 from hub_export import OnnxConfig, OnnxExporter
-from hub_export.exporters._ort_fusions import fuse_for_ort
-from hub_export.runners.onnx import OnnxRunner
+from hub_export.backends.onnx._fusions import fuse_for_ort
+from hub_export.backends.onnx.runner import OnnxRunner
 from hub_export.utils import decompose_for_generation
 
 ATOL = 1e-5
@@ -140,7 +140,7 @@ def test_qk_norms_inside_group_query_attention_for_cuda(exports: Any) -> None:
     import onnxruntime as ort
     from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
-    from hub_export.exporters._ort_fusions import expand_qk_norms, runnable_on
+    from hub_export.backends.onnx._fusions import expand_qk_norms, runnable_on
 
     case, exported, calls = exports("qwen3")
     layers, epsilon = case.model.model.layers, np.float32(case.model.config.rms_norm_eps)
@@ -288,7 +288,7 @@ def test_reference_moe_matches_onnxruntime(activation: str) -> None:
     import onnxruntime as ort
     from onnx import helper
 
-    from hub_export.exporters._ort_moe import moe_op
+    from hub_export.backends.onnx._moe import moe_op
 
     tokens, hidden, inter, experts, k = 9, 16, 8, 4, 2
     gen = torch.Generator().manual_seed(0)
@@ -395,7 +395,7 @@ def test_no_moe_for_other_providers() -> None:
 
 
 def test_moe_plan_keeps_the_loop_for_what_moe_cannot_express() -> None:
-    from hub_export.exporters._ort_moe import MoEPlan, moe_plan
+    from hub_export.backends.onnx._moe import MoEPlan, moe_plan
 
     assert moe_plan(_moe_block().experts) == MoEPlan("swiglu", swiglu_fusion=1)
     assert moe_plan(_moe_block(act="gelu_pytorch_tanh").experts) is None  # GEGLU: CUDA only, unverifiable here

@@ -30,8 +30,8 @@ from hub_export import (
     OpenVINOConfig,
     OpenVINOExporter,
 )
+from hub_export.backends.dynamo.safety import scan_pickle
 from hub_export.errors import IntegrityError, ManifestError, UnsafeExportError
-from hub_export.safety.pt2 import scan_pickle
 
 
 class Tiny(torch.nn.Module):
@@ -90,7 +90,7 @@ def _rewrite(folder: Path, relative: str, data: bytes) -> None:
 def _reseal(folder: Path, relative: str) -> None:
     manifest = json.loads((folder / "export.json").read_text())
     data = (folder / relative).read_bytes()
-    for entry in manifest["components"]["model"]["files"]:
+    for entry in manifest["files"]:
         if entry["path"] == relative:
             entry["size"], entry["sha256"] = len(data), hashlib.sha256(data).hexdigest()
     (folder / "export.json").write_text(json.dumps(manifest))
@@ -236,7 +236,7 @@ def test_onnx_symlinked_data_out_of_the_folder_is_refused(saved, tmp_path: Path)
     outside = tmp_path / "elsewhere.data"
     shutil.move(folder / "model.onnx.data", outside)
     os.symlink(outside, folder / "model.onnx.data")  # same bytes, so the sha256 check passes
-    with pytest.raises(ManifestError, match="resolves outside"):
+    with pytest.raises(ManifestError, match="is or passes through a symlink"):
         ExportedModel.from_pretrained(folder)
 
 
@@ -251,13 +251,12 @@ def test_onnx_custom_domain_is_refused_unless_allowed(saved, tmp_path: Path) -> 
     _edit_onnx(folder, add_custom)
     with pytest.raises(UnsafeExportError, match=r"custom operator domain\(s\) \['evil.ops'\]"):
         ExportedModel.from_pretrained(folder)
-    from hub_export.safety import check_component
-
-    manifest = json.loads((folder / "export.json").read_text())
+    from hub_export.formats import SafetyOptions, backend_for
     from hub_export.manifest import Manifest
 
-    entry = Manifest.loads(json.dumps(manifest).encode()).components["model"]
-    check_component("onnx", folder, entry, allow_custom_domains=("evil.ops",))  # passes the safety check
+    entry = Manifest.read(folder).components["model"]
+    options = SafetyOptions(allow_custom_domains=frozenset({"evil.ops"}))
+    backend_for("onnx").check_files(folder, "model", entry, options)  # passes the safety check
 
 
 # -- OpenVINO ---------------------------------------------------------------------------------------------------

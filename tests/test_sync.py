@@ -13,8 +13,8 @@ from huggingface_hub import HfApi
 
 from hub_export import ExportedModel
 from hub_export.cli.main import main
+from hub_export.embedded_hub.server import HubServer
 from hub_export.errors import ConfigError, HubExportError
-from hub_export.hub.server import HubServer
 from hub_export.hub.sync import load_sync_config, plan_sync, sync
 
 REPO = "me/tiny-llama"
@@ -117,15 +117,16 @@ def test_sync_exports_once_then_is_up_to_date_then_follows_a_new_commit(
 
 
 def test_a_failing_format_publishes_nothing(source: str, hub_api: HfApi, hub_env: HubServer, monkeypatch, capsys):
-    from hub_export.exporters import auto
+    import dataclasses
 
-    real = auto.exporter_class
+    from hub_export import formats
 
     class Broken:
         def export(self, *args, **kwargs):
             raise RuntimeError("simulated lowering failure")
 
-    monkeypatch.setattr(auto, "exporter_class", lambda fmt: Broken if str(fmt) == "onnx" else real(fmt))
+    broken = dataclasses.replace(formats.backend_for("onnx"), exporter_class=Broken)
+    monkeypatch.setitem(formats._BACKENDS, "onnx", broken)
     assert main(["sync", REPO, "--format", "dynamo", "--format", "onnx"]) == 1
     err = capsys.readouterr().err
     assert "Exporting onnx failed: simulated lowering failure" in err and "Nothing was published" in err

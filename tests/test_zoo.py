@@ -10,6 +10,7 @@ a tiny module for ``patches.openvino.size_arithmetic_rules``), and Mamba's seque
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,10 @@ import torch
 from zoo import build
 
 from hub_export.configs import AutoExportConfig
+from hub_export.dims import Dim
 from hub_export.errors import InputError
-from hub_export.exporters.auto import exporter_class
-from hub_export.signature import flatten_value
+from hub_export.export.auto import exporter_class
+from hub_export.structure import flatten_value
 
 ATOL = 1e-4
 
@@ -82,7 +84,7 @@ def test_zoo_architecture_matches_eager(name: str, backend: str, cases: Any) -> 
 
 def test_experts_trace_to_standard_ops_and_restore(cases: Any) -> None:
     """MoE layers default to ``grouped_mm`` (histc + a transformers custom op): the trace must hold neither."""
-    from hub_export.exporters._trace import trace
+    from hub_export.export.trace import trace
 
     model = cases("mixtral").model
     experts = [m for m in model.modules() if hasattr(m, "has_gate") and hasattr(m, "num_experts")]
@@ -90,7 +92,9 @@ def test_experts_trace_to_standard_ops_and_restore(cases: Any) -> None:
     assert experts
     for backend in ("dynamo", "executorch"):  # a per-expert loop (where); ExecuTorch: gathered weights (bmm)
         config = AutoExportConfig.config_class(backend)(dynamic=True)
-        program = trace(model, cases("mixtral").sample, config).program
+        exporter = exporter_class(backend)()
+        choose = functools.partial(exporter.experts_forward, config=config)  # the backend's choice, as export() does
+        program = trace(model, cases("mixtral").sample, config, experts=choose).program
         targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
         assert not [t for t in targets if "transformers" in t or "histc" in t or "grouped_mm" in t]
         per_expert_loop = "aten.where.default" in targets and "aten.bmm.default" not in targets
@@ -110,7 +114,7 @@ class _SizeArithmetic(torch.nn.Module):
 
 def test_openvino_size_arithmetic_follows_python() -> None:
     """OpenVINO truncates ``//`` and has no rule for ``%``/``sym_min``: the conversion rules give Python's results."""
-    from hub_export.configs import OpenVINOConfig
+    from hub_export import OpenVINOConfig
 
     model = _SizeArithmetic()
     exported = exporter_class("openvino")().export(model, {"x": torch.zeros(2, 7)}, config=OpenVINOConfig(dynamic=True))
@@ -121,7 +125,7 @@ def test_openvino_size_arithmetic_follows_python() -> None:
 
 def test_dynamic_axis_pinned_by_the_model_is_named(tmp_path: Path) -> None:
     """Mamba's reference path loops over the sequence: the export warns once and the run-time error says why,
-    also after a save and load (the pinned axes are in the manifest)."""
+    also after a save and load (a pinned axis is a dim with min == max in the manifest)."""
     from hub_export.model import ExportedModel
 
     case = build("mamba")
@@ -129,7 +133,8 @@ def test_dynamic_axis_pinned_by_the_model_is_named(tmp_path: Path) -> None:
     with pytest.warns(UserWarning, match=r"'input_ids' axis 1 \(fixed to 7\).*model's code fixed it") as record:
         exported = exporter_class("dynamo")().export(case.model, case.sample, config=config)
     assert len([w for w in record if "fixed to" in str(w.message)]) == 1
-    assert exported.components["model"].metadata.extra["pinned_axes"] == [{"input": "input_ids", "axis": 1, "size": 7}]
+    signature = exported.components["model"].metadata.signature
+    assert signature.inputs[0].shape == ("batch", "sequence") and signature.dims["sequence"] == Dim("sequence", 7, 7)
     exported.save_pretrained(tmp_path)
     for model in (exported, ExportedModel.from_pretrained(tmp_path)):
         with pytest.raises(InputError, match="model's code fixed this axis") as error:

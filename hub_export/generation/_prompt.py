@@ -20,16 +20,19 @@ __all__ = ["fit_prompt"]
 
 def _carries_state(decode: Any) -> bool:
     """Whether ``decode`` takes a state-space cache (conv/recurrent states) rather than keys and values."""
-    return any("conv" in layer for _, node in decode.metadata.input_structure for layer in node.get("layers", ()))
+    return any(
+        "conv" in layer for _, node in decode.metadata.signature.input_structure for layer in node.get("layers", ())
+    )
 
 
 def _target_length(prefill: Any, decode: Any, token_input: str, length: int) -> int | None:
-    spec = next((s for s in prefill.metadata.inputs if s.name == token_input), None)
+    spec = next((s for s in prefill.metadata.signature.inputs if s.name == token_input), None)
     if spec is None or len(spec.shape) < 2 or not _carries_state(decode):
         return None  # (a key/value decode graph takes a short prompt itself; a static one cannot take a long one)
-    if isinstance(spec.shape[1], int):
-        return spec.shape[1]
-    low = int(prefill.metadata.dims.get(spec.shape[1], {}).get("min") or 0)
+    size = prefill.signature.concrete_shape(spec)[1]  # an axis the model's code fixed is a dim of one size
+    if isinstance(size, int):
+        return size
+    low = prefill.signature.dims[size].min if size in prefill.signature.dims else 0
     return low if length < low else None
 
 

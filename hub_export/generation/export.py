@@ -37,6 +37,7 @@ from typing import Any
 
 from ..configs import ExportConfig
 from ..errors import ConfigError
+from ..model import ExportedModel
 from ..signature import split_kwargs
 from ._wrap import with_forward
 from .decompose import cache_kwarg, decompose_with_capture
@@ -92,7 +93,7 @@ def _batch_tied(module: Any) -> Any:
     """
     import torch
 
-    from ..signature import flatten_value
+    from ..structure import flatten_value
 
     def forward(model: Any, **kwargs: Any) -> Any:
         leaves: list[tuple[str, Any]] = []
@@ -184,9 +185,7 @@ def export_for_generation(
     generation_config: Any = None,
     multi_token_decode: bool = False,
 ) -> Any:
-    """See :meth:`hub_export.exporters.base.HfExporter.export_for_generation`."""
-    from ..model import ExportedModel
-
+    """See :meth:`hub_export.export.exporter.HfExporter.export_for_generation`."""
     main = _main_config(exporter, config)
     exporter.check_available(main)
     if main.dynamic:

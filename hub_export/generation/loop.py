@@ -22,7 +22,7 @@ __all__ = ["generate", "merge_features", "positions_from_mask"]
 
 
 def _traced_inputs(runner: Any) -> set[str]:
-    return {name for name, _ in runner.metadata.input_structure}
+    return {name for name, _ in runner.metadata.signature.input_structure}
 
 
 def _select(runner: Any, candidates: dict[str, Any]) -> dict[str, Any]:
@@ -34,25 +34,27 @@ def _select(runner: Any, candidates: dict[str, Any]) -> dict[str, Any]:
 
 
 def _min_length(runner: Any, name: str) -> int:
-    spec = next((s for s in runner.metadata.inputs if s.name == name), None)
+    spec = next((s for s in runner.metadata.signature.inputs if s.name == name), None)
     if spec is None or len(spec.shape) < 2 or isinstance(spec.shape[1], int):
         return 0
-    return int(runner.metadata.dims.get(spec.shape[1], {}).get("min") or 0)
+    return runner.signature.dims[spec.shape[1]].min if spec.shape[1] in runner.signature.dims else 0
 
 
 def _empty_cache(runner: Any, name: str, batch: int) -> Any:
     """The cache input of ``runner`` holding no tokens: every symbolic axis but the batch is 0."""
     import torch
 
-    from ..signature import torch_dtype, unflatten
+    from ..signature import torch_dtype
+    from ..structure import unflatten
 
     flat = [
         torch.zeros(
-            [batch if d == "batch" else (d if isinstance(d, int) else 0) for d in s.shape], dtype=torch_dtype(s.dtype)
+            [batch if d == "batch" else (d if isinstance(d, int) else 0) for d in runner.signature.concrete_shape(s)],
+            dtype=torch_dtype(s.dtype),
         )
-        for s in runner.metadata.inputs
+        for s in runner.metadata.signature.inputs
     ]
-    node = dict(runner.metadata.input_structure)[name]
+    node = dict(runner.metadata.signature.input_structure)[name]
     if node.get("class") == "StaticCache":  # preallocated buffers: every layer holds max_cache_len positions
         for layer in node["layers"]:
             for part in ("key", "value"):
@@ -63,7 +65,7 @@ def _empty_cache(runner: Any, name: str, batch: int) -> Any:
 
 
 def _static_capacity(runner: Any, name: str) -> int | None:
-    node = dict(runner.metadata.input_structure).get(name) or {}
+    node = dict(runner.metadata.signature.input_structure).get(name) or {}
     return int(node["max_cache_len"]) if node.get("class") == "StaticCache" else None
 
 

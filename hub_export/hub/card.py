@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
+from ..errors import UnknownFormatError
+from ..formats import backend_for
 from ..manifest import Manifest
 
 __all__ = ["BEGIN", "END", "CardExport", "render_card", "format_tags"]
@@ -24,12 +24,6 @@ BEGIN = "<!-- hub-export:begin -->"
 END = "<!-- hub-export:end -->"
 
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?\r?\n)?---[ \t]*(\r?\n|\Z)", re.S)
-_FORMAT_TAGS = {
-    "dynamo": ("pt2", "torch-export"),
-    "onnx": ("onnx",),
-    "openvino": ("openvino",),
-    "executorch": ("executorch",),
-}
 
 
 @dataclass(frozen=True)
@@ -48,8 +42,11 @@ class CardExport:
 
 
 def format_tags(export_format: str) -> tuple[str, ...]:
-    """The Hub tags of one export format."""
-    return _FORMAT_TAGS.get(export_format, (export_format,))
+    """The Hub tags of one export format (its backend's ``card_tags``; the format name for an unknown one)."""
+    try:
+        return backend_for(export_format).card_tags or (export_format,)
+    except UnknownFormatError:
+        return (export_format,)
 
 
 def render_card(existing: str | None, exports: Mapping[str, CardExport], repo_id: str, *, default_library: str) -> str:
@@ -86,6 +83,8 @@ def _split_front_matter(text: str) -> tuple[str | None, str]:
 
 
 def _front_matter(current: str | None, exports: Mapping[str, CardExport], repo_id: str, default_library: str) -> str:
+    import yaml  # here, not at module level: `import hub_export` and the format registry need no third-party package
+
     meta: dict[str, Any] = {}
     if current is not None:
         match = _FRONT_MATTER.match(current)
@@ -153,7 +152,7 @@ def _section(exports: Mapping[str, CardExport], repo_id: str) -> str:
         if manifest is None:
             lines.append(f"| `{sub}/` | ? | ? | ? | ? | export.json unreadable: {export.problem} |")
             continue
-        files = manifest.all_files()
+        files = manifest.all_listed()
         lines.append(
             f"| `{sub}/` | {manifest.export_format} | {', '.join(manifest.components)} | "
             f"{_size(sum(f.size for f in files))} | {_parity(manifest)} | {_source(manifest)} |"

@@ -1,58 +1,62 @@
-"""Load an export from a Hub repo: ``export.json`` first, then only the files it lists, sha256-checked.
+"""Fetch an export from a Hub repo (the Hub side of :mod:`hub_export.loading`): ``export.json`` first, then only
+the files it lists, sha256-checked.
 
 Everything goes through huggingface_hub's cache. The manifest is fetched and validated before anything else;
 the revision is then pinned to the commit it was served from, so every later file comes from that same commit.
-Only the requested components' files (and the export folder's ``config.json`` / ``generation_config.json``)
-are fetched: model weights and other subfolders never are. Each file is checked against the manifest's size
+Only the requested components' files and the export's side files (configs, tokenizer) are fetched: model weights
+and other subfolders never are. Each file is checked against the manifest's size
 and sha256; a file that does not match raises :class:`IntegrityError` and is removed from the cache so that a
 retry downloads it again. With a 40-hex revision and a warm cache no request is made at all; with
 ``HF_HUB_OFFLINE=1`` (or ``local_files_only``) a previously downloaded export loads from the cache.
 
-``lazy=True`` returns components whose files are fetched the first time their program is needed.
-
-Transient failures are retried with exponential backoff (:data:`RETRY_DELAYS`, so at most 4 attempts per file):
-huggingface_hub 2.4 itself retries the file GET only on 408/429 and resumes a connection cut mid-body, so a
-5xx answer, a failed metadata request, a refused connection or a body shorter than announced ("consistency
-check failed") are retried here. huggingface_hub writes to ``blobs/<id>.incomplete`` and only renames a file
-whose size matches; a file that then fails its sha256 is evicted and downloaded once more before
+Transient failures are retried with exponential backoff (:data:`RETRY_DELAYS`, so at most 4 attempts per file)
+while the file's retry budget lasts (:data:`RETRY_BUDGET_S` from its first attempt): a 5xx answer, a failed
+metadata request, a refused connection or a body shorter than announced ("consistency check failed"). The
+retries are ours alone: huggingface_hub 2.4 would retry a failed metadata request (HEAD) 5 more times with up
+to 23 s of backoff before reporting it, so that second round is switched off around our calls
+(:func:`_single_metadata_attempt`) and an unreachable Hub is reported within seconds, not minutes. It still
+resumes a connection cut mid-body itself. huggingface_hub writes to ``blobs/<id>.incomplete`` and only renames
+a file whose size matches; a file that then fails its sha256 is evicted and downloaded once more before
 :class:`IntegrityError` is raised.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import random
 import re
-import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .._files import verify_file
+from .._progress import stage
 from ..errors import HubError, IntegrityError, ManifestError
-from ..formats import ExportFormat, parse_format
-from ..manifest import MANIFEST_NAME, ComponentEntry, FileEntry, Manifest
-from ..model import ExportedComponent, ExportedModel, _exporter_class, assemble_export
-from ..safety import check_component
+from ..manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, FileEntry, Manifest
+from ..patches._base import patch_attribute
 
-__all__ = ["HubComponent", "HubExport", "download_export", "load_from_hub"]
+__all__ = ["HubFiles", "download_export"]
 
 _SIDE_FILES = ("config.json", "generation_config.json")
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 #: Seconds to wait before each retry of a download that failed transiently (len + 1 attempts in all).
 RETRY_DELAYS: tuple[float, ...] = (0.5, 1.0, 2.0)
+#: No retry of a file starts later than this many seconds after its first attempt (an unreachable Hub whose
+#: connections time out is reported after one attempt, not after four).
+RETRY_BUDGET_S: float = 8.0
 
 
 @dataclass
-class HubExport:
-    """An export located in the local HF cache.
+class HubFiles:
+    """An export in a Hub repo, fetched into the local HF cache on demand (a :class:`hub_export.loading.FileSource`).
 
     Attributes:
         repo_id: The repo.
-        commit: The 40-hex commit every file was taken from.
+        commit: The 40-hex commit every file is taken from.
         subfolder: The export's folder in the repo ('' for the root).
         directory: ``<cache>/snapshots/<commit>/<subfolder>``: where the files are.
         manifest: The validated manifest.
@@ -65,15 +69,24 @@ class HubExport:
     manifest: Manifest
     _options: dict[str, Any] = field(repr=False)
 
-    def fetch(self, files: Iterable[FileEntry]) -> list[Path]:
-        """Make sure these files of the export are in the cache and match the manifest; return their paths.
+    @property
+    def label(self) -> str:
+        """``repo@commit/subfolder``, for messages."""
+        return f"{self.repo_id}@{self.commit[:12]}/{self.subfolder}"
+
+    def read_manifest(self) -> Manifest:
+        """The manifest, its paths checked against the cache snapshot (whose files are symlinks into ``blobs/``)."""
+        self.manifest.check_paths(self.directory, symlinks_into=_blobs_of(self.directory, self.subfolder))
+        return self.manifest
+
+    def fetch(self, entries: Iterable[FileEntry]) -> None:
+        """Make sure these files of the export are in the cache and match the manifest.
 
         Raises:
             IntegrityError: A file's size or sha256 differs from the manifest (the bad copy is removed).
             HubError: A file cannot be fetched (offline and not cached, network or Hub error).
         """
-        paths = []
-        for entry in files:
+        for entry in entries:
             path = self._get(entry.path)
             if path is None:
                 raise HubError(f"{self._where(entry.path)} is listed in export.json but missing from the repo.")
@@ -89,15 +102,15 @@ class HubExport:
                 except IntegrityError as exc:
                     if path is not None:
                         _evict(path)
+                    reason = str(exc).split(": ", 1)[-1].removesuffix(" refusing to use it.").rstrip(";. ")
                     raise IntegrityError(
-                        f"{self._where(entry.path)}: {str(exc).split(': ', 1)[-1]} (downloaded twice). The bad copy "
-                        "was removed from the cache; a retry downloads it again."
+                        f"{self._where(entry.path)}: {reason} (downloaded twice). The bad copy was removed from the "
+                        "cache; a retry downloads it again."
                     ) from None
-            paths.append(path)
-        return paths
 
-    def side_files(self) -> None:
-        """Fetch ``config.json`` / ``generation_config.json`` of the export folder when the repo has them."""
+    def unlisted_side_configs(self) -> None:
+        """Fetch ``config.json`` / ``generation_config.json`` when a version-1 manifest (which does not list them)
+        is read; version 2 lists them and :meth:`fetch` verifies them."""
         for name in _SIDE_FILES:
             self._get(name)
 
@@ -120,8 +133,8 @@ def download_export(
     force_download: bool = False,
     endpoint: str | None = None,
     fetch_components: bool = True,
-) -> HubExport:
-    """Download (or find in the cache) ``export.json``, the side configs and the components' files.
+) -> HubFiles:
+    """Download (or find in the cache) ``export.json``, and the components' files unless ``fetch_components=False``.
 
     Args:
         repo_id: The Hub repo.
@@ -129,7 +142,7 @@ def download_export(
         revision: Branch, tag, ``refs/pr/N`` or commit sha (default ``main``).
         components: Only these components' files (all by default).
         cache_dir, token, local_files_only, force_download, endpoint: As in huggingface_hub.
-        fetch_components: False to fetch only the manifest and side configs (lazy loading).
+        fetch_components: False to fetch only the manifest (lazy loading).
 
     Raises:
         ManifestError: ``export.json`` is missing or invalid, or a component does not exist.
@@ -151,9 +164,17 @@ def download_export(
     manifest_path = _join(subfolder, MANIFEST_NAME)
     local = _fetch(repo_id, manifest_path, revision, **options)
     if local is None:
-        raise ManifestError(
-            f"$: {repo_id}@{revision} has no {manifest_path}.{_hint(repo_id, revision, subfolder, options)}"
-        )
+        found = _exports_in(repo_id, revision, options)
+        message = f"{repo_id}@{revision} has no {manifest_path}."
+        if found and subfolder + "/" not in found:
+            listed = ", ".join(found)
+            raise ManifestError(
+                f"{message} Exports in this repo: {listed} (pass subfolder=...).",
+                cli_message=f"{message} Exports in this repo: {listed}; choose one with --subfolder.",
+            )
+        if found is not None and not found:
+            message += " The repo holds no export (no export.json in any folder)."
+        raise ManifestError(message)
     commit = _commit_of(local, manifest_path)
     if not offline and not _matches_blob_id(local):
         # huggingface_hub reads the commit and blob id with a HEAD on the branch, then GETs the branch URL again: a
@@ -162,108 +183,35 @@ def download_export(
         local = _fetch(repo_id, manifest_path, commit, **options)
         if local is None or not _matches_blob_id(local):
             raise HubError(f"{repo_id}@{commit[:12]}/{manifest_path} changed while it was downloaded; try again.")
-    manifest = Manifest.loads(local.read_bytes())
+    manifest = _read_cached_manifest(local)
     if components is not None:
-        manifest.all_files(components)  # raises ManifestError naming what exists
-    export = HubExport(repo_id, commit, subfolder, local.parent, manifest, options)
-    export.side_files()
+        manifest.component_files(components)  # raises ManifestError naming what exists
+    export = HubFiles(repo_id, commit, subfolder, local.parent, manifest, options)
+    export.read_manifest()
+    if manifest.schema_version == 1:
+        export.unlisted_side_configs()
     if fetch_components:
-        export.fetch(manifest.all_files(components))
+        with stage(f"downloading {repo_id}/{subfolder}" if subfolder else f"downloading {repo_id}"):
+            export.fetch(manifest.component_files(components) + manifest.side_files())
     return export
 
 
-def load_from_hub(
-    repo_id: str,
-    *,
-    subfolder: str = "",
-    revision: str | None = None,
-    components: list[str] | None = None,
-    device: str | None = None,
-    lazy: bool = False,
-    cache_dir: str | Path | None = None,
-    token: str | bool | None = None,
-    local_files_only: bool = False,
-    force_download: bool = False,
-    runner_options: dict[str, Any] | None = None,
-    endpoint: str | None = None,
-    trust_pickles: bool = False,
-    allow_custom_domains: tuple[str, ...] = (),
-) -> ExportedModel:
-    """Load an export from the Hub (see ``ExportedModel.from_pretrained``).
-
-    Raises:
-        ManifestError, IntegrityError, HubError: As :func:`download_export`.
-    """
-    export = download_export(
-        repo_id,
-        subfolder=subfolder,
-        revision=revision,
-        components=components,
-        cache_dir=cache_dir,
-        token=token,
-        local_files_only=local_files_only,
-        force_download=force_download,
-        endpoint=endpoint,
-        fetch_components=not lazy,
-    )
-    manifest = export.manifest
-    fmt = parse_format(manifest.export_format)
-    names = list(manifest.components) if components is None else list(components)
-    safety = {"trust_pickles": trust_pickles, "allow_custom_domains": tuple(allow_custom_domains)}
-    loaded = {name: HubComponent(name, fmt, manifest.components[name], export, **safety) for name in names}
-    if not lazy:
-        for component in loaded.values():
-            component.materialize()
-    return assemble_export(manifest, loaded, export.directory, device=device, runner_options=runner_options)
+def _read_cached_manifest(local: Path) -> Manifest:
+    """The cached ``export.json`` (a symlink into ``blobs/``), size-checked before it is read."""
+    blob = Path(os.path.realpath(local))
+    size = blob.stat().st_size
+    if size > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"export.json is {size} bytes, over the {MAX_MANIFEST_BYTES} byte limit.")
+    with open(blob, "rb") as handle:
+        return Manifest.loads(handle.read(MAX_MANIFEST_BYTES + 1))
 
 
-class HubComponent(ExportedComponent):
-    """A component of a Hub export whose files are fetched, verified and loaded on first use of ``program``."""
-
-    def __init__(
-        self, name: str, export_format: ExportFormat, metadata: ComponentEntry, export: HubExport, **safety: Any
-    ) -> None:
-        self._export = export
-        self._safety = safety  # trust_pickles / allow_custom_domains for hub_export.safety.check_component
-        self._program: Any = None
-        self._lock = threading.Lock()
-        super().__init__(name, export_format, None, metadata)
-
-    def __repr__(self) -> str:
-        state = type(self._program).__name__ if self._program is not None else "not loaded"
-        return f"HubComponent(name={self.name!r}, format={self.export_format.value!r}, program={state})"
-
-    @property
-    def program(self) -> Any:
-        """The backend program (files fetched and checked on first access)."""
-        if self._program is None:
-            self.materialize()
-        return self._program
-
-    @program.setter
-    def program(self, value: Any) -> None:
-        self._program = value
-
-    @property
-    def loaded(self) -> bool:
-        """Whether the program is in memory."""
-        return self._program is not None
-
-    def materialize(self) -> None:
-        """Fetch and verify this component's files, then load its program (once)."""
-        with self._lock:
-            if self._program is not None:
-                return
-            self._export.fetch(self.metadata.files)
-            directory = self._export.directory
-            check_component(self.export_format, directory, self.metadata, **self._safety)
-            self._program = _exporter_class(self.export_format).load_program(directory, self.name, self.metadata)
-            self._files_dir = directory.resolve()
-
-    def save(self, directory: Path) -> ComponentEntry:
-        """Write this component's (verified) files into ``directory``."""
-        self.materialize()
-        return super().save(directory)
+def _blobs_of(directory: Path, subfolder: str) -> Path:
+    """``<cache>/models--x--y/blobs`` of a snapshot folder ``<cache>/models--x--y/snapshots/<commit>/<subfolder>``."""
+    snapshot = directory
+    for _ in [p for p in subfolder.split("/") if p]:
+        snapshot = snapshot.parent
+    return snapshot.parent.parent / "blobs"
 
 
 # -- cache and HTTP -------------------------------------------------------------------------------------------
@@ -281,17 +229,42 @@ def _commit_of(local: Path, repo_path: str) -> str:
 
 
 def _fetch(repo_id: str, path: str, revision: str, **options: Any) -> Path | None:
-    """:func:`_fetch_once`, retried with backoff while it fails transiently (see :data:`RETRY_DELAYS`)."""
-    for delay in (*RETRY_DELAYS, None):
+    """:func:`_fetch_once`, retried with backoff while it fails transiently (see :data:`RETRY_DELAYS` and
+    :data:`RETRY_BUDGET_S`)."""
+    start = time.monotonic()
+    for attempt, delay in enumerate((*RETRY_DELAYS, None), start=1):
         try:
             return _fetch_once(repo_id, path, revision, **options)
         except _Transient as exc:
-            if delay is None:
+            pause = None if delay is None else delay * random.uniform(1.0, 1.25)
+            if pause is None or time.monotonic() - start + pause > RETRY_BUDGET_S:
+                times = f"{attempt} times" if attempt > 1 else "once"
                 raise HubError(
-                    f"Downloading {repo_id}@{revision}/{path} failed {len(RETRY_DELAYS) + 1} times: {exc.reason}"
+                    f"Downloading {repo_id}@{revision}/{path} failed {times}: {exc.reason}"
                 ) from exc.__cause__
-            time.sleep(delay * random.uniform(1.0, 1.25))
+            time.sleep(pause)
     raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def _single_metadata_attempt() -> Iterator[None]:
+    """Make huggingface_hub report a failed metadata request (HEAD) at once instead of retrying it.
+
+    huggingface_hub 2.4's ``hf_hub_download``, when its HEAD fails on a network error or a 5xx and the file is not
+    cached, sends it again with ``http_backoff`` (5 retries, 1 + 2 + 4 + 8 + 8 s of sleep). :func:`_fetch` retries
+    on top of that, so an unreachable Hub took 98 s to report. The second round is decided by
+    ``file_download._DEFAULT_RETRY_ON_EXCEPTIONS`` / ``_DEFAULT_RETRY_ON_STATUS_CODES``; emptying them for the
+    duration of our call leaves the retries (and their budget) to :func:`_fetch`. The file GET keeps its own
+    retries and resume.
+    """
+    from huggingface_hub import file_download
+
+    reason = "huggingface_hub retrying a failed HEAD 5 times before hub_export's own bounded retries"
+    with (
+        patch_attribute(file_download, "_DEFAULT_RETRY_ON_EXCEPTIONS", (), reason=reason),
+        patch_attribute(file_download, "_DEFAULT_RETRY_ON_STATUS_CODES", (), reason=reason),
+    ):
+        yield
 
 
 class _Transient(Exception):
@@ -322,21 +295,25 @@ def _fetch_once(
         if cached is not None:  # the cache knows the file does not exist at this commit
             return None
     try:
-        return Path(
-            hf_hub_download(
-                repo_id,
-                path,
-                revision=revision,
-                cache_dir=cache_dir,
-                token=token,
-                local_files_only=offline,
-                force_download=force,
-                endpoint=endpoint,
+        with _single_metadata_attempt():
+            return Path(
+                hf_hub_download(
+                    repo_id,
+                    path,
+                    revision=revision,
+                    cache_dir=cache_dir,
+                    token=token,
+                    local_files_only=offline,
+                    force_download=force,
+                    endpoint=endpoint,
+                )
             )
-        )
     except LocalEntryNotFoundError as exc:
         if not offline:  # online, huggingface_hub reports a failed metadata request (5xx, connection) this way
-            raise _Transient(_first_line(exc)) from exc
+            transport = _transport_error(exc)
+            if transport is not None:
+                raise _Transient(f"{type(transport).__name__}: {_first_line(transport)}") from transport
+            raise _Transient(_first_line(exc.__cause__ or exc)) from exc
         raise HubError(
             f"{repo_id}@{revision}/{path} is not in the local cache and downloads are disabled "
             "(HF_HUB_OFFLINE or local_files_only): download it once while online."
@@ -355,37 +332,44 @@ def _fetch_once(
             raise _Transient(_first_line(exc)) from exc
         raise HubError(f"Downloading {repo_id}@{revision}/{path} failed: {_first_line(exc)}") from exc
     except Exception as exc:
-        if _is_transport_error(exc) or isinstance(exc, OSError):  # refused/cut connection, short body
+        transport = _transport_error(exc)
+        if transport is not None:  # refused/cut connection, timeout (force_download wraps it in a ValueError)
+            raise _Transient(f"{type(transport).__name__}: {_first_line(transport)}") from transport
+        if isinstance(exc, OSError):  # short body
             raise _Transient(f"{type(exc).__name__}: {_first_line(exc)}") from exc
         raise
 
 
-def _is_transport_error(exc: BaseException) -> bool:
+def _transport_error(exc: BaseException | None) -> BaseException | None:
+    """The network-level error (refused, reset, timeout) in ``exc``'s chain of causes, if any."""
     try:
         import httpx2 as httpx
     except ImportError:  # pragma: no cover - older huggingface_hub
-        import httpx
-    return isinstance(exc, httpx.TransportError)
+        import httpx  # type: ignore[no-redef, import-not-found, unused-ignore]
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, httpx.TransportError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-def _hint(repo_id: str, revision: str, subfolder: str, options: dict[str, Any]) -> str:
-    """Where the repo's exports are, when the requested folder has none (one listing request, online only)."""
+def _exports_in(repo_id: str, revision: str, options: dict[str, Any]) -> list[str] | None:
+    """The folders of the repo holding an ``export.json`` (one listing request, online only); None: unknown."""
     if options["offline"]:
-        return ""
+        return None
     try:
         from huggingface_hub import HfApi
 
         files = HfApi(endpoint=options["endpoint"], token=options["token"]).list_repo_files(repo_id, revision=revision)
     except Exception:  # noqa: BLE001 - a hint must never hide the real error
-        return ""
-    found = sorted(f.rsplit("/", 1)[0] + "/" for f in files if f.endswith("/" + MANIFEST_NAME))
-    if not found or subfolder + "/" in found:
-        return ""
-    return f" Exports in this repo: {', '.join(found)} (pass subfolder=...)."
+        return None
+    return sorted(f.rsplit("/", 1)[0] + "/" for f in files if f.endswith("/" + MANIFEST_NAME))
 
 
 def _matches_blob_id(path: Path) -> bool:
@@ -393,8 +377,11 @@ def _matches_blob_id(path: Path) -> bool:
     blob = Path(os.path.realpath(path))
     if not _HEX40.fullmatch(blob.name):
         return True  # not filed under a git blob id (LFS sha256, or not a symlinked cache): the sha256 check decides
-    data = blob.read_bytes()
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() == blob.name
+    digest = hashlib.sha1(b"blob %d\0" % blob.stat().st_size)
+    with open(blob, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest() == blob.name
 
 
 def _evict(path: Path) -> None:

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import _progress
 from .._files import sha256_file, verify_file
 from ..errors import HubError, ManifestError
-from ..formats import layout_for
+from ..formats import backend_for
 from ..manifest import MANIFEST_NAME, Manifest, Source
 from .card import CardExport, render_card
 
@@ -85,7 +86,7 @@ def push_export(exported: Any, repo_id: str, *, subfolder: str | None = None, **
         A :class:`PublishResult`.
     """
     if subfolder is None:
-        subfolder = layout_for(_format_of(exported)).subfolder
+        subfolder = backend_for(_format_of(exported)).layout.subfolder
     return publish(repo_id, {subfolder: exported}, **kwargs)
 
 
@@ -131,9 +132,10 @@ def publish(
         local = _stage(exports, Path(tmp))
         for attempt in range(1, _MAX_ATTEMPTS + 1):
             try:
-                return _publish_once(
-                    api, repo_id, local, revision, create_pr, commit_message, tag, parent_commit, private
-                )
+                with _progress.stage(f"uploading to {repo_id}"):
+                    return _publish_once(
+                        api, repo_id, local, revision, create_pr, commit_message, tag, parent_commit, private
+                    )
             except _Conflict:
                 if parent_commit is not None:
                     raise HubError(
@@ -168,15 +170,15 @@ def _stage(exports: Mapping[str, Any], tmp: Path) -> list[_Local]:
         if isinstance(exported, (str, Path)):
             directory = Path(exported)
             manifest = Manifest.read(directory)
-            for entry in manifest.all_files():
+            for entry in manifest.all_listed():
                 verify_file(directory / entry.path, entry)
         else:
             directory = _save(exported, tmp / f"export-{i}")
             manifest = Manifest.read(directory)
         files = {MANIFEST_NAME: directory / MANIFEST_NAME}
         files.update({name: directory / name for name in _SIDE_FILES if (directory / name).is_file()})
-        files.update({entry.path: directory / entry.path for entry in manifest.all_files()})
-        staged.append(_Local(sub, manifest, files, {e.path: e.sha256 for e in manifest.all_files()}))
+        files.update({entry.path: directory / entry.path for entry in manifest.all_listed()})
+        staged.append(_Local(sub, manifest, files, {e.path: e.sha256 for e in manifest.all_listed()}))
     subs = sorted(s.subfolder for s in staged)
     for a, b in zip(subs, subs[1:]):
         if a == b or b.startswith(a + "/"):

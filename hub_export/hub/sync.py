@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._progress import stage
 from ..configs import AutoExportConfig
 from ..errors import ConfigError, ExportError, HubError, HubExportError, ManifestError
-from ..formats import ExportFormat, layout_for, parse_format
+from ..formats import ExportFormat, backend_for, parse_format
 from ..manifest import MANIFEST_NAME, Manifest
 from .source import SOURCE_PATTERNS, load_source, resolve_revision
 
@@ -229,7 +230,7 @@ def _plan(
     same_files: dict[str, Any] = {}
     plans = []
     for fmt, config in wanted.items():
-        sub = layout_for(fmt).subfolder
+        sub = backend_for(fmt).layout.subfolder
         path = f"{sub}/{MANIFEST_NAME}"
         manifest = _read_manifest(api, target, path, head) if head and path in files else None
         if manifest is None:
@@ -297,7 +298,6 @@ def plan_sync(
 def _export_all(model: Any, plan: SyncPlan, directory: Path) -> dict[str, dict[str, Any]]:
     """Export, save and validate every stale format; the first failure raises and nothing is kept."""
     from .._files import verify_file
-    from ..exporters.auto import exporter_class
     from ..sample_inputs import dummy_inputs
 
     done: dict[str, dict[str, Any]] = {}
@@ -306,11 +306,12 @@ def _export_all(model: Any, plan: SyncPlan, directory: Path) -> dict[str, dict[s
         try:
             inputs = dummy_inputs(model)
             config = AutoExportConfig.from_dict(item.config)
-            exported = exporter_class(item.export_format)().export(model, inputs, config=config)
-            folder = exported.save_pretrained(directory / item.subfolder)
-            manifest = Manifest.read(folder)
-            for entry in manifest.all_files():
-                verify_file(folder / entry.path, entry)
+            exported = backend_for(item.export_format).exporter_class().export(model, inputs, config=config)
+            with stage(f"saving {item.subfolder}/"):
+                folder = exported.save_pretrained(directory / item.subfolder)
+                manifest = Manifest.read(folder)
+                for entry in manifest.all_listed():
+                    verify_file(folder / entry.path, entry)
             parity = manifest.components["model"].parity or {}
             diff, atol = parity.get("max_abs_diff"), parity.get("atol")
             if diff is not None and atol is not None and not diff <= atol:
@@ -325,7 +326,7 @@ def _export_all(model: Any, plan: SyncPlan, directory: Path) -> dict[str, dict[s
             "path": folder,
             "parity": diff,
             "atol": atol,
-            "bytes": sum(e.size for e in manifest.all_files()),
+            "bytes": sum(e.size for e in manifest.all_listed()),
         }
     return done
 
@@ -341,6 +342,7 @@ def sync(
     create_pr: bool = False,
     generation: bool = False,
     commit_message: str | None = None,
+    private: bool | None = None,
     token: str | bool | None = None,
     endpoint: str | None = None,
 ) -> SyncResult:
@@ -356,6 +358,7 @@ def sync(
         create_pr: Open a pull request instead of committing to ``target_revision``.
         generation: Export for generation (not available yet).
         commit_message: Commit title.
+        private: Visibility of the target repo when it has to be created.
         token: Hub token.
         endpoint: Hub endpoint.
 
@@ -397,6 +400,7 @@ def sync(
                     create_pr=create_pr,
                     commit_message=message,
                     parent_commit=plan.target_head,
+                    private=private,
                     token=token,
                     endpoint=endpoint,
                 )

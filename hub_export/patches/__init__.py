@@ -1,10 +1,12 @@
-"""Reversible, scoped workarounds for upstream bugs: one module per backend.
+"""Reversible, scoped workarounds for upstream bugs.
 
-Every patch is applied inside a context manager and restored in ``finally``; each names the upstream issue
-it works around; a patch whose target no longer exists raises :class:`PatchTargetMissing` (never skipped
-silently).
+The patches every format needs while tracing are in :mod:`hub_export.patches.tracing`; NNCF's in
+:mod:`hub_export.patches.nncf`; each backend keeps its own in ``hub_export/backends/<format>/patches.py``.
+Every patch is applied inside a context manager and restored in ``finally``; each names the upstream issue it
+works around; a patch whose target no longer exists raises :class:`~hub_export.errors.PatchTargetMissing`
+(never skipped silently).
 """
 
-from ._base import PatchTargetMissing, patch_attribute
+from ._base import patch_attribute
 
-__all__ = ["PatchTargetMissing", "patch_attribute"]
+__all__ = ["patch_attribute"]

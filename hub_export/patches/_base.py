@@ -6,15 +6,11 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import HubExportError
+from ..errors import PatchTargetMissing
 
-__all__ = ["PatchTargetMissing", "patch_attribute"]
+__all__ = ["patch_attribute"]
 
 _MISSING = object()
-
-
-class PatchTargetMissing(HubExportError, AttributeError):
-    """A patch's target no longer exists upstream: the workaround must be reviewed (maybe it is fixed)."""
 
 
 @contextlib.contextmanager

@@ -1,6 +1,6 @@
 """Export quantizers: pass one as ``quantizer=`` of an export config.
 
-* :class:`OnnxRuntimeQuantizer` (ONNX exports): ``quantize_dynamic`` / ``quantize_static`` of ONNX Runtime.
+* ``OnnxRuntimeQuantizer`` (ONNX exports, in the ONNX backend package): ONNX Runtime's quantizers.
 * :class:`NNCFQuantizer` (OpenVINO, ONNX and Dynamo exports; ExecuTorch: int8 weight compression):
   ``nncf.compress_weights`` / ``nncf.quantize``.
 * :class:`PT2EQuantizer` (every format): torchao's ``prepare_pt2e``/``convert_pt2e`` on the traced graph.
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from .base import Calibration, ExportQuantizer
 from .nncf_quant import NNCFQuantizationConfig, NNCFQuantizer, NNCFWeightCompressionConfig
-from .ort import OnnxRuntimeDynamicConfig, OnnxRuntimeQuantizer, OnnxRuntimeStaticConfig
 from .pt2e import PT2EQuantizer
 
 __all__ = [
@@ -21,8 +20,5 @@ __all__ = [
     "NNCFQuantizationConfig",
     "NNCFQuantizer",
     "NNCFWeightCompressionConfig",
-    "OnnxRuntimeDynamicConfig",
-    "OnnxRuntimeQuantizer",
-    "OnnxRuntimeStaticConfig",
     "PT2EQuantizer",
 ]

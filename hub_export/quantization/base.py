@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 from ..errors import BackendUnavailableError, ConfigError
+from ..formats import backend_for
 
 __all__ = ["ExportQuantizer", "Calibration", "calibration_for", "find_quantizer", "stage_for"]
 
@@ -46,8 +47,9 @@ class ExportQuantizer:
     """Base class of the export quantizers.
 
     Class attributes:
-        stages: The stages it can quantize (``"fx"``, ``"onnx"``, ``"openvino"``); the export format picks one.
-        formats: The export formats it is known to work with (None: every format that has one of its stages).
+        stages: The program types it can quantize (``"fx"``: the traced graph; ``"onnx"``, ``"openvino"``: the
+            program a backend lowered to, its ``quantization_stage``); the export format picks one. A backend refuses
+            quantizers its runtime cannot take in its exporter's ``check_available``.
         packages: Import names it needs; a missing one raises ``BackendUnavailableError`` naming the ``quant`` extra.
         needs_calibration: Whether it reads calibration samples (weight-only and dynamic quantizers do not).
 
@@ -59,7 +61,6 @@ class ExportQuantizer:
     """
 
     stages: ClassVar[tuple[str, ...]] = ()
-    formats: ClassVar[tuple[str, ...] | None] = None
     packages: ClassVar[tuple[str, ...]] = ()
     needs_calibration: ClassVar[bool] = False
 
@@ -71,9 +72,8 @@ class ExportQuantizer:
             self.config = config
 
     # -- protocol --------------------------------------------------------------------------------------
-    def check_available(self, stage: str, export_format: str | None = None) -> None:
-        """Raise before tracing if this quantizer cannot run at ``stage`` (for ``export_format``) or a package it
-        needs is missing.
+    def check_available(self, stage: str) -> None:
+        """Raise before tracing if this quantizer cannot run at ``stage`` or a package it needs is missing.
 
         Raises:
             ConfigError: The export format's stage is not one this quantizer supports.
@@ -83,11 +83,6 @@ class ExportQuantizer:
             raise ConfigError(
                 f"{type(self).__name__} quantizes {' or '.join(self.stages)} graphs, not {stage!r} exports; "
                 "pick a quantizer for this format or export to a format it supports."
-            )
-        if export_format is not None and self.formats is not None and export_format not in self.formats:
-            raise ConfigError(
-                f"{type(self).__name__} works with {', '.join(self.formats)} exports, not {export_format!r}: "
-                "its quantize/dequantize ops do not convert there; use a quantizer of that backend instead."
             )
         for package in self.packages:
             if importlib.util.find_spec(package) is None:
@@ -111,19 +106,16 @@ class ExportQuantizer:
 
 
 def calibration_for(quantizer: ExportQuantizer, traced: Any) -> Calibration:
-    """Flatten the quantizer's calibration dicts to graph inputs with the runner's ``flatten_inputs``.
+    """Flatten the quantizer's calibration dicts to the graph inputs of ``traced`` (its signature's order).
 
     Raises:
         InputError: A calibration sample does not match the traced signature.
     """
-    from ..exporters.base import _metadata
-    from ..runners.base import ModelRunner
-
-    names = [spec.name for spec in traced.inputs]
+    signature = traced.signature
+    names = [spec.name for spec in signature.inputs]
     if not quantizer.calibration_dataset:
         return Calibration(names, [list(traced.sample)], from_dataset=False)
-    flattener = ModelRunner(_metadata(traced))
-    return Calibration(names, [flattener.flatten_inputs(dict(sample)) for sample in quantizer.calibration_dataset])
+    return Calibration(names, [signature.flatten_inputs(dict(sample)) for sample in quantizer.calibration_dataset])
 
 
 def find_quantizer(config: Any, stage: str) -> ExportQuantizer | None:
@@ -143,6 +135,7 @@ def find_quantizer(config: Any, stage: str) -> ExportQuantizer | None:
 
 
 def stage_for(config: Any, quantizer: ExportQuantizer) -> str:
-    """The stage a quantizer runs at in an export of ``config``'s format: the format's own graph when supported."""
-    fmt = config.export_format.value
-    return fmt if fmt in quantizer.stages else "fx"
+    """The stage a quantizer runs at in an export of ``config``'s format: the program type the format lowers to
+    (its backend's ``quantization_stage``) when the quantizer supports it, else the traced ``"fx"`` graph."""
+    stage = backend_for(config.export_format).quantization_stage
+    return stage if stage is not None and stage in quantizer.stages else "fx"

@@ -111,33 +111,6 @@ class NNCFQuantizer(ExportQuantizer):
     def needs_calibration(self) -> bool:  # type: ignore[override]
         return isinstance(self.config, NNCFQuantizationConfig)
 
-    def check_available(self, stage: str, export_format: str | None = None) -> None:
-        """Also refuse, for ExecuTorch, int4 weight compression (its int4 unpacking is not valid edge dialect:
-        ``SpecViolationError`` in ``to_edge``) and full quantization: XNNPACK's partitioner takes none of NNCF's
-        quantized linears (their weights are ``sub``/``mul`` of int8 buffers, "Expected weight to be a static param";
-        folded to ``dequantize_per_channel`` they still fail "Expected output node to have a dequantized node", as
-        NNCF leaves linear outputs float), so the quantize/dequantize ops stay outside the delegate and ``to_executorch``
-        fails: "Missing out variants: {'quantized_decomposed::quantize_per_tensor', ...}" (executorch 1.5.1).
-
-        Raises:
-            ConfigError: An unsupported stage/format, or int4/full quantization for ExecuTorch.
-            BackendUnavailableError: NNCF is not installed.
-        """
-        super().check_available(stage, export_format)
-        if export_format != "executorch":
-            return
-        if isinstance(self.config, NNCFQuantizationConfig):
-            raise ConfigError(
-                "NNCF full int8 quantization (NNCFQuantizationConfig) does not lower to ExecuTorch: XNNPACK cannot take "
-                "its quantized linears (float outputs), so their quantize/dequantize ops are left outside the delegate; "
-                "use PT2EQuantizer(XNNPACKQuantizer(...)) for ExecuTorch, or NNCFWeightCompressionConfig(mode='int8_asym')."
-            )
-        if self.config.mode.startswith("int4"):
-            raise ConfigError(
-                f"NNCF {self.config.mode} weight compression does not lower to ExecuTorch (its int4 unpacking is not "
-                "valid edge dialect); use mode='int8_asym'/'int8_sym', or PT2EQuantizer for ExecuTorch."
-            )
-
     def settings(self) -> dict[str, Any]:
         """The config's fields, and which NNCF function they drive."""
         data = super().settings()
@@ -246,7 +219,7 @@ def _plain_module(program: Any) -> Any:
     """
     import torch
 
-    from ..patches.dynamo import tracing_patches
+    from ..patches.tracing import tracing_patches
 
     args = tuple(program.example_inputs[0])
     placeholders = [

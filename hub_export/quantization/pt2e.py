@@ -16,12 +16,12 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
 from ..errors import ExportError
-from .base import Calibration, ExportQuantizer
+from ..patches.tracing import tracing_patches
+from .base import Calibration, ExportQuantizer, calibration_for, find_quantizer
 
 __all__ = ["PT2EQuantizer", "quantize_traced"]
 
@@ -35,9 +35,6 @@ class PT2EQuantizer(ExportQuantizer):
     """
 
     stages = ("fx",)
-    #: Measured with torch 2.13 / openvino 2026.4 on a Llama quantized by XNNPACKQuantizer: torch.onnx.export
-    #: fails with a ConversionError, OpenVINO's frontend fails typing a ``FakeQuantize`` -> ``MatMul``.
-    formats = ("dynamo", "executorch")
     packages = ("torchao",)
     needs_calibration = True
 
@@ -72,20 +69,18 @@ def quantize_traced(traced: Any, config: Any) -> Any:
     """
     import torch
 
-    from ..patches.dynamo import tracing_patches
-    from .base import calibration_for, find_quantizer
-
     quantizer = find_quantizer(config, "fx")
     if quantizer is None:
         return traced
     module = quantizer.quantize(traced.program, calibration_for(quantizer, traced), "fx")
+    signature = traced.signature
     shapes = []
-    for spec in traced.inputs:
+    for spec in signature.inputs:
         axes = {}
-        for axis, dim in enumerate(spec.shape):
-            if isinstance(dim, str):
-                low, high = traced.dims.get(dim, {}).get("min"), traced.dims.get(dim, {}).get("max")
-                axes[axis] = torch.export.Dim.AUTO if high is None else torch.export.Dim.AUTO(min=low or 0, max=high)
+        for axis, name in enumerate(spec.shape):
+            dim = signature.dims.get(name) if isinstance(name, str) else None
+            if dim is not None and not dim.pinned:
+                axes[axis] = torch.export.Dim.AUTO if dim.max is None else dim.to_auto()
         shapes.append(axes or None)
     dynamic = any(s is not None for s in shapes)
     try:
@@ -97,7 +92,7 @@ def quantize_traced(traced: Any, config: Any) -> Any:
         raise ExportError(
             f"Re-exporting the PT2E-quantized graph failed: {type(exc).__name__}: {str(exc)[:1500]}"
         ) from exc
-    return dataclasses.replace(traced, program=program)
+    return traced.replace(program=program)
 
 
 def _integer_scalar_ops(module: Any) -> None:

@@ -1,0 +1,286 @@
+"""``ExecutorchExporter``: lower the traced program with an ExecuTorch delegate and save it as ``model.pte``.
+
+ExecuTorch plans every buffer ahead of time for the largest shape it may see, so every dynamic dim needs an
+upper bound. With ``dynamic=True`` the bounds come from the model's config (see :meth:`dynamic_bounds`); explicit
+``dynamic_shapes`` are used exactly as given and must bound every dim (``Dim("sequence", min=1, max=256)``).
+The bounds the program was planned for are recorded in the manifest (``dims``) and an input beyond them raises
+:class:`~hub_export.errors.InputBoundsError` before the runtime is called.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import sys
+from typing import Any, ClassVar
+
+from ...configs import ExportConfig
+from ...dims import Dim
+from ...errors import ConfigError, DeviceUnavailableError, ExportError
+from ...export.exporter import HfExporter, Lowered
+from ...export.trace import DimBounds, Traced
+from ...patches.tracing import gathered_experts_forward
+from ...quantization.nncf_quant import NNCFQuantizationConfig, NNCFQuantizer
+from ...signature import Signature
+from .config import FORMAT, ExecutorchConfig
+from .patches import (
+    contiguous_attention_outputs,
+    executorch_patches,
+    integer_powers_as_products,
+    retrace_without_size_one_hints,
+    upper_bound,
+)
+
+__all__ = ["ExecutorchExporter"]
+
+# Config attributes giving the longest sequence a model accepts, tried in order, per dim role.
+_LIMITS = ("max_position_embeddings", "n_positions", "max_target_positions", "max_source_positions", "n_ctx")
+_ROLE_LIMITS = {
+    "decoder_sequence": ("max_target_positions", "max_decoder_position_embeddings", *_LIMITS),
+    "encoder_sequence": ("max_source_positions", "max_encoder_position_embeddings", *_LIMITS),
+}
+_SEQUENCE_ROLES = {"sequence", "total_sequence", "past_sequence", "decoder_sequence", "encoder_sequence"}
+_RUNTIME_BACKENDS = {"xnnpack": "XnnpackBackend", "cuda": "CudaBackend", "mlx": "MLXBackend"}
+
+
+class ExecutorchExporter(HfExporter):
+    """Export to an ExecuTorch program (``model.pte``) for the XNNPACK (CPU), CUDA or MLX delegate.
+
+    Class attributes:
+        max_batch: Upper bound of the ``batch`` dim with ``dynamic=True``.
+        max_sequence: Upper bound of sequence dims when the model's config gives no maximum length.
+        max_sequence_cap: Cap on a config's maximum length (buffers are planned for the bound, so a 128k-token
+            ``max_position_embeddings`` would plan gigabytes); pass explicit ``dynamic_shapes`` to go beyond it.
+    """
+
+    export_format = FORMAT
+    config_class = ExecutorchConfig
+    parity_atol = 1e-3
+    max_batch: ClassVar[int] = 8
+    max_sequence: ClassVar[int] = 512
+    max_sequence_cap: ClassVar[int] = 4096
+
+    # -- backend verbs ----------------------------------------------------------------------------------
+    def check_available(self, config: ExportConfig) -> None:
+        """Also check the delegate can lower and run here (CUDA device, Apple Silicon for MLX), before tracing.
+
+        Also refuses the quantizers whose output XNNPACK cannot lower: NNCF full quantization (XNNPACK's partitioner
+        takes none of NNCF's quantized linears, whose outputs stay float, so their quantize/dequantize ops are left
+        outside the delegate and ``to_executorch`` fails "Missing out variants", executorch 1.5.1) and NNCF int4
+        weight compression (its int4 unpacking is not valid edge dialect: ``SpecViolationError`` in ``to_edge``).
+
+        Raises:
+            BackendUnavailableError: executorch is not installed.
+            DeviceUnavailableError: The delegate or its device is unavailable; the message says why.
+            ConfigError: A quantizer ExecuTorch cannot lower.
+        """
+        super().check_available(config)
+        reason = _unavailable_reason(getattr(config, "backend", "xnnpack"))
+        if reason:
+            raise DeviceUnavailableError(f"Cannot export to ExecuTorch backend {config.backend!r}: {reason}")
+        quantizer = config.quantizer
+        if isinstance(quantizer, NNCFQuantizer) and isinstance(quantizer.config, NNCFQuantizationConfig):
+            raise ConfigError(
+                "NNCF full int8 quantization (NNCFQuantizationConfig) does not lower to ExecuTorch: XNNPACK cannot take "
+                "its quantized linears (float outputs), so their quantize/dequantize ops are left outside the delegate; "
+                "use PT2EQuantizer(XNNPACKQuantizer(...)) for ExecuTorch, or NNCFWeightCompressionConfig(mode='int8_asym')."
+            )
+        if isinstance(quantizer, NNCFQuantizer) and quantizer.config.mode.startswith("int4"):
+            raise ConfigError(
+                f"NNCF {quantizer.config.mode} weight compression does not lower to ExecuTorch (its int4 unpacking is not "
+                "valid edge dialect); use mode='int8_asym'/'int8_sym', or PT2EQuantizer for ExecuTorch."
+            )
+
+    def experts_forward(self, module: Any, config: ExportConfig) -> Any:
+        """transformers' ``batched_mm`` (static shapes): ExecuTorch's runtime cannot run the per-expert loop's
+        data-dependent row counts."""
+        return gathered_experts_forward(module)
+
+    def dynamic_bounds(self, module: Any, config: ExportConfig) -> DimBounds:
+        """Bounds for ``dynamic=True``, from the model's config.
+
+        ``batch``: [1, :attr:`max_batch`]. Sequence dims: [1, the config's maximum length for that role]
+        (``max_position_embeddings``, ``n_positions``, ``max_target_positions`` for decoder sequences,
+        ``max_source_positions`` for encoder ones), capped at :attr:`max_sequence_cap`, or :attr:`max_sequence`
+        when the config has none. ``height``/``width``: up to ``image_size``. ``samples`` (raw audio into a
+        convolutional feature encoder: Wav2Vec2, HuBERT): the samples that make :attr:`max_sequence` frames
+        (``prod(config.conv_stride) * max_sequence``: 10.24 s of 16 kHz audio for Wav2Vec2-base; the
+        attention over frames is planned for that). Any other dim: up to its sample size.
+        A bound is never below the sample's size.
+        """
+        model_config = getattr(module, "config", None)
+
+        def bounds(role: str, leaf: str, axis: int, size: int) -> tuple[int, int]:
+            if role == "batch":
+                high = self.max_batch
+            elif role in _SEQUENCE_ROLES:
+                limit = _config_limit(model_config, _ROLE_LIMITS.get(role, _LIMITS))
+                high = min(limit, self.max_sequence_cap) if limit else self.max_sequence
+            elif role in ("height", "width"):
+                high = _image_size(model_config, 0 if role == "height" else 1) or size
+            elif role == "samples" and getattr(model_config, "conv_stride", None):
+                high = math.prod(model_config.conv_stride) * self.max_sequence
+            else:
+                high = size
+            return 1, max(high, size)
+
+        return bounds
+
+    def export_program(self, traced: Traced, config: ExportConfig) -> Any:
+        """``to_edge_transform_and_lower`` with the delegate's partitioner, then ``to_executorch`` with the memory plan.
+
+        Returns the program with the signature narrowed to the sizes the program was planned for, and the delegate
+        and memory-planning flags as the component's ``extra``.
+
+        Raises:
+            ExportError: A dynamic dim has no upper bound, or lowering failed.
+        """
+        signature = traced.signature
+        unbounded = sorted(name for name, dim in signature.dims.items() if dim.max is None)
+        if unbounded:
+            raise ExportError(
+                f"ExecuTorch plans memory for the largest input, but dims {unbounded} have no upper bound. Export with "
+                "dynamic=True (bounds from the model config) or give each Dim a max: Dim('sequence', min=1, max=256)."
+            )
+        try:
+            program = retrace_without_size_one_hints(traced.program, signature, traced.sample)
+        except Exception as exc:
+            raise ExportError(
+                f"Re-tracing with the size-1 dims widened to 2 failed ({type(exc).__name__}: {str(exc)[:800]}); "
+                "export with sample inputs whose dynamic dims (batch, sequence) are at least 2."
+            ) from exc
+        contiguous_attention_outputs(program)
+        import torch
+
+        try:
+            # no autograd: a program updating an input in place (a StaticCache) trips "leaf Variable that requires
+            # grad is being used in an in-place operation" while ExecuTorch's passes re-run its ops
+            with torch.no_grad():
+                manager = _lower(program, config)
+        except ExportError:
+            raise
+        except Exception as exc:  # executorch raises many types; keep the cause
+            hint = ""
+            if config.quantizer is not None and "dependency cycles" in str(exc) and config.dynamic:
+                hint = (
+                    "\nXNNPACK's partitioner cannot group dynamically quantized linears under dynamic shapes here (shared "
+                    "choose_qparams chains, see pytorch/executorch#18397): export with dynamic=False, or calibrate a "
+                    "static quantization config (is_dynamic=False) instead."
+                )
+            raise ExportError(
+                f"ExecuTorch lowering to {config.backend!r} failed for {traced.architecture}: "
+                f"{type(exc).__name__}: {str(exc)[:2000]}{hint}"
+            ) from exc
+        extra = {
+            "backend": config.backend,
+            "memory_planning": {
+                "alloc_graph_input": config.alloc_graph_input,
+                "alloc_graph_output": config.alloc_graph_output,
+                "alloc_mutable_buffers": config.alloc_mutable_buffers,
+            },
+        }
+        planned = signature.replace(dims=_planned_dims(manager.exported_program(), signature))
+        return Lowered(manager, planned, extra)
+
+
+def _unavailable_reason(backend: str) -> str | None:
+    """Why ``backend`` cannot be lowered to and run here, or None."""
+    if backend == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            return "torch sees no CUDA device (the CUDA delegate builds its kernels for a local GPU); use xnnpack."
+    if backend == "mlx" and not (sys.platform == "darwin" and platform.machine() == "arm64"):
+        here = f"{sys.platform}/{platform.machine()}"
+        return f"the MLX delegate runs on Apple Silicon (macOS arm64) only, this is {here}. Use backend='xnnpack'."
+    from executorch.runtime import Runtime
+
+    registered = Runtime.get().backend_registry.registered_backend_names
+    name = _RUNTIME_BACKENDS[backend]
+    if name not in registered:
+        return (
+            f"this executorch build's runtime has no {name} (it has {', '.join(registered) or 'none'}), so the program "
+            "could not run here; install an executorch build with that delegate."
+        )
+    return None
+
+
+def _lower(program: Any, config: Any) -> Any:
+    """The ExportedProgram lowered for ``config.backend`` and memory-planned: an ``ExecutorchProgramManager``."""
+    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
+    from executorch.exir.passes import MemoryPlanningPass
+
+    passes, compile_config = None, EdgeCompileConfig()
+    if config.backend == "mlx":  # as executorch's own MLX examples lower
+        from executorch.backends.mlx.passes import get_default_passes
+
+        passes, compile_config = get_default_passes(), EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True)
+    memory_plan = MemoryPlanningPass(
+        alloc_graph_input=config.alloc_graph_input,
+        alloc_graph_output=config.alloc_graph_output,
+        alloc_mutable_buffers=config.alloc_mutable_buffers,
+    )
+    with executorch_patches():
+        edge = to_edge_transform_and_lower(
+            program, partitioner=_partitioners(config.backend), compile_config=compile_config, transform_passes=passes
+        )
+        for method in edge.methods:
+            integer_powers_as_products(edge.exported_program(method))
+        return edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=memory_plan))
+
+
+def _partitioners(backend: str) -> list[Any]:
+    if backend == "cuda":
+        from executorch.backends.cuda.cuda_backend import CudaBackend
+        from executorch.backends.cuda.cuda_partitioner import CudaPartitioner
+
+        return [CudaPartitioner([CudaBackend.generate_method_name_compile_spec("forward")])]
+    if backend == "mlx":
+        from executorch.backends.mlx import MLXPartitioner
+
+        return [MLXPartitioner()]
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    return [XnnpackPartitioner()]
+
+
+def _config_limit(model_config: Any, names: tuple[str, ...]) -> int | None:
+    configs = [model_config]
+    get_text = getattr(model_config, "get_text_config", None)
+    if callable(get_text):
+        configs.append(get_text())
+    for cfg in configs:
+        for name in names:
+            value = getattr(cfg, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+def _image_size(model_config: Any, index: int) -> int | None:
+    size = getattr(model_config, "image_size", None)
+    if isinstance(size, (list, tuple)) and len(size) > index:
+        size = size[index]
+    return size if isinstance(size, int) and size > 0 else None
+
+
+def _planned_dims(lowered: Any, signature: Signature) -> dict[str, Dim]:
+    """The signature's dims with each max narrowed to what the lowered program was planned for (lowering can tighten
+    it, or specialize a dim to one size)."""
+    dims = dict(signature.dims)
+    placeholders = {n.name: n for n in lowered.graph.nodes if n.op == "placeholder"}
+    for spec, node_name in zip(signature.inputs, lowered.graph_signature.user_inputs):
+        value = placeholders[node_name].meta.get("val")
+        for axis, name in enumerate(signature.concrete_shape(spec)):
+            if not isinstance(name, str) or value is None:
+                continue
+            node = getattr(value.shape[axis], "node", None)
+            pinned = int(value.shape[axis]) if node is None else node.maybe_as_int()
+            if pinned is not None:  # the lowering specialized this dim to one size
+                dims[name] = Dim(name, pinned, pinned)
+                continue
+            upper = upper_bound(value.shape[axis])
+            known = dims[name]
+            if upper is not None and known.max is not None:
+                dims[name] = Dim(name, known.min, max(known.min, min(upper, known.max)), known.multiple_of)
+    return dims

@@ -1,0 +1,69 @@
+"""Save and load ExecuTorch programs: one ``<component>.pte`` flatbuffer per component.
+
+A loaded program is an ``executorch.runtime.Program``; the export-time ``ExecutorchProgramManager`` cannot be rebuilt
+from the file, so the bytes of loaded programs are kept (:func:`pte_bytes`) to save them again.
+"""
+
+from __future__ import annotations
+
+import weakref
+from pathlib import Path
+from typing import Any
+
+from ...errors import ExportError, UnsafeExportError
+from ...manifest import ComponentEntry
+from .config import LAYOUT
+
+__all__ = ["load_program", "pte_bytes", "save_program"]
+
+# .pte bytes of programs loaded from disk: the runtime Program cannot serialize itself back.
+_LOADED_BYTES: weakref.WeakKeyDictionary[Any, bytes] = weakref.WeakKeyDictionary()
+
+
+def save_program(program: Any, directory: Path, component: str) -> list[str]:
+    """Write ``<component>.pte``: streamed from an ``ExecutorchProgramManager``, or a loaded program's bytes.
+
+    Raises:
+        ExportError: The program keeps tensor data outside the ``.pte`` (a ``.ptd`` file), or cannot be saved.
+    """
+    (name,) = LAYOUT.component_files(component)
+    path = Path(directory) / name
+    if hasattr(program, "write_to_file"):
+        if getattr(program, "_tensor_data", None):
+            raise ExportError("This ExecuTorch program keeps weights in .ptd files, which hub_export cannot save.")
+        with open(path, "wb") as handle:
+            program.write_to_file(handle)
+    else:
+        path.write_bytes(pte_bytes(program))
+    return [name]
+
+
+def load_program(directory: Path, component: str, entry: ComponentEntry) -> Any:
+    """The ``.pte`` as an ``executorch.runtime.Program`` (the export-time manager cannot be rebuilt from it)."""
+    from executorch.runtime import Runtime, Verification
+
+    name = LAYOUT.paths(component, [f.path for f in entry.files])["program"]
+    data = (Path(directory) / name).read_bytes()
+    try:  # full flatbuffer verification: the file may come from an untrusted repo
+        program = Runtime.get().load_program(data, verification=Verification.InternalConsistency)
+    except RuntimeError as exc:
+        raise UnsafeExportError(f"{name}: the ExecuTorch runtime refused the program ({exc}).") from None
+    _LOADED_BYTES[program] = data
+    return program
+
+
+def pte_bytes(program: Any) -> bytes:
+    """The serialized ``.pte`` of an ``ExecutorchProgramManager`` or of a program loaded by hub_export.
+
+    Raises:
+        ExportError: ``program`` is a runtime Program that hub_export did not load (its bytes are unknown).
+    """
+    if hasattr(program, "buffer") and hasattr(program, "write_to_file"):
+        return program.buffer
+    data = _LOADED_BYTES.get(program)
+    if data is None:
+        raise ExportError(
+            f"Cannot serialize a {type(program).__name__}: only programs exported or loaded by hub_export keep "
+            "their .pte bytes."
+        )
+    return data

@@ -1,0 +1,354 @@
+"""Workarounds applied while lowering to ExecuTorch; each names the upstream behaviour it works around.
+
+* :func:`planned_sizes_must_be_bounded`, :func:`list_outputs_validated_whole`,
+  :func:`xnnpack_reshapes_with_one_dynamic_dim` and :func:`symbolic_min_max_admitted` (reversible patches, applied
+  by :func:`executorch_patches` around the lowering).
+* :func:`retrace_without_size_one_hints` (a re-trace of the program, not a patch: it changes nothing upstream).
+* :func:`contiguous_attention_outputs` (an edit of hub_export's own traced graph, before lowering) and
+  :func:`integer_powers_as_products` (an edit of the edge program, before ``to_executorch``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+from ...errors import ExportError
+from ...patches import patch_attribute
+from ...patches.tracing import size_one_dims_stay_dynamic
+
+__all__ = [
+    "contiguous_attention_outputs",
+    "executorch_patches",
+    "integer_powers_as_products",
+    "list_outputs_validated_whole",
+    "planned_sizes_must_be_bounded",
+    "retrace_without_size_one_hints",
+    "symbolic_min_max_admitted",
+    "upper_bound",
+    "xnnpack_reshapes_with_one_dynamic_dim",
+]
+
+_HINT_FALLBACK = "eval_upper_bound planning unbounded sizes at the trace-time hint (pytorch/executorch#20834)"
+
+
+@contextlib.contextmanager
+def planned_sizes_must_be_bounded() -> Iterator[None]:
+    """Fail the export when a tensor size has no upper bound, instead of planning it at its traced size.
+
+    ExecuTorch plans every buffer for its largest size. Since pytorch/executorch#20834, ``eval_upper_bound``
+    returns the trace-time hint when a symbolic size has no finite bound: the program then holds buffers sized
+    for the sample inputs, and a larger input overruns them at run time (``Attempted to resize a bounded tensor``)
+    or is silently truncated. hub_export bounds every input dim, so a size is planned at :func:`upper_bound`
+    (exact where sympy's interval arithmetic gives up), and a size without one is data-dependent (``nonzero``,
+    ``.item()``): raise an :class:`ExportError` that names it.
+    """
+    import executorch.exir.passes.sym_shape_eval_pass as sym_shape_eval_pass
+    import executorch.exir.sym_util as sym_util
+
+    original = sym_util.eval_upper_bound
+
+    def bounded(value: Any) -> int:
+        node = getattr(value, "node", None)
+        if node is None:
+            return original(value)
+        planned = upper_bound(value)
+        if planned is None:
+            raise ExportError(
+                f"ExecuTorch cannot plan memory for a tensor of size {node.expr}: it has no upper bound (a "
+                "data-dependent size, or an input dim without a max). Give every dynamic input dim a max "
+                "(dynamic_shapes={'input_ids': {1: Dim('sequence', min=1, max=N)}}) or export with static shapes."
+            )
+        return planned
+
+    with contextlib.ExitStack() as stack:
+        for owner in (sym_util, sym_shape_eval_pass):
+            stack.enter_context(patch_attribute(owner, "eval_upper_bound", bounded, reason=_HINT_FALLBACK))
+        yield
+
+
+def upper_bound(size: Any) -> int | None:
+    """The largest value a SymInt can take under its ShapeEnv's ranges (an int is its own), or None if unbounded.
+
+    sympy's interval arithmetic (``bound_sympy``) gives up on sizes such as Mamba-2's chunk count
+    ``(s + Mod(16 - Mod(s, 16), 16)) // ((s + Mod(16 - Mod(s, 16), 16)) // 16)`` (a floor division by a symbolic
+    range); when every symbol of the size has a finite range, the size is then evaluated at every point of those
+    ranges (at most :data:`_EXHAUSTIVE_POINTS`), which gives its exact maximum.
+    """
+    from torch.utils._sympy.numbers import IntInfinity
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    node = getattr(size, "node", None)
+    if node is None:
+        return int(size)
+    ranges = node.shape_env.var_to_range
+    try:
+        upper = bound_sympy(node.expr, ranges).upper
+    except ZeroDivisionError:  # a divisor whose range holds 0
+        return _exhaustive_upper_bound(node.expr, ranges)
+    if isinstance(upper, IntInfinity) or not (upper.is_finite and upper.is_integer):  # int_oo claims to be finite
+        return _exhaustive_upper_bound(node.expr, ranges)
+    return int(upper)
+
+
+#: Most points :func:`upper_bound` evaluates a size at when interval arithmetic cannot bound it.
+_EXHAUSTIVE_POINTS = 100_000
+
+
+def _exhaustive_upper_bound(expr: Any, ranges: dict[Any, Any]) -> int | None:
+    """The maximum of ``expr`` over the grid of its symbols' integer ranges, or None (an unbounded or too large
+    range, or a value that is not an integer)."""
+    from torch.utils._sympy.numbers import IntInfinity, NegativeIntInfinity
+
+    symbols = tuple(sorted(expr.free_symbols, key=str))
+    axes = []
+    for symbol in symbols:
+        bounds = ranges.get(symbol)
+        ends = () if bounds is None else (bounds.lower, bounds.upper)
+        if not ends or any(isinstance(b, (IntInfinity, NegativeIntInfinity)) or not b.is_Integer for b in ends):
+            return None
+        axes.append((int(bounds.lower), int(bounds.upper)))
+    return _grid_maximum(expr, symbols, tuple(axes))
+
+
+@functools.lru_cache(maxsize=1024)
+def _grid_maximum(expr: Any, symbols: tuple[Any, ...], axes: tuple[tuple[int, int], ...]) -> int | None:
+    """:func:`_exhaustive_upper_bound` on given ranges, cached: the memory planner asks for the same size once per
+    tensor that has it."""
+    import itertools
+    import math
+
+    import sympy
+
+    points = [range(low, high + 1) for low, high in axes]
+    if math.prod(len(axis) for axis in points) > _EXHAUSTIVE_POINTS:
+        return None
+    best = None
+    for point in itertools.product(*points):
+        try:
+            value = expr.xreplace({s: sympy.Integer(v) for s, v in zip(symbols, point)})
+        except ZeroDivisionError:
+            return None
+        if not value.is_Integer:
+            return None
+        best = int(value) if best is None else max(best, int(value))
+    return best
+
+
+@contextlib.contextmanager
+def list_outputs_validated_whole() -> Iterator[None]:
+    """Make the edge dtype validator read a ``Tensor[]`` output as a list, not as its first tensor.
+
+    ``EdgeOpArgValidator.call_function`` (executorch/exir/verification/arg_validator.py, executorch 1.5.1) iterates a
+    node's outputs one per schema return; for an op with a single ``Tensor[]`` return (``split_with_sizes_copy``,
+    ``unbind_copy``) it takes the first tensor for the list and calls ``len()`` on it. ``len`` of a tensor with a
+    dynamic first dim guards it to its traced size: GPT-2's ``c_attn(...).split(...)`` pins ``batch`` to the
+    sample's batch and the program is planned for that batch only. No upstream issue is known to us; the patch
+    presents such outputs wrapped in a one-item list for the duration of the check.
+    """
+    import torch
+    from executorch.exir.verification.arg_validator import EdgeOpArgValidator
+
+    original = EdgeOpArgValidator.call_function
+    tensor_list = torch.ListType.ofTensors()
+
+    def call_function(self: Any, target: Any, args: Any, kwargs: Any) -> Any:
+        node, returns = self.node, getattr(getattr(target, "_schema", None), "returns", ())
+        value = node.meta.get("val")
+        if not (isinstance(value, (list, tuple)) and len(returns) == 1 and returns[0].type == tensor_list):
+            return original(self, target, args, kwargs)
+        node.meta["val"] = [value]
+        try:
+            return original(self, target, args, kwargs)
+        finally:
+            node.meta["val"] = value
+
+    reason = "EdgeOpArgValidator calling len() on the first tensor of a Tensor[] output (executorch 1.5.1)"
+    with patch_attribute(EdgeOpArgValidator, "call_function", call_function, reason=reason):
+        yield
+
+
+@contextlib.contextmanager
+def xnnpack_reshapes_with_one_dynamic_dim() -> Iterator[None]:
+    """Keep XNNPACK's partitioner from delegating nodes it will turn into a reshape with two dynamic dims.
+
+    XNNPACK serializes ``unsqueeze_copy``/``squeeze_copy`` as a static reshape, which takes at most one dynamic
+    dim: its visitors (executorch/backends/xnnpack/operators/op_squeeze.py, executorch 1.5.1) raise "XNNPACK
+    reshape only supports 1 dynamic dimension", and the error fails the whole lowering. The partitioner does not
+    test this: ``UnsqueezeCopyConfig.check_constraints`` only checks the unsqueezed position (``x[..., None]`` on a
+    ``(batch, sequence)`` tensor: CodeGen's rotary positions), and ``ConvolutionConfig`` accepts 1D convolutions,
+    which the delegate's ``Conv1dUnsqueezePass`` wraps in an unsqueeze/squeeze pair (Wav2Vec2/HuBERT's feature
+    encoder on ``(batch, channels, samples)``). The patch adds the visitors' test to both configs, so such nodes run
+    as portable kernels outside the delegate. No upstream issue is known to us.
+    """
+    from executorch.backends.xnnpack.partition.config import gemm_configs, generic_node_configs
+    from torch.fx.experimental.symbolic_shapes import free_symbols
+
+    def dynamic_dims(node: Any) -> int:
+        value = node.meta.get("val") if hasattr(node, "meta") else None
+        return 0 if value is None else sum(1 for size in value.shape if free_symbols(size))
+
+    def unsqueeze_check(original: Any) -> Any:
+        def check_constraints(self: Any, node: Any, ep: Any) -> bool:
+            return original(self, node, ep) and dynamic_dims(node) <= 1
+
+        return check_constraints
+
+    def conv_check(original: Any) -> Any:
+        def check_constraints(self: Any, node: Any, ep: Any) -> bool:
+            if not original(self, node, ep):
+                return False
+            weight = node.args[1].meta.get("val")
+            one_d = weight is not None and weight.dim() == 3
+            return not (one_d and dynamic_dims(node.args[0]) > 1)
+
+        return check_constraints
+
+    reason = "XNNPACK partitioner delegating reshapes with 2+ dynamic dims (executorch 1.5.1)"
+    unsqueeze, conv = generic_node_configs.UnsqueezeCopyConfig, gemm_configs.ConvolutionConfig
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(
+            patch_attribute(unsqueeze, "check_constraints", unsqueeze_check(unsqueeze.check_constraints), reason=reason)
+        )
+        stack.enter_context(
+            patch_attribute(conv, "check_constraints", conv_check(conv.check_constraints), reason=reason)
+        )
+        yield
+
+
+@contextlib.contextmanager
+def symbolic_min_max_admitted() -> Iterator[None]:
+    """Let the edge verifier pass ``torch.sym_min``/``torch.sym_max`` size arithmetic.
+
+    ``to_executorch`` replaces them with ``executorch_prim::sym_min/sym_max`` (executorch/exir/passes/
+    executorch_prim_ops_registry.py maps them), but ``to_edge``'s verifier (exir/verification/verifier.py,
+    executorch 1.5.1) only admits the prim ops and asserts on the Python functions: the lowering failed with a
+    bare ``AssertionError`` for Mamba-2, whose chunked scan computes ``min(chunk, sequence)``. The patch adds the
+    two functions to the set the verifier reads. No upstream issue is known to us.
+    """
+    import torch
+    from executorch.exir.verification import verifier
+
+    admitted = set(verifier._EXECUTORCH_SYM_OPS) | {torch.sym_min, torch.sym_max}
+    reason = "edge verifier rejecting torch.sym_min/sym_max that to_executorch maps to prim ops (executorch 1.5.1)"
+    with patch_attribute(verifier, "_EXECUTORCH_SYM_OPS", admitted, reason=reason):
+        yield
+
+
+@contextlib.contextmanager
+def executorch_patches() -> Iterator[None]:
+    """Every patch applied while lowering to ExecuTorch."""
+    with contextlib.ExitStack() as stack:
+        for patch in (
+            planned_sizes_must_be_bounded,
+            list_outputs_validated_whole,
+            xnnpack_reshapes_with_one_dynamic_dim,
+            symbolic_min_max_admitted,
+        ):
+            stack.enter_context(patch())
+        yield
+
+
+def retrace_without_size_one_hints(program: Any, signature: Any, sample: list[Any]) -> Any:
+    """Re-export ``program`` with every size-1 dynamic dim of the sample widened to 2, or return it unchanged.
+
+    ``to_edge`` runs ``run_decompositions``, whose C++ decompositions (``reshape`` inside ``matmul``, ...) evaluate
+    guards with each symbol's trace-time hint and ignore ``backed_size_oblivious``. A dim traced at size 1 (batch 1
+    from ``tokenizer("Hello")``) then takes the size-1 branch, and the frozen ShapeEnv still narrows its range
+    (``batch`` in [1, 8] becomes [1, 2]): the program is planned and specialized for the sample, not the bounds
+    (0/1 specialization, pytorch/pytorch#106289; decompositions adding guards, pytorch/pytorch#175281). The flat
+    program is already general, so exporting it again from inputs of size 2 (same bounds) only changes the hints.
+
+    Args:
+        program: The traced flat ExportedProgram.
+        signature: Its :class:`~hub_export.signature.Signature` (symbolic dims by name, with their bounds).
+        sample: The flat sample tensors.
+
+    Returns:
+        The re-exported program, or ``program`` itself when no dynamic dim was traced at size 1.
+    """
+    import torch
+
+    shapes, widened, changed = [], [], False
+    for spec, tensor in zip(signature.inputs, sample):
+        axes: dict[int, Any] = {}
+        for axis, name in enumerate(signature.concrete_shape(spec)):
+            if not isinstance(name, str):
+                continue
+            dim = signature.dims[name]
+            axes[axis] = dim.to_auto()
+            if tensor.shape[axis] == 1 and (dim.max is None or dim.max >= 2):
+                tensor, changed = torch.cat([tensor, tensor], dim=axis), True
+        shapes.append(axes or None)
+        widened.append(tensor.contiguous())
+    if not changed:
+        return program
+    with size_one_dims_stay_dynamic():
+        return torch.export.export(program.module(), tuple(widened), dynamic_shapes=tuple(shapes), strict=False)
+
+
+def contiguous_attention_outputs(program: Any) -> int:
+    """Follow every ``scaled_dot_product_attention`` in ``program`` with a contiguous ``clone``; returns how many.
+
+    Traced SDPA outputs are contiguous, so the model's ``transpose(1, 2).reshape(...)`` and later ``view(-1, d)``
+    are recorded as views. ``to_edge`` decomposes SDPA through ``_scaled_dot_product_flash_attention_for_cpu``,
+    whose output has another layout, and the recorded view then fails ("Cannot view a tensor with shape ... and
+    strides ...", pytorch/pytorch#136543). A contiguous clone gives every later view the layout it was traced with.
+    The graph is hub_export's own copy: nothing upstream is changed.
+    """
+    import torch
+
+    graph = program.graph_module.graph
+    count = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not torch.ops.aten.scaled_dot_product_attention.default:
+            continue
+        with graph.inserting_after(node):
+            contiguous = {"memory_format": torch.contiguous_format}
+            clone = graph.call_function(torch.ops.aten.clone.default, (node,), contiguous)
+        clone.meta.update(node.meta)
+        node.replace_all_uses_with(clone, delete_user_cb=lambda user, clone=clone: user is not clone)
+        count += 1
+    if count:
+        program.graph_module.recompile()
+    return count
+
+
+def integer_powers_as_products(program: Any) -> int:
+    """Replace ``size ** k`` (a Python ``pow`` of a symbolic size by a small integer) with multiplications, in place.
+
+    ``to_edge``'s decompositions can leave integer powers of dynamic sizes in the graph (MobileViT's unfolding of
+    dynamic image sizes: ``(((height - 1) // 16) + 1) ** 2``), but ExecuTorch's emitter has no prim op for ``pow``
+    (executorch_prim_ops_registry maps ``operator.mul`` and friends, not ``pow``) and fails with "invalid target for
+    call_function <built-in function pow>" (executorch 1.5.1). ``k`` chained ``operator.mul`` compute the same size.
+
+    Returns:
+        How many powers were replaced.
+    """
+    import operator
+
+    import torch
+
+    graph = program.graph_module.graph
+    replaced = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in (operator.pow, pow) or len(node.args) != 2:
+            continue
+        base, exponent = node.args
+        if not isinstance(base, torch.fx.Node) or isinstance(exponent, bool) or not isinstance(exponent, int):
+            continue
+        if not 1 <= exponent <= 16:
+            continue
+        result, value = base, base.meta["val"]
+        with graph.inserting_before(node):
+            for _ in range(exponent - 1):
+                result = graph.call_function(operator.mul, (result, base))
+                result.meta["val"] = value = value * base.meta["val"]
+        node.replace_all_uses_with(result)
+        graph.erase_node(node)
+        replaced += 1
+    if replaced:
+        program.graph_module.recompile()
+    return replaced

@@ -1,0 +1,82 @@
+"""Run an ExecuTorch program's ``forward`` method through ``executorch.runtime``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import DeviceUnavailableError, ExportError
+from ...manifest import ComponentEntry
+from ...runner import ModelRunner
+
+__all__ = ["ExecutorchRunner"]
+
+# Where each delegate's program runs: ExecuTorch has no device switch, a program runs where it was lowered for.
+_DEVICES = {"xnnpack": "cpu", "cuda": "cuda", "mlx": "mps"}
+
+
+class ExecutorchRunner(ModelRunner):
+    """Runs the ``forward`` method of an ExecuTorch program on the device its delegate targets."""
+
+    def __init__(self, method: Any, metadata: ComponentEntry, device: str | None = None, program: Any = None) -> None:
+        super().__init__(metadata, device)
+        self.method = method
+        self._program = program  # the runtime Program owns the method's memory: keep it alive
+
+    @classmethod
+    def from_program(
+        cls, program: Any, metadata: ComponentEntry, device: str | None = None, **options: Any
+    ) -> ExecutorchRunner:
+        """Load ``forward`` from an ``ExecutorchProgramManager`` (its buffer) or an ``executorch.runtime.Program``.
+
+        Raises:
+            DeviceUnavailableError: ``device`` is not where the program was lowered to run.
+            ConfigError: Unknown runner options (it takes none).
+        """
+        cls.check_options(options)
+        backend = str(metadata.extra.get("backend", "xnnpack"))
+        target = _DEVICES.get(backend, "cpu")
+        if device is not None and str(device).split(":")[0] != target:
+            raise DeviceUnavailableError(
+                f"device={device!r}: an ExecuTorch program runs where it was lowered to run, and this one was "
+                f"lowered for the {backend!r} delegate ({target}). Use device=None or {target!r}, or re-export with "
+                "ExecutorchConfig(backend=...) for another target."
+            )
+        from executorch.runtime import Runtime
+
+        if hasattr(program, "write_to_file") and hasattr(program, "buffer"):  # ExecutorchProgramManager
+            program = Runtime.get().load_program(program.buffer)
+        return cls(program.load_method("forward"), metadata, device or target, program=program)
+
+    def run_flat(self, tensors: list[Any]) -> list[Any]:
+        """Execute ``forward`` on the flat inputs (made contiguous, as ExecuTorch requires).
+
+        The runtime copies outputs out of its planned buffers, so results stay valid across calls.
+        """
+        import torch
+
+        outputs = self.method.execute([t.detach().to("cpu").contiguous() for t in tensors])
+        outputs = [o if isinstance(o, torch.Tensor) else torch.as_tensor(o) for o in outputs]
+        return self._write_back(tensors, outputs)
+
+    def _write_back(self, tensors: list[Any], outputs: list[Any]) -> list[Any]:
+        """A program that updates inputs in place (a static KV cache) returns the updated inputs first; they are
+        copied into the caller's tensors (the runtime planned its own input buffers) and the user outputs of an
+        updated input are the caller's tensor, as with the other backends."""
+        extra = len(outputs) - len(self.metadata.signature.outputs)
+        if extra == 0:
+            return outputs
+        pairs = self.signature.in_place_pairs()
+        mutated = sorted(set(pairs.values()))
+        if extra != len(mutated):
+            raise ExportError(
+                f"The ExecuTorch program returned {len(outputs)} outputs for {len(self.metadata.signature.outputs)} in its "
+                f"signature and {len(mutated)} inputs it updates in place; re-export it with this hub_export version."
+            )
+        import torch
+
+        with torch.no_grad():
+            for index, value in zip(mutated, outputs[:extra]):
+                if tensors[index].data_ptr() != value.data_ptr():
+                    tensors[index].copy_(value)
+        user = outputs[extra:]
+        return [tensors[pairs[j]] if j in pairs else value for j, value in enumerate(user)]

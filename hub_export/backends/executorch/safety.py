@@ -1,0 +1,56 @@
+"""ExecuTorch: the ``.pte`` headers must be consistent before the runtime parses it.
+
+The runtime's own check (``Verification.InternalConsistency``, used by
+:func:`~hub_export.backends.executorch.io.load_program`) validates the flatbuffer. This check
+runs first because a damaged file identifier makes executorch 1.5's Python binding abort the whole process
+(it formats the bad bytes into an error message as UTF-8) instead of raising. It requires:
+
+* bytes 4..8: the file identifier ``ET`` + two digits;
+* an optional extended header at byte 8 (``eh`` + two digits, length >= 32) whose program size and segment
+  base offset lie within the file, the program before the segments.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from pathlib import Path
+
+from ...errors import UnsafeExportError
+from ...formats import SafetyOptions
+from ...manifest import ComponentEntry
+from .config import LAYOUT
+
+__all__ = ["check", "check_pte_header"]
+
+_IDENT = re.compile(rb"ET\d\d")
+_EXT = re.compile(rb"eh\d\d")
+
+
+def check(directory: Path, component: str, entry: ComponentEntry, options: SafetyOptions) -> None:
+    """Refuse a ``.pte`` whose headers are inconsistent.
+
+    Raises:
+        UnsafeExportError: Naming the file and the bad field.
+    """
+    name = LAYOUT.paths(component, [f.path for f in entry.files])["program"]
+    with open(directory / name, "rb") as handle:
+        head = handle.read(64)
+    check_pte_header(head, (directory / name).stat().st_size, name)
+
+
+def check_pte_header(head: bytes, size: int, label: str) -> None:
+    """Validate the first bytes of a ``.pte`` of ``size`` bytes (see module docstring)."""
+    if len(head) < 8 or _IDENT.fullmatch(head[4:8]) is None:
+        raise UnsafeExportError(f"{label}: not an ExecuTorch program (bad file identifier {head[4:8]!r}).")
+    root = struct.unpack_from("<I", head, 0)[0]
+    if root >= size:
+        raise UnsafeExportError(f"{label}: flatbuffer root offset {root} is past the end of the file ({size} bytes).")
+    if len(head) < 32 or _EXT.fullmatch(head[8:12]) is None:
+        return  # no extended header: the whole file is the flatbuffer
+    length, program_size, segment_base = struct.unpack_from("<IQQ", head, 12)
+    if length < 24 or program_size > size or segment_base > size or (segment_base and program_size > segment_base):
+        raise UnsafeExportError(
+            f"{label}: inconsistent extended header (length {length}, program {program_size}, segments at "
+            f"{segment_base}, file {size} bytes); the file is damaged."
+        )

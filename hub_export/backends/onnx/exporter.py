@@ -1,0 +1,223 @@
+"""``OnnxExporter``: the traced ExportedProgram lowered to ONNX, saved as ``model.onnx`` + ``model.onnx.data``.
+
+Why ``torch.onnx.export(program, dynamo=True)`` rather than building the graph with ``onnx_ir`` ourselves: the
+flat ExportedProgram from :func:`~hub_export.export.trace.trace` is exactly what the torch exporter takes, and
+it owns the hard part (the ATen-to-ONNX translation library, decompositions, symbolic shapes, onnxscript's
+optimizer). What it does not do, this module does on the resulting ``onnx_ir.Model``:
+
+* graph inputs and outputs get the traced names (``input_ids``, ``logits``, ``past_key_values.0.key``) instead of
+  ``tensors_0`` / ``linear_14``;
+* symbolic dims get the names of the traced signature (``batch``, ``sequence``) instead of ``s0``; output dims that
+  are expressions read with those names (``past_sequence + sequence``);
+* weights are saved to ``model.onnx.data`` (every initializer of 1 KiB or more), so exports past protobuf's 2 GB
+  limit work, and loading keeps them there: :meth:`OnnxExporter.load_program` returns an ``onnx_ir.Model`` whose
+  initializers are lazy ``ExternalTensor`` objects, remembering its file so ONNX Runtime opens the file itself.
+
+Lowering runs under :func:`hub_export.backends.onnx.patches.onnx_export_patches` with its ``translation_table`` (two upstream
+bugs, named there). ``OnnxConfig.ort_fusions`` applies the ONNX Runtime fusions of that execution provider
+(:mod:`~hub_export.backends.onnx._fusions`: ``com.microsoft`` ops such as ``GroupQueryAttention``, so the graph then
+runs on ONNX Runtime only). A loaded program runs from its saved file:
+edits made to it in memory are neither run nor saved by ``ExportedModel`` (which copies the verified files).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+from ...configs import ExportConfig
+from ...errors import ConfigError, ExportError
+from ...export.exporter import HfExporter, Lowered
+from ...export.trace import Traced
+from ...quantization.base import calibration_for, find_quantizer
+from ...quantization.pt2e import PT2EQuantizer
+from ._fusions import contrib_ops
+from ._fusions import fuse_for_ort as _fuse_for_ort
+from ._moe import fused_experts_forward, moe_plan
+from .config import FORMAT, OnnxConfig
+from .patches import onnx_export_patches, translation_table
+
+__all__ = ["OnnxExporter"]
+
+
+class OnnxExporter(HfExporter):
+    """Export to ONNX (an ``onnx_ir.Model``), run with ONNX Runtime on CPU or CUDA."""
+
+    export_format = FORMAT
+    config_class = OnnxConfig
+    parity_atol = 1e-3
+
+    def check_available(self, config: ExportConfig) -> None:
+        """Also refuse ``PT2EQuantizer``: its quantize/dequantize ops do not convert to ONNX (``torch.onnx.export``
+        fails with a ``ConversionError`` on ``quantized_decomposed.choose_qparams``, torch 2.13).
+
+        Raises:
+            BackendUnavailableError: An ONNX package is not installed.
+            ConfigError: A PT2E quantizer.
+        """
+        super().check_available(config)
+        if isinstance(config.quantizer, PT2EQuantizer):
+            raise ConfigError(
+                "PT2EQuantizer works with dynamo, executorch exports, not 'onnx': its quantize/dequantize ops do not "
+                "convert to ONNX; use OnnxRuntimeQuantizer or NNCFQuantizer for ONNX exports."
+            )
+
+    def experts_forward(self, module: Any, config: ExportConfig) -> Any:
+        """Fused for cuda: the mixture-of-experts layers ``com.microsoft::MoE`` can express become one
+        ``hub_export::moe`` call (:mod:`._moe`); the others, and every layer otherwise, take the default."""
+        if getattr(config, "ort_fusions", None) != "cuda":
+            return None
+        plan = moe_plan(module)
+        return None if plan is None else functools.partial(fused_experts_forward, module, plan)
+
+    def export_program(self, traced: Traced, config: ExportConfig) -> Lowered:
+        """Lower the flat ExportedProgram with ``torch.onnx.export``; name its I/O and dims after the signature.
+        With ``ort_fusions``, the component's ``extra`` records the provider and the ``com.microsoft`` ops the fused
+        graph holds.
+
+        Raises:
+            ExportError: The ONNX exporter failed (the message keeps its reason).
+        """
+        import torch
+
+        if not isinstance(config, OnnxConfig):
+            raise ExportError(f"OnnxExporter lowers with an OnnxConfig, got {type(config).__name__}.")
+        try:
+            with onnx_export_patches():
+                onnx_program = torch.onnx.export(
+                    traced.program,
+                    args=tuple(traced.sample),
+                    dynamo=True,
+                    opset_version=config.opset_version,
+                    optimize=config.optimize,
+                    custom_translation_table=translation_table(),
+                    verbose=False,
+                    report=False,
+                )
+        except Exception as exc:  # torch.onnx raises many types; keep its message
+            raise ExportError(
+                f"torch.onnx.export failed for {traced.architecture}: {type(exc).__name__}: {str(exc)[:2000]}\n"
+                "Try optimize=False, another opset_version, or export with DynamoConfig to check the trace."
+            ) from exc
+        model = onnx_program.model
+        _name_io(model, traced)
+        _name_dims(model, traced)
+        model.graph.name = traced.architecture or "model"
+        extra: dict[str, Any] = {}
+        if config.ort_fusions:  # after naming: the fusions match shapes by the traced dims (one past_sequence)
+            _fuse_for_ort(model, config.ort_fusions)
+            extra = {"ort_fusions": config.ort_fusions, "contrib_ops": contrib_ops(model)}
+        return Lowered(_quantize(model, traced, config), extra=extra)
+
+
+def _quantize(model: Any, traced: Traced, config: ExportConfig) -> Any:
+    """Run the config's ONNX-stage quantizer (after fusions, as ONNX Runtime recommends)."""
+    quantizer = find_quantizer(config, "onnx")
+    if quantizer is None:
+        return model
+    quantized = quantizer.quantize(model, calibration_for(quantizer, traced), "onnx")
+    quantized.graph.name = model.graph.name
+    return quantized
+
+
+def _name_io(model: Any, traced: Traced) -> None:
+    """Give the graph's inputs and outputs the traced names (an output that is already named gets an Identity)."""
+    import onnx_ir as ir
+
+    graph = model.graph
+    names = [s.name for s in traced.signature.inputs]
+    by_placeholder = dict(zip(traced.program.graph_signature.user_inputs, names))
+    wanted = set(names) | {s.name for s in traced.signature.outputs}
+    for node in graph:  # free the names we are about to give
+        for value in node.outputs:
+            if value.name in wanted:
+                value.name = f"{value.name}__inner"
+    for index, value in enumerate(graph.inputs):
+        # onnx_ir's OutputFixPass renames an input returned as is to "<name>_orig"
+        name = by_placeholder.get(value.name) or by_placeholder.get(value.name.removesuffix("_orig"))
+        if name is None and len(graph.inputs) == len(names):
+            name = names[index]
+        if name is None:
+            raise ExportError(f"The ONNX graph has an input {value.name!r} that the traced program does not have.")
+        value.name = name
+    if len(graph.outputs) != len(traced.signature.outputs):
+        raise ExportError(
+            f"The ONNX graph has {len(graph.outputs)} outputs, the traced program {len(traced.signature.outputs)}."
+        )
+    named: set[int] = set()
+    for index, spec in enumerate(traced.signature.outputs):
+        value = graph.outputs[index]
+        if value.is_graph_input() or value.is_initializer() or id(value) in named or value.producer() is None:
+            identity = ir.node("Identity", [value])
+            out = identity.outputs[0]
+            out.shape, out.type = value.shape, value.type
+            graph.append(identity)
+            graph.outputs[index] = value = out
+        named.add(id(value))
+        value.name = spec.name
+
+
+def _name_dims(model: Any, traced: Traced) -> None:
+    """Rename the exporter's symbols (``s0``) after the traced signature's dim names everywhere in the graph.
+
+    Graph inputs and outputs take the traced shapes (names, expressions such as ``past_sequence + sequence``, and
+    the sizes the tracer pinned, which the exporter may still write as a symbol ``"2"``); other values get their
+    symbols substituted.
+    """
+    import onnx_ir as ir
+
+    graph = model.graph
+    io_specs = dict(zip(map(id, graph.inputs), _specs_by_name(graph.inputs, traced.signature.inputs)))
+    io_specs.update(zip(map(id, graph.outputs), traced.signature.outputs))
+    symbols: dict[str, str] = {}
+    for value in graph.inputs:
+        spec = io_specs.get(id(value))
+        if value.shape is None or spec is None:
+            continue
+        for dim, named in zip(value.shape, spec.shape):
+            if isinstance(dim, ir.SymbolicDim) and dim.value and isinstance(named, str):
+                symbols.setdefault(dim.value, named)
+    keys = sorted(symbols, key=len, reverse=True)
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, keys)) + r")\b") if keys else None
+
+    def rename(text: str) -> int | str:
+        if text.isdigit():
+            return int(text)
+        if text in symbols or pattern is None:
+            return symbols.get(text, text)
+        return pattern.sub(lambda m: symbols[m.group(1)], text)
+
+    for value in _all_values(model):
+        if value.shape is None:
+            continue
+        spec = io_specs.get(id(value))
+        shape = traced.signature.concrete_shape(spec) if spec is not None else None
+        traced_shape = shape if shape is not None and len(shape) == len(value.shape) else None
+        dims = []
+        for axis, dim in enumerate(value.shape):
+            if isinstance(dim, ir.SymbolicDim) and dim.value:
+                dim = traced_shape[axis] if traced_shape is not None else rename(dim.value)
+            dims.append(dim)
+        value.shape = ir.Shape(dims)
+
+
+def _specs_by_name(values: Any, specs: list[Any]) -> list[Any]:
+    by_name = {s.name: s for s in specs}
+    return [by_name.get(v.name) for v in values]
+
+
+def _all_values(model: Any) -> list[Any]:
+    """Every value of the main graph and its subgraphs: inputs, node outputs (graph outputs are node outputs)."""
+    import onnx_ir as ir
+
+    seen: dict[int, Any] = {}
+    for graph in model.graphs():
+        for value in graph.inputs:
+            seen[id(value)] = value
+        for node in ir.traversal.RecursiveGraphIterator(graph):
+            for value in node.outputs:
+                seen[id(value)] = value
+        for value in graph.outputs:
+            seen[id(value)] = value
+    return list(seen.values())

@@ -1,0 +1,120 @@
+"""ONNX: external data must stay inside the export folder and fit its file; only standard operator domains.
+
+The graph is parsed with ``onnx.load(load_external_data=False)``: no weight is read. For every tensor stored
+externally (initializers, ``Constant`` attributes, functions) the ``location`` must be a relative path without
+``..`` naming a file the manifest lists for this component (so its bytes were sha256-verified, whether it is a
+plain file or a huggingface_hub cache symlink; a local folder's symlinks out are refused by the manifest), and
+``offset + length`` must not pass that file's end. Otherwise ONNX Runtime would read any file the process
+can open as weights. Operator domains other than :data:`STANDARD_ONNX_DOMAINS` need custom
+kernels and are refused unless passed in ``allow_custom_domains``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from ...errors import UnsafeExportError
+from ...formats import SafetyOptions
+from ...manifest import ComponentEntry
+from .config import LAYOUT
+
+__all__ = ["STANDARD_ONNX_DOMAINS", "check"]
+
+#: ONNX operator domains loaded without ``allow_custom_domains``.
+STANDARD_ONNX_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
+
+
+def check(directory: Path, component: str, entry: ComponentEntry, options: SafetyOptions) -> None:
+    """Refuse an ONNX component with escaping/oversized external data or custom operator domains.
+
+    Raises:
+        UnsafeExportError: Naming the file, the tensor and what is wrong.
+    """
+    import onnx
+
+    listed = {f.path for f in entry.files}
+    allowed = STANDARD_ONNX_DOMAINS | options.allow_custom_domains
+    for file in [LAYOUT.paths(component, listed)["program"]]:
+        path = directory / file
+        try:
+            model = onnx.load(str(path), load_external_data=False)
+        except Exception as exc:  # noqa: BLE001 - protobuf decode errors have no common base
+            raise UnsafeExportError(f"{file}: not a valid ONNX model ({exc}).") from None
+        base = PurePosixPath(file).parent
+        for tensor in _external_tensors(model):
+            _check_location(directory, base, file, tensor, listed)
+        used = {o.domain for o in model.opset_import} | {n.domain for n in _nodes(model)}
+        custom = sorted(d for d in used if d not in allowed)
+        if custom:
+            raise UnsafeExportError(
+                f"{file}: uses custom operator domain(s) {custom}, whose kernels come from native libraries. "
+                f"Pass allow_custom_domains={custom} if you trust them and register their libraries yourself."
+            )
+
+
+def _check_location(directory: Path, base: PurePosixPath, label: str, tensor: Any, listed: set[str]) -> None:
+    info = {e.key: e.value for e in tensor.external_data}
+    location = info.get("location", "")
+    where = f"{label}: tensor {tensor.name!r}"
+    pure = PurePosixPath(location.replace("\\", "/"))
+    if not location or pure.is_absolute() or ".." in pure.parts or os.path.isabs(location) or ":" in location:
+        raise UnsafeExportError(f"{where} reads external data from {location!r}, outside the export folder.")
+    relative = os.path.normpath((base / pure).as_posix()).replace(os.sep, "/")
+    if relative.startswith("../") or relative not in listed:
+        raise UnsafeExportError(
+            f"{where} reads external data from {location!r}, which export.json does not list (so it is unverified)."
+        )
+    try:
+        offset = int(info.get("offset", "0") or 0)
+        length = int(info["length"]) if "length" in info else None
+    except ValueError:
+        raise UnsafeExportError(f"{where} has a non-integer offset/length {info}.") from None
+    if length is None:  # the runtime then reads the tensor's own byte size from offset
+        length = _nbytes(tensor)
+    size = (directory / relative).stat().st_size
+    if offset < 0 or (length is not None and length < 0) or offset + (length or 0) > size:
+        raise UnsafeExportError(
+            f"{where}: external data offset {offset} + length {length} passes the end of {relative} ({size} bytes)."
+        )
+
+
+def _nbytes(tensor: Any) -> int | None:
+    import math
+
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    try:
+        return math.prod(tensor.dims) * tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except Exception:  # noqa: BLE001 - unknown/sub-byte types: ONNX Runtime checks those itself
+        return None
+
+
+def _graphs(model: Any) -> Iterator[Any]:
+    import onnx
+
+    stack = [model.graph, *(f for f in model.functions)]
+    while stack:
+        graph = stack.pop()
+        yield graph
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    stack.append(attr.g)
+                elif attr.type == onnx.AttributeProto.GRAPHS:
+                    stack.extend(attr.graphs)
+
+
+def _nodes(model: Any) -> Iterator[Any]:
+    for graph in _graphs(model):
+        yield from graph.node
+
+
+def _external_tensors(model: Any) -> Iterator[Any]:
+    from onnx.external_data_helper import _get_all_tensors  # noqa: PLC2701 - walks graphs, subgraphs, attributes
+
+    for tensor in _get_all_tensors(model):
+        if tensor.HasField("data_location") and tensor.data_location == tensor.EXTERNAL:
+            yield tensor

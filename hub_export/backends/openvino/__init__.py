@@ -1,0 +1,30 @@
+"""The ``openvino`` backend: OpenVINO IR (``.xml`` + ``.bin``), run by OpenVINO Runtime on CPU, GPU or NPU."""
+
+from __future__ import annotations
+
+from ...formats import Backend, register_backend
+from . import io, safety
+from .config import FORMAT, LAYOUT, OpenVINOConfig
+from .exporter import OpenVINOExporter
+from .runner import OpenVINORunner
+
+__all__ = ["BACKEND", "OpenVINOConfig", "OpenVINOExporter", "OpenVINORunner"]
+
+BACKEND = register_backend(
+    Backend(
+        name=str(FORMAT),
+        config_class=OpenVINOConfig,
+        exporter_class=OpenVINOExporter,
+        runner_class=OpenVINORunner,
+        layout=LAYOUT,
+        save_program=io.save_program,
+        load_program=io.load_program,
+        check_files=safety.check,
+        packages=("openvino",),
+        distributions=("openvino",),
+        extra="openvino",
+        card_tags=("openvino",),
+        quantization_stage="openvino",
+        description="OpenVINO IR (.xml + .bin), run by OpenVINO Runtime on CPU, GPU (xpu) or NPU",
+    )
+)

@@ -1,0 +1,223 @@
+"""``OpenVINOExporter``: the traced ExportedProgram as an ``openvino.Model`` (``openvino_model.xml`` + ``.bin``).
+
+The flat program goes through ``openvino.convert_model`` with one input spec per graph input: static dims stay
+static, symbolic ones become ``Dimension(min, max)`` ranges from the trace. Every input and output port then
+gets its manifest name (``input_ids``, ``logits``, ``past_key_values.0.key``) as its tensor name, so the IR
+reads like the model's own signature. Weights stay float32 unless ``compress_to_fp16=True`` (OpenVINO's
+``save_model`` compresses by default; this exporter never does unless asked).
+
+Under ``export_for_generation`` with ``stateful=True`` (the default), every component that takes a KV cache
+(``decode``) keeps it as internal OpenVINO state: each ``input.past_key_values.N.key`` Parameter and its
+``output.past_key_values.N.key`` Result become a ``ReadValue``/``Assign`` pair on one variable (OpenVINO's
+MakeStateful transformation; the variable id is the two names joined). The runner then feeds only the other
+inputs and keeps the cache inside its infer request between calls (see :class:`~hub_export.backends.openvino.runner.OpenVINORunner`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...configs import ExportConfig
+from ...errors import ConfigError, ExportError
+from ...export.exporter import HfExporter, Lowered
+from ...export.trace import Traced
+from ...quantization.base import calibration_for, find_quantizer
+from ...quantization.pt2e import PT2EQuantizer
+from ...signature import Signature, TensorSpec
+from .config import FORMAT, OpenVINOConfig
+from .io import COMPRESS_KEY, PRECISION_KEY
+from .patches import conversion_patches
+
+__all__ = ["OpenVINOExporter"]
+
+_OV_TYPES = {
+    "float32": "f32",
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "float64": "f64",
+    "int64": "i64",
+    "int32": "i32",
+    "int16": "i16",
+    "int8": "i8",
+    "uint8": "u8",
+    "bool": "boolean",
+}
+
+
+class OpenVINOExporter(HfExporter):
+    """Export to OpenVINO IR, run by OpenVINO Runtime on ``CPU``, ``GPU`` (``xpu``), ``NPU`` or ``AUTO``."""
+
+    export_format = FORMAT
+    config_class = OpenVINOConfig
+    parity_atol = 1e-4
+
+    _generation: bool = False
+
+    def export_for_generation(self, model: Any, inputs: dict[str, Any], **kwargs: Any) -> Any:
+        """:meth:`HfExporter.export_for_generation`; with ``stateful=True`` the decode cache becomes OpenVINO state."""
+        self._generation = True
+        try:
+            return super().export_for_generation(model, inputs, **kwargs)
+        finally:
+            self._generation = False
+
+    def check_available(self, config: ExportConfig) -> None:
+        """Also refuse ``PT2EQuantizer``: OpenVINO's frontend fails typing its ``FakeQuantize`` -> ``MatMul``
+        (openvino 2026.4).
+
+        Raises:
+            BackendUnavailableError: openvino is not installed.
+            ConfigError: A PT2E quantizer.
+        """
+        super().check_available(config)
+        if isinstance(config.quantizer, PT2EQuantizer):
+            raise ConfigError(
+                "PT2EQuantizer works with dynamo, executorch exports, not 'openvino': OpenVINO's frontend cannot type "
+                "its quantize/dequantize ops; use NNCFQuantizer for OpenVINO exports."
+            )
+
+    def export_program(self, traced: Traced, config: ExportConfig) -> Any:
+        """Convert ``traced.program`` with OpenVINO's PyTorch frontend and name its ports.
+
+        Raises:
+            ExportError: OpenVINO cannot convert the graph, or its ports do not match the traced signature.
+        """
+        import openvino
+
+        signature = traced.signature
+        specs = [(_partial_shape(spec, signature), getattr(openvino.Type, _ov_type(spec))) for spec in signature.inputs]
+        try:
+            with conversion_patches(traced.program):
+                model = openvino.convert_model(traced.program, input=specs)
+        except Exception as exc:  # the frontend raises OpConversionFailure, RuntimeError, ...
+            raise ExportError(
+                f"OpenVINO could not convert {traced.architecture}: {type(exc).__name__}: {str(exc)[:2000]}\n"
+                "Check that the installed openvino supports these operators, or export to ONNX instead."
+            ) from exc
+        placeholders = list(traced.program.graph_signature.user_inputs)
+        _name_inputs(model, signature, placeholders)
+        _name_outputs(model, signature.outputs)
+        model.validate_nodes_and_infer_types()
+        quantizer = find_quantizer(config, "openvino")
+        if quantizer is not None:  # NNCF on the named float model, before any fp16 compression
+            model = quantizer.quantize(model, calibration_for(quantizer, traced), "openvino")
+        pairs = self._state_pairs(traced, config)
+        if pairs:  # after quantization: NNCF calibrates the stateless graph
+            from openvino._offline_transformations import apply_make_stateful_transformation
+
+            apply_make_stateful_transformation(model, dict(pairs))
+        compress = bool(getattr(config, "compress_to_fp16", False))
+        if compress:
+            from openvino._offline_transformations import compress_model_transformation
+
+            compress_model_transformation(model)  # what save_model(compress_to_fp16=True) does, applied up front
+        else:
+            model.set_rt_info("f32", PRECISION_KEY)
+        model.set_rt_info(str(compress), COMPRESS_KEY)
+        return Lowered(model, extra=self._extra(traced, config))
+
+    def _extra(self, traced: Traced, config: ExportConfig) -> dict[str, Any]:
+        """The weight precision and the stateful flag (used by generation exports)."""
+        compress = bool(getattr(config, "compress_to_fp16", False))
+        extra: dict[str, Any] = {
+            "compress_to_fp16": compress,
+            "stateful": bool(getattr(config, "stateful", True)),
+            "inference_precision": None if compress else "f32",
+        }
+        pairs = self._state_pairs(traced, config)
+        if pairs:  # [input, output, variable id] of each cache tensor kept as OpenVINO state
+            extra["state"] = [[i, o, i + o] for i, o in pairs]
+        return extra
+
+    def _state_pairs(self, traced: Traced, config: ExportConfig) -> list[tuple[str, str]]:
+        """The (input, output) names of the cache tensors to keep as state: only in generation exports with
+        ``stateful=True``, for the ``input.<cache>...`` inputs whose ``output.<cache>...`` twin exists."""
+        if not (self._generation and getattr(config, "stateful", True)):
+            return []
+        caches = {name for name, node in traced.signature.input_structure if node.get("type") == "cache"}
+        outputs = {spec.name for spec in traced.signature.outputs}
+        pairs = []
+        for spec in traced.signature.inputs:
+            name = spec.name.removeprefix("input.")
+            if spec.name.startswith("input.") and name.split(".", 1)[0] in caches and f"output.{name}" in outputs:
+                pairs.append((spec.name, f"output.{name}"))
+        return pairs
+
+
+def _ov_type(spec: TensorSpec) -> str:
+    if spec.dtype not in _OV_TYPES:
+        raise ExportError(f"Input {spec.name!r} has dtype {spec.dtype}, which OpenVINO inputs do not support.")
+    return _OV_TYPES[spec.dtype]
+
+
+def _partial_shape(spec: TensorSpec, signature: Signature) -> Any:
+    """Static ints (and pinned dims) stay static; a symbolic dim becomes ``Dimension(min, max)`` (``max=-1`` when
+    unbounded)."""
+    import openvino
+
+    out = []
+    for dim in signature.concrete_shape(spec):
+        if isinstance(dim, int):
+            out.append(openvino.Dimension(dim))
+            continue
+        bounds = signature.dims[dim]
+        out.append(openvino.Dimension(bounds.min, -1 if bounds.max is None else bounds.max))
+    return openvino.PartialShape(out)
+
+
+def _name_inputs(model: Any, signature: Signature, placeholders: list[str]) -> None:
+    """Give each input port its spec name; re-add inputs the frontend dropped as unused, so the IR's
+    signature is the manifest's."""
+    import openvino
+    import openvino.opset13 as ops
+
+    specs = signature.inputs
+    if len(placeholders) != len(specs):
+        raise ExportError(f"The program has {len(placeholders)} user inputs but the trace recorded {len(specs)}.")
+    by_placeholder = dict(zip(placeholders, specs))
+    params = model.get_parameters()
+    if len(params) == len(specs) and not any(param.output(0).get_names() & set(placeholders) for param in params):
+        by_placeholder = {}  # the frontend renamed every input: fall back on their order, which it keeps
+        for param, spec in zip(params, specs):
+            by_placeholder.update({n: spec for n in param.output(0).get_names()})
+    seen: set[str] = set()
+    for param in params:
+        names = param.output(0).get_names()
+        spec = next((by_placeholder[n] for n in names if n in by_placeholder), None)
+        if spec is None:
+            raise ExportError(f"OpenVINO created an input {sorted(names)} that matches no traced input {placeholders}.")
+        param.output(0).get_tensor().set_names({spec.name})
+        param.set_friendly_name(spec.name)
+        seen.add(spec.name)
+    missing = [spec for spec in specs if spec.name not in seen]
+    if missing:
+        extra = []
+        for spec in missing:
+            param = ops.parameter(
+                _partial_shape(spec, signature), getattr(openvino.Type, _ov_type(spec)), name=spec.name
+            )
+            param.output(0).get_tensor().set_names({spec.name})
+            extra.append(param)
+        model.add_parameters(extra)
+
+
+def _name_outputs(model: Any, specs: list[TensorSpec]) -> None:
+    """Give each output port its spec name. A result that shares its tensor with an input or another result
+    (a pass-through output) first gets its own tensor through a no-op ``Convert``, so names never collide."""
+    import openvino.opset13 as ops
+
+    results = model.get_results()
+    if len(results) != len(specs):
+        raise ExportError(f"OpenVINO produced {len(results)} outputs but the trace recorded {len(specs)}.")
+    taken = {(p.get_name(), 0) for p in model.get_parameters()}
+    for index, (result, spec) in enumerate(zip(results, specs)):
+        source = result.input_value(0)
+        key = (source.get_node().get_name(), source.get_index())
+        if key in taken:
+            copy = ops.convert(source, source.get_element_type())
+            result.input(0).replace_source_output(copy.output(0))
+            source = copy.output(0)
+            key = (copy.get_name(), 0)
+        taken.add(key)
+        model.output(index).get_tensor().set_names({spec.name})
+        result.set_friendly_name(spec.name)

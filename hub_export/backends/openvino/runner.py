@@ -1,0 +1,312 @@
+"""Run an ``openvino.Model`` with OpenVINO Runtime: compiled once per device, one reused infer request.
+
+A stateful program (a generation ``decode`` exported with ``stateful=True``) keeps its KV cache inside the infer
+request, one sequence at a time::
+
+    decode = exported.runners["decode"]
+    decode.reset()                                                  # new sequence: forget the cache
+    out = decode(input_ids=..., attention_mask=..., position_ids=..., past_key_values=prefill_cache)  # seeds it
+    out = decode(input_ids=..., attention_mask=..., position_ids=...)  # continues from the state;
+    # out.past_key_values is None: the cache stays inside OpenVINO
+
+Passing the cache seeds the state with it (and returns the updated cache, read back from the state), so a
+stateful runner also computes exactly what the stateless one does.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from ...errors import ConfigError, DeviceUnavailableError, InputError
+from ...manifest import ComponentEntry
+from ...runner import ModelRunner
+from ...signature import torch_dtype
+from ...structure import unflatten
+from .io import PRECISION_KEY, core
+
+__all__ = ["OpenVINORunner", "openvino_device"]
+
+#: torch-style device type -> OpenVINO device name
+_DEVICES = {"cpu": "CPU", "xpu": "GPU", "npu": "NPU"}
+_OV_NAMES = ("AUTO", "CPU", "GPU", "NPU", "MULTI", "HETERO")
+
+# program -> {(device, properties): CompiledModel}; entries go away with the program
+_COMPILED: weakref.WeakKeyDictionary[Any, dict[tuple[str, tuple], Any]] = weakref.WeakKeyDictionary()
+
+
+def openvino_device(device: str | None) -> str:
+    """The OpenVINO device for a torch-style name: None -> ``AUTO``, ``cpu`` -> ``CPU``, ``xpu[:i]`` -> ``GPU[.i]``,
+    ``npu`` -> ``NPU``; OpenVINO's own names (``CPU``, ``GPU.1``, ``AUTO``) pass through.
+
+    Raises:
+        DeviceUnavailableError: The name is unknown, or OpenVINO does not see that device here.
+    """
+    available = list(core().available_devices)
+    if device is None:
+        name = "AUTO"
+    else:
+        text = str(device).strip()
+        kind, _, index = text.partition(":")
+        if kind.lower() in _DEVICES and (not index or index.isdigit()):
+            name = _DEVICES[kind.lower()] + (f".{index}" if index and kind.lower() != "cpu" else "")
+        elif kind.split(".", 1)[0].upper() in _OV_NAMES:
+            name = text.upper()  # OpenVINO's own spelling: CPU, GPU.1, AUTO:GPU,CPU, HETERO:GPU,CPU
+        else:
+            raise DeviceUnavailableError(
+                f"OpenVINO cannot run on {device!r}; use device=None (AUTO), 'cpu', 'xpu' (Intel GPU) or 'npu'. "
+                f"Devices OpenVINO sees here: {available}."
+            )
+    if name.startswith(("AUTO", "MULTI", "HETERO")):
+        if not available:
+            raise DeviceUnavailableError("OpenVINO sees no device at all; check the openvino installation.")
+        return name
+    base = name.split(".", 1)[0]
+    bases = {d.split(".", 1)[0] for d in available}
+    # OpenVINO lists a single GPU as "GPU" and several as "GPU.0", "GPU.1": accept both spellings of the first
+    if name not in available and not (base in bases and name in (base, f"{base}.0")):
+        raise DeviceUnavailableError(
+            f"device={device!r} maps to OpenVINO device {name!r}, which is not available here "
+            f"(available: {available}); use one of those (e.g. device='cpu') or device=None for AUTO."
+        )
+    return name
+
+
+def _compile_properties(
+    program: Any,
+    device: str,
+    options: dict[str, Any] | None,
+    num_threads: int | None = None,
+    cpu_pinning: bool = False,
+) -> dict[str, Any]:
+    """Compile properties: float32 inference unless the export stored fp16 weights (CPUs with bf16 support default
+    to bf16), the latency hint, the CPU's threads unpinned (pinned threads cannot move off a core another process
+    keeps busy) and ``num_threads`` when given; ``options`` (the runner's ``config``) apply last."""
+    per_device: dict[str, Any] = {}
+    if program.has_rt_info(PRECISION_KEY):
+        per_device["INFERENCE_PRECISION_HINT"] = program.get_rt_info(PRECISION_KEY).astype(str)
+    cpu = {"PERFORMANCE_HINT": "LATENCY", "ENABLE_CPU_PINNING": bool(cpu_pinning)}
+    if num_threads is not None:
+        cpu["INFERENCE_NUM_THREADS"] = int(num_threads)
+    properties: dict[str, Any] = {}
+    if device.startswith(("AUTO", "MULTI", "HETERO")):
+        devices = list(core().available_devices)
+        properties["DEVICE_PROPERTIES"] = {
+            d: {**per_device, **(cpu if d.split(".", 1)[0] == "CPU" else {})} for d in devices
+        }
+    else:
+        properties.update(per_device)
+        if device.split(".", 1)[0] == "CPU":
+            properties.update(cpu)
+    properties.update(options or {})
+    return properties
+
+
+def _compiled(program: Any, device: str, properties: dict[str, Any]) -> Any:
+    key = (device, repr(sorted(properties.items())))
+    cache = _COMPILED.setdefault(program, {})
+    if key not in cache:
+        cache[key] = core().compile_model(program, device, properties)
+    return cache[key]
+
+
+class OpenVINORunner(ModelRunner):
+    """Runs an ``openvino.Model`` compiled for one device, through one infer request.
+
+    Inputs and outputs live in host memory whatever the device; outputs are copied out of OpenVINO's
+    buffers, so a later call never overwrites tensors an earlier call returned.
+
+    Attributes:
+        stateful: Whether the program keeps cache tensors as OpenVINO state (see the module docstring).
+    """
+
+    options = ("config", "num_threads", "cpu_pinning")
+
+    def __init__(self, compiled: Any, metadata: ComponentEntry, device: str | None = None) -> None:
+        super().__init__(metadata, device)
+        self.compiled_model = compiled
+        self.request = compiled.create_infer_request()
+        ports = {name: port for port in compiled.inputs for name in port.get_names()}
+        self._inputs = [(i, ports[s.name]) for i, s in enumerate(metadata.signature.inputs) if s.name in ports]
+        outputs = {name: port for port in compiled.outputs for name in port.get_names()}
+        self._state = _state_slots(metadata, {state.name for state in self.request.query_state()})
+        state_outputs = {j for _, j, _ in self._state}
+        missing = [
+            s.name for j, s in enumerate(metadata.signature.outputs) if s.name not in outputs and j not in state_outputs
+        ]
+        if missing:
+            raise InputError(f"The OpenVINO model has no output port(s) {missing}; it does not match its manifest.")
+        self._outputs = [
+            (j, outputs[s.name]) for j, s in enumerate(metadata.signature.outputs) if j not in state_outputs
+        ]
+        self._seeded = False
+        self._stateless_view: ModelRunner | None = None
+        if self._state:
+            self._stateless_view = ModelRunner(_without_state(metadata, self._state))
+            self._state_kwargs = _state_kwargs(metadata, self._state)
+
+    @property
+    def stateful(self) -> bool:
+        """Whether the program keeps cache tensors as OpenVINO state."""
+        return bool(self._state)
+
+    @property
+    def state_inputs(self) -> list[str]:
+        """The kwargs (``past_key_values``) a call may omit because the runner keeps them as state."""
+        return list(self._state_kwargs) if self._state else []
+
+    def reset(self) -> None:
+        """Start a new sequence: clear the OpenVINO state (a no-op for stateless programs)."""
+        if self._state:
+            self.request.reset_state()
+            self._seeded = False
+
+    @classmethod
+    def from_program(
+        cls,
+        program: Any,
+        metadata: ComponentEntry,
+        device: str | None = None,
+        config: dict[str, Any] | None = None,
+        num_threads: int | None = None,
+        cpu_pinning: bool = False,
+        **options: Any,
+    ) -> OpenVINORunner:
+        """Compile ``program`` for ``device`` (cached per program and device) and build the runner.
+
+        Args:
+            program: An ``openvino.Model``.
+            metadata: The component's manifest entry.
+            device: None (``AUTO``), ``cpu``, ``xpu`` (Intel GPU), ``npu`` or an OpenVINO device name.
+            config: OpenVINO compile properties, applied over the defaults (float32 inference precision, the latency
+                hint, unpinned CPU threads).
+            num_threads: CPU inference threads (``INFERENCE_NUM_THREADS``; default: OpenVINO's choice, one per
+                physical core).
+            cpu_pinning: Pin the CPU inference threads to cores (``ENABLE_CPU_PINNING``). Default False: pinned
+                threads wait for a core another process keeps busy instead of moving to a free one.
+
+        Raises:
+            DeviceUnavailableError: OpenVINO does not see the device.
+            ConfigError: An unknown option (OpenVINO compile properties go in ``config={...}``).
+        """
+        cls.check_options(options)
+        if num_threads is not None and (
+            isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 0
+        ):
+            raise ConfigError(f"num_threads must be an int >= 0 (0: OpenVINO's choice), got {num_threads!r}.")
+        if not isinstance(cpu_pinning, bool):
+            raise ConfigError(f"cpu_pinning must be True or False, got {cpu_pinning!r}.")
+        if config is not None and not isinstance(config, dict):
+            raise ConfigError(f"config must be a dict of OpenVINO compile properties, got {type(config).__name__}.")
+        name = openvino_device(device)
+        properties = _compile_properties(program, name, config, num_threads=num_threads, cpu_pinning=cpu_pinning)
+        compiled = _compiled(program, name, properties)
+        return cls(compiled, metadata, name)
+
+    def run_flat(self, tensors: list[Any]) -> list[Any]:
+        """Run on flat torch inputs (signature order); returns torch tensors in ``metadata.signature.outputs`` order.
+
+        A stateful program's cache inputs seed its state and its cache outputs are read back from the state.
+        """
+        if self._state:
+            self._set_state([tensors[i] for i, _, _ in self._state])
+        outputs = self._infer({port: tensors[i] for i, port in self._inputs})
+        if self._state:
+            import torch
+
+            states = {state.name: state for state in self.request.query_state()}
+            for _, j, variable in self._state:
+                outputs[j] = torch.from_numpy(states[variable].state.data.copy())
+        return outputs
+
+    def __call__(self, **kwargs: Any) -> Any:
+        """Run with the model's kwargs. A stateful runner called without its cache continues from its state
+        (empty after :meth:`reset`) and returns the output with the cache field None."""
+        if not self._state or all(kwargs.get(name) is not None for name in self._state_kwargs):
+            return super().__call__(**kwargs)
+        flat = self._stateless_view.flatten_inputs(kwargs)
+        ports = [port for _, port in self._inputs]
+        if not self._seeded:
+            self._set_state(
+                _empty_state(self.metadata, self._state, self._stateless_view.metadata.signature.inputs, flat)
+            )
+        outputs = self._infer(dict(zip(ports, flat)))
+        result = unflatten(
+            self.metadata.signature.output_structure, outputs, self.metadata.architecture, "output_structure"
+        )
+        for name in self._state_kwargs:
+            if name in result:
+                result[name] = None
+        return result
+
+    def _infer(self, feed: dict[Any, Any]) -> list[Any]:
+        import torch
+
+        arrays = {port: tensor.detach().cpu().contiguous().numpy() for port, tensor in feed.items()}
+        # share_inputs=True lets OpenVINO keep pointers into our arrays across calls; with inputs whose shapes
+        # change between calls (generation) that corrupted the heap (seen on T5 decode), so inputs are copied.
+        results = self.request.infer(arrays, share_inputs=False, share_outputs=False)
+        outputs: list[Any] = [None] * len(self.metadata.signature.outputs)
+        for j, port in self._outputs:
+            outputs[j] = torch.from_numpy(results[port])
+        return outputs
+
+    def _set_state(self, tensors: list[Any]) -> None:
+        import openvino
+
+        states = {state.name: state for state in self.request.query_state()}
+        for (_, _, variable), tensor in zip(self._state, tensors):
+            states[variable].state = openvino.Tensor(tensor.detach().cpu().contiguous().numpy())
+        self._seeded = True
+
+
+def _state_slots(metadata: ComponentEntry, variables: set[str]) -> list[tuple[int, int, str]]:
+    """(input index, output index, variable id) of each ``input.X``/``output.X`` pair kept as state
+    (MakeStateful names the variable after the two names joined)."""
+    outputs = {spec.name: j for j, spec in enumerate(metadata.signature.outputs)}
+    slots = []
+    for i, spec in enumerate(metadata.signature.inputs):
+        twin = "output." + spec.name.removeprefix("input.")
+        if spec.name.startswith("input.") and spec.name + twin in variables and twin in outputs:
+            slots.append((i, outputs[twin], spec.name + twin))
+    return slots
+
+
+def _state_kwargs(metadata: ComponentEntry, slots: list[tuple[int, int, str]]) -> list[str]:
+    """The top-level kwargs (``past_key_values``) whose every tensor is kept as state."""
+    state = {metadata.signature.inputs[i].name.removeprefix("input.") for i, _, _ in slots}
+    names = []
+    for name, _ in metadata.signature.input_structure:
+        leaves = [
+            s.name.removeprefix("input.")
+            for s in metadata.signature.inputs
+            if s.name.removeprefix("input.").startswith(f"{name}.")
+        ]
+        if leaves and set(leaves) <= state:
+            names.append(name)
+    return names
+
+
+def _without_state(metadata: ComponentEntry, slots: list[tuple[int, int, str]]) -> ComponentEntry:
+    """The signature a stateful call takes: the manifest's inputs minus the cache kwargs kept as state."""
+    import dataclasses
+
+    state = set(_state_kwargs(metadata, slots))
+    inputs = tuple(s for i, s in enumerate(metadata.signature.inputs) if i not in {i for i, _, _ in slots})
+    structure = tuple((name, node) for name, node in metadata.signature.input_structure if name not in state)
+    return dataclasses.replace(metadata, signature=metadata.signature.replace(inputs=inputs, input_structure=structure))
+
+
+def _empty_state(metadata: ComponentEntry, slots: list[tuple[int, int, str]], specs: Any, flat: list[Any]) -> list[Any]:
+    """Zero-length state tensors for a fresh sequence: the batch of the inputs, every other symbolic axis 0."""
+    import torch
+
+    batch = next((int(t.shape[0]) for s, t in zip(specs, flat) if s.shape and s.shape[0] == "batch"), 1)
+    empty = []
+    for i, _, _ in slots:
+        spec = metadata.signature.inputs[i]
+        shape = [
+            batch if d == "batch" else (d if isinstance(d, int) else 0) for d in metadata.signature.concrete_shape(spec)
+        ]
+        empty.append(torch.zeros(shape, dtype=torch_dtype(spec.dtype)))
+    return empty

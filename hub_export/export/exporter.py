@@ -1,0 +1,229 @@
+"""``HfExporter``: the export pipeline shared by every format.
+
+``export`` traces the model once (:func:`hub_export.export._trace.trace`), hands the ExportedProgram to
+the format's ``export_program``, measures parity against eager on the sample inputs through the format's
+runner, and returns an :class:`~hub_export.model.ExportedModel`. A backend package defines a subclass that
+implements ``export_program`` (and, where it needs to, the hooks ``dynamic_bounds``, ``experts_forward`` and
+``check_available``); its program I/O and runner are in its :class:`~hub_export.formats.Backend` record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .._progress import stage
+from .._versions import warn_version_drift
+from ..configs import ExportConfig
+from ..errors import BackendUnavailableError, ConfigError, ParityError
+from ..formats import Backend, ExportFormat, backend_for
+from ..manifest import ComponentEntry
+from ..model import ExportedComponent, ExportedModel
+from ..quantization.base import find_quantizer, stage_for
+from ..quantization.pt2e import quantize_traced
+from ..signature import Signature
+from .trace import DimBounds, Traced, trace
+
+__all__ = ["HfExporter", "Lowered"]
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """What a backend's lowering produced.
+
+    Attributes:
+        program: The format's program object.
+        signature: The signature the program accepts when lowering changed it (ExecuTorch narrows dims to the
+            sizes it planned memory for); None: the traced signature.
+        extra: Backend-specific plain data recorded with the component (``extra`` in the manifest).
+    """
+
+    program: Any
+    signature: Signature | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class HfExporter:
+    """Base class of the exporters; pick a subclass per format or use ``AutoHfExporter``.
+
+    Class attributes:
+        export_format: The format this exporter writes.
+        config_class: Its config dataclass.
+        parity_atol: Tolerance recorded with the measured parity.
+    """
+
+    export_format: ClassVar[ExportFormat]
+    config_class: ClassVar[type[ExportConfig]]
+    parity_atol: ClassVar[float] = 1e-3
+
+    def __init__(self) -> None:
+        warn_version_drift(("torch", "transformers", *self.backend.distributions))
+
+    @property
+    def backend(self) -> Backend:
+        """This format's :class:`~hub_export.formats.Backend` record."""
+        return backend_for(self.export_format)
+
+    # -- public API -------------------------------------------------------------------------------------
+    def export(self, model: Any, sample_inputs: dict[str, Any], *, config: ExportConfig | None = None) -> Any:
+        """Export ``model`` traced on ``sample_inputs`` (the kwargs of one forward call).
+
+        Args:
+            model: A transformers ``PreTrainedModel`` (or any ``torch.nn.Module`` taking kwargs).
+            sample_inputs: Sample kwargs; every tensor kwarg becomes a graph input, flags are applied at trace time.
+            config: The export config (defaults to this format's config class with its defaults).
+
+        Returns:
+            An ``ExportedModel`` with a single ``"model"`` component.
+
+        Raises:
+            ExportError: The model cannot be traced or lowered with these inputs.
+            BackendUnavailableError: The backend's package is not installed.
+        """
+        config = self._check_config(config)
+        self.check_available(config)
+        component = self.export_component("model", model, dict(sample_inputs), config)
+        return ExportedModel(
+            self.export_format,
+            config,
+            {"model": component},
+            model_config=getattr(model, "config", None),
+            generation_config=getattr(model, "generation_config", None),
+            source=getattr(model, "_hub_export_source", None),
+        )
+
+    def export_for_generation(
+        self,
+        model: Any,
+        inputs: dict[str, Any],
+        *,
+        config: ExportConfig | dict[str, ExportConfig] | None = None,
+        generation_config: Any = None,
+        multi_token_decode: bool = False,
+    ) -> Any:
+        """Export the stages ``model.generate`` runs (``prefill``, ``decode``; ``encoder`` too for seq2seq).
+
+        The stages' inputs are captured from a real ``generate(**inputs, max_new_tokens=2)`` run (see
+        :func:`hub_export.utils.decompose_for_generation`); the returned export's ``generate()`` drives them.
+
+        Example::
+
+            exported = DynamoExporter().export_for_generation(model, inputs, config=DynamoConfig(dynamic=True))
+            exported.save_pretrained("out")
+            ids = ExportedModel.from_pretrained("out").generate(**inputs, max_new_tokens=8)
+
+        Args:
+            model: A transformers generative model.
+            inputs: The kwargs of ``generate`` (tokenizer/processor output); small but representative.
+            config: One export config, or a dict ``{component: config}`` (``"default"`` for the rest).
+            generation_config: The ``GenerationConfig`` to capture with and to save (the model's by default).
+            multi_token_decode: Capture ``decode`` over two query tokens so the query axis stays symbolic.
+
+        Returns:
+            An ``ExportedModel`` with one component per stage and a ``generation`` loop description.
+        """
+        from ..generation.export import export_for_generation  # the generation layer builds on this one
+
+        return export_for_generation(
+            self,
+            model,
+            inputs,
+            config=config,
+            generation_config=generation_config,
+            multi_token_decode=multi_token_decode,
+        )
+
+    def export_component(self, name: str, module: Any, sample_inputs: dict[str, Any], config: ExportConfig) -> Any:
+        """Trace, lower and parity-check one component."""
+        suffix = "" if name == "model" else f" {name}"
+        with stage(f"tracing{suffix}"):
+            bounds = self.dynamic_bounds(module, config) if config.dynamic else None
+            experts = functools.partial(self.experts_forward, config=config)
+            traced = trace(module, sample_inputs, config, bounds=bounds, experts=experts)
+            if config.quantizer is not None:  # an "fx"-stage quantizer (PT2E) rewrites the traced program
+                traced = quantize_traced(traced, config)
+        with stage(f"lowering{suffix} to {self.export_format.value}"):
+            lowered = self.export_program(traced, config)
+        if not isinstance(lowered, Lowered):
+            lowered = Lowered(lowered)
+        metadata = ComponentEntry(
+            files=(),
+            signature=lowered.signature or traced.signature,
+            architecture=traced.architecture,
+            dtype=traced.dtype,
+            device=traced.device,
+            quantization=config.quantizer.to_dict() if config.quantizer is not None else None,
+            extra=dict(lowered.extra),
+        )
+        with stage(f"checking parity{suffix}"):
+            runner = self.backend.runner_class.from_program(lowered.program, metadata, device=None)
+            produced = runner.run_flat([t.clone() for t in traced.sample])
+        parity = {
+            "max_abs_diff": _max_abs_diff(traced.expected, produced),
+            "atol": self.parity_atol,
+            "inputs": {s.name: list(t.shape) for s, t in zip(metadata.signature.inputs, traced.sample)},
+        }
+        metadata = dataclasses.replace(metadata, parity=parity)
+        return ExportedComponent(name, self.export_format, lowered.program, metadata)
+
+    # -- backend hooks ----------------------------------------------------------------------------------
+    def check_available(self, config: ExportConfig) -> None:
+        """Raise if the backend (or the device the config targets) is unavailable, before any tracing."""
+        import importlib.util
+
+        backend = self.backend
+        for package in backend.packages:
+            if importlib.util.find_spec(package) is None:
+                raise BackendUnavailableError(
+                    f'{type(self).__name__} needs {package!r}; install it with `pip install "hub-export[{backend.extra}]"`.'
+                )
+        if config.quantizer is not None:
+            find_quantizer(config, "")  # type check only
+            config.quantizer.check_available(stage_for(config, config.quantizer))
+
+    def dynamic_bounds(self, module: Any, config: ExportConfig) -> DimBounds | None:
+        """Per-axis ``(min, max)`` for a ``dynamic=True`` trace (see :data:`DimBounds`); None leaves dims unbounded."""
+        return None
+
+    def experts_forward(self, module: Any, config: ExportConfig) -> Callable[..., Any] | None:
+        """The forward a mixture-of-experts module runs while tracing for this format.
+
+        None (the default) takes the per-expert loop of standard ops
+        (:func:`hub_export.patches.tracing.experts_as_standard_ops`); a backend returns its own where its runtime
+        needs another (ExecuTorch: static shapes; ONNX fused for cuda: one ``MoE`` node).
+        """
+        return None
+
+    def export_program(self, traced: Traced, config: ExportConfig) -> Lowered | Any:
+        """Lower the traced ExportedProgram to this format's program: the program itself, or a :class:`Lowered`
+        when lowering changed the sizes the program accepts or has plain data to record in the manifest."""
+        raise NotImplementedError
+
+    # -- helpers ----------------------------------------------------------------------------------------
+    def _check_config(self, config: ExportConfig | None) -> ExportConfig:
+        if config is None:
+            return self.config_class()
+        if not isinstance(config, self.config_class) or config.export_format is not self.export_format:
+            raise ConfigError(
+                f"{type(self).__name__} takes a {self.config_class.__name__}, got {type(config).__name__}; "
+                "use AutoHfExporter.from_config(config) to pick the matching exporter."
+            )
+        return config
+
+
+def _max_abs_diff(expected: list[Any], produced: list[Any]) -> float:
+    import torch
+
+    if len(expected) != len(produced):
+        raise ParityError(f"The exported program returned {len(produced)} outputs, eager returned {len(expected)}.")
+    worst = 0.0
+    for a, b in zip(expected, produced):
+        b = torch.as_tensor(b).to(a.device)
+        if a.shape != b.shape:
+            raise ParityError(f"Output shape {tuple(b.shape)} differs from eager {tuple(a.shape)}.")
+        if a.numel():
+            worst = max(worst, float((a.double() - b.double()).abs().max()))
+    return worst

@@ -1,0 +1,379 @@
+"""Trace a model once with ``torch.export`` into a flat-tensor ExportedProgram that every backend lowers.
+
+The model is wrapped in :class:`FlatModule`, whose ``forward(*tensors)`` rebuilds the kwargs (caches
+included) from flat tensors, applies the trace-time constants (``use_cache``, ``return_dict``, ...), calls the
+model and returns its output flattened to a tuple of tensors. The structure of both sides is recorded as plain
+data (:mod:`hub_export.signature`) so runners can rebuild the model's own ``ModelOutput``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..configs import ExportConfig
+from ..dims import Dim
+from ..errors import ConfigError, ExportError
+from ..patches.tracing import ExpertsChoice, tracing_patches
+from ..signature import Signature, TensorSpec, dtype_name, pair_names, split_kwargs
+from ..structure import flatten_value, unflatten
+
+__all__ = ["DimBounds", "FlatModule", "Traced", "trace"]
+
+#: ``bounds(role, leaf, axis, sample_size) -> (min, max) | None`` for one axis of a ``dynamic=True`` trace; ``role``
+#: is the dim's readable name (``batch``, ``sequence``, ...), ``leaf`` the flat input's name.
+DimBounds = Callable[[str, str, int, int], "tuple[int | None, int | None] | None"]
+
+_SEQUENCE_INPUTS = {"input_ids", "attention_mask", "token_type_ids", "position_ids", "inputs_embeds", "cache_position"}
+_SEMANTIC = {
+    ("pixel_values", 1): "channels",
+    ("pixel_values", 2): "height",
+    ("pixel_values", 3): "width",
+    ("input_features", 1): "features",
+    ("input_features", 2): "frames",
+    ("input_values", 1): "samples",
+    ("encoder_outputs", 1): "encoder_sequence",
+    ("encoder_hidden_states", 1): "encoder_sequence",
+    ("decoder_input_ids", 1): "decoder_sequence",
+    ("decoder_attention_mask", 1): "decoder_sequence",
+    ("decoder_position_ids", 1): "decoder_sequence",
+}
+
+
+class FlatModule:
+    """Builds the ``torch.nn.Module`` that maps flat tensors to flat tensors around ``model``."""
+
+    def __new__(cls, model: Any, input_structure: list[tuple[str, dict]], constants: dict[str, Any]) -> Any:
+        import torch
+
+        class _Flat(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = model
+                self.output_names: list[str] = []
+                self.output_structure: dict[str, Any] | None = None
+
+            def forward(self, *tensors: Any) -> tuple[Any, ...]:
+                kwargs = {name: unflatten(node, list(tensors)) for name, node in input_structure}
+                outputs = self.model(**kwargs, **constants)
+                leaves: list[tuple[str, Any]] = []
+                self.output_structure = flatten_value(outputs, (), leaves)
+                self.output_names = [name for name, _ in leaves]
+                return tuple(tensor for _, tensor in leaves)
+
+        return _Flat()
+
+
+@dataclass(frozen=True)
+class Traced:
+    """One traced component, ready for a backend to lower.
+
+    Attributes:
+        program: The flat ``torch.export`` ExportedProgram.
+        module: The eager module it was traced from.
+        signature: Its :class:`~hub_export.signature.Signature` (axes the model fixed while tracing are dims with
+            ``min == max``).
+        sample: The flat sample inputs it was traced with.
+        expected: Eager's flat outputs on ``sample`` (the parity reference).
+        architecture: The model class name.
+        dtype: The model's dtype.
+        device: The model's device type.
+    """
+
+    program: Any
+    module: Any
+    signature: Signature
+    sample: list[Any]
+    expected: list[Any]
+    architecture: str | None
+    dtype: str
+    device: str
+
+    def replace(self, **changes: Any) -> Traced:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+
+def _pin_axes(
+    model: Any,
+    config: ExportConfig,
+    spec: Any,
+    leaves: list[str],
+    names: list[str],
+    shapes: list[tuple[int | str, ...]],
+    dims: dict[str, Dim],
+) -> list[tuple[int | str, ...]]:
+    """Turn the axes asked to be dynamic that came out static into dims with ``min == max`` (``leaves``: flat input
+    names, ``names``: their specs' names); returns the shapes with those axes named, and adds their dims to ``dims``.
+
+    Under ``dynamic=True`` only batch and sequence axes count (channels, hidden sizes, a ViT's image size are
+    static by nature); under ``dynamic_shapes`` every axis given a dim does. Warns once, naming each axis.
+    """
+    import warnings
+
+    import torch
+
+    cache_inputs = any(n.endswith((".key", ".value")) for n in leaves)
+    pinned = []
+    shapes = [list(shape) for shape in shapes]
+    for leaf, name, axes, shape in zip(leaves, names, spec[0] if spec else (), shapes):
+        axes = axes if isinstance(axes, dict) else dict(enumerate(axes)) if isinstance(axes, (list, tuple)) else {}
+        for axis, dim in axes.items():
+            if dim is None or dim == torch.export.Dim.STATIC or axis >= len(shape) or not isinstance(shape[axis], int):
+                continue
+            role = _semantic_name(leaf, axis, cache_inputs)
+            if not config.dynamic or role == "batch" or role.endswith("sequence"):
+                size = shape[axis]
+                dim_name = role if role not in dims or dims[role] == Dim(role, size, size) else f"{role}_{size}"
+                dims[dim_name] = Dim(dim_name, size, size)
+                shape[axis] = dim_name
+                pinned.append({"input": name, "axis": axis, "size": size})
+    if pinned:
+        axes_text = ", ".join(f"{p['input']!r} axis {p['axis']} (fixed to {p['size']})" for p in pinned)
+        warnings.warn(
+            f"{type(model).__name__}: dynamic shapes were asked for {axes_text}, but the model's code fixed "
+            f"{'them' if len(pinned) > 1 else 'it'} while tracing (a Python loop or branch on that size: a limitation "
+            "of the model's implementation, not of this export). The export accepts only the traced size there: "
+            "run it with that size, or export with a sample of the size you will run.",
+            UserWarning,
+            stacklevel=5,  # _pin_axes < trace < export_component < export < the caller
+        )
+    return [tuple(shape) for shape in shapes]
+
+
+def _model_dtype_device(model: Any) -> tuple[str, str]:
+    import torch
+
+    param = next(iter(model.parameters()), None)
+    if param is None:
+        return dtype_name(torch.get_default_dtype()), "cpu"
+    return dtype_name(param.dtype), param.device.type
+
+
+def _dynamic_shapes(
+    config: ExportConfig,
+    leaves: list[tuple[str, Any]],
+    input_structure: list[tuple[str, dict]],
+    bounds: DimBounds | None = None,
+) -> Any:
+    import torch
+
+    if config.dynamic and bounds is not None:
+        cache_inputs = any(n.endswith((".key", ".value")) for n, _ in leaves)
+        per_leaf = []
+        for leaf, t in leaves:
+            spec = {}
+            for axis in range(t.dim()):
+                if axis != 0 and t.shape[axis] == 1:
+                    continue  # static, as below: a one-token query (decode step) stays 1
+                limits = bounds(_semantic_name(leaf, axis, cache_inputs), leaf, axis, int(t.shape[axis]))
+                spec[axis] = (
+                    torch.export.Dim.AUTO if limits is None else torch.export.Dim.AUTO(min=limits[0], max=limits[1])
+                )
+            per_leaf.append(spec)
+        return (tuple(per_leaf),)
+    if config.dynamic:
+        # Every axis is dynamic, except size-1 axes past the batch axis: a one-token query (a decode step) is
+        # static by nature, and a symbolic one turns `q_len > 1` checks in attention code into SymBools.
+        return (
+            tuple(
+                {axis: torch.export.Dim.AUTO for axis, size in enumerate(t.shape) if size != 1 or axis == 0}
+                for _, t in leaves
+            ),
+        )
+    if not config.dynamic_shapes:
+        return None
+    names = {name for name, _ in input_structure}
+    unknown = sorted(set(config.dynamic_shapes) - names)
+    if unknown:
+        raise ConfigError(
+            f"dynamic_shapes names {unknown}, which are not traced inputs; traced inputs: {sorted(names)}."
+        )
+    per_leaf = []
+    for leaf_name, _ in leaves:
+        kwarg = leaf_name.split(".", 1)[0]
+        spec = config.dynamic_shapes.get(kwarg)
+        if isinstance(spec, (list, tuple)) and "." in leaf_name and spec and isinstance(spec[0], (dict, type(None))):
+            spec = spec[[n for n, _ in leaves if n.split(".", 1)[0] == kwarg].index(leaf_name)]
+        per_leaf.append(spec)
+    return (tuple(per_leaf),)
+
+
+def _semantic_name(leaf: str, axis: int, cache_inputs: bool) -> str:
+    parts = leaf.split(".")
+    kwarg = parts[0]
+    if axis == 0:
+        return "batch"
+    if len(parts) > 1 and parts[-1] in ("key", "value") and axis == 2:
+        return "encoder_sequence" if "encoder" in parts else "past_sequence"
+    if (kwarg, axis) in _SEMANTIC:
+        return _SEMANTIC[(kwarg, axis)]
+    if kwarg in _SEQUENCE_INPUTS and axis == 1:
+        return "total_sequence" if kwarg == "attention_mask" and cache_inputs else "sequence"
+    return f"{re.sub(r'[^A-Za-z0-9_]', '_', kwarg)}_dim{axis}"
+
+
+def _name_dims(program: Any, names: list[str]) -> tuple[list[tuple[int | str, ...]], dict[str, str], dict[str, Dim]]:
+    """Shapes of the user inputs with symbols renamed to stable names, the symbol map, and bounds."""
+    user_inputs = program.graph_signature.user_inputs
+    nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    cache_inputs = any(n.endswith((".key", ".value")) for n in names)
+    symbols: dict[str, str] = {}
+    shapes = []
+    for leaf, node_name in zip(names, user_inputs):
+        shape = []
+        for axis, size in enumerate(nodes[node_name].meta["val"].shape):
+            expr = getattr(size, "node", None)
+            if expr is None or expr.maybe_as_int() is not None:  # static, or pinned by the tracer
+                shape.append(int(size))
+                continue
+            key = str(expr.expr)
+            if key not in symbols:
+                # Same role, same name: torch may trace e.g. the mask's batch as its own symbol, but the model
+                # needs it equal to input_ids' batch, which is what a shared name tells a reader and a runtime.
+                symbols[key] = _semantic_name(leaf, axis, cache_inputs)
+            shape.append(symbols[key])
+        shapes.append(tuple(shape))
+    dims: dict[str, Dim] = {}
+    for symbol, bounds in program.range_constraints.items():
+        if str(symbol) not in symbols:
+            continue
+        name = symbols[str(symbol)]
+        low = int(bounds.lower)
+        high = None if str(bounds.upper) in ("int_oo", "oo") else int(bounds.upper)
+        if name in dims:  # a shared name must satisfy every symbol it stands for
+            known = dims[name]
+            low = max(known.min, low)
+            high = known.max if high is None else high if known.max is None else min(known.max, high)
+        dims[name] = Dim(name, low, high)
+    return shapes, symbols, dims
+
+
+def _rename_expr(size: Any, symbols: dict[str, str]) -> int | str:
+    expr = getattr(size, "node", None)
+    if expr is None or expr.maybe_as_int() is not None:
+        return int(size)
+    import sympy
+
+    if expr.expr.is_number:
+        return int(expr.expr)
+    mapping = {sym: sympy.Symbol(symbols.get(str(sym), str(sym))) for sym in expr.expr.free_symbols}
+    text = str(expr.expr.xreplace(mapping))
+    return int(text) if text.isdigit() else text  # a symbol the tracer has since pinned to a constant
+
+
+def trace(
+    model: Any,
+    sample_inputs: dict[str, Any],
+    config: ExportConfig,
+    *,
+    bounds: DimBounds | None = None,
+    experts: ExpertsChoice | None = None,
+) -> Traced:
+    """Trace ``model(**sample_inputs)`` into a flat ExportedProgram.
+
+    ``experts`` picks the forward each mixture-of-experts module runs while tracing (the exporter's
+    ``experts_forward``; see :func:`hub_export.patches.tracing.experts_as_standard_ops`).
+
+    ``bounds`` (used with ``dynamic=True`` only) gives each axis its ``(min, max)``, or None to leave it unbounded:
+    backends that plan memory ahead (ExecuTorch) need an upper bound on every dynamic dim.
+
+    Raises:
+        ExportError: Training-only inputs, untraceable values, or ``torch.export`` failed.
+        ConfigError: ``dynamic_shapes`` names inputs that are not traced.
+    """
+    import torch
+
+    if not isinstance(sample_inputs, dict) or not sample_inputs:
+        raise ExportError("sample_inputs must be a non-empty dict of the model's kwargs (e.g. a tokenizer's output).")
+    traced_kwargs, constants = split_kwargs(dict(sample_inputs))
+    leaves: list[tuple[str, Any]] = []
+    input_structure = [(name, flatten_value(value, (name,), leaves)) for name, value in traced_kwargs.items()]
+    if not leaves:
+        raise ExportError(
+            "sample_inputs hold no tensor: pass the model's tensor inputs (input_ids, pixel_values, ...)."
+        )
+    sample = [tensor.detach().clone() for _, tensor in leaves]  # a view would bound dims by its base storage
+    was_training = model.training
+    model.eval()
+    try:
+        wrapper = FlatModule(model, input_structure, constants)
+        with torch.no_grad():
+            # on copies: a graph that updates its inputs in place (a StaticCache) must not change the sample
+            expected = [t.detach().clone() for t in wrapper(*[t.clone() for t in sample])]
+        output_names, output_structure = list(wrapper.output_names), wrapper.output_structure
+        dynamic_shapes = _dynamic_shapes(config, leaves, input_structure, bounds)
+        try:
+            with tracing_patches(config.dynamic, model, experts):
+                program = torch.export.export(
+                    wrapper,
+                    tuple(sample),
+                    dynamic_shapes=dynamic_shapes,
+                    strict=config.strict,
+                    prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
+                )
+        except (ConfigError, ExportError):
+            raise
+        except Exception as exc:  # torch raises many types; the message says what to try
+            raise ExportError(
+                f"torch.export failed for {type(model).__name__}: {type(exc).__name__}: {str(exc)[:2000]}\n"
+                "Try attn_implementation='sdpa' or 'eager', dynamic=False, or explicit dynamic_shapes with "
+                "prefer_deferred_runtime_asserts_over_guards=True."
+            ) from exc
+    finally:
+        model.train(was_training)
+    _detach_weights(program)
+    input_names = [name for name, _ in leaves]
+    shapes, symbols, dims = _name_dims(program, input_names)
+    leaf_names = input_names
+    input_names, output_names = pair_names(input_names, output_names)
+    shapes = _pin_axes(model, config, dynamic_shapes, leaf_names, input_names, shapes, dims)
+    inputs = [TensorSpec(n, dtype_name(t.dtype), s) for n, t, s in zip(input_names, sample, shapes)]
+    out_nodes = _user_output_values(program)
+    outputs = [
+        TensorSpec(n, dtype_name(v.dtype), tuple(_rename_expr(d, symbols) for d in v.shape))
+        for n, v in zip(output_names, out_nodes)
+    ]
+    dtype, device = _model_dtype_device(model)
+    signature = Signature(
+        inputs=tuple(inputs),
+        outputs=tuple(outputs),
+        input_structure=tuple(input_structure),
+        output_structure=output_structure,
+        constants=dict(constants),
+        dims=dims,
+    )
+    return Traced(
+        program=program,
+        module=model,
+        signature=signature,
+        sample=sample,
+        expected=expected,
+        architecture=type(model).__name__,
+        dtype=dtype,
+        device=device,
+    )
+
+
+def _user_output_values(program: Any) -> list[Any]:
+    output_node = next(n for n in program.graph.nodes if n.op == "output")
+    specs = program.graph_signature.output_specs
+    from torch.export.graph_signature import OutputKind
+
+    values = []
+    for spec, arg in zip(specs, output_node.args[0]):
+        if spec.kind == OutputKind.USER_OUTPUT:
+            values.append(arg.meta["val"])
+    return values
+
+
+def _detach_weights(program: Any) -> None:
+    """Give the program its own copy of weights so later changes to the eager model do not leak into it."""
+    for name, value in list(program.state_dict.items()):
+        program.state_dict[name] = copy.deepcopy(value)
+    for name, value in list(program.constants.items()):
+        program.constants[name] = value.detach().clone() if hasattr(value, "detach") else value

@@ -1,1 +1,0 @@
-"""Exporters: the shared pipeline (``base``), one module per format, and ``AutoHfExporter`` (``auto``)."""

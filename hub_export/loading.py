@@ -1,0 +1,195 @@
+"""Loading an export, from a local folder or a Hub repo alike: manifest first, then only the files it lists.
+
+One loader serves both places through a :class:`FileSource`: :class:`LocalFiles` for a folder, and
+:class:`hub_export.hub.download.HubFiles` for a repo (downloads through huggingface_hub's cache). The order is
+the same for both and is what makes a hostile export harmless:
+
+1. ``export.json`` is read (stat-checked and size-bounded first) and validated (:class:`~hub_export.manifest.Manifest`),
+   its paths checked (no symlink, nothing outside the folder) and every file mapped to its role
+   (:meth:`~hub_export.manifest.Manifest.roles`: a file the format does not know is refused);
+2. a component's files are fetched and each checked against its size and sha256;
+3. the format's safety check runs on them (``Backend.check_files``);
+4. only then does the backend parse them (``Backend.load_program``).
+
+With ``lazy=True`` steps 2-4 run the first time a component's program is needed.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from ._files import verify_file
+from .component import ExportedComponent
+from .errors import ManifestError
+from .formats import SafetyOptions, backend_for
+from .manifest import ComponentEntry, FileEntry, Manifest
+
+__all__ = ["FileSource", "LoadedExport", "LocalFiles", "load_export", "verify_export"]
+
+#: Side configs of schema-version-1 manifests (which do not list them) are read only up to this size.
+_MAX_UNLISTED_CONFIG_BYTES = 4 * 1024 * 1024
+_SIDE_CONFIGS = ("config.json", "generation_config.json")
+
+
+class FileSource(Protocol):
+    """Where an export's files are, and how to make them present and verified.
+
+    Attributes:
+        directory: The folder holding the export's files once fetched.
+        label: How errors name the export (a folder, or ``repo@commit/subfolder``).
+    """
+
+    directory: Path
+    label: str
+
+    def read_manifest(self) -> Manifest:
+        """The validated manifest, its paths checked against :attr:`directory`."""
+
+    def fetch(self, entries: Iterable[FileEntry]) -> None:
+        """Make these files present in :attr:`directory` and check each against its size and sha256."""
+
+
+class LocalFiles:
+    """An export folder on disk."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self.label = str(self.directory)
+
+    def read_manifest(self) -> Manifest:
+        """``export.json`` of the folder (see :meth:`Manifest.read`)."""
+        return Manifest.read(self.directory)
+
+    def fetch(self, entries: Iterable[FileEntry]) -> None:
+        """Check each file against its manifest entry (the files are already here).
+
+        Raises:
+            IntegrityError: A file is missing or its size or sha256 differs.
+        """
+        for entry in entries:
+            verify_file(self.directory / entry.path, entry)
+
+
+@dataclass
+class LoadedExport:
+    """What :func:`load_export` read: the manifest, the components and the model's configs.
+
+    Attributes:
+        manifest: The validated manifest.
+        components: Component name -> :class:`~hub_export.component.ExportedComponent` (lazy or loaded).
+        model_config: The model's ``PretrainedConfig`` (``config.json``), or None.
+        generation_config: The model's ``GenerationConfig`` (``generation_config.json``), or None.
+        source: Where the files are.
+    """
+
+    manifest: Manifest
+    components: dict[str, ExportedComponent]
+    model_config: Any
+    generation_config: Any
+    source: FileSource
+
+
+def load_export(
+    source: FileSource,
+    *,
+    components: list[str] | None = None,
+    lazy: bool = False,
+    options: SafetyOptions | None = None,
+) -> LoadedExport:
+    """Load an export from ``source`` (see the module docstring for the order of the checks).
+
+    Args:
+        source: :class:`LocalFiles` or :class:`hub_export.hub.download.HubFiles`.
+        components: Load only these components (all by default).
+        lazy: Defer each component's files until its program is first needed.
+        options: What the user trusts (:class:`~hub_export.formats.SafetyOptions`).
+
+    Raises:
+        ManifestError: ``export.json`` is missing or invalid, lists an unknown file, or a component does not exist.
+        IntegrityError: A file does not match the manifest.
+        UnsafeExportError: A file would run code or read outside the export when loaded.
+    """
+    options = options or SafetyOptions()
+    manifest = source.read_manifest()
+    manifest.roles()  # every listed file is one the format writes, under its exact name
+    names = list(manifest.components) if components is None else list(components)
+    missing = [n for n in names if n not in manifest.components]
+    if missing:
+        raise ManifestError(f"No component(s) {missing} in this export; it has {sorted(manifest.components)}.")
+    model_config, generation_config = _side_configs(manifest, source)
+    loaded = {}
+    for name in names:
+        entry = manifest.components[name]
+        loader = functools.partial(_load_program, source, manifest.export_format, name, entry, options)
+        component = ExportedComponent(name, manifest.export_format, None, entry, loader=loader)
+        if not lazy:
+            component.program  # noqa: B018 - fetch, verify, check and load now
+        loaded[name] = component
+    return LoadedExport(manifest, loaded, model_config, generation_config, source)
+
+
+def verify_export(source: FileSource, components: list[str] | None = None) -> list[FileEntry]:
+    """Fetch and verify every file of an export (or of some components, with the side files); returns the entries.
+
+    Raises:
+        ManifestError, IntegrityError: As :func:`load_export`.
+    """
+    manifest = source.read_manifest()
+    manifest.roles()
+    entries = manifest.component_files(components) + manifest.side_files()
+    source.fetch(entries)
+    return entries
+
+
+def _load_program(
+    source: FileSource, export_format: str, name: str, entry: ComponentEntry, options: SafetyOptions
+) -> tuple[Any, Path]:
+    source.fetch(entry.files)
+    backend = backend_for(export_format)
+    if backend.check_files is not None:
+        backend.check_files(source.directory, name, entry, options)
+    return backend.load_program(source.directory, name, entry), source.directory.resolve()
+
+
+def _side_configs(manifest: Manifest, source: FileSource) -> tuple[Any, Any]:
+    """The model's configs: listed (and so verified) ones, or, for a version-1 manifest, plain files of bounded size."""
+    listed = {f.path: f for f in manifest.side_files()}
+    present = []
+    for name in _SIDE_CONFIGS:
+        if name in listed:
+            source.fetch([listed[name]])
+            present.append(name)
+        elif manifest.schema_version == 1 and _plain_file(source.directory / name):
+            present.append(name)
+    model_config = generation_config = None
+    if "config.json" in present:
+        from transformers import AutoConfig
+
+        model_config = AutoConfig.from_pretrained(str(source.directory), trust_remote_code=False)
+    if "generation_config.json" in present:
+        from transformers import GenerationConfig
+
+        generation_config = GenerationConfig.from_pretrained(str(source.directory))
+    return model_config, generation_config
+
+
+def _plain_file(path: Path) -> bool:
+    """A regular file of bounded size (a symlink counts when it is the huggingface_hub cache's, into ``blobs/``)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISLNK(info.st_mode):
+        target = Path(os.path.realpath(path))
+        if target.parent.name != "blobs":
+            raise ManifestError(f"$: {path.name} is a symlink out of the export folder; refusing to read it.")
+        info = os.stat(target)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_UNLISTED_CONFIG_BYTES:
+        raise ManifestError(f"$: {path.name} is not a regular file of at most {_MAX_UNLISTED_CONFIG_BYTES} bytes.")
+    return True

@@ -1,0 +1,187 @@
+"""Workarounds applied while tracing with ``torch.export`` (every format traces through here).
+
+* :func:`size_one_dims_stay_dynamic` — 0/1 specialization (pytorch/pytorch#106289).
+* :func:`decode_attention_without_kv_copies` — transformers' SDPA repeats the KV cache in traced GQA decode steps.
+* :func:`experts_as_standard_ops` — transformers' mixture-of-experts layers (``@use_experts_implementation``)
+  default to ``grouped_mm``: ``torch.histc`` + ``empty_permuted`` + the custom op
+  ``transformers::grouped_mm_fallback``, which no backend but PyTorch itself can run (no ONNX function, no
+  OpenVINO conversion rule, and a ``.pt2`` that needs ``import transformers`` to load). A backend may pick another
+  forward per module (its exporter's ``experts_forward``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..errors import PatchTargetMissing
+from ._base import patch_attribute
+
+__all__ = [
+    "ExpertsChoice",
+    "decode_attention_without_kv_copies",
+    "experts_as_standard_ops",
+    "experts_per_expert_loop",
+    "gathered_experts_forward",
+    "size_one_dims_stay_dynamic",
+    "tracing_patches",
+]
+
+#: ``choose(module) -> forward | None``: the forward an experts module runs while tracing (None: the default).
+ExpertsChoice = Callable[[Any], "Callable[..., Any] | None"]
+
+#: Experts implementations that already trace to standard ATen ops; every other one is replaced while tracing.
+_TRACEABLE_EXPERTS = ("batched_mm",)
+
+
+@contextlib.contextmanager
+def size_one_dims_stay_dynamic() -> Iterator[None]:
+    """Keep size-0/1 sample dims symbolic under ``Dim.AUTO``.
+
+    torch.export specializes any dim whose sample size is 0 or 1 ("0/1 specialization",
+    pytorch/pytorch#106289), so ``tokenizer("Hello")`` (batch 1) silently yields a batch-1-only graph.
+    ``backed_size_oblivious`` makes the tracer reason about such dims as if they were >= 2.
+    """
+    import torch.fx.experimental._config as fx_config
+
+    with patch_attribute(
+        fx_config, "backed_size_oblivious", True, reason="0/1 specialization (pytorch/pytorch#106289)"
+    ):
+        yield
+
+
+def experts_per_expert_loop(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
+    """A ``@use_experts_implementation`` experts forward made of standard ops: one matmul pair per expert.
+
+    Same maths as transformers' implementations (gated or not, biases, transposed weights, post-expert norm),
+    but the loop runs over the static expert count and each expert takes only its own tokens (``where`` on the
+    routing, a data-dependent row count every backend handles), so the compute is the routed one: no
+    ``(tokens * top_k, inter, hidden)`` weight gather like ``batched_mm``. Contributions are summed with
+    ``scatter_add`` (OpenVINO has no ``index_add`` without ``alpha``). Routing ids past ``num_experts``
+    (expert-parallel sentinels) match no expert and add nothing, as upstream.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    output = torch.zeros_like(hidden_states)
+    rows = (-1, hidden_states.shape[-1])
+    for expert in range(self.num_experts):
+        token_idx, slot = torch.where(top_k_index == expert)
+        states = hidden_states[token_idx]
+        weight = self.gate_up_proj[expert] if self.has_gate else self.up_proj[expert]
+        states = states @ weight if self.is_transposed else F.linear(states, weight)
+        if self.has_bias:
+            states = states + (self.gate_up_proj_bias if self.has_gate else self.up_proj_bias)[expert]
+        states = self._apply_gate(states) if self.has_gate else self.act_fn(states)
+        weight = self.down_proj[expert]
+        states = states @ weight if self.is_transposed else F.linear(states, weight)
+        if self.has_bias:
+            states = states + self.down_proj_bias[expert]
+        if self.has_post_expert_norm:
+            states = self.post_expert_norm(states)
+        states = states * top_k_weights[token_idx, slot, None]
+        output = output.scatter_add(0, token_idx[:, None].expand(rows), states.to(output.dtype))
+    return output
+
+
+def _experts_modules(model: Any) -> list[Any]:
+    """The ``@use_experts_implementation`` experts modules of ``model``."""
+    modules = getattr(model, "modules", None)
+    if modules is None:
+        return []
+    needed = ("has_gate", "is_transposed", "num_experts", "down_proj")
+    return [module for module in modules() if all(hasattr(module, attr) for attr in needed)]
+
+
+def _traces(module: Any) -> bool:
+    """Whether the experts module's own implementation already traces to standard ops."""
+    return getattr(getattr(module, "config", None), "_experts_implementation", None) in _TRACEABLE_EXPERTS
+
+
+def gathered_experts_forward(module: Any) -> Any:
+    """``module``'s forward as transformers' ``batched_mm`` (every routed token gathers its expert's weights):
+    static shapes, which ExecuTorch's runtime needs (it cannot run the per-expert loop's data-dependent row
+    counts: ``method->execute()`` fails with error 0x12). It costs memory on long prompts.
+
+    Raises:
+        PatchTargetMissing: transformers no longer has ``batched_mm_experts_forward``.
+    """
+    from transformers.integrations import moe
+
+    forward = getattr(moe, "batched_mm_experts_forward", None)
+    if forward is None:
+        raise PatchTargetMissing(
+            "transformers.integrations.moe.batched_mm_experts_forward is gone; the gathered experts switch needs review."
+        )
+    return types.MethodType(forward, module)
+
+
+@contextlib.contextmanager
+def experts_as_standard_ops(model: Any, choose: ExpertsChoice | None = None) -> Iterator[int]:
+    """Run every mixture-of-experts layer of ``model`` with standard ops inside the block.
+
+    transformers 5 dispatches ``@use_experts_implementation`` layers on ``config._experts_implementation``,
+    ``grouped_mm`` by default on CPU. Its graph holds ``aten.histc``, ``aten.empty_permuted`` and the custom op
+    ``transformers::grouped_mm_fallback`` (transformers/integrations/moe.py): ONNX has no function for the
+    custom op, OpenVINO no conversion rule for any of the three, and a ``.pt2`` holding it loads only after
+    ``import transformers``. ``eager`` iterates over the experts hit (data-dependent control flow) and the
+    kernels (``sonicmoe``, ``deepgemm``) are GPU-only. :func:`experts_per_expert_loop` computes the same sums
+    with ops every backend has. Only the module instances' ``forward`` changes (an instance attribute, removed in
+    ``finally``); the config and the model's class are untouched, and eager runs after the export use their own
+    implementation.
+
+    ``choose(module)`` lets the backend pick another forward for a module (ExecuTorch:
+    :func:`gathered_experts_forward`; ONNX fused for cuda: one ``MoE`` node); None keeps the default: the module's
+    own implementation when it already traces to standard ops, else the per-expert loop.
+
+    Yields:
+        How many experts modules were switched.
+    """
+    switched = []
+    for module in _experts_modules(model):
+        forward = choose(module) if choose is not None else None
+        if forward is None and not _traces(module):
+            forward = types.MethodType(experts_per_expert_loop, module)
+        if forward is not None:
+            module.forward = forward
+            switched.append(module)
+    try:
+        yield len(switched)
+    finally:
+        for module in switched:
+            module.__dict__.pop("forward", None)
+
+
+@contextlib.contextmanager
+def decode_attention_without_kv_copies() -> Iterator[None]:
+    """Trace grouped-query attention of a one-token query the way eager runs it: without copying the KV cache.
+
+    transformers' ``sdpa_attention_forward`` (integrations/sdpa_attention.py) folds a one-token query's head
+    groups into the query axis (``pack_gqa``) so that SDPA reads the key/value heads as they are, but skips
+    this under ``torch.compile``/``torch.export`` (``is_torchdynamo_compiling()``) and falls back to
+    ``repeat_kv``: every exported decode step then copies the whole cache ``num_key_value_groups`` times per layer
+    (the exported Llama decode step measured 1.4x slower than eager, 58% of its time in those copies). Our decode
+    graphs have a static query length of 1, so the eager path traces to plain reshapes; symbolic query lengths
+    still take ``repeat_kv`` (the ``q_length == 1`` test comes first and is False for them).
+    """
+    from transformers.integrations import sdpa_attention
+
+    with patch_attribute(
+        sdpa_attention, "is_torchdynamo_compiling", lambda: False, reason="repeat_kv copies in traced GQA decode"
+    ):
+        yield
+
+
+@contextlib.contextmanager
+def tracing_patches(dynamic: bool, model: Any = None, experts: ExpertsChoice | None = None) -> Iterator[None]:
+    """Every patch needed while tracing an export (``model``: the eager model, for the per-module switches;
+    ``experts``: the backend's choice of experts forward, see :func:`experts_as_standard_ops`)."""
+    with contextlib.ExitStack() as stack:
+        if dynamic:
+            stack.enter_context(size_one_dims_stay_dynamic())
+        if model is not None:
+            stack.enter_context(experts_as_standard_ops(model, experts))
+        stack.enter_context(decode_attention_without_kv_copies())
+        yield

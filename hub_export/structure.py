@@ -1,0 +1,289 @@
+"""Structure trees: how a model's kwargs and outputs map to the flat tensors of a graph, as plain data.
+
+A model is called with kwargs that hold tensors, caches and flags, and returns a ``ModelOutput`` holding
+tensors, caches and tuples. Every backend sees one flat graph instead: a tuple of named tensors in, a tuple of
+named tensors out. :func:`flatten_value` writes the conversion down as a JSON "structure" tree (no code paths:
+classes are bare names resolved through :mod:`hub_export._allowlist`) and :func:`unflatten` rebuilds the value.
+:func:`children` is the one place that knows the node grammar; :func:`walk` visits every tensor leaf.
+
+Structure nodes::
+
+    {"type": "tensor", "index": i}                       # position in the flat input or output tuple
+    {"type": "none"} | {"type": "constant", "value": v}
+    {"type": "tuple" | "list", "items": [node, ...]}
+    {"type": "dict", "items": [[key, node], ...]}
+    {"type": "model_output", "class": "CausalLMOutputWithPast", "fields": [[key, node], ...]}
+    {"type": "cache", "class": "DynamicCache", "layers": [{"key": node, "value": node}, ...]}
+    {"type": "cache", "class": "StaticCache", "max_cache_len": n, "layers": [{"key": node, "value": node, "length": node}, ...]}
+    {"type": "cache", "class": "EncoderDecoderCache", "layers": [{"decoder": {...}, "encoder": {...}}, ...]}
+    {"type": "cache", "class": "DynamicCache", "layers": [{"conv": node, "recurrent": node}, ...]}  # state-space
+
+Flat tensors are named after their path: ``logits``, ``past_key_values.0.key``, ``hidden_states.2``,
+``past_key_values.0.encoder.value``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ._allowlist import LAYER_CLASSES, cache_class, is_model_output, layer_class, resolve_output_class
+from .errors import ExportError, ManifestError
+
+__all__ = ["CONSTANT_TYPES", "children", "count_tensors", "flatten_value", "unflatten", "walk"]
+
+#: Python values a structure keeps as constants (flags such as ``use_cache``).
+CONSTANT_TYPES = (bool, int, float, str, type(None))
+#: The parts of one cache layer, by kind: attention, state-space, static (with its fill length).
+_LAYER_PARTS = ("key", "value", "length", "conv", "recurrent")
+
+
+def children(node: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The child nodes of a structure node, each with its key in the path (``items[0]``, ``logits``,
+    ``layers[1].decoder.key``). Leaves (tensor, none, constant) have none."""
+    kind = node.get("type")
+    if kind in ("tuple", "list"):
+        return [(f"items[{i}]", n) for i, n in enumerate(node["items"])]
+    if kind == "dict":
+        return [(str(k), n) for k, n in node["items"]]
+    if kind == "model_output":
+        return [(str(k), n) for k, n in node["fields"]]
+    if kind == "cache":
+        found = []
+        for i, layer in enumerate(node["layers"]):
+            parts = [(p, layer[p]) for p in ("decoder", "encoder")] if "decoder" in layer else [("", layer)]
+            for part, entry in parts:
+                prefix = f"layers[{i}]" + (f".{part}" if part else "")
+                found += [(f"{prefix}.{key}", entry[key]) for key in _LAYER_PARTS if key in entry]
+        return found
+    return []
+
+
+def walk(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every tensor leaf of a structure tree, with its path, depth first in flat order."""
+    if node.get("type") == "tensor":
+        yield path, node
+        return
+    for key, child in children(node):
+        yield from walk(child, f"{path}.{key}" if path else key)
+
+
+def count_tensors(node: dict[str, Any]) -> int:
+    """How many flat tensors a structure node stands for."""
+    return sum(1 for _ in walk(node))
+
+
+def _join(path: tuple[str, ...]) -> str:
+    return ".".join(path)
+
+
+def flatten_value(value: Any, path: tuple[str, ...], leaves: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Encode ``value`` as a structure node, appending its tensors to ``leaves``.
+
+    Raises:
+        ExportError: The value holds something that is neither a tensor, a cache, a container nor a constant.
+    """
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        leaves.append((_join(path), value))
+        return {"type": "tensor", "index": len(leaves) - 1}
+    if value is None:
+        return {"type": "none"}
+    if isinstance(value, CONSTANT_TYPES):
+        return {"type": "constant", "value": value}
+    if is_model_output(value):
+        fields = [[key, flatten_value(item, (*path, key), leaves)] for key, item in value.items()]
+        return {"type": "model_output", "class": type(value).__name__, "fields": fields}
+    cls_name = type(value).__name__
+    if cls_name == "EncoderDecoderCache":
+        decoder, encoder = value.self_attention_cache, value.cross_attention_cache
+        layers = []
+        for i in range(max(len(decoder.layers), len(encoder.layers))):
+            layers.append(
+                {
+                    "decoder": _flatten_layer(decoder.layers, i, (*path, str(i), "decoder"), leaves),
+                    "encoder": _flatten_layer(encoder.layers, i, (*path, str(i), "encoder"), leaves),
+                }
+            )
+        return {"type": "cache", "class": cls_name, "layers": layers}
+    if cls_name == "StaticCache":
+        return _flatten_static_cache(value, path, leaves)
+    if cls_name == "DynamicCache":
+        return _flatten_dynamic_cache(value, path, leaves)
+    if isinstance(value, (tuple, list)):
+        items = [flatten_value(item, (*path, str(i)), leaves) for i, item in enumerate(value)]
+        return {"type": type(value).__name__ if type(value) in (tuple, list) else "tuple", "items": items}
+    if isinstance(value, dict):
+        return {
+            "type": "dict",
+            "items": [[str(k), flatten_value(v, (*path, str(k)), leaves)] for k, v in value.items()],
+        }
+    raise ExportError(
+        f"{_join(path) or 'value'}: cannot export a {cls_name}; exports take and return tensors, "
+        "DynamicCache/EncoderDecoderCache caches, tuples and constants."
+    )
+
+
+def _flatten_layer(layers: list[Any], i: int, path: tuple[str, ...], leaves: list[tuple[str, Any]]) -> dict[str, Any]:
+    layer = layers[i] if i < len(layers) else None
+    keys = getattr(layer, "keys", None)
+    values = getattr(layer, "values", None)
+    if keys is None or values is None or getattr(layer, "is_initialized", True) is False:
+        return {"key": {"type": "none"}, "value": {"type": "none"}}
+    return {
+        "key": flatten_value(keys, (*path, "key"), leaves),
+        "value": flatten_value(values, (*path, "value"), leaves),
+    }
+
+
+def _flatten_static_cache(cache: Any, path: tuple[str, ...], leaves: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A ``StaticCache``: per layer its preallocated ``key``/``value`` buffers ``[batch, heads, max_cache_len, dim]``
+    and ``length`` (the 0-d count of filled positions, ``cumulative_length``); the graph updates all in place."""
+    kinds = sorted({type(layer).__name__ for layer in cache.layers} - {"StaticLayer"})
+    if kinds:
+        raise ExportError(
+            f"{_join(path)}: StaticCache layers of type {kinds} cannot be exported; only full-attention StaticLayer."
+        )
+    lengths = {int(layer.max_cache_len) for layer in cache.layers}
+    if len(lengths) != 1:
+        raise ExportError(
+            f"{_join(path)}: StaticCache layers with different max_cache_len {sorted(lengths)} cannot be exported."
+        )
+    layers = []
+    for i, layer in enumerate(cache.layers):
+        node = _flatten_layer(cache.layers, i, (*path, str(i)), leaves)
+        if node["key"]["type"] != "none":
+            node["length"] = flatten_value(layer.cumulative_length, (*path, str(i), "length"), leaves)
+        layers.append(node)
+    return {"type": "cache", "class": "StaticCache", "max_cache_len": lengths.pop(), "layers": layers}
+
+
+def _flatten_dynamic_cache(cache: Any, path: tuple[str, ...], leaves: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A ``DynamicCache``, layer by layer: attention layers give ``key``/``value``; state-space layers
+    (``LinearAttentionLayer``: Mamba, linear attention, short convolutions) give their ``conv`` state
+    ``[batch, channels, kernel]`` and ``recurrent`` state, of fixed size, updated in place by the graph; hybrid layers
+    (``LinearAttentionAndFullAttentionLayer``) give both. A layer whose kind its parts do not tell records its class
+    (a hybrid model mixes kinds in one cache: Qwen3-Next, Bamba, Jamba, LFM2, Falcon-H1...)."""
+    layers = []
+    for i, layer in enumerate(cache.layers):
+        where = (*path, str(i))
+        kind = type(layer).__name__
+        if kind not in LAYER_CLASSES:
+            raise ExportError(
+                f"{_join(where)}: a {kind} cache layer cannot be exported; exports take {', '.join(LAYER_CLASSES)}."
+            )
+        node: dict[str, Any] = {}
+        if hasattr(layer, "recurrent_states"):
+            if layer.number_of_states != 1:
+                raise ExportError(f"{_join(where)}: a {kind} with {layer.number_of_states} states cannot be exported.")
+            for part in ("conv", "recurrent"):
+                state = getattr(layer, f"{part}_states")[0] if layer.has_previous_state[0] else None
+                node[part] = flatten_value(state, (*where, part), leaves)
+        if hasattr(layer, "keys") or not node:
+            node.update(_flatten_layer(cache.layers, i, where, leaves))
+        if kind != _default_layer_class(node):
+            node["class"] = kind
+        layers.append(node)
+    return {"type": "cache", "class": "DynamicCache", "layers": layers}
+
+
+def _default_layer_class(node: dict[str, Any]) -> str:
+    """The layer class a cache layer node stands for when it records none: its parts tell (a node with both
+    attention and state parts always records its class)."""
+    if "conv" in node and "key" in node:
+        return ""
+    return "LinearAttentionLayer" if "conv" in node else "DynamicLayer"
+
+
+def _dynamic_cache_from(node: dict[str, Any], tensors: list[Any], where: str) -> Any:
+    """Rebuild a ``DynamicCache`` whose layers (of the recorded kinds) hold the given tensors themselves.
+
+    Keys and values are set as they are: ``update`` would copy every key and value (a ``torch.cat`` whose OpenMP
+    threads keep spinning and slow the runtime's next call).
+    """
+    from transformers import DynamicCache
+
+    layers = []
+    for i, entry in enumerate(node["layers"]):
+        layer = layer_class(entry.get("class", _default_layer_class(entry)), f"{where}.layers[{i}].class")()
+        if "conv" in entry:
+            conv, recurrent = unflatten(entry["conv"], tensors), unflatten(entry["recurrent"], tensors)
+            if conv is not None:
+                layer.dtype, layer.device = conv.dtype, conv.device
+                layer.conv_states[0], layer.recurrent_states[0] = conv, recurrent
+                layer.conv_kernel_size[0] = conv.shape[-1]
+                layer.is_conv_states_initialized[0] = layer.is_recurrent_states_initialized[0] = True
+                layer.has_previous_state[0] = True
+        if "key" in entry:
+            key, value = unflatten(entry["key"], tensors), unflatten(entry["value"], tensors)
+            if key is not None:
+                layer.dtype, layer.device = key.dtype, key.device
+                layer.keys, layer.values, layer.is_initialized = key, value, True
+        layers.append(layer)
+    cache = DynamicCache()  # layers appended on demand past the recorded ones, as a fresh cache does
+    cache.layers[:] = layers
+    return cache
+
+
+def _static_cache(cls: Any, node: dict[str, Any], tensors: list[Any]) -> Any:
+    """Rebuild a ``StaticCache`` whose layers hold the given tensors themselves (no copy: in-place updates of
+    the graph land in the caller's buffers)."""
+    from transformers.cache_utils import Cache, StaticLayer
+
+    cache = cls.__new__(cls)  # StaticCache.__init__ needs the model config only to choose the layer types
+    Cache.__init__(cache, layers=[StaticLayer(max_cache_len=int(node["max_cache_len"])) for _ in node["layers"]])
+    for layer, entry in zip(cache.layers, node["layers"]):
+        key, value = unflatten(entry["key"], tensors), unflatten(entry["value"], tensors)
+        if key is None:
+            continue
+        layer.dtype, layer.device = key.dtype, key.device
+        layer.batch_size, layer.num_heads = key.shape[:2]
+        layer.k_head_dim, layer.v_head_dim = key.shape[-1], value.shape[-1]
+        layer.keys, layer.values = key, value
+        layer.cumulative_length = unflatten(entry["length"], tensors)
+        layer.is_initialized = True
+    return cache
+
+
+def unflatten(
+    node: dict[str, Any], tensors: list[Any], architecture: str | None = None, where: str = "structure"
+) -> Any:
+    """Rebuild a value from its structure node and flat tensors.
+
+    Raises:
+        ManifestError: The node names a class outside the allow-list or is malformed.
+    """
+    kind = node.get("type")
+    if kind == "tensor":
+        return tensors[node["index"]]
+    if kind == "none":
+        return None
+    if kind == "constant":
+        return node["value"]
+    if kind in ("tuple", "list"):
+        items = [unflatten(n, tensors, architecture, f"{where}.items[{i}]") for i, n in enumerate(node["items"])]
+        return tuple(items) if kind == "tuple" else items
+    if kind == "dict":
+        return {k: unflatten(n, tensors, architecture, f"{where}.{k}") for k, n in node["items"]}
+    if kind == "model_output":
+        cls = resolve_output_class(node["class"], architecture, where=f"{where}.class")
+        return cls(**{k: unflatten(n, tensors, architecture, f"{where}.{k}") for k, n in node["fields"]})
+    if kind == "cache":
+        return _unflatten_cache(node, tensors, where)
+    raise ManifestError(f"{where}: unknown structure node type {kind!r}.")
+
+
+def _unflatten_cache(node: dict[str, Any], tensors: list[Any], where: str) -> Any:
+    cls = cache_class(node.get("class"), where=f"{where}.class")
+    if cls.__name__ == "EncoderDecoderCache":
+        parts = [{"layers": [layer[part] for layer in node["layers"]]} for part in ("decoder", "encoder")]
+        decoder, encoder = (
+            _dynamic_cache_from(p, tensors, f"{where}.{n}") for p, n in zip(parts, ("decoder", "encoder"))
+        )
+        return cls(decoder, encoder)
+    if cls.__name__ == "DynamicCache":
+        return _dynamic_cache_from(node, tensors, where)
+    if cls.__name__ == "StaticCache":
+        return _static_cache(cls, node, tensors)
+    raise ManifestError(f"{where}: rebuilding a {cls.__name__} from flat tensors is not supported.")
