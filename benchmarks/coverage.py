@@ -113,7 +113,7 @@ def _diff(got: Any, expected: Any, name: str = "output") -> float:
 
 
 def _flat(value: Any) -> list[tuple[str, Any]]:
-    from hub_export.signature import flatten_value
+    from hub_export.structure import flatten_value
 
     leaves: list[tuple[str, Any]] = []
     flatten_value(value, (), leaves)
@@ -151,7 +151,7 @@ def _compare_peer(got: Any, expected: Any) -> float:
 def _export(tool: str, backend: str, model: Any, sample: dict[str, Any]) -> Any:
     if tool == "hub":
         from hub_export.configs import AutoExportConfig
-        from hub_export.exporters.auto import exporter_class
+        from hub_export.export.auto import exporter_class
 
         config = AutoExportConfig.config_class(backend)(dynamic=True)
         return exporter_class(backend)().export(model, sample, config=config)
