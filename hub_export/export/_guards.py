@@ -1,0 +1,140 @@
+"""Size guards of a traced program turned into dim bounds: a multiple, a maximum, a pinned size.
+
+``torch.export`` keeps the conditions a model's code put on input sizes as guards. Simple ones (``sequence >= 2``)
+already narrow the symbol's range; the ones that go through size arithmetic do not: a ``view(b, s // 4, 4)``
+guards ``s * b == 4 * b * (s // 4)`` (the sequence must be a multiple of 4), and a compressed-attention block
+``4 * (4 * min(s, 4 * (s // 4)) // ...) >= 16 * min(...)`` caps it. Left as guards, another size fails at run time
+with ``Guard failed: <expression>`` (Dynamo) or runs into a wrong shape (the other backends, which keep no guards).
+:func:`bound_dims` reads those guards and gives each dim the sizes they admit (``Dim.min``, ``max``,
+``multiple_of``), so every backend refuses another size up front with one clear
+:class:`~hub_export.errors.InputBoundsError` ("pad it to a multiple of 4", "outside [2, 7]").
+
+The guards are sympy expressions evaluated at integer sizes (never code); each dim is probed over a window of
+sizes with the other dims at their traced sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..dims import Dim
+
+__all__ = ["bound_dims"]
+
+#: sizes probed above the traced one: up to max(WINDOW_MIN, WINDOW_FACTOR * traced size)
+WINDOW_MIN = 64
+WINDOW_FACTOR = 8
+#: guards read at most (a model with more non-linear size guards keeps the rest as torch guards)
+MAX_GUARDS = 200
+
+
+def _shape_env(program: Any) -> Any:
+    for node in program.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        value = node.meta.get("val")
+        for size in getattr(value, "shape", ()):
+            env = getattr(getattr(size, "node", None), "shape_env", None)
+            if env is not None:
+                return env
+    return None
+
+
+def _hints(env: Any) -> dict[Any, int]:
+    values = getattr(env, "backed_var_to_val", None)
+    if values is None:  # older torch
+        values = env.var_to_val
+    return {symbol: int(value) for symbol, value in values.items()}
+
+
+def _arithmetic_guards(env: Any, hints: dict[Any, int]) -> list[Any]:
+    """Guards over backed sizes that go through a function (``//``, ``%``, ``min``): the ones ranges miss."""
+    import sympy
+
+    guards = []
+    for guard in getattr(env, "guards", ()):
+        expr = guard.expr
+        if not expr.free_symbols or not expr.free_symbols <= set(hints):
+            continue
+        if expr.atoms(sympy.Function):
+            guards.append(expr)
+        if len(guards) >= MAX_GUARDS:
+            break
+    return guards
+
+
+def _holds(guards: list[Any], values: dict[Any, Any]) -> bool:
+    import sympy
+
+    for expr in guards:
+        try:
+            result = expr.xreplace(values)
+        except (ZeroDivisionError, ArithmeticError, TypeError, ValueError):
+            return False
+        if result is sympy.false:
+            return False
+    return True
+
+
+def _admitted(guards: list[Any], symbol: Any, hints: dict[Any, int], low: int, high: int) -> list[int]:
+    """The sizes in ``[low, high]`` at which every guard holds, the other symbols at their traced sizes."""
+    import sympy
+
+    others = {s: sympy.Integer(v) for s, v in hints.items() if s != symbol}
+    mine = [g for g in guards if symbol in g.free_symbols]
+    fixed = [g.xreplace(others) for g in mine]
+    return [size for size in range(low, high + 1) if _holds(fixed, {symbol: sympy.Integer(size)})]
+
+
+def _bounds(admitted: list[int], hint: int, dim: Dim, high: int) -> Dim | None:
+    """The dim admitting the run of sizes around ``hint`` (one step apart); None when nothing narrows."""
+    if hint not in admitted:
+        return None  # the guards do not even admit the traced size: leave them to torch
+    step = 0
+    for size in admitted:
+        step = math.gcd(step, size - hint)
+    step = step or 1
+    if hint % step:
+        step = 1  # a period that is not "a multiple of": the run around the hint below decides alone
+    accepted = set(admitted)
+    low = hint
+    while low - step >= dim.min and low - step in accepted:
+        low -= step
+    top = hint
+    while top + step <= high and top + step in accepted:
+        top += step
+    upper = dim.max if top + step > high else top  # the run reached the end of the window: unbounded there
+    if step == 1 and low == dim.min and upper == dim.max:
+        return None
+    return Dim(dim.name, low, upper, math.lcm(dim.multiple_of, step))
+
+
+def bound_dims(program: Any, symbols: dict[str, str], dims: dict[str, Dim]) -> dict[str, Dim]:
+    """``dims`` with the bounds the program's size guards impose (the others unchanged).
+
+    Args:
+        program: The ``torch.export`` ExportedProgram.
+        symbols: Symbol name (``s85``) -> dim name (``sequence``), as the trace named them.
+        dims: Dim name -> its bounds from the program's range constraints.
+    """
+    env = _shape_env(program)
+    if env is None:
+        return dims
+    hints = _hints(env)
+    guards = _arithmetic_guards(env, hints)
+    if not guards:
+        return dims
+    result = dict(dims)
+    for symbol, hint in hints.items():
+        name = symbols.get(str(symbol))
+        if name is None or name not in result or not any(symbol in g.free_symbols for g in guards):
+            continue
+        dim = result[name]
+        high = max(WINDOW_MIN, WINDOW_FACTOR * hint)
+        if dim.max is not None:
+            high = min(high, dim.max)
+        narrowed = _bounds(_admitted(guards, symbol, hints, max(dim.min, 0), high), hint, dim, high)
+        if narrowed is not None:
+            result[name] = narrowed
+    return result
