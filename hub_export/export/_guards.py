@@ -64,27 +64,49 @@ def _arithmetic_guards(env: Any, hints: dict[Any, int]) -> list[Any]:
     return guards
 
 
-def _holds(guards: list[Any], values: dict[Any, Any]) -> bool:
+def _verdicts(expr: Any, values: dict[Any, Any], symbols: list[Any], sizes: range) -> tuple[bool, ...]:
+    """Whether ``expr`` holds at each size given to ``symbols`` (``values`` for the other symbols)."""
     import sympy
 
-    for expr in guards:
+    fixed = expr.xreplace(values)
+    verdicts = []
+    for size in sizes:
         try:
-            result = expr.xreplace(values)
-        except (ZeroDivisionError, ArithmeticError, TypeError, ValueError):
-            return False
-        if result is sympy.false:
-            return False
-    return True
+            result = fixed.xreplace({symbol: sympy.Integer(size) for symbol in symbols})
+        except (ArithmeticError, TypeError, ValueError):
+            result = sympy.false
+        verdicts.append(result is not sympy.false)
+    return tuple(verdicts)
 
 
-def _admitted(guards: list[Any], symbol: Any, hints: dict[Any, int], low: int, high: int) -> list[int]:
-    """The sizes in ``[low, high]`` at which every guard holds, the other symbols at their traced sizes."""
+def _admitted(
+    guards: list[Any], group: list[Any], groups: dict[str, list[Any]], hints: dict[Any, int], sizes: range
+) -> list[int]:
+    """The sizes in ``sizes`` that every guard admits for the symbols of ``group`` (one dim).
+
+    A guard that also reads other dims counts only when its verdicts do not depend on them (probed at their traced
+    sizes and two others): ``b * s == 4 * b * (s // 4)`` bounds ``s`` alone; a truly coupled guard stays torch's.
+    """
     import sympy
 
-    others = {s: sympy.Integer(v) for s, v in hints.items() if s != symbol}
-    mine = [g for g in guards if symbol in g.free_symbols]
-    fixed = [g.xreplace(others) for g in mine]
-    return [size for size in range(low, high + 1) if _holds(fixed, {symbol: sympy.Integer(size)})]
+    mine = set(group)
+    others = [g for g in groups.values() if not mine & set(g)]
+    admitted = [True] * len(sizes)
+    for expr in guards:
+        if not mine & expr.free_symbols:
+            continue
+        coupled = [g for g in others if set(g) & expr.free_symbols]
+        settings = [0, 1, 3] if coupled else [0]
+        seen = set()
+        for extra in settings:
+            values = {}
+            for other in coupled:
+                size = hints[other[0]] * (2 if extra == 3 else 1) + extra
+                values.update({symbol: sympy.Integer(size) for symbol in other})
+            seen.add(_verdicts(expr, values, group, sizes))
+        if len(seen) == 1:
+            admitted = [a and v for a, v in zip(admitted, seen.pop())]
+    return [size for size, ok in zip(sizes, admitted) if ok]
 
 
 def _bounds(admitted: list[int], hint: int, dim: Dim, high: int) -> Dim | None:
@@ -125,16 +147,22 @@ def bound_dims(program: Any, symbols: dict[str, str], dims: dict[str, Dim]) -> d
     guards = _arithmetic_guards(env, hints)
     if not guards:
         return dims
+    groups: dict[str, list[Any]] = {}
+    for symbol in hints:
+        groups.setdefault(symbols.get(str(symbol), str(symbol)), []).append(symbol)
     result = dict(dims)
-    for symbol, hint in hints.items():
-        name = symbols.get(str(symbol))
-        if name is None or name not in result or not any(symbol in g.free_symbols for g in guards):
+    for name, group in groups.items():
+        hint = hints[group[0]]
+        if name not in result or any(hints[s] != hint for s in group):
+            continue
+        if not any(set(group) & g.free_symbols for g in guards):
             continue
         dim = result[name]
         high = max(WINDOW_MIN, WINDOW_FACTOR * hint)
         if dim.max is not None:
             high = min(high, dim.max)
-        narrowed = _bounds(_admitted(guards, symbol, hints, max(dim.min, 0), high), hint, dim, high)
+        sizes = range(max(dim.min, 0), high + 1)
+        narrowed = _bounds(_admitted(guards, group, groups, hints, sizes), hint, dim, high)
         if narrowed is not None:
             result[name] = narrowed
     return result
