@@ -22,8 +22,9 @@ CLASSES: dict[str, str] = {
     "hybrid-cache": "a cache with linear-attention / SSM / sliding layers that the exporter cannot flatten",
     "data-dependent-guard": "torch.export hit control flow or a size that depends on tensor values "
     "(GuardOnDataDependentSymNode, data-dependent expressions)",
-    "pinned-sequence": "dynamic axes asked, but the model pinned one (static where dynamic was asked; a "
-    "constraint violation at export, or the other shape refused at run time)",
+    "pinned-sequence": "dynamic axes asked, but the model's code restricts one (pinned to the traced size, capped, "
+    "or a multiple of N: the export's dims say so and the other shape is refused with InputBoundsError; or an "
+    "undeclared guard / constraint violation)",
     "unsupported-op": "the backend has no conversion for an operator (ONNX function, OpenVINO conversion "
     "rule, a custom op of transformers)",
     "openvino-shape-inference": "OpenVINO converted the graph but its shape inference failed (at compile time "
@@ -72,7 +73,7 @@ RULES: list[tuple[str, re.Pattern[str], Any]] = [
             r"fixed to \d+|fixed this axis|Constraints violated|specialized to|were specialized|is static there|"
             r"Guard failed: .*size\(\)|Expected input at .* to be equal to|"
             r"inferred to be a constant|marked as dynamic but|Not all values of .* satisfy|"
-            r"static there|pinned",
+            r"static there|pinned|outside the exported bounds",
             re.IGNORECASE,
         ),
         None,
