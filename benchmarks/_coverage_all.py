@@ -183,16 +183,26 @@ def drive_all(
                 cells = left
 
 
-def main_all(args: argparse.Namespace, parser: argparse.ArgumentParser, write_matrix: Any) -> None:
-    """``--all``: run the shard's cells, then rewrite the matrix with ``write_matrix(out)`` (coverage.py's)."""
+def write_all(out: Path) -> None:
+    """Write the every-architecture matrix (:func:`section`) from the files of ``docs/coverage-all/``."""
+    lines = section()
+    if not lines:
+        raise SystemExit(f"no results in {RESULTS_DIR}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines[1:]) + "\n")
+    print(f"wrote {out}")
+
+
+def main_all(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """``--all``: run the shard's cells, then rewrite ``docs/support-matrix-all.md`` (or ``--out``)."""
     from _tiny_configs import enumerate_architectures
 
     shard = parse_shard(args.shard)
     default_name = "all.jsonl" if shard == (1, 1) else f"shard-{shard[0]}-of-{shard[1]}.jsonl"
     results = args.results or RESULTS_DIR / default_name
-    out = args.out
+    out = args.out or ROOT / "docs" / "support-matrix-all.md"
     if args.report_only:
-        write_matrix(out)
+        write_all(out)
         return
     archs = enumerate_architectures()
     if args.types:
@@ -210,7 +220,7 @@ def main_all(args: argparse.Namespace, parser: argparse.ArgumentParser, write_ma
     print(f"{len(archs)} model types (shard {shard[0]}/{shard[1]}) -> {results}", flush=True)
     retry = tuple(args.retry or ())
     drive_all(archs, args.tools, backends, results, args.timeout or 300, args.batch, args.rerun, retry)
-    write_matrix(out)
+    write_all(out)
 
 
 # ---- report --------------------------------------------------------------------------------------------------
@@ -305,7 +315,7 @@ def section(paths: list[Path] | None = None) -> list[str]:
         "",
         f"**{len(enumerated)} model types enumerated**: {len(skipped)} skipped (reasons below), "
         f"{len(ran) - len(built)} not built tiny (`tiny-config`), {len(built)} built and run"
-        + (f", {len(pending)} not run yet" if pending else "")
+        + (f", **{len(pending)} not run** (listed at the end)" if pending else "")
         + ".",
         "",
         "## Model types per head",
@@ -396,4 +406,9 @@ def section(paths: list[Path] | None = None) -> list[str]:
         lines.append(f"* **{t}** ({heads.get(t, '')}): {_cause(row)}")
     lines += ["", "## Skipped model types", ""]
     lines += [f"* **{t}** ({heads.get(t, '')}): {_short(why)}" for t, why in sorted(skipped.items())] or ["None."]
+    if pending:
+        lines += ["", f"## Not run ({len(pending)} model types)", ""]
+        for head in sorted({heads.get(t, "?") for t in pending}):
+            of = [t for t in pending if heads.get(t, "?") == head]
+            lines.append(f"* {head} ({len(of)}): " + ", ".join(of))
     return lines

@@ -31,7 +31,7 @@ config class's defaults with the size fields shrunk, with sample inputs found fr
 backends run one after another over every type (dynamo, then onnx, openvino, executorch), so a partial run has
 whole columns. ``--shard i/n`` (1-based) takes every n-th type, so shards fan out (``actions/examples/coverage.yml``);
 each shard writes ``docs/coverage-all/shard-i-of-n.jsonl``, and ``--all --report-only`` merges every file of
-that folder into the matrix's second part (the latest row of a cell wins). Failing cells get a one-line reason
+that folder into ``docs/support-matrix-all.md`` (the latest row of a cell wins). Failing cells get a one-line reason
 and a failure class (``benchmarks/_failure_classes.py``); types that cannot run here are listed with the reason::
 
     python benchmarks/coverage.py --all [--shard 1/4] [--backends dynamo onnx] [--types llama bert] [--timeout 300]
@@ -484,9 +484,6 @@ def report(results: Path, out: Path, backends: list[str], tools: list[str]) -> N
         lines += ["", f"## Failing {TOOL_NAMES[tool]} cells", ""]
         reasons = [f"* **{r['case']}** / {r['backend']}: {_why(r)}" for r in failing]
         lines += reasons or ["None."]
-    from _coverage_all import section
-
-    lines += section()
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out}")
@@ -511,7 +508,9 @@ def main() -> None:
         help="default: docs/coverage-results.jsonl "
         "(--all: docs/coverage-all/shard-i-of-n.jsonl, or all.jsonl unsharded)",
     )
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "support-matrix.md")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="default: docs/support-matrix.md (--all: docs/support-matrix-all.md)"
+    )
     parser.add_argument("--fresh", action="store_true", help="discard earlier results instead of resuming")
     parser.add_argument("--rerun", action="store_true", help="run the selected cells again, even those in --results")
     parser.add_argument("--report-only", action="store_true")
@@ -531,11 +530,12 @@ def main() -> None:
     if args.all:
         from _coverage_all import main_all
 
-        main_all(args, parser, write_matrix)
+        main_all(args, parser)
         return
     from zoo import ZOO
 
     args.results = args.results or ROOT / "docs" / "coverage-results.jsonl"
+    args.out = args.out or ROOT / "docs" / "support-matrix.md"
     args.backends = args.backends or DEFAULT_BACKENDS
     args.timeout = args.timeout or 120
     cases = args.cases or list(ZOO)
@@ -550,7 +550,7 @@ def main() -> None:
 
 
 def write_matrix(out: Path, results: Path = ROOT / "docs" / "coverage-results.jsonl") -> None:
-    """Write the matrix: the zoo's cells (``results``), then every architecture's (``docs/coverage-all/``)."""
+    """Write the zoo's matrix from ``results`` (``--all`` writes its own: ``_coverage_all.write_all``)."""
     ran = {(row["tool"], row["backend"]) for row in map(json.loads, results.read_text().splitlines())}
     backends = [b for b in ALL_BACKENDS if any((t, b) in ran for t in TOOLS)]
     report(results, out, backends, [t for t in TOOLS if any((t, b) in ran for b in backends)])
