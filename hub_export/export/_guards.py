@@ -22,11 +22,10 @@ from ..dims import Dim
 
 __all__ = ["bound_dims"]
 
-#: sizes probed above the traced one: up to max(WINDOW_MIN, WINDOW_FACTOR * traced size)
-WINDOW_MIN = 64
-WINDOW_FACTOR = 8
-#: guards read at most (a model with more non-linear size guards keeps the rest as torch guards)
-MAX_GUARDS = 200
+#: sizes probed on each side of the traced one (a run reaching the edge of the window is taken as unbounded)
+WINDOW = 64
+#: guards read at most (a model with more non-linear size guards keeps the rest as torch guards only)
+MAX_GUARDS = 64
 
 
 def _shape_env(program: Any) -> Any:
@@ -52,10 +51,10 @@ def _arithmetic_guards(env: Any, hints: dict[Any, int]) -> list[Any]:
     """Guards over backed sizes that go through a function (``//``, ``%``, ``min``): the ones ranges miss."""
     import sympy
 
-    guards = []
+    guards: list[Any] = []
     for guard in getattr(env, "guards", ()):
         expr = guard.expr
-        if not expr.free_symbols or not expr.free_symbols <= set(hints):
+        if not expr.free_symbols or not expr.free_symbols <= set(hints) or expr in guards:
             continue
         if expr.atoms(sympy.Function):
             guards.append(expr)
@@ -109,7 +108,7 @@ def _admitted(
     return [size for size, ok in zip(sizes, admitted) if ok]
 
 
-def _bounds(admitted: list[int], hint: int, dim: Dim, high: int) -> Dim | None:
+def _bounds(admitted: list[int], hint: int, dim: Dim, sizes: range) -> Dim | None:
     """The dim admitting the run of sizes around ``hint`` (one step apart); None when nothing narrows."""
     if hint not in admitted:
         return None  # the guards do not even admit the traced size: leave them to torch
@@ -121,12 +120,14 @@ def _bounds(admitted: list[int], hint: int, dim: Dim, high: int) -> Dim | None:
         step = 1  # a period that is not "a multiple of": the run around the hint below decides alone
     accepted = set(admitted)
     low = hint
-    while low - step >= dim.min and low - step in accepted:
+    while low - step >= sizes.start and low - step in accepted:
         low -= step
     top = hint
-    while top + step <= high and top + step in accepted:
+    while top + step < sizes.stop and top + step in accepted:
         top += step
-    upper = dim.max if top + step > high else top  # the run reached the end of the window: unbounded there
+    # a run reaching an edge of the window keeps the dim's own bound there
+    low = dim.min if low - step < sizes.start else low
+    upper = dim.max if top + step >= sizes.stop else top
     if step == 1 and low == dim.min and upper == dim.max:
         return None
     return Dim(dim.name, low, upper, math.lcm(dim.multiple_of, step))
@@ -158,11 +159,10 @@ def bound_dims(program: Any, symbols: dict[str, str], dims: dict[str, Dim]) -> d
         if not any(set(group) & g.free_symbols for g in guards):
             continue
         dim = result[name]
-        high = max(WINDOW_MIN, WINDOW_FACTOR * hint)
-        if dim.max is not None:
-            high = min(high, dim.max)
-        sizes = range(max(dim.min, 0), high + 1)
-        narrowed = _bounds(_admitted(guards, group, groups, hints, sizes), hint, dim, high)
+        sizes = range(
+            max(dim.min, hint - WINDOW, 0), hint + WINDOW + 1 if dim.max is None else min(dim.max, hint + WINDOW) + 1
+        )
+        narrowed = _bounds(_admitted(guards, group, groups, hints, sizes), hint, dim, sizes)
         if narrowed is not None:
             result[name] = narrowed
     return result
