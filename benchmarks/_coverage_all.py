@@ -318,6 +318,9 @@ def section(paths: list[Path] | None = None) -> list[str]:
         + (f", **{len(pending)} not run** (listed at the end)" if pending else "")
         + ".",
         "",
+        f"Tools run: {', '.join(TOOL_NAMES[t] for t in tools)}; backends run: {', '.join(backends)} "
+        f"({sum(1 for k in rows if k[1] != '*')} cells). A backend column counts only the types it was run on.",
+        "",
         "## Model types per head",
         "",
         "| head | enumerated | skipped | tiny-config | built | "
