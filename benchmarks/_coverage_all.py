@@ -277,6 +277,7 @@ def section(paths: list[Path] | None = None) -> list[str]:
         if row.get("head"):
             heads[case] = row["head"]
     enumerated: list[str] = types
+    skipped = {t: rows[(t, *SKIP)]["skip"] for t in types if (t, *SKIP) in rows}
     try:  # the enumeration (and the head of types whose every row failed before the build said it)
         from _tiny_configs import enumerate_architectures
 
@@ -284,10 +285,11 @@ def section(paths: list[Path] | None = None) -> list[str]:
         enumerated = sorted({a.model_type for a in archs} | set(types))
         for arch in archs:
             heads.setdefault(arch.model_type, arch.head)
+            if arch.skip:  # known before any run: no builder for it here
+                skipped.setdefault(arch.model_type, arch.skip)
     except Exception:  # noqa: BLE001 - the report also works from the files alone
         pass
-    pending = [t for t in enumerated if t not in types]
-    skipped = {t: rows[(t, *SKIP)]["skip"] for t in types if (t, *SKIP) in rows}
+    pending = [t for t in enumerated if t not in types and t not in skipped]
     backends = [b for b in ALL_BACKENDS if any(k[2] == b for k in rows)]
     tools = [t for t in ("hub", "peer") if any(k[1] == t for k in rows)]
     ran = [t for t in types if t not in skipped]
