@@ -117,7 +117,7 @@ def _bounds(admitted: list[int], hint: int, dim: Dim, sizes: range) -> Dim | Non
         step = math.gcd(step, size - hint)
     step = step or 1
     if hint % step:
-        step = 1  # a period that is not "a multiple of": the run around the hint below decides alone
+        return None  # a period that is not "a multiple of" (sizes 3, 7, 11...): no dim says it, torch's guard stays
     accepted = set(admitted)
     low = hint
     while low - step >= sizes.start and low - step in accepted:
