@@ -18,6 +18,7 @@ from .hub.download import download_export
 from .hub.publish import push_export
 from .loading import LoadedExport, LocalFiles, load_export
 from .manifest import MANIFEST_NAME, SIDE_FILE_ROLES, Manifest, Source
+from .preprocessing import listed_preprocessing, write_preprocessing
 
 __all__ = ["ExportedModel"]
 
@@ -33,7 +34,12 @@ class ExportedModel:
         generation_config: The model's ``GenerationConfig``, or None.
         source: Where the model came from on the Hub, or None.
         device: The device runners execute on (None: the backend's default).
+        task: The pipeline task the export serves (recorded in ``export.json``), or None.
+        preprocessing: The source's tokenizer and processor files saved with the export, by name, or None.
     """
+
+    task: str | None = None
+    preprocessing: dict[str, bytes] | None = None
 
     def __init__(
         self,
@@ -117,6 +123,7 @@ class ExportedModel:
             components={name: c.metadata for name, c in self.components.items()},
             source=self.source,
             generation=self.generation,
+            task=self.task,
         )
 
     def save_pretrained(self, save_directory: str | Path) -> Path:
@@ -143,6 +150,7 @@ class ExportedModel:
                 self.model_config.to_json_file(str(staged / "config.json"))
             if self.generation_config is not None:
                 self.generation_config.to_json_file(str(staged / "generation_config.json"))
+            write_preprocessing(self.preprocessing or {}, staged)
             side = [
                 file_entry(staged, name, role) for name, role in SIDE_FILE_ROLES.items() if (staged / name).is_file()
             ]
@@ -239,7 +247,7 @@ class ExportedModel:
         cls, loaded: LoadedExport, *, device: str | None = None, runner_options: dict[str, Any] | None = None
     ) -> ExportedModel:
         manifest = loaded.manifest
-        return cls(
+        exported = cls(
             parse_format(manifest.export_format),
             AutoExportConfig.from_dict({**manifest.config, "quantizer": None}),  # the recipe is recorded, not re-run
             loaded.components,
@@ -250,3 +258,6 @@ class ExportedModel:
             generation=manifest.generation,
             runner_options=runner_options,
         )
+        exported.task = manifest.task
+        exported.preprocessing = listed_preprocessing(loaded.source.directory, manifest)
+        return exported

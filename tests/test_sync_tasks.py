@@ -1,0 +1,167 @@
+"""Tasks and self-contained exports on the Hub: ``sync --task``, exports carrying their source's tokenizer, an
+``export_for_generation`` export pushed from Python kept fresh by ``sync``, and the card (embedded Hub, real client)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from huggingface_hub import HfApi, hf_hub_download
+from tiny_tokenizers import VOCAB_SIZE, llama_tokenizer
+
+from hub_export import ExportedModel
+from hub_export.cli.main import main
+from hub_export.embedded_hub.server import HubServer
+from hub_export.errors import UnsafeExportError
+from hub_export.manifest import Manifest
+from hub_export.preprocessing import check_preprocessing_file, read_preprocessing
+
+SOURCE = "me/tiny-llama-tok"
+TARGET = "me/tiny-llama-exports"
+PROMPT = "the cat sat on a mat"
+
+
+def _llama(seed: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        architectures=["LlamaForCausalLM"],
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def _upload(api: HfApi, folder: Path, seed: int) -> str:
+    """A tiny Llama with a real BPE tokenizer, saved and uploaded to SOURCE; returns the commit."""
+    _llama(seed).save_pretrained(folder)
+    llama_tokenizer().save_pretrained(folder)
+    api.create_repo(SOURCE, exist_ok=True)
+    (folder / "README.md").write_text("---\nlicense: apache-2.0\n---\n# tiny\n")
+    return api.upload_folder(repo_id=SOURCE, folder_path=str(folder), commit_message=f"seed {seed}").oid
+
+
+def _manifest(repo: str, sub: str) -> Manifest:
+    return Manifest.loads(Path(hf_hub_download(repo, f"{sub}/export.json")).read_bytes())
+
+
+def _greedy(model, inputs) -> torch.Tensor:
+    return model.generate(**inputs, max_new_tokens=6, do_sample=False)
+
+
+def test_sync_task_publishes_self_contained_generation_exports_and_keeps_python_ones_fresh(
+    hub_api: HfApi, hub_env: HubServer, tmp_path: Path
+):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hub_export import OnnxConfig, OnnxExporter
+
+    first = _upload(hub_api, tmp_path / "seed-0", 0)
+    args = ["sync", SOURCE, "--target", TARGET, "--task", "text-generation", "-f", "onnx", "-f", "openvino"]
+    assert main([*args, "--quiet"]) == 0
+    tokenizer = AutoTokenizer.from_pretrained(SOURCE)
+    inputs = tokenizer([PROMPT], return_tensors="pt")
+    eager = _greedy(_llama(0), inputs)
+    for sub in ("onnx", "openvino"):
+        manifest = _manifest(TARGET, sub)
+        assert manifest.task == "text-generation" and manifest.generation is not None
+        assert manifest.source.repo_id == SOURCE and manifest.source.revision == first
+        roles = {f.path: f.role for f in manifest.side_files()}
+        assert roles["tokenizer.json"] == roles["tokenizer_config.json"] == "tokenizer"
+        loaded = ExportedModel.from_pretrained(TARGET, subfolder=sub)
+        assert torch.equal(_greedy(loaded, inputs), eager)
+        exported_tokenizer = AutoTokenizer.from_pretrained(TARGET, subfolder=sub)
+        for text in (PROMPT, "birds sang in tall oak trees", "zebra"):
+            assert exported_tokenizer(text).input_ids == tokenizer(text).input_ids
+    card = Path(hf_hub_download(TARGET, "README.md")).read_text()
+    meta = yaml.safe_load(card.split("---")[1])
+    assert meta["pipeline_tag"] == "text-generation" and meta["license"] == "apache-2.0"
+    assert meta["base_model"] == SOURCE and "base_model_relation" not in meta  # same weights, not quantized
+    assert 'AutoTokenizer.from_pretrained("me/tiny-llama-exports", subfolder="onnx")' in card
+    assert "model.generate(" in card
+
+    # an export_for_generation export made in Python from transformers' own from_pretrained(repo id)
+    model = AutoModelForCausalLM.from_pretrained(SOURCE).eval()
+    exported = OnnxExporter().export_for_generation(model, dict(inputs), config=OnnxConfig(dynamic=True))
+    exported.push_to_hub(TARGET, subfolder="onnx-gen")
+    pushed = _manifest(TARGET, "onnx-gen")
+    assert pushed.source.revision == first and pushed.task == "text-generation"
+    assert "tokenizer.json" in {f.path for f in pushed.side_files("tokenizer")}
+
+    # a new checkpoint: the sync re-exports the requested formats and the Python one, each as it was made
+    second = _upload(hub_api, tmp_path / "seed-1", 1)
+    assert main(["sync", SOURCE, "--target", TARGET, "-f", "onnx", "-f", "openvino", "--quiet"]) == 0
+    eager = _greedy(_llama(1), inputs)
+    for sub in ("onnx", "openvino", "onnx-gen"):
+        manifest = _manifest(TARGET, sub)
+        assert manifest.source.revision == second and manifest.generation is not None, sub
+        assert manifest.task == "text-generation"
+    for sub in ("onnx-gen", "openvino"):
+        assert torch.equal(_greedy(ExportedModel.from_pretrained(TARGET, subfolder=sub), inputs), eager)
+    assert main(["sync", SOURCE, "--target", TARGET, "-f", "onnx", "--dry-run", "--quiet"]) == 0
+
+
+def test_an_unknown_task_is_refused_before_anything_is_downloaded(capsys):
+    assert main(["sync", SOURCE, "-f", "onnx", "--task", "summarize-everything"]) == 1
+    err = capsys.readouterr().err
+    assert "--task summarize-everything is not a task hub-export knows" in err and "text-generation" in err
+
+
+def test_saving_an_export_of_a_model_folder_copies_its_tokenizer(tmp_path: Path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hub_export import DynamoExporter
+
+    folder = tmp_path / "model"
+    _llama(0).save_pretrained(folder)
+    llama_tokenizer().save_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    exported = DynamoExporter().export(model, dict(tokenizer(["the cat", "a dog"], return_tensors="pt")))
+    assert exported.task == "text-generation"
+    target = exported.save_pretrained(tmp_path / "export")
+    manifest = Manifest.read(target)
+    listed = {f.path: f.role for f in manifest.side_files()}
+    assert {name: listed.get(name) for name in read_preprocessing(folder)} == {
+        name: "tokenizer" for name in read_preprocessing(folder)
+    }
+    assert AutoTokenizer.from_pretrained(target)(PROMPT).input_ids == tokenizer(PROMPT).input_ids
+    # a loaded export keeps them when saved again
+    again = ExportedModel.from_pretrained(target).save_pretrained(tmp_path / "again")
+    assert (again / "tokenizer.json").read_bytes() == (folder / "tokenizer.json").read_bytes()
+
+
+@pytest.mark.parametrize(
+    "name,data,message",
+    [
+        ("tokenizer_config.json", b'{"auto_map": {"AutoTokenizer": ["x.Tok", null]}}', "names remote code"),
+        ("tokenizer_config.json", b"[1, 2]", "not an object"),
+        ("tokenizer.json", b"{not json", "not valid JSON"),
+        ("merges.txt", b"\xff\xfe", "not UTF-8"),
+        ("tokenizer.py", b"import os", "not a preprocessing file"),
+    ],
+)
+def test_preprocessing_files_are_checked_as_data(name: str, data: bytes, message: str):
+    with pytest.raises(UnsafeExportError, match=message):
+        check_preprocessing_file(name, data)
+
+
+def test_a_symlinked_tokenizer_is_not_read(tmp_path: Path):
+    outside = tmp_path / "secret.json"
+    outside.write_text("{}")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "tokenizer.json").symlink_to(outside)
+    with pytest.raises(UnsafeExportError, match="symlink"):
+        read_preprocessing(folder)
