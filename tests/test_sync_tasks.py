@@ -165,3 +165,80 @@ def test_a_symlinked_tokenizer_is_not_read(tmp_path: Path):
     (folder / "tokenizer.json").symlink_to(outside)
     with pytest.raises(UnsafeExportError, match="symlink"):
         read_preprocessing(folder)
+
+
+def test_export_task_makes_a_generation_export_with_the_tokenizer_and_the_card_says_so(tmp_path: Path):
+    import dataclasses
+    import json
+
+    from transformers import AutoTokenizer
+
+    from hub_export._files import file_entry
+    from hub_export.hub.card import CardExport, render_card
+    from hub_export.manifest import Source
+
+    folder, out = tmp_path / "model", tmp_path / "out"
+    _llama(0).save_pretrained(folder)
+    llama_tokenizer().save_pretrained(folder)
+    assert main(["export", str(folder), "--task", "text-generation", "-f", "dynamo", "-o", str(out), "--quiet"]) == 0
+    loaded = ExportedModel.from_pretrained(out)
+    assert loaded.task == "text-generation" and loaded.generation is not None
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    inputs = tokenizer([PROMPT], return_tensors="pt")
+    assert torch.equal(_greedy(loaded, inputs), _greedy(_llama(0), inputs))
+
+    # the card of a quantized export of it: task, license, relation and a tokenizer + generate() snippet
+    manifest = Manifest.read(out)
+    manifest = dataclasses.replace(
+        manifest, source=Source("me/src", "a" * 40), config={**manifest.config, "quantizer": {"quantizer": "Q"}}
+    )
+    card = render_card(
+        "---\nlibrary_name: hub-export\n---\n# exports\n",
+        {"pt2": CardExport("pt2", manifest)},
+        "me/exports",
+        default_library="hub-export",
+        source_meta={"license": "other", "license_name": "tiny-license"},
+    )
+    meta = yaml.safe_load(card.split("---")[1])
+    assert meta["pipeline_tag"] == "text-generation" and meta["base_model"] == "me/src"
+    assert meta["base_model_relation"] == "quantized" and meta["license"] == "other"
+    assert meta["license_name"] == "tiny-license" and meta["library_name"] == "hub-export"
+    assert 'tokenizer = AutoTokenizer.from_pretrained("me/exports", subfolder="pt2")' in card
+    assert "ids = model.generate(**inputs, max_new_tokens=32)" in card
+    edited = card.replace("pipeline_tag: text-generation", "pipeline_tag: other")
+    kept = render_card(edited, {"pt2": CardExport("pt2", manifest)}, "me/exports", default_library="x")
+    assert "pipeline_tag: other" in kept  # a value already in the card is never changed
+
+    # a tokenizer file that names remote code makes the export refused, even with a matching manifest entry
+    config = out / "tokenizer_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "auto_map": {"AutoTokenizer": ["x.Tok", None]}}))
+    listed = Manifest.read(out)
+    files = [file_entry(out, e.path, e.role) if e.path == config.name else e for e in listed.all_listed()]
+    listed.with_files(files).write(out)
+    with pytest.raises(UnsafeExportError, match="names remote code"):
+        ExportedModel.from_pretrained(out)
+
+
+def test_sync_makes_data_free_quantization_recipes_again_and_not_calibrated_ones():
+    import torch
+
+    from hub_export import (
+        NNCFQuantizer,
+        NNCFWeightCompressionConfig,
+        OnnxRuntimeDynamicConfig,
+        OnnxRuntimeQuantizer,
+        OnnxRuntimeStaticConfig,
+        OnnxRuntimeWeightOnlyConfig,
+    )
+    from hub_export.hub.sync import rebuild_quantizer
+
+    for quantizer in (
+        OnnxRuntimeQuantizer(config=OnnxRuntimeWeightOnlyConfig(bits=8, block_size=64)),
+        OnnxRuntimeQuantizer(config=OnnxRuntimeDynamicConfig(per_channel=True)),
+        NNCFQuantizer(config=NNCFWeightCompressionConfig(mode="int4_sym", group_size=16)),
+    ):
+        again = rebuild_quantizer(quantizer.to_dict())
+        assert type(again) is type(quantizer) and again.to_dict() == quantizer.to_dict()
+    static = OnnxRuntimeQuantizer(OnnxRuntimeStaticConfig(), [{"input_ids": torch.ones(1, 4, dtype=torch.long)}])
+    assert rebuild_quantizer(static.to_dict()) is None
+    assert rebuild_quantizer({"quantizer": "SomethingElse", "settings": {}}) is None

@@ -274,6 +274,39 @@ def _read_manifest(api: Any, repo_id: str, path: str, head: str) -> Manifest | N
         return None
 
 
+#: Quantization recipes sync makes again from their record: (quantizer, mode or method) -> its settings class. They
+#: read no calibration data; a calibrated recipe needs the user's samples, which the record only counts.
+_REBUILDABLE = {
+    ("OnnxRuntimeQuantizer", "weight_only"): "OnnxRuntimeWeightOnlyConfig",
+    ("OnnxRuntimeQuantizer", "dynamic"): "OnnxRuntimeDynamicConfig",
+    ("NNCFQuantizer", "compress_weights"): "NNCFWeightCompressionConfig",
+}
+
+
+def rebuild_quantizer(recipe: Mapping[str, Any]) -> Any:
+    """The quantizer of a recorded recipe (``export.json``'s ``config.quantizer``), or None when it cannot be made
+    again from its record (a calibrated or unknown quantizer)."""
+    settings = dict(recipe.get("settings") or {})
+    key = (recipe.get("quantizer"), settings.pop("method" if "method" in settings else "mode", None))
+    if key not in _REBUILDABLE or recipe.get("calibration_samples"):
+        return None
+    import dataclasses
+
+    import hub_export  # the facade names every quantizer and its settings class (backends' included)
+
+    quantizer_class, settings_class = getattr(hub_export, str(key[0])), getattr(hub_export, _REBUILDABLE[key])
+    known = {f.name for f in dataclasses.fields(settings_class)}
+    return quantizer_class(config=settings_class(**{k: v for k, v in settings.items() if k in known}))
+
+
+def _config_of(data: Mapping[str, Any]) -> Any:
+    """An ``ExportConfig`` from its recorded dict, its quantizer made again from the recipe."""
+    data = dict(data)
+    recipe = data.pop("quantizer", None)
+    config = AutoExportConfig.from_dict(data)
+    return config.replace(quantizer=rebuild_quantizer(recipe)) if recipe else config
+
+
 def _recorded(manifest: Manifest) -> _Wanted | None:
     """How to make an existing export again from its ``export.json`` (None: its record cannot be re-run)."""
     try:
@@ -317,11 +350,10 @@ def _plan(
             generation = manifest is not None and manifest.generation is not None
         task = want.task or (manifest.task if manifest is not None else None)
         extra = {"task": task, "generation": generation, "multi_token_decode": want.multi_token_decode}
-        if want.recorded and config.get("quantizer") is not None:
-            recipe = (
-                config["quantizer"].get("quantizer", "a quantizer") if isinstance(config["quantizer"], dict) else "?"
-            )
-            reason = f"made with {recipe}, which sync cannot rebuild from its record; re-export it from Python"
+        recipe = config.get("quantizer")
+        if want.recorded and recipe is not None and (not isinstance(recipe, dict) or rebuild_quantizer(recipe) is None):
+            name = recipe.get("quantizer", "a quantizer") if isinstance(recipe, dict) else "a quantizer"
+            reason = f"made with {name} on calibration data its record cannot rebuild; re-export it from Python"
             plans.append(FormatPlan(fmt, sub, config, KEPT, reason, **extra))
             continue
         if manifest is None:
@@ -456,7 +488,7 @@ def _export_all(models: Any, plan: SyncPlan, directory: Path) -> dict[str, dict[
     for item in plan.stale:
         fmt = item.export_format.value
         try:
-            config = AutoExportConfig.from_dict(item.config)
+            config = _config_of(item.config)
             exported = export_model(
                 models(item.task),
                 item.export_format,
