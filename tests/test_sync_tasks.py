@@ -230,7 +230,7 @@ def test_sync_makes_data_free_quantization_recipes_again_and_not_calibrated_ones
         OnnxRuntimeStaticConfig,
         OnnxRuntimeWeightOnlyConfig,
     )
-    from hub_export.hub.sync import rebuild_quantizer
+    from hub_export.hub.wanted import rebuild_quantizer
 
     for quantizer in (
         OnnxRuntimeQuantizer(config=OnnxRuntimeWeightOnlyConfig(bits=8, block_size=64)),

@@ -138,7 +138,7 @@ def _configs(args: argparse.Namespace) -> dict[ExportFormat, Any]:
 
 def run(args: argparse.Namespace, console: Any) -> int:
     """Export and save; one line per format (its folder and parity)."""
-    from ..hub.sync import export_model
+    from ..hub.wanted import export_model
     from ..tasks import auto_class_name
 
     check_task(args)

@@ -27,13 +27,31 @@ from pathlib import Path
 from typing import Any
 
 from .._progress import stage
-from ..configs import AutoExportConfig
-from ..errors import ConfigError, ExportError, HubError, HubExportError, ManifestError
-from ..formats import ExportFormat, backend_for, parse_format
+from ..errors import ConfigError, ExportError, HubError, ManifestError
+from ..formats import ExportFormat, backend_for
 from ..manifest import MANIFEST_NAME, Manifest
-from .source import SOURCE_PATTERNS, load_source, resolve_revision
+from .source import SOURCE_PATTERNS, resolve_revision
+from .wanted import (
+    Wanted,
+    config_of,
+    export_model,
+    load_for_task,
+    missing_packages,
+    rebuild_quantizer,
+    recorded,
+    wanted_configs,
+)
 
-__all__ = ["FormatPlan", "SyncPlan", "SyncResult", "load_sync_config", "plan_sync", "sync", "sync_config_schema"]
+__all__ = [
+    "FormatPlan",
+    "SyncPlan",
+    "SyncResult",
+    "export_model",
+    "load_sync_config",
+    "plan_sync",
+    "sync",
+    "sync_config_schema",
+]
 
 MISSING, OLDER_SOURCE, CONFIG_CHANGED, UP_TO_DATE = "missing", "older source sha", "config changed", "up to date"
 KEPT = "kept"
@@ -182,57 +200,6 @@ def load_sync_config(path: str | Path) -> dict[str, dict[str, Any]]:
     return data
 
 
-@dataclass(frozen=True)
-class _Wanted:
-    """What one subfolder must hold: the format, its config and task, and whether the task was asked for."""
-
-    export_format: ExportFormat
-    config: dict[str, Any]
-    task: str | None
-    generation: bool | None  # None: as the existing export was made (a plain graph when there is none)
-    multi_token_decode: bool = False
-    recorded: bool = False  # found in the target, not requested
-
-
-def _check_task(task: str | None) -> bool | None:
-    """Whether ``task`` is generative (None when no task is given).
-
-    Raises:
-        ConfigError: Unknown task.
-    """
-    if task is None:
-        return None
-    from ..tasks import TASKS
-
-    if task not in TASKS:
-        raise ConfigError(f"Unknown task {task!r}; known tasks: {', '.join(TASKS)}.")
-    return TASKS[task].generative
-
-
-def _wanted_configs(
-    formats: Sequence[str],
-    overrides: Mapping[str, Mapping[str, Any]] | None,
-    task: str | None = None,
-    generation: bool = False,
-) -> dict[str, _Wanted]:
-    generative = _check_task(task)
-    if generation and generative is False:
-        raise ConfigError(f"Task {task!r} is not generative; drop --generation or pass a generative --task.")
-    if generation:
-        generative = True
-    wanted: dict[str, _Wanted] = {}
-    for name in formats:
-        fmt = parse_format(name)
-        data = {"dynamic": True, **dict((overrides or {}).get(fmt.value, {})), "export_format": fmt.value}
-        if data.get("dynamic_shapes") is not None and "dynamic" not in (overrides or {}).get(fmt.value, {}):
-            data["dynamic"] = False
-        config = AutoExportConfig.from_dict(data).to_dict()
-        wanted[backend_for(fmt).layout.subfolder] = _Wanted(fmt, config, task, generative)
-    if not wanted:
-        raise ConfigError("Pass at least one --format.")
-    return wanted
-
-
 # -- planning -------------------------------------------------------------------------------------------------
 def _head(api: Any, repo_id: str, revision: str) -> tuple[str | None, set[str]]:
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
@@ -274,70 +241,18 @@ def _read_manifest(api: Any, repo_id: str, path: str, head: str) -> Manifest | N
         return None
 
 
-#: Quantization recipes sync makes again from their record: (quantizer, mode or method) -> its settings class. They
-#: read no calibration data; a calibrated recipe needs the user's samples, which the record only counts.
-_REBUILDABLE = {
-    ("OnnxRuntimeQuantizer", "weight_only"): "OnnxRuntimeWeightOnlyConfig",
-    ("OnnxRuntimeQuantizer", "dynamic"): "OnnxRuntimeDynamicConfig",
-    ("NNCFQuantizer", "compress_weights"): "NNCFWeightCompressionConfig",
-}
-
-
-def rebuild_quantizer(recipe: Mapping[str, Any]) -> Any:
-    """The quantizer of a recorded recipe (``export.json``'s ``config.quantizer``), or None when it cannot be made
-    again from its record (a calibrated or unknown quantizer)."""
-    settings = dict(recipe.get("settings") or {})
-    key = (recipe.get("quantizer"), settings.pop("method" if "method" in settings else "mode", None))
-    if key not in _REBUILDABLE or recipe.get("calibration_samples"):
-        return None
-    import dataclasses
-
-    import hub_export  # the facade names every quantizer and its settings class (backends' included)
-
-    quantizer_class, settings_class = getattr(hub_export, str(key[0])), getattr(hub_export, _REBUILDABLE[key])
-    known = {f.name for f in dataclasses.fields(settings_class)}
-    return quantizer_class(config=settings_class(**{k: v for k, v in settings.items() if k in known}))
-
-
-def _config_of(data: Mapping[str, Any]) -> Any:
-    """An ``ExportConfig`` from its recorded dict, its quantizer made again from the recipe."""
-    data = dict(data)
-    recipe = data.pop("quantizer", None)
-    config = AutoExportConfig.from_dict(data)
-    return config.replace(quantizer=rebuild_quantizer(recipe)) if recipe else config
-
-
-def _recorded(manifest: Manifest) -> _Wanted | None:
-    """How to make an existing export again from its ``export.json`` (None: its record cannot be re-run)."""
-    try:
-        fmt = parse_format(manifest.export_format)
-    except HubExportError:
-        return None
-    plan = manifest.generation or {}
-    return _Wanted(
-        fmt,
-        manifest.config,
-        manifest.task,
-        manifest.generation is not None,
-        bool(plan.get("multi_token_decode")),
-        recorded=True,
-    )
-
-
-def _plan(
-    api: Any, source: str, sha: str, target: str, target_revision: str, requested: dict[str, _Wanted]
-) -> SyncPlan:
+def _plan(api: Any, source: str, sha: str, target: str, target_revision: str, requested: dict[str, Wanted]) -> SyncPlan:
     head, files = _head(api, target, target_revision)
     same_files: dict[str, Any] = {}
     manifests: dict[str, Manifest | None] = {}
     for path in sorted(files):
-        if path.endswith("/" + MANIFEST_NAME):
+        if head and path.endswith("/" + MANIFEST_NAME):
             manifests[path[: -len(MANIFEST_NAME) - 1]] = _read_manifest(api, target, path, head)
     wanted = dict(requested)
     for sub, found in manifests.items():
         if sub in wanted or found is None or found.source is None or found.source.repo_id != source:
             continue
-        again = _recorded(found)
+        again = recorded(found)
         if again is not None:
             wanted[sub] = again
     plans = []
@@ -349,12 +264,21 @@ def _plan(
         if generation is None:
             generation = manifest is not None and manifest.generation is not None
         task = want.task or (manifest.task if manifest is not None else None)
-        extra = {"task": task, "generation": generation, "multi_token_decode": want.multi_token_decode}
+
+        def planned(status: str, reason: str) -> FormatPlan:
+            return FormatPlan(fmt, sub, config, status, reason, task, generation, want.multi_token_decode)  # noqa: B023
+
         recipe = config.get("quantizer")
+        missing = missing_packages(fmt)
+        if want.recorded and missing:
+            extra_name = backend_for(fmt).extra
+            reason = f"{', '.join(missing)} not installed here; install hub-export[{extra_name}] to keep it in step"
+            plans.append(planned(KEPT, reason))
+            continue
         if want.recorded and recipe is not None and (not isinstance(recipe, dict) or rebuild_quantizer(recipe) is None):
             name = recipe.get("quantizer", "a quantizer") if isinstance(recipe, dict) else "a quantizer"
             reason = f"made with {name} on calibration data its record cannot rebuild; re-export it from Python"
-            plans.append(FormatPlan(fmt, sub, config, KEPT, reason, **extra))
+            plans.append(planned(KEPT, reason))
             continue
         if manifest is None:
             status, reason = MISSING, f"no valid {path} in {target}@{target_revision}"
@@ -386,7 +310,7 @@ def _plan(
                 if manifest.source.revision == sha
                 else (f"exported from {manifest.source.revision[:12]}, whose model files are identical")
             )
-        plans.append(FormatPlan(fmt, sub, config, status, reason, **extra))
+        plans.append(planned(status, reason))
     return SyncPlan(source, sha, target, target_revision, head, tuple(plans))
 
 
@@ -422,49 +346,12 @@ def plan_sync(
     """
     from huggingface_hub import HfApi
 
-    wanted = _wanted_configs(formats, configs, task, generation)
+    wanted = wanted_configs(formats, configs, task, generation)
     sha = source_sha or resolve_revision(source, revision, token=token, endpoint=endpoint)
     return _plan(HfApi(endpoint=endpoint, token=token), source, sha, target or source, target_revision, wanted)
 
 
 # -- syncing --------------------------------------------------------------------------------------------------
-def export_model(
-    model: Any,
-    export_format: ExportFormat,
-    config: Any,
-    *,
-    task: str | None = None,
-    generation: bool = False,
-    multi_token_decode: bool = False,
-) -> Any:
-    """Export ``model`` for ``task``: ``export_for_generation`` when ``generation``, else one graph traced on sample
-    inputs built from its config. The export records ``task`` (inferred from the config when None)."""
-    from ..sample_inputs import dummy_inputs
-
-    exporter = backend_for(export_format).exporter_class()
-    inputs = dummy_inputs(model)
-    if generation:
-        inputs = {k: v for k, v in inputs.items() if not k.startswith("decoder_")}  # generate() builds those
-        exported = exporter.export_for_generation(model, inputs, config=config, multi_token_decode=multi_token_decode)
-    else:
-        exported = exporter.export(model, inputs, config=config)
-    if task is not None:
-        exported.task = task
-    return exported
-
-
-def load_for_task(source: str, sha: str, task: str | None, **hub: Any) -> Any:
-    """Load ``source@sha`` with the auto class of ``task`` (None: the one its config's architecture names)."""
-    model_class = None
-    if task is not None:
-        import transformers
-
-        from ..tasks import auto_class_name
-
-        model_class = getattr(transformers, auto_class_name(task)[0])
-    return load_source(source, revision=sha, model_class=model_class, **hub)
-
-
 def _worst_parity(manifest: Manifest) -> tuple[float | None, float | None]:
     worst: tuple[float | None, float | None] = (None, None)
     for name, component in manifest.components.items():
@@ -488,7 +375,7 @@ def _export_all(models: Any, plan: SyncPlan, directory: Path) -> dict[str, dict[
     for item in plan.stale:
         fmt = item.export_format.value
         try:
-            config = _config_of(item.config)
+            config = config_of(item.config)
             exported = export_model(
                 models(item.task),
                 item.export_format,
@@ -570,7 +457,7 @@ def sync(
     from .publish import publish
 
     api = HfApi(endpoint=endpoint, token=token)
-    wanted = _wanted_configs(formats, configs, task, generation)
+    wanted = wanted_configs(formats, configs, task, generation)
     sha = resolve_revision(source, revision, token=token, endpoint=endpoint)
     target = target or source
     plan = _plan(api, source, sha, target, target_revision, wanted)
