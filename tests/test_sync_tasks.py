@@ -242,3 +242,37 @@ def test_sync_makes_data_free_quantization_recipes_again_and_not_calibrated_ones
     static = OnnxRuntimeQuantizer(OnnxRuntimeStaticConfig(), [{"input_ids": torch.ones(1, 4, dtype=torch.long)}])
     assert rebuild_quantizer(static.to_dict()) is None
     assert rebuild_quantizer({"quantizer": "SomethingElse", "settings": {}}) is None
+
+
+def test_an_export_of_an_image_model_folder_carries_its_image_processor(tmp_path: Path):
+    import json
+
+    import numpy as np
+    from tiny_models import vit
+    from transformers import AutoModelForImageClassification
+
+    from hub_export import DynamoExporter
+
+    folder = tmp_path / "vit"
+    case = vit()
+    case.model.save_pretrained(folder)
+    processor = {
+        "image_processor_type": "ViTImageProcessor",
+        "size": {"height": 32, "width": 32},
+        "image_mean": [0.4, 0.5, 0.6],
+        "image_std": [0.5, 0.5, 0.5],
+    }
+    (folder / "preprocessor_config.json").write_text(json.dumps(processor))
+    model = AutoModelForImageClassification.from_pretrained(folder).eval()
+    exported = DynamoExporter().export(model, case.sample)
+    target = exported.save_pretrained(tmp_path / "export")
+    assert exported.task == "image-classification"
+    listed = {f.path: f.role for f in Manifest.read(target).side_files()}
+    assert listed == {"config.json": "config", "preprocessor_config.json": "processor"}
+    assert (target / "preprocessor_config.json").read_bytes() == (folder / "preprocessor_config.json").read_bytes()
+    pytest.importorskip("PIL", reason="transformers' image processors need Pillow (the test extra installs it)")
+    from transformers import AutoImageProcessor
+
+    image = np.random.default_rng(0).integers(0, 255, (40, 48, 3), dtype=np.uint8)
+    source, copied = AutoImageProcessor.from_pretrained(folder), AutoImageProcessor.from_pretrained(target)
+    assert torch.equal(copied(image, return_tensors="pt").pixel_values, source(image, return_tensors="pt").pixel_values)

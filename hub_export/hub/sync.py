@@ -392,9 +392,11 @@ def _export_all(models: Any, plan: SyncPlan, directory: Path) -> dict[str, dict[
             diff, atol = _worst_parity(manifest)
         except Exception as exc:  # noqa: BLE001 - any failure of one format stops the whole sync
             message = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            where = (
+                "" if item.subfolder == backend_for(item.export_format).layout.subfolder else f" ({item.subfolder}/)"
+            )
             raise ExportError(
-                f"Exporting {fmt} ({item.subfolder}/) failed: {message} Nothing was published (a sync publishes all "
-                "formats or none)."
+                f"Exporting {fmt}{where} failed: {message} Nothing was published (a sync publishes all formats or none)."
             ) from exc
         done[item.subfolder] = {
             "format": fmt,
