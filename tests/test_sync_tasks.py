@@ -276,3 +276,39 @@ def test_an_export_of_an_image_model_folder_carries_its_image_processor(tmp_path
     image = np.random.default_rng(0).integers(0, 255, (40, 48, 3), dtype=np.uint8)
     source, copied = AutoImageProcessor.from_pretrained(folder), AutoImageProcessor.from_pretrained(target)
     assert torch.equal(copied(image, return_tensors="pt").pixel_values, source(image, return_tensors="pt").pixel_values)
+
+
+def test_sync_plans_every_export_of_the_source_and_keeps_what_it_cannot_make_again(
+    hub_api: HfApi, hub_env: HubServer, tmp_path: Path
+):
+    import dataclasses
+
+    from test_sync import REPO, _tiny_llama, upload_source
+
+    from hub_export import DynamoConfig, DynamoExporter
+    from hub_export.hub.sync import plan_sync
+    from hub_export.manifest import Source
+
+    sha = upload_source(hub_api, tmp_path / "model")
+    inputs = {"input_ids": torch.ones(2, 4, dtype=torch.long)}
+    exported = DynamoExporter().export(_tiny_llama(0), inputs, config=DynamoConfig(dynamic=True))
+    exported.source = Source(REPO, sha)
+    folder = exported.save_pretrained(tmp_path / "export")
+    manifest = Manifest.read(folder)
+    calibrated = {"quantizer": "OnnxRuntimeQuantizer", "settings": {"mode": "static"}, "calibration_samples": 8}
+    dataclasses.replace(manifest, config={**manifest.config, "quantizer": calibrated}).write(folder)
+    other = dataclasses.replace(manifest, source=Source("someone/else", sha))
+    hub_api.create_repo("me/exports")
+    for sub, data in (("pt2-static-int8", None), ("pt2-copy", None), ("pt2-other", other)):
+        if data is not None:
+            data.write(folder)
+        hub_api.upload_folder(repo_id="me/exports", folder_path=str(folder), path_in_repo=sub, repo_type="model")
+        if sub == "pt2-static-int8":
+            manifest.write(folder)  # the next ones record no quantizer
+    plan = plan_sync(REPO, ["onnx"], target="me/exports", task="text-generation")
+    by_sub = {f.subfolder: f for f in plan.formats}
+    assert set(by_sub) == {"onnx", "pt2-static-int8", "pt2-copy"}  # not pt2-other: made from another model
+    assert by_sub["onnx"].status == "missing" and by_sub["onnx"].generation and by_sub["onnx"].task == "text-generation"
+    assert by_sub["pt2-copy"].status == "up to date" and not by_sub["pt2-copy"].generation
+    kept = by_sub["pt2-static-int8"]
+    assert kept.status == "kept" and not kept.stale and "calibration data" in kept.reason
