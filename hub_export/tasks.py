@@ -3,14 +3,14 @@
 The task names are those of transformers pipelines and optimum (``text-generation``, ``text-classification``, ...).
 Each task says which transformers auto class loads the source model for it and whether the export is made by
 ``export_for_generation`` (then ``generate()`` works). :func:`infer_task` reads the task off a model config's
-architecture, as the Hub does; :func:`class_for_task` and :func:`class_for_plan` pick the class that runs an
-export, so a task recorded with an export can choose its class::
+architecture, as the Hub does. Each task and each generation plan names the class that runs its exports
+(:func:`hub_export.model.exported_model_class` builds it)::
 
-    TASKS["text-generation"]  # Task(name='text-generation', auto_class='AutoModelForCausalLM', generative=True)
+    TASKS["text-generation"]  # Task(name='text-generation', auto_class='AutoModelForCausalLM', generative=True, ...)
     infer_task(BertConfig(architectures=["BertForMaskedLM"]))  # 'fill-mask'
-    class_for_task("text2text-generation")  # ExportedModelForSeq2SeqLM
+    plan_class_name({"kind": "encoder_decoder", ...})  # 'ExportedModelForSeq2SeqLM'
 
-This module imports nothing heavy; the classes are imported when asked for.
+This module imports only the standard library at import time (transformers when a task is inferred).
 """
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ __all__ = [
     "TASKS",
     "Task",
     "auto_class_name",
-    "class_for_plan",
-    "class_for_task",
     "export_task",
     "infer_task",
+    "plan_class_name",
 ]
 
 
@@ -39,8 +38,9 @@ class Task:
         name: The pipeline task name.
         auto_class: The transformers auto class that loads a model for it.
         generative: Exported by ``export_for_generation`` (its export runs ``generate()``).
-        exported_class: The name of the class running its exports (in :mod:`hub_export.generation.mixin` for
-            generative tasks, else ``ExportedModel``).
+        exported_class: The name of the class running its exports (``ExportedModelForCausalLM`` /
+            ``ExportedModelForSeq2SeqLM`` for generative tasks, else ``ExportedModel``; see
+            :func:`hub_export.model.exported_model_class`).
         non_generative_class: For a task served by two kinds of model (speech recognition: seq2seq models
             generate, CTC models do not), the auto class of the non-generative kind.
     """
@@ -90,27 +90,16 @@ def _task(name: str) -> Task:
     return TASKS[name]
 
 
-def _class(name: str) -> type:
-    if name == "ExportedModel":
-        from .model import ExportedModel
+def plan_class_name(plan: dict[str, Any]) -> str:
+    """The name of the class running an export with this generation plan (``export.json``'s ``generation``).
 
-        return ExportedModel
-    from .generation import mixin
-
-    return getattr(mixin, name)
-
-
-def class_for_plan(plan: dict[str, Any]) -> type:
-    """The class running an export with this generation plan (``export.json``'s ``generation``)."""
+    Raises:
+        ConfigError: The plan's kind is unknown.
+    """
     kind = plan.get("kind")
     if kind not in _PLAN_CLASSES:
         raise ConfigError(f"Unknown generation plan kind {kind!r}; known: {sorted(_PLAN_CLASSES)}.")
-    return _class(_PLAN_CLASSES[kind])
-
-
-def class_for_task(task: str) -> type:
-    """The class running an export made for ``task``."""
-    return _class(_task(task).exported_class)
+    return _PLAN_CLASSES[kind]
 
 
 def auto_class_name(task: str, config: Any = None) -> tuple[str, bool]:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 import transformers
+from transformers import GenerationMixin
 
 from hub_export import ConfigError, ExportedModel
-from hub_export.generation.mixin import ExportedModelForCausalLM, ExportedModelForSeq2SeqLM
-from hub_export.tasks import TASKS, auto_class_name, class_for_plan, class_for_task, infer_task
+from hub_export.model import ExportedModelForCausalLM, ExportedModelForSeq2SeqLM, exported_model_class
+from hub_export.tasks import TASKS, auto_class_name, infer_task
 
 
 @pytest.mark.parametrize(
@@ -36,12 +37,17 @@ def test_tasks_pick_loading_and_running_classes():
         True,
     )
     assert auto_class_name("automatic-speech-recognition", transformers.Wav2Vec2Config()) == ("AutoModelForCTC", False)
-    assert class_for_task("text-generation") is ExportedModelForCausalLM
-    assert class_for_task("text2text-generation") is ExportedModelForSeq2SeqLM
-    assert class_for_task("fill-mask") is ExportedModel
-    assert class_for_plan({"kind": "multimodal"}) is ExportedModelForCausalLM
+    assert exported_model_class(task="text-generation") is ExportedModelForCausalLM
+    assert exported_model_class(task="text2text-generation") is ExportedModelForSeq2SeqLM
+    assert exported_model_class(task="fill-mask") is ExportedModel
+    assert exported_model_class({"kind": "multimodal"}) is ExportedModelForCausalLM
+    assert exported_model_class({"kind": "encoder_decoder"}) is ExportedModelForSeq2SeqLM
+    assert exported_model_class(None) is ExportedModel
+    assert issubclass(ExportedModelForCausalLM, ExportedModel) and issubclass(ExportedModelForCausalLM, GenerationMixin)
     assert all(getattr(transformers, task.auto_class) for task in TASKS.values())
     with pytest.raises(ConfigError, match="names no architecture"):
         infer_task(transformers.BertConfig())
+    with pytest.raises(ConfigError, match="Unknown generation plan kind"):
+        exported_model_class({"kind": "telepathy"})
     with pytest.raises(ConfigError, match="Unknown task"):
-        class_for_task("summarize-everything")
+        exported_model_class(task="summarize-everything")
