@@ -154,7 +154,7 @@ def _load_program(
     backend = backend_for(export_format)
     if backend.check_files is not None:
         backend.check_files(source.directory, name, entry, options)
-    return backend.load_program(source.directory, name, entry), source.directory.resolve()
+    return backend.load_program(source.directory, name, entry, options), source.directory.resolve()
 
 
 def _side_configs(manifest: Manifest, source: FileSource) -> tuple[Any, Any]:

@@ -140,12 +140,8 @@ def test_pt2_trust_pickles_skips_the_check(saved, tmp_path: Path) -> None:
     folder = _copy(saved, "pt2", tmp_path)
     sentinel = tmp_path / "pwned"
     _hostile_pt2(folder, sentinel)
-    try:
+    with pytest.raises(UnsafeExportError, match="sample inputs are not"):  # unpickled, then refused as inputs
         ExportedModel.from_pretrained(folder, trust_pickles=True)
-    except UnsafeExportError:  # pragma: no cover - the check must be skipped
-        pytest.fail("trust_pickles=True must skip the pickle check")
-    except Exception:  # noqa: BLE001 - torch may fail on the odd sample inputs afterwards; the payload already ran
-        pass
     assert sentinel.exists()
 
 
@@ -170,7 +166,7 @@ def test_pt2_archive_with_duplicate_entries_is_refused(saved, tmp_path: Path) ->
     with zipfile.ZipFile(buffer, "a") as archive, pytest.warns(UserWarning, match="Duplicate name"):
         archive.writestr("model/archive_format", b"pt2")
     _rewrite(folder, "model.pt2", buffer.getvalue())
-    with pytest.raises(UnsafeExportError, match="duplicate entry names"):
+    with pytest.raises(UnsafeExportError, match="duplicate entry name"):
         ExportedModel.from_pretrained(folder)
 
 
