@@ -9,7 +9,7 @@ what torch writes for our exports and nothing else:
 * a symbolic expression is sympy's ``srepr`` of an integer expression: ``Symbol('s0', positive=True,
   integer=True)``, ``Integer(n)``, ``Add``/``Mul``/``Pow`` and the integer functions and relations torch uses
   (:data:`SYMPY_HEADS`), nested at most :data:`MAX_DEPTH` deep, with small exponents;
-* a guard is a comparison of integer expressions (the grammar of :mod:`hub_export.dims`) over sources
+* a guard is a Python expression whose syntax tree holds only integer comparisons and arithmetic over sources
   ``L['name'][0].size()[1]``, with ``max``/``min``/``abs``/``math.floor``/``math.ceil`` and ``and``/``or``/``not``;
 * names are identifiers, qualified names are dotted identifiers, node targets are in an allow-list.
 
@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import re
 from typing import Any
-
-from ...dims import SizeExpr, parse_size
 
 __all__ = [
     "MAX_DEPTH",
@@ -100,24 +98,6 @@ _FQN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*")
 _MODULE_PATH = re.compile(r"(?:[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)*(?:@[0-9]+)?)?")
 _SYMBOL = re.compile(r"[a-z]{1,4}[0-9]{1,9}")
 _SREPR_TOKEN = re.compile(r"\s*(?:(-?[0-9]+)|([A-Za-z_][A-Za-z0-9_]*)|('[^'\\]{0,64}')|([(),=]))")
-_GUARD_SOURCE = (
-    r"L\['[A-Za-z_][A-Za-z0-9_]*'\](?:\[[0-9]{1,6}\]|\['[A-Za-z_][A-Za-z0-9_]*'\])*"
-    r"(?:\.size\(\)\[[0-9]{1,2}\]|\.stride\(\)\[[0-9]{1,2}\]|\.storage_offset\(\))?"
-)
-_GUARD_TOKEN = re.compile(
-    rf" *(?:({_GUARD_SOURCE})|([0-9]+)|(math\.floor|math\.ceil|math\.trunc|[A-Za-z_][A-Za-z0-9_]*)"
-    r"|(\*\*|//|==|!=|<=|>=|[-+*/%(),<>]))"
-)
-_GUARD_FUNCTIONS = {
-    "max": "Max",
-    "min": "Min",
-    "abs": "Abs",
-    "math.floor": "floor",
-    "math.ceil": "ceiling",
-    "math.trunc": "TruncToInt",
-}
-_GUARD_KEYWORDS = {"and": "*", "or": "+", "not": "-"}
-
 _OPERATOR_TARGETS = frozenset(
     f"_operator.{name}"
     for name in (
@@ -278,53 +258,120 @@ def _check_int(text: str) -> int:
 
 # -- guards ---------------------------------------------------------------------------------------------------
 def check_guard(text: Any) -> None:
-    """Check one ``guards_code`` entry: integer comparisons over input sizes, nothing else.
+    """Check one ``guards_code`` entry: a boolean combination of integer comparisons over input sizes.
+
+    The entry is parsed with :func:`ast.parse` (which never runs anything) and every node of the tree must be one of:
+    ``and``/``or``/``not``, a comparison, ``+ - * / // %``, a power with a small integer exponent, an integer, a
+    call of ``max``/``min``/``abs``/``math.floor``/``math.ceil``/``math.trunc``, or a source
+    ``L['name'][0]['key'].size()[1]`` (also ``.stride()[i]``, ``.storage_offset()``). This is exactly what Python
+    evaluates when ``ExportedProgram.module()`` compiles the guards.
 
     Raises:
         ValueError: Saying what is not allowed.
     """
-    if not isinstance(text, str) or len(text) > _MAX_GUARD or not text.isascii():
-        raise ValueError(f"a guard is an ASCII string of at most {_MAX_GUARD} characters")
-    sources: dict[str, str] = {}
-    parts: list[str] = []
-    pos = 0
-    while pos < len(text):
-        if text[pos:].strip(" ") == "":
-            break
-        match = _GUARD_TOKEN.match(text, pos)
-        if match is None:
-            raise ValueError(f"unexpected text {text[pos:].lstrip(' ')[:24]!r}")
-        source, number, name, punct = match.groups()
-        pos = match.end()
-        if source:
-            parts.append(sources.setdefault(source, f"g{len(sources)}"))
-        elif number:
-            _check_int(number)
-            parts.append(number)
-        elif name in _GUARD_FUNCTIONS:
-            parts.append(_GUARD_FUNCTIONS[name])
-        elif name in _GUARD_KEYWORDS:
-            parts.append(_GUARD_KEYWORDS[name])
-        elif name:
-            raise ValueError(f"{name!r} is not allowed in a guard")
-        else:
-            parts.append(punct)
-    expr = parse_size(" ".join(parts), set(sources.values()))
-    _check_powers(expr)
+    import ast
 
-
-def _check_powers(expr: SizeExpr) -> None:
-    stack = [expr]
+    if not isinstance(text, str) or len(text) > _MAX_GUARD or not text.isascii() or "\n" in text or "\r" in text:
+        raise ValueError(f"a guard is one line of ASCII of at most {_MAX_GUARD} characters")
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise ValueError(f"not a Python expression ({type(exc).__name__})") from None
+    stack: list[tuple[Any, int]] = [(tree.body, 0)]
     powers = 0
     while stack:
-        node = stack.pop()
-        if node.op == "**":
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+        children = _guard_children(node, ast)
+        if children is None:
+            raise ValueError(f"{type(node).__name__} {ast.unparse(node)[:60]!r} is not allowed in a guard")
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
             powers += 1
-            if abs(int(node.args[1])) > _MAX_EXPONENT or powers > _MAX_POWERS:
-                raise ValueError(f"powers are limited to {_MAX_POWERS} with exponents up to {_MAX_EXPONENT}")
-            stack.append(node.args[0])
-        elif node.op not in ("int", "name"):
-            stack.extend(node.args)
+            if powers > _MAX_POWERS:
+                raise ValueError(f"more than {_MAX_POWERS} powers")
+        stack.extend((child, depth + 1) for child in children)
+
+
+_GUARD_CALLS = frozenset({"max", "min", "abs"})
+_GUARD_MATH = frozenset({"floor", "ceil", "trunc"})
+_GUARD_METHODS = frozenset({"size", "stride"})
+
+
+def _guard_children(node: Any, ast: Any) -> list[Any] | None:
+    """The sub-expressions to check next, or None when ``node`` is not allowed."""
+    if isinstance(node, ast.BoolOp):
+        return list(node.values)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.USub, ast.UAdd)):
+        return [node.operand]
+    if isinstance(node, ast.Compare):
+        return [node.left, *node.comparators]
+    if isinstance(node, ast.BinOp):
+        if isinstance(node.op, ast.Pow):
+            exponent = node.right
+            if not (isinstance(exponent, ast.Constant) and type(exponent.value) is int):
+                return None
+            if abs(exponent.value) > _MAX_EXPONENT:
+                return None
+            return [node.left]
+        if isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod)):
+            return [node.left, node.right]
+        return None
+    if isinstance(node, ast.Constant):
+        value = node.value
+        return [] if type(value) is int and len(str(abs(value))) <= _MAX_DIGITS else None
+    if isinstance(node, ast.Call):
+        func = node.func
+        if not node.args:
+            return [] if _is_source(node, ast) else None
+        if node.keywords:
+            return None
+        named = isinstance(func, ast.Name) and func.id in _GUARD_CALLS
+        math_call = (
+            isinstance(func, ast.Attribute)
+            and func.attr in _GUARD_MATH
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "math"
+        )
+        return list(node.args) if named or math_call else None
+    if isinstance(node, ast.Subscript):
+        return [] if _is_source(node, ast) else None
+    return None
+
+
+def _is_source(node: Any, ast: Any) -> bool:
+    """``L['name']...`` optionally followed by ``.size()[i]``, ``.stride()[i]`` or ``.storage_offset()``."""
+    if isinstance(node, ast.Call):  # x.storage_offset()
+        func = node.func
+        if node.args or node.keywords or not isinstance(func, ast.Attribute) or func.attr != "storage_offset":
+            return False
+        return _is_input(func.value, ast)
+    if not isinstance(node, ast.Subscript):
+        return False
+    value = node.value
+    if isinstance(value, ast.Call):  # x.size()[i]
+        func = value.func
+        if value.args or value.keywords or not isinstance(func, ast.Attribute) or func.attr not in _GUARD_METHODS:
+            return False
+        return _is_index(node.slice, ast) and _is_input(func.value, ast)
+    return _is_input(node, ast)
+
+
+def _is_index(node: Any, ast: Any) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) is int and 0 <= node.value < 1_000_000
+
+
+def _is_input(node: Any, ast: Any) -> bool:
+    """``L['name']`` followed by ``[int]`` or ``['identifier']`` subscripts."""
+    while isinstance(node, ast.Subscript):
+        key = node.slice
+        is_key = isinstance(key, ast.Constant) and isinstance(key.value, str) and is_identifier(key.value)
+        if not (is_key or _is_index(key, ast)):
+            return False
+        if isinstance(node.value, ast.Name):
+            return node.value.id == "L" and is_key
+        node = node.value
+    return False
 
 
 # -- node targets, metadata, tree specs -------------------------------------------------------------------------

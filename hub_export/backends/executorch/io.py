@@ -14,6 +14,7 @@ from ..._bounded import read_bounded
 from ...errors import ExportError, UnsafeExportError
 from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
+from ._log_sink import runtime_logs_bypass_python
 from .config import LAYOUT
 from .safety import check_pte_header
 
@@ -57,7 +58,8 @@ def load_program(directory: Path, component: str, entry: ComponentEntry, options
     data = read_bounded(Path(directory) / name, size, name)
     check_pte_header(data[:64], len(data), name)
     try:  # full flatbuffer verification: the file may come from an untrusted repo
-        program = Runtime.get().load_program(data, verification=Verification.InternalConsistency)
+        with runtime_logs_bypass_python():
+            program = Runtime.get().load_program(data, verification=Verification.InternalConsistency)
     except Exception as exc:  # noqa: BLE001 - the binding raises RuntimeError, ValueError...: all refusals
         raise UnsafeExportError(f"{name}: the ExecuTorch runtime refused the program ({exc}).") from None
     _LOADED_BYTES[program] = data

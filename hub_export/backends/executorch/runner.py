@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import DeviceUnavailableError, ExportError
+from ...errors import DeviceUnavailableError, ExportError, UnsafeExportError
 from ...manifest import ComponentEntry
 from ...runner import ModelRunner
+from ._log_sink import runtime_logs_bypass_python
 
 __all__ = ["ExecutorchRunner"]
 
@@ -43,9 +44,14 @@ class ExecutorchRunner(ModelRunner):
             )
         from executorch.runtime import Runtime
 
-        if hasattr(program, "write_to_file") and hasattr(program, "buffer"):  # ExecutorchProgramManager
-            program = Runtime.get().load_program(program.buffer)
-        return cls(program.load_method("forward"), metadata, device or target, program=program)
+        with runtime_logs_bypass_python():
+            if hasattr(program, "write_to_file") and hasattr(program, "buffer"):  # ExecutorchProgramManager
+                program = Runtime.get().load_program(program.buffer)
+            try:
+                method = program.load_method("forward")
+            except RuntimeError as exc:
+                raise UnsafeExportError(f"The ExecuTorch runtime cannot load the program's forward ({exc}).") from None
+        return cls(method, metadata, device or target, program=program)
 
     def run_flat(self, tensors: list[Any]) -> list[Any]:
         """Execute ``forward`` on the flat inputs (made contiguous, as ExecuTorch requires).
@@ -54,7 +60,8 @@ class ExecutorchRunner(ModelRunner):
         """
         import torch
 
-        outputs = self.method.execute([t.detach().to("cpu").contiguous() for t in tensors])
+        with runtime_logs_bypass_python():
+            outputs = self.method.execute([t.detach().to("cpu").contiguous() for t in tensors])
         outputs = [o if isinstance(o, torch.Tensor) else torch.as_tensor(o) for o in outputs]
         return self._write_back(tensors, outputs)
 
