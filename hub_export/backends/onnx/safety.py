@@ -1,6 +1,7 @@
 """ONNX: external data must stay inside the export folder and fit its file; only standard operator domains.
 
-The graph is parsed with ``onnx.load(load_external_data=False)``: no weight is read. For every tensor stored
+The graph (at most :data:`MAX_GRAPH_BYTES`, read with its listed size as the budget) is parsed without its external
+data: no weight is read. For every tensor stored
 externally (initializers, ``Constant`` attributes, functions) the ``location`` must be a relative path without
 ``..`` naming a file the manifest lists for this component (so its bytes were sha256-verified, whether it is a
 plain file or a huggingface_hub cache symlink; a local folder's symlinks out are refused by the manifest), and
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ..._bounded import read_bounded
 from ...errors import UnsafeExportError
 from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
@@ -23,6 +25,8 @@ from .config import LAYOUT
 
 __all__ = ["STANDARD_ONNX_DOMAINS", "check"]
 
+#: The largest ``.onnx`` graph parsed (weights of 1 KiB or more live in the external data file, never in it).
+MAX_GRAPH_BYTES = 256 * 1024 * 1024
 #: ONNX operator domains loaded without ``allow_custom_domains``.
 STANDARD_ONNX_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
 
@@ -36,13 +40,17 @@ def check(directory: Path, component: str, entry: ComponentEntry, options: Safet
     import onnx
 
     listed = {f.path for f in entry.files}
+    sizes = {f.path: f.size for f in entry.files}
     allowed = STANDARD_ONNX_DOMAINS | options.allow_custom_domains
     for file in [LAYOUT.paths(component, listed)["program"]]:
-        path = directory / file
+        data = read_bounded(directory / file, min(sizes[file], MAX_GRAPH_BYTES), file)
         try:
-            model = onnx.load(str(path), load_external_data=False)
+            model = onnx.load_model_from_string(data)
         except Exception as exc:  # noqa: BLE001 - protobuf decode errors have no common base
-            raise UnsafeExportError(f"{file}: not a valid ONNX model ({exc}).") from None
+            raise UnsafeExportError(f"{file}: not a valid ONNX model ({str(exc)[:200]}).") from None
+        del data
+        if not model.HasField("graph") or model.ir_version <= 0:
+            raise UnsafeExportError(f"{file}: not an ONNX model (no graph or IR version).")
         base = PurePosixPath(file).parent
         for tensor in _external_tensors(model):
             _check_location(directory, base, file, tensor, listed)
