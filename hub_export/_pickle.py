@@ -129,10 +129,10 @@ def _walk(
             module, _, attr = str(arg).partition(" ")
             allow(module, attr)
         elif name == "STACK_GLOBAL":
-            module, attr = pop(2)
-            if not isinstance(module, str) or not isinstance(attr, str):
+            names = pop(2)
+            if not isinstance(names[0], str) or not isinstance(names[1], str):
                 raise UnsafeExportError(f"{where}: STACK_GLOBAL at byte {pos} with a computed name; refusing it.")
-            allow(module, attr)
+            allow(names[0], names[1])
             stack.append(None)
             continue
         if name in _STRING_OPS:

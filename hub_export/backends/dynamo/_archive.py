@@ -285,9 +285,7 @@ class StoredArchive:
             pos += 4 + length
             if tag != 0x0001:
                 continue
-            values = []
-            for _ in range(len(body) // 8):
-                values.append(struct.unpack_from("<Q", body, len(values) * 8)[0])
+            values = [struct.unpack_from("<Q", body, 8 * i)[0] for i in range(len(body) // 8)]
             it = iter(values)
             try:
                 usize = next(it) if usize == _MAX_32 else usize

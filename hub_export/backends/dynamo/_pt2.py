@@ -375,7 +375,8 @@ def _to_device(tensor: Any, device: dict[str, Any], where: str) -> Any:
     if device["type"] == "cpu":
         return tensor
     try:
-        target = torch.device(device["type"], device.get("index"))
+        index = device.get("index")
+        target = torch.device(device["type"]) if index is None else torch.device(device["type"], int(index))
         return tensor.to(target)
     except (RuntimeError, AssertionError, ValueError) as exc:
         raise DeviceUnavailableError(

@@ -74,7 +74,7 @@ def check(directory: Path, component: str, entry: ComponentEntry, options: Safet
 
 def _scan_xml(path: Path, budget: int, label: str) -> int:
     """Stream the XML; returns the end of the furthest constant in the ``.bin``."""
-    parser = ET.XMLPullParser(events=("start", "end"))
+    parser: Any = ET.XMLPullParser(events=("start", "end"))
     state = _State(label)
     tail = b""
     first = True
