@@ -13,10 +13,18 @@ from typing import Any
 
 from .errors import ManifestError
 
-__all__ = ["CACHE_CLASSES", "IDENTIFIER", "resolve_output_class", "cache_class"]
+__all__ = ["CACHE_CLASSES", "IDENTIFIER", "LAYER_CLASSES", "cache_class", "layer_class", "resolve_output_class"]
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CACHE_CLASSES = ("DynamicCache", "EncoderDecoderCache", "StaticCache")
+#: The layer classes of a ``DynamicCache`` an export may hold (``transformers.cache_utils``): attention, sliding-window
+#: attention (exported as plain attention layers), state-space / linear attention, and both in one layer.
+LAYER_CLASSES = (
+    "DynamicLayer",
+    "DynamicSlidingWindowLayer",
+    "LinearAttentionLayer",
+    "LinearAttentionAndFullAttentionLayer",
+)
 
 
 def _subclasses(cls: type) -> list[type]:
@@ -91,3 +99,19 @@ def is_model_output(value: Any) -> bool:
     from transformers.utils import ModelOutput
 
     return isinstance(value, ModelOutput)
+
+
+def layer_class(name: str, where: str = "output_structure") -> type:
+    """Resolve a cache layer class name among :data:`LAYER_CLASSES` (a sliding-window layer is rebuilt as a plain
+    ``DynamicLayer``: the export holds the whole window it was given).
+
+    Raises:
+        ManifestError: The name is not an allowed cache layer class.
+    """
+    if name not in LAYER_CLASSES:
+        raise ManifestError(
+            f"{where}: cache layer class {name!r} is not allowed; expected one of {', '.join(LAYER_CLASSES)}."
+        )
+    from transformers import cache_utils
+
+    return getattr(cache_utils, "DynamicLayer" if name == "DynamicSlidingWindowLayer" else name)

@@ -26,7 +26,21 @@ __all__ = [
 
 
 class HubExportError(Exception):
-    """Base class of every error raised by hub_export."""
+    """Base class of every error raised by hub_export.
+
+    Args:
+        *args: The message (as for ``Exception``).
+        cli_message: The same message worded for the command line (``--subfolder`` where the message says
+            ``subfolder=``); the ``hub-export`` command prints it instead of the message. None: the message fits both.
+    """
+
+    #: The message as the command line words it, or None (see the class docstring).
+    cli_message: str | None = None
+
+    def __init__(self, *args: object, cli_message: str | None = None) -> None:
+        super().__init__(*args)
+        if cli_message is not None:
+            self.cli_message = cli_message
 
 
 class ConfigError(HubExportError, ValueError):

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ._allowlist import cache_class, is_model_output, resolve_output_class
+from ._allowlist import LAYER_CLASSES, cache_class, is_model_output, layer_class, resolve_output_class
 from .errors import ExportError, ManifestError
 
 __all__ = ["CONSTANT_TYPES", "children", "count_tensors", "flatten_value", "unflatten", "walk"]
@@ -109,15 +109,8 @@ def flatten_value(value: Any, path: tuple[str, ...], leaves: list[tuple[str, Any
         return {"type": "cache", "class": cls_name, "layers": layers}
     if cls_name == "StaticCache":
         return _flatten_static_cache(value, path, leaves)
-    if (
-        cls_name == "DynamicCache"
-        and value.layers
-        and all(hasattr(layer, "recurrent_states") for layer in value.layers)
-    ):
-        return _flatten_state_cache(value, path, leaves)
     if cls_name == "DynamicCache":
-        layers = [_flatten_layer(value.layers, i, (*path, str(i)), leaves) for i in range(len(value.layers))]
-        return {"type": "cache", "class": cls_name, "layers": layers}
+        return _flatten_dynamic_cache(value, path, leaves)
     if isinstance(value, (tuple, list)):
         items = [flatten_value(item, (*path, str(i)), leaves) for i, item in enumerate(value)]
         return {"type": type(value).__name__ if type(value) in (tuple, list) else "tuple", "items": items}
@@ -166,40 +159,70 @@ def _flatten_static_cache(cache: Any, path: tuple[str, ...], leaves: list[tuple[
     return {"type": "cache", "class": "StaticCache", "max_cache_len": lengths.pop(), "layers": layers}
 
 
-def _flatten_state_cache(cache: Any, path: tuple[str, ...], leaves: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A state-space ``DynamicCache`` (Mamba-2: ``LinearAttentionLayer`` layers): per layer its ``conv`` state
-    ``[batch, channels, kernel]`` and ``recurrent`` (SSM) state, both of fixed size; the graph updates them in place."""
-    kinds = sorted({type(layer).__name__ for layer in cache.layers} - {"LinearAttentionLayer"})
-    if kinds or any(layer.number_of_states != 1 for layer in cache.layers):
-        raise ExportError(
-            f"{_join(path)}: cache layers {kinds or 'with several states'} cannot be exported; "
-            "only LinearAttentionLayer layers with one state are."
-        )
+def _flatten_dynamic_cache(cache: Any, path: tuple[str, ...], leaves: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A ``DynamicCache``, layer by layer: attention layers give ``key``/``value``; state-space layers
+    (``LinearAttentionLayer``: Mamba, linear attention, short convolutions) give their ``conv`` state
+    ``[batch, channels, kernel]`` and ``recurrent`` state, of fixed size, updated in place by the graph; hybrid layers
+    (``LinearAttentionAndFullAttentionLayer``) give both. A layer whose kind its parts do not tell records its class
+    (a hybrid model mixes kinds in one cache: Qwen3-Next, Bamba, Jamba, LFM2, Falcon-H1...)."""
     layers = []
     for i, layer in enumerate(cache.layers):
-        states = {
-            part: getattr(layer, f"{part}_states")[0] if layer.has_previous_state[0] else None
-            for part in ("conv", "recurrent")
-        }
-        layers.append({part: flatten_value(state, (*path, str(i), part), leaves) for part, state in states.items()})
+        where = (*path, str(i))
+        kind = type(layer).__name__
+        if kind not in LAYER_CLASSES:
+            raise ExportError(
+                f"{_join(where)}: a {kind} cache layer cannot be exported; exports take {', '.join(LAYER_CLASSES)}."
+            )
+        node: dict[str, Any] = {}
+        if hasattr(layer, "recurrent_states"):
+            if layer.number_of_states != 1:
+                raise ExportError(f"{_join(where)}: a {kind} with {layer.number_of_states} states cannot be exported.")
+            for part in ("conv", "recurrent"):
+                state = getattr(layer, f"{part}_states")[0] if layer.has_previous_state[0] else None
+                node[part] = flatten_value(state, (*where, part), leaves)
+        if hasattr(layer, "keys") or not node:
+            node.update(_flatten_layer(cache.layers, i, where, leaves))
+        if kind != _default_layer_class(node):
+            node["class"] = kind
+        layers.append(node)
     return {"type": "cache", "class": "DynamicCache", "layers": layers}
 
 
-def _state_cache(cls: Any, node: dict[str, Any], tensors: list[Any]) -> Any:
-    """Rebuild a state-space ``DynamicCache`` whose ``LinearAttentionLayer`` layers hold the given tensors."""
-    from transformers.cache_utils import Cache, LinearAttentionLayer
+def _default_layer_class(node: dict[str, Any]) -> str:
+    """The layer class a cache layer node stands for when it records none: its parts tell (a node with both
+    attention and state parts always records its class)."""
+    if "conv" in node and "key" in node:
+        return ""
+    return "LinearAttentionLayer" if "conv" in node else "DynamicLayer"
 
-    cache = cls.__new__(cls)
-    Cache.__init__(cache, layers=[LinearAttentionLayer() for _ in node["layers"]])
-    for layer, entry in zip(cache.layers, node["layers"]):
-        conv, recurrent = unflatten(entry["conv"], tensors), unflatten(entry["recurrent"], tensors)
-        if conv is None:
-            continue
-        layer.dtype, layer.device = conv.dtype, conv.device
-        layer.conv_states[0], layer.recurrent_states[0], layer.conv_kernel_size[0] = conv, recurrent, conv.shape[-1]
-        layer.is_conv_states_initialized[0] = layer.is_recurrent_states_initialized[0] = layer.has_previous_state[0] = (
-            True
-        )
+
+def _dynamic_cache_from(node: dict[str, Any], tensors: list[Any], where: str) -> Any:
+    """Rebuild a ``DynamicCache`` whose layers (of the recorded kinds) hold the given tensors themselves.
+
+    Keys and values are set as they are: ``update`` would copy every key and value (a ``torch.cat`` whose OpenMP
+    threads keep spinning and slow the runtime's next call).
+    """
+    from transformers import DynamicCache
+
+    layers = []
+    for i, entry in enumerate(node["layers"]):
+        layer = layer_class(entry.get("class", _default_layer_class(entry)), f"{where}.layers[{i}].class")()
+        if "conv" in entry:
+            conv, recurrent = unflatten(entry["conv"], tensors), unflatten(entry["recurrent"], tensors)
+            if conv is not None:
+                layer.dtype, layer.device = conv.dtype, conv.device
+                layer.conv_states[0], layer.recurrent_states[0] = conv, recurrent
+                layer.conv_kernel_size[0] = conv.shape[-1]
+                layer.is_conv_states_initialized[0] = layer.is_recurrent_states_initialized[0] = True
+                layer.has_previous_state[0] = True
+        if "key" in entry:
+            key, value = unflatten(entry["key"], tensors), unflatten(entry["value"], tensors)
+            if key is not None:
+                layer.dtype, layer.device = key.dtype, key.device
+                layer.keys, layer.values, layer.is_initialized = key, value, True
+        layers.append(layer)
+    cache = DynamicCache()  # layers appended on demand past the recorded ones, as a fresh cache does
+    cache.layers[:] = layers
     return cache
 
 
@@ -251,37 +274,16 @@ def unflatten(
     raise ManifestError(f"{where}: unknown structure node type {kind!r}.")
 
 
-def _layer_pairs(layers: list[dict[str, Any]], tensors: list[Any], part: str | None) -> list[tuple[Any, Any]]:
-    pairs = []
-    for layer in layers:
-        entry = layer[part] if part else layer
-        pairs.append((unflatten(entry["key"], tensors), unflatten(entry["value"], tensors)))
-    return pairs
-
-
-def _dynamic_cache(pairs: list[tuple[Any, Any]]) -> Any:
-    from transformers import DynamicCache
-
-    cache = DynamicCache()
-    for i, (key, value) in enumerate(pairs):
-        if key is not None:
-            # an empty update creates the layer; it then holds the tensors as they are: `update` would copy every
-            # key and value (a torch.cat whose OpenMP threads keep spinning and slow the runtime's next call)
-            cache.update(key[..., :0, :], value[..., :0, :], i)
-            cache.layers[i].keys, cache.layers[i].values = key, value
-    return cache
-
-
 def _unflatten_cache(node: dict[str, Any], tensors: list[Any], where: str) -> Any:
     cls = cache_class(node.get("class"), where=f"{where}.class")
     if cls.__name__ == "EncoderDecoderCache":
-        decoder = _dynamic_cache(_layer_pairs(node["layers"], tensors, "decoder"))
-        encoder = _dynamic_cache(_layer_pairs(node["layers"], tensors, "encoder"))
+        parts = [{"layers": [layer[part] for layer in node["layers"]]} for part in ("decoder", "encoder")]
+        decoder, encoder = (
+            _dynamic_cache_from(p, tensors, f"{where}.{n}") for p, n in zip(parts, ("decoder", "encoder"))
+        )
         return cls(decoder, encoder)
-    if cls.__name__ == "DynamicCache" and node["layers"] and "conv" in node["layers"][0]:
-        return _state_cache(cls, node, tensors)
     if cls.__name__ == "DynamicCache":
-        return _dynamic_cache(_layer_pairs(node["layers"], tensors, None))
+        return _dynamic_cache_from(node, tensors, where)
     if cls.__name__ == "StaticCache":
         return _static_cache(cls, node, tensors)
     raise ManifestError(f"{where}: rebuilding a {cls.__name__} from flat tensors is not supported.")

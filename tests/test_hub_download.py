@@ -209,16 +209,17 @@ def test_cli_push_and_pull(exports, hub_api: HfApi, hub_env: HubServer, tmp_path
     case, first, _, _ = exports
     folder = first.save_pretrained(tmp_path / "export")
     url = hub_env.url
-    assert main(["push", str(folder), REPO, "--tag", "v1", "--message", "from the cli", "--endpoint", url]) == 0
+    assert main(["push", REPO, str(folder), "--tag", "v1", "--commit-message", "from the cli", "--endpoint", url]) == 0
     out = capsys.readouterr().out
     assert "committed" in out and "tag: v1" in out
     assert hub_api.list_repo_commits(REPO)[0].title == "from the cli"
-    assert main(["push", str(folder), REPO, "--endpoint", url]) == 0
+    assert main(["push", REPO, str(folder), "--endpoint", url]) == 0
     assert "unchanged" in capsys.readouterr().out
 
     target = tmp_path / "pulled"
     assert (
-        main(["pull", REPO, "--subfolder", "pt2", "--revision", "v1", "--output", str(target), "--endpoint", url]) == 0
+        main(["pull", REPO, "--subfolder", "pt2", "--revision", "v1", "--local-dir", str(target), "--endpoint", url])
+        == 0
     )
     assert capsys.readouterr().out.strip().splitlines()[-1] == str(target)
     assert sorted(p.name for p in target.iterdir()) == sorted([*SIDE, "model.pt2"])
@@ -235,4 +236,4 @@ def test_cli_push_and_pull(exports, hub_api: HfApi, hub_env: HubServer, tmp_path
     assert err.startswith("hub-export pull: error:") and "me/missing" in err and len(err.strip().splitlines()) == 1
     assert main(["pull", REPO, "--subfolder", "pt2", "--component", "decoder", "--endpoint", url]) == 1
     assert "decoder" in capsys.readouterr().err
-    assert main(["push", str(tmp_path / "nowhere"), REPO, "--endpoint", url]) == 1
+    assert main(["push", REPO, str(tmp_path / "nowhere"), "--endpoint", url]) == 1

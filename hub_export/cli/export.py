@@ -1,4 +1,4 @@
-"""``hub-export export MODEL --format F [--format F2 ...] --output DIR``: export a local or Hub model."""
+"""``hub-export export MODEL --format F [--format F2 ...] --output DIR``: export a Hub or local model."""
 
 from __future__ import annotations
 
@@ -6,58 +6,108 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from .._progress import stage
 from ..errors import HubExportError
 from ..formats import ExportFormat, backend_for, parse_format
+from ._args import add_command, add_hub_options, add_output_options, add_task_option, check_task, spelled_as_path
 
 __all__ = ["register", "run", "load_model"]
 
 
 def register(subparsers: Any) -> None:
     """Add the ``export`` command."""
-    parser = subparsers.add_parser("export", help="export a model (Hub repo id or local folder) to one or more formats")
-    parser.add_argument("model", help="Hub repo id or local model folder (config.json + safetensors)")
+    parser = add_command(
+        subparsers,
+        "export",
+        help="export a model (Hub repo id or local folder) to one or more formats",
+        description="Load MODEL (a Hub repo, pinned to the commit --revision resolves to, or a local folder with "
+        "config.json and *.safetensors), trace it on sample inputs, lower it to each --format, check it against the "
+        "eager model and save it with its export.json. With several formats each goes to OUTPUT/<format folder>.",
+        example="hub-export export me/tiny-llama --format onnx --format openvino --output ./exports",
+    )
+    parser.add_argument("model", metavar="MODEL", help="Hub repo id (owner/name) or local model folder")
     parser.add_argument(
-        "--format",
         "-f",
+        "--format",
         dest="formats",
         action="append",
         required=True,
         choices=[f.value for f in ExportFormat],
-        help="format to export (repeatable)",
+        metavar="FORMAT",
+        help=f"format to export, repeatable: {', '.join(f.value for f in ExportFormat)}",
     )
-    parser.add_argument("--output", "-o", required=True, type=Path, help="output folder")
-    parser.add_argument("--revision", default="main", help="source revision (Hub models)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        "--local-dir",
+        dest="output",
+        metavar="DIR",
+        required=True,
+        type=Path,
+        help="folder to write the export to",
+    )
     parser.add_argument("--dynamic", dest="dynamic", action="store_true", default=True, help="dynamic shapes (default)")
-    parser.add_argument("--static", dest="dynamic", action="store_false", help="static shapes")
+    parser.add_argument("--static", dest="dynamic", action="store_false", help="static shapes (the sample's sizes)")
     parser.add_argument(
         "--subfolder-per-format",
         action="store_true",
         help="write each format to OUTPUT/<format folder> (always on with several formats)",
     )
-    parser.add_argument("--config", type=Path, help="JSON file: {format: export config fields}")
-    parser.set_defaults(func=run)
+    parser.add_argument("--config", type=Path, metavar="FILE", help="JSON file: {format: {export config fields}}")
+    add_task_option(parser)
+    add_hub_options(parser, revision_help="source revision for a Hub model: branch, tag or commit sha (default: main)")
+    add_output_options(parser)
+    parser.set_defaults(func=run, revision=None)
 
 
-def load_model(model: str, revision: str = "main") -> Any:
-    """Load a local model folder, or a Hub model pinned to the commit ``revision`` resolves to."""
-    local = Path(model)
+def load_model(
+    model: str, revision: str | None = None, *, token: str | None = None, endpoint: str | None = None
+) -> Any:
+    """Load a local model folder, or a Hub model pinned to the commit ``revision`` resolves to.
+
+    Raises:
+        HubExportError: A local path that is not a model folder (missing, a file, no config.json or no weights).
+        HubError: The Hub model cannot be loaded.
+    """
+    local = Path(model).expanduser()
     if local.is_dir():
+        if not (local / "config.json").is_file():
+            raise HubExportError(
+                f"{model} has no config.json, so it is not a transformers model folder: save the model with "
+                "save_pretrained (config.json + *.safetensors), or give a Hub repo id."
+            )
+        if not any(local.glob("*.safetensors")):
+            raise HubExportError(
+                f"{model} has no *.safetensors weights; hub_export loads safetensors only (save_pretrained writes them)."
+            )
         from ..hub.source import _model_class
 
-        if not any(local.glob("*.safetensors")):
-            raise HubExportError(f"{local} has no *.safetensors weights; hub_export loads safetensors only.")
-        return _model_class(local).from_pretrained(str(local)).eval()
+        with stage(f"loading {model}"):
+            return _model_class(local).from_pretrained(str(local)).eval()
+    if local.exists():
+        raise HubExportError(f"{model} is a file; MODEL is a model folder (config.json + *.safetensors) or a repo id.")
+    if spelled_as_path(model):
+        raise HubExportError(
+            f"no folder {model}: MODEL is an existing model folder (config.json + *.safetensors) or a Hub repo id "
+            "(owner/name)."
+        )
     from ..hub.source import load_source
 
-    return load_source(model, revision=revision)
+    return load_source(model, revision=revision or "main", token=token, endpoint=endpoint)
 
 
 def _configs(args: argparse.Namespace) -> dict[ExportFormat, Any]:
     import json
 
     from ..configs import AutoExportConfig
+    from ..errors import ConfigError
 
-    overrides = json.loads(args.config.read_text()) if args.config else {}
+    overrides = {}
+    if args.config:
+        try:
+            overrides = json.loads(args.config.read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read --config {args.config}: {exc}") from None
     configs = {}
     for name in dict.fromkeys(args.formats):
         fmt = parse_format(name)
@@ -66,19 +116,34 @@ def _configs(args: argparse.Namespace) -> dict[ExportFormat, Any]:
     return configs
 
 
-def run(args: argparse.Namespace) -> int:
-    """Export and save; prints one line per format."""
+def run(args: argparse.Namespace, console: Any) -> int:
+    """Export and save; one line per format (its folder and parity)."""
     from ..export.auto import exporter_class
     from ..sample_inputs import dummy_inputs
 
+    check_task(args)
     configs = _configs(args)
-    model = load_model(args.model, args.revision)
+    model = load_model(args.model, args.revision, token=args.token, endpoint=args.endpoint)
     inputs = dummy_inputs(model)
     per_folder = args.subfolder_per_format or len(configs) > 1
+    done = []
     for fmt, config in configs.items():
         exported = exporter_class(fmt)().export(model, inputs, config=config)
         target = args.output / backend_for(fmt).layout.subfolder if per_folder else args.output
-        exported.save_pretrained(target)
+        with stage(f"saving {target}"):
+            exported.save_pretrained(target)
         parity = exported.components["model"].metadata.parity
-        print(f"{fmt.value}: {target} (max abs diff vs eager {parity['max_abs_diff']:.2e})")
+        console.line(f"{fmt.value}: {target} (max abs diff vs eager {parity['max_abs_diff']:.2e})")
+        done.append(
+            {"format": fmt.value, "path": str(target), "max_abs_diff": parity["max_abs_diff"], "atol": parity["atol"]}
+        )
+    source = getattr(model, "_hub_export_source", None)
+    console.result(
+        {
+            "model": args.model,
+            "source": {"repo_id": source.repo_id, "commit": source.revision} if source else None,
+            "exports": done,
+        },
+        essential=[item["path"] for item in done],
+    )
     return 0

@@ -12,19 +12,30 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ._args import add_command, add_hub_options, add_output_options, add_publish_options, check_repo_first
+
 __all__ = ["register", "run"]
+
+
+USAGE = "hub-export publish REPO DIR [DIR ...] (the repo first, as in `hf upload`)"
 
 
 def register(subparsers: Any) -> None:
     """Add the ``publish`` command."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "publish",
         help="publish several saved export folders to a Hub repo in one commit",
         description="Commit several export folders (written by `hub-export export` or save_pretrained) to REPO "
-        "together, each in its format's folder, tagged source-<12 hex>. All exports must come from the same source commit.",
+        "together, each in its format's folder, tagged source-<12 hex>. All exports must come from the same source "
+        "commit; each is checked against its export.json and its parity tolerance first, and nothing is committed "
+        "when any check fails.",
+        example="hub-export publish me/tiny-llama exports/onnx exports/openvino --create-pr",
     )
-    parser.add_argument("repo_id", help="target model repo (created when missing)")
-    parser.add_argument("directories", nargs="+", type=Path, help="export folders (each holds export.json)")
+    parser.add_argument("repo_id", metavar="REPO", help="target model repo (created when missing)")
+    parser.add_argument(
+        "directories", metavar="DIR", nargs="+", type=Path, help="export folders (each holds export.json)"
+    )
     parser.add_argument(
         "--subfolder-of",
         action="append",
@@ -32,12 +43,14 @@ def register(subparsers: Any) -> None:
         metavar="DIR=NAME",
         help="put the export in DIR into the repo folder NAME (default: its format's folder)",
     )
-    parser.add_argument("--revision", default="main", help="branch to commit to, or base of the PR (default: main)")
-    parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
-    parser.add_argument("--message", default=None, help="commit message")
     parser.add_argument("--tag", default=None, help="tag the commit (default: source-<12 hex>)")
-    parser.add_argument("--endpoint", default=None, help="Hub endpoint (default: HF_ENDPOINT or huggingface.co)")
-    parser.add_argument("--token", default=None, help="Hub token (default: HF_TOKEN / the logged-in one)")
+    add_publish_options(parser)
+    add_hub_options(
+        parser,
+        revision_help="branch to commit to, or base of the pull request (default: main)",
+        revision_default="main",
+    )
+    add_output_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -69,12 +82,12 @@ def _subfolders(args: argparse.Namespace) -> dict[str, Path]:
 def _check(exports: dict[str, Path]) -> tuple[Any, list[tuple]]:
     """All exports valid, within their parity tolerance and from one source commit; returns it and summary rows."""
     from ..errors import HubExportError
+    from ..loading import LocalFiles, verify_export
     from ..manifest import Manifest
-    from .validate import validate_directory
 
     sources, rows = {}, []
     for sub, directory in exports.items():
-        validate_directory(directory)
+        verify_export(LocalFiles(directory))
         manifest = Manifest.read(directory)
         sources[sub] = manifest.source
         parity = next(iter(manifest.components.values())).parity or {}
@@ -93,12 +106,14 @@ def _check(exports: dict[str, Path]) -> tuple[Any, list[tuple]]:
     return next(iter(sources.values())), rows
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, console: Any) -> int:
     """Check, publish in one commit, print and report the outputs."""
     from ..hub.publish import publish
     from ._actions import summary_markdown, write_outputs, write_summary
-    from .push import print_publish_details
+    from .push import print_publish_details, publish_data
 
+    for directory in args.directories:
+        check_repo_first(args, args.repo_id, directory, USAGE)
     exports = _subfolders(args)
     source, rows = _check(exports)
     result = publish(
@@ -106,16 +121,17 @@ def run(args: argparse.Namespace) -> int:
         exports,
         revision=args.revision,
         create_pr=args.create_pr,
-        commit_message=args.message,
+        commit_message=args.commit_message,
         tag=args.tag,
+        private=args.private,
         token=args.token,
         endpoint=args.endpoint,
     )
     if result.changed:
-        print(f"committed {', '.join(f'{s}/' for s in exports)} as {result.commit_sha}: {result.commit_url}")
+        console.line(f"committed {', '.join(f'{s}/' for s in exports)} as {result.commit_sha}: {result.commit_url}")
     else:
-        print(f"unchanged: {args.repo_id}@{result.commit_sha} already holds these exports")
-    print_publish_details(result)
+        console.line(f"unchanged: {args.repo_id}@{result.commit_sha} already holds these exports")
+    print_publish_details(result, console)
     write_outputs(
         {
             "updated": result.changed,
@@ -127,4 +143,10 @@ def run(args: argparse.Namespace) -> int:
     origin = f" from {source.repo_id}@`{source.revision[:12]}`" if source else ""
     status = f"Published {len(exports)} export(s){origin} to {args.repo_id}." if result.changed else "Unchanged."
     write_summary(summary_markdown("hub-export publish", status, rows, result.commit_url, result.pr_url, result.tag))
+    data = {
+        **publish_data(args.repo_id, result),
+        "subfolders": list(exports),
+        "source_sha": source.revision if source else None,
+    }
+    console.result(data, essential=[result.pr_url or result.commit_url])
     return 0

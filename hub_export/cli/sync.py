@@ -7,49 +7,75 @@ from pathlib import Path
 from typing import Any
 
 from ..formats import ExportFormat
+from ._args import add_command, add_hub_options, add_output_options, add_publish_options, add_task_option, check_task
 
 __all__ = ["register", "run"]
 
 
 def register(subparsers: Any) -> None:
     """Add the ``sync`` command."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "sync",
         help="export the formats of a Hub model that are missing or stale and publish them in one commit",
         description="Resolve SOURCE's revision to a commit, compare it (and the export config) with what the target's "
         "export.json files record, and when any format is stale: load the model at that commit, export every stale "
         "format, validate, and publish them all in one commit tagged source-<12 hex>. Up to date: exits 0 without "
         "downloading weights. A format that fails to export publishes nothing.",
+        example="hub-export sync me/tiny-llama --format onnx --format openvino --dry-run",
     )
-    parser.add_argument("source", help="source model repo, e.g. me/tiny-llama")
-    parser.add_argument("--target", default=None, help="repo receiving the exports (default: SOURCE)")
+    parser.add_argument("source", metavar="SOURCE", help="source model repo, e.g. me/tiny-llama")
     parser.add_argument(
-        "--format",
         "-f",
+        "--format",
         dest="formats",
         action="append",
         required=True,
         choices=[f.value for f in ExportFormat],
-        help="format to keep up to date (repeatable)",
+        metavar="FORMAT",
+        help=f"format to keep up to date, repeatable: {', '.join(f.value for f in ExportFormat)}",
     )
-    parser.add_argument("--revision", default="main", help="source revision to follow (default: main)")
+    parser.add_argument("--target", default=None, metavar="REPO", help="repo receiving the exports (default: SOURCE)")
     parser.add_argument("--target-revision", default="main", help="target branch (default: main)")
-    parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
     parser.add_argument(
         "--config",
         type=Path,
+        metavar="FILE",
         default=None,
         help="JSON or YAML file {format: {config fields}} (schemas/sync-config.schema.json)",
     )
     parser.add_argument("--generation", action="store_true", help="export for generation (not available yet)")
-    parser.add_argument("--message", default=None, help="commit message")
+    add_task_option(parser)
     parser.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
-    parser.add_argument("--endpoint", default=None, help="Hub endpoint (default: HF_ENDPOINT or huggingface.co)")
-    parser.add_argument("--token", default=None, help="Hub token (default: HF_TOKEN / the logged-in one)")
+    add_publish_options(parser)
+    add_hub_options(parser, revision_help="source revision to follow (default: main)", revision_default="main")
+    add_output_options(parser)
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def _plan_data(plan: Any, result: Any = None) -> dict[str, Any]:
+    exported = result.exports if result is not None else {}
+    return {
+        "source_repo": plan.source_repo,
+        "source_sha": plan.source_sha,
+        "target_repo": plan.target_repo,
+        "target_revision": plan.target_revision,
+        "formats": [
+            {
+                "format": f.export_format.value,
+                "subfolder": f.subfolder,
+                "status": f.status,
+                "reason": f.reason,
+                "exported": f.export_format.value in exported,
+                "max_abs_diff": exported.get(f.export_format.value, {}).get("parity"),
+                "bytes": exported.get(f.export_format.value, {}).get("bytes"),
+            }
+            for f in plan.formats
+        ],
+    }
+
+
+def run(args: argparse.Namespace, console: Any) -> int:
     """Plan, then (unless up to date or ``--dry-run``) export and publish; print what happened."""
     from ..errors import HubExportError
     from ..hub.sync import load_sync_config, plan_sync, sync
@@ -57,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.generation:
         raise HubExportError("generation exports are not available yet; run sync without --generation.")
+    check_task(args)
     configs = load_sync_config(args.config) if args.config else None
     common = dict(
         target=args.target,
@@ -68,16 +95,14 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.dry_run:
         plan = plan_sync(args.source, args.formats, **common)
-        print(
+        console.line(
             f"plan for {plan.target_repo}@{plan.target_revision} from {plan.source_repo}@{plan.source_sha} (dry run):"
         )
         for line in plan.describe():
-            print(f"  {line}")
-        print(
-            "up to date"
-            if plan.up_to_date
-            else f"would export and publish: {', '.join(f.export_format.value for f in plan.stale)}"
-        )
+            console.line(f"  {line}")
+        stale = ", ".join(f.export_format.value for f in plan.stale)
+        verdict = "up to date" if plan.up_to_date else f"would export and publish: {stale}"
+        console.line(verdict)
         write_outputs(
             {
                 "updated": False,
@@ -87,22 +112,33 @@ def run(args: argparse.Namespace) -> int:
                 "pr-url": "",
             }
         )
+        data = {**_plan_data(plan), "dry_run": True, "stale": not plan.up_to_date, "updated": False}
+        console.result(data, essential=[verdict])
         return 0
-    result = sync(args.source, args.formats, create_pr=args.create_pr, commit_message=args.message, **common)
+    result = sync(
+        args.source,
+        args.formats,
+        create_pr=args.create_pr,
+        commit_message=args.commit_message,
+        private=args.private,
+        **common,
+    )
     plan = result.plan
     for line in plan.describe():
-        print(f"  {line}")
+        console.line(f"  {line}")
     for note in result.notes:
-        print(f"note: {note}")
+        console.line(f"note: {note}")
     if result.updated:
-        print(f"published {', '.join(result.exports)} from {plan.source_repo}@{plan.source_sha}: {result.commit_url}")
+        console.line(
+            f"published {', '.join(result.exports)} from {plan.source_repo}@{plan.source_sha}: {result.commit_url}"
+        )
         if result.pr_url:
-            print(f"pull request: {result.pr_url}")
+            console.line(f"pull request: {result.pr_url}")
         if result.tag:
-            print(f"tag: {result.tag}")
+            console.line(f"tag: {result.tag}")
         status = f"Exported {plan.source_repo}@`{plan.source_sha[:12]}` to {plan.target_repo}."
     else:
-        print(
+        console.line(
             f"up to date: {plan.target_repo}@{plan.target_revision} already holds these exports of "
             f"{plan.source_repo}@{plan.source_sha}"
         )
@@ -123,4 +159,16 @@ def run(args: argparse.Namespace) -> int:
             (item.export_format.value, item.subfolder, state, info.get("parity"), info.get("atol"), info.get("bytes"))
         )
     write_summary(summary_markdown("hub-export sync", status, rows, result.commit_url, result.pr_url, result.tag))
+    data = {
+        **_plan_data(plan, result),
+        "dry_run": False,
+        "updated": result.updated,
+        "commit_sha": result.commit_sha,
+        "commit_url": result.commit_url,
+        "pr_url": result.pr_url,
+        "tag": result.tag,
+        "notes": list(result.notes),
+    }
+    essential = [result.pr_url or result.commit_url] if result.updated else ["up to date"]
+    console.result(data, essential=[e for e in essential if e])
     return 0

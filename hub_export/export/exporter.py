@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from .._progress import stage
 from .._versions import warn_version_drift
 from ..configs import ExportConfig
 from ..errors import BackendUnavailableError, ConfigError, ParityError
@@ -137,12 +138,15 @@ class HfExporter:
 
     def export_component(self, name: str, module: Any, sample_inputs: dict[str, Any], config: ExportConfig) -> Any:
         """Trace, lower and parity-check one component."""
-        bounds = self.dynamic_bounds(module, config) if config.dynamic else None
-        experts = functools.partial(self.experts_forward, config=config)
-        traced = trace(module, sample_inputs, config, bounds=bounds, experts=experts)
-        if config.quantizer is not None:  # an "fx"-stage quantizer (PT2E) rewrites the traced program
-            traced = quantize_traced(traced, config)
-        lowered = self.export_program(traced, config)
+        suffix = "" if name == "model" else f" {name}"
+        with stage(f"tracing{suffix}"):
+            bounds = self.dynamic_bounds(module, config) if config.dynamic else None
+            experts = functools.partial(self.experts_forward, config=config)
+            traced = trace(module, sample_inputs, config, bounds=bounds, experts=experts)
+            if config.quantizer is not None:  # an "fx"-stage quantizer (PT2E) rewrites the traced program
+                traced = quantize_traced(traced, config)
+        with stage(f"lowering{suffix} to {self.export_format.value}"):
+            lowered = self.export_program(traced, config)
         if not isinstance(lowered, Lowered):
             lowered = Lowered(lowered)
         metadata = ComponentEntry(
@@ -154,8 +158,9 @@ class HfExporter:
             quantization=config.quantizer.to_dict() if config.quantizer is not None else None,
             extra=dict(lowered.extra),
         )
-        runner = self.backend.runner_class.from_program(lowered.program, metadata, device=None)
-        produced = runner.run_flat([t.clone() for t in traced.sample])
+        with stage(f"checking parity{suffix}"):
+            runner = self.backend.runner_class.from_program(lowered.program, metadata, device=None)
+            produced = runner.run_flat([t.clone() for t in traced.sample])
         parity = {
             "max_abs_diff": _max_abs_diff(traced.expected, produced),
             "atol": self.parity_atol,

@@ -9,30 +9,36 @@ and sha256; a file that does not match raises :class:`IntegrityError` and is rem
 retry downloads it again. With a 40-hex revision and a warm cache no request is made at all; with
 ``HF_HUB_OFFLINE=1`` (or ``local_files_only``) a previously downloaded export loads from the cache.
 
-Transient failures are retried with exponential backoff (:data:`RETRY_DELAYS`, so at most 4 attempts per file):
-huggingface_hub 2.4 itself retries the file GET only on 408/429 and resumes a connection cut mid-body, so a
-5xx answer, a failed metadata request, a refused connection or a body shorter than announced ("consistency
-check failed") are retried here. huggingface_hub writes to ``blobs/<id>.incomplete`` and only renames a file
-whose size matches; a file that then fails its sha256 is evicted and downloaded once more before
+Transient failures are retried with exponential backoff (:data:`RETRY_DELAYS`, so at most 4 attempts per file)
+while the file's retry budget lasts (:data:`RETRY_BUDGET_S` from its first attempt): a 5xx answer, a failed
+metadata request, a refused connection or a body shorter than announced ("consistency check failed"). The
+retries are ours alone: huggingface_hub 2.4 would retry a failed metadata request (HEAD) 5 more times with up
+to 23 s of backoff before reporting it, so that second round is switched off around our calls
+(:func:`_single_metadata_attempt`) and an unreachable Hub is reported within seconds, not minutes. It still
+resumes a connection cut mid-body itself. huggingface_hub writes to ``blobs/<id>.incomplete`` and only renames
+a file whose size matches; a file that then fails its sha256 is evicted and downloaded once more before
 :class:`IntegrityError` is raised.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import random
 import re
 import stat
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .._files import verify_file
+from .._progress import stage
 from ..errors import HubError, IntegrityError, ManifestError
 from ..manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, FileEntry, Manifest
+from ..patches._base import patch_attribute
 
 __all__ = ["HubFiles", "download_export"]
 
@@ -40,6 +46,9 @@ _SIDE_FILES = ("config.json", "generation_config.json")
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 #: Seconds to wait before each retry of a download that failed transiently (len + 1 attempts in all).
 RETRY_DELAYS: tuple[float, ...] = (0.5, 1.0, 2.0)
+#: No retry of a file starts later than this many seconds after its first attempt (an unreachable Hub whose
+#: connections time out is reported after one attempt, not after four).
+RETRY_BUDGET_S: float = 8.0
 
 
 @dataclass
@@ -94,9 +103,10 @@ class HubFiles:
                 except IntegrityError as exc:
                     if path is not None:
                         _evict(path)
+                    reason = str(exc).split(": ", 1)[-1].removesuffix(" refusing to use it.").rstrip(";. ")
                     raise IntegrityError(
-                        f"{self._where(entry.path)}: {str(exc).split(': ', 1)[-1]} (downloaded twice). The bad copy "
-                        "was removed from the cache; a retry downloads it again."
+                        f"{self._where(entry.path)}: {reason} (downloaded twice). The bad copy was removed from the "
+                        "cache; a retry downloads it again."
                     ) from None
 
     def unlisted_side_configs(self) -> None:
@@ -155,9 +165,17 @@ def download_export(
     manifest_path = _join(subfolder, MANIFEST_NAME)
     local = _fetch(repo_id, manifest_path, revision, **options)
     if local is None:
-        raise ManifestError(
-            f"$: {repo_id}@{revision} has no {manifest_path}.{_hint(repo_id, revision, subfolder, options)}"
-        )
+        found = _exports_in(repo_id, revision, options)
+        message = f"{repo_id}@{revision} has no {manifest_path}."
+        if found and subfolder + "/" not in found:
+            listed = ", ".join(found)
+            raise ManifestError(
+                f"{message} Exports in this repo: {listed} (pass subfolder=...).",
+                cli_message=f"{message} Exports in this repo: {listed}; choose one with --subfolder.",
+            )
+        if found is not None and not found:
+            message += " The repo holds no export (no export.json in any folder)."
+        raise ManifestError(message)
     commit = _commit_of(local, manifest_path)
     _check_manifest_size(local)  # before anything reads it, the blob-id check included
     if not offline and not _matches_blob_id(local):
@@ -175,7 +193,8 @@ def download_export(
     if manifest.schema_version == 1:
         export.unlisted_side_configs()
     if fetch_components:
-        export.fetch(manifest.component_files(components) + manifest.side_files())
+        with stage(f"downloading {repo_id}/{subfolder}" if subfolder else f"downloading {repo_id}"):
+            export.fetch(manifest.component_files(components) + manifest.side_files())
     return export
 
 
@@ -184,9 +203,9 @@ def _check_manifest_size(local: Path) -> Path:
     blob = Path(os.path.realpath(local))
     info = blob.stat()
     if not stat.S_ISREG(info.st_mode):
-        raise ManifestError("$: the cached export.json is not a regular file; refusing to read it.")
+        raise ManifestError("The cached export.json is not a regular file; refusing to read it.")
     if info.st_size > MAX_MANIFEST_BYTES:
-        raise ManifestError(f"$: export.json is {info.st_size} bytes, over the {MAX_MANIFEST_BYTES} byte limit.")
+        raise ManifestError(f"export.json is {info.st_size} bytes, over the {MAX_MANIFEST_BYTES} byte limit.")
     return blob
 
 
@@ -220,17 +239,42 @@ def _commit_of(local: Path, repo_path: str) -> str:
 
 
 def _fetch(repo_id: str, path: str, revision: str, **options: Any) -> Path | None:
-    """:func:`_fetch_once`, retried with backoff while it fails transiently (see :data:`RETRY_DELAYS`)."""
-    for delay in (*RETRY_DELAYS, None):
+    """:func:`_fetch_once`, retried with backoff while it fails transiently (see :data:`RETRY_DELAYS` and
+    :data:`RETRY_BUDGET_S`)."""
+    start = time.monotonic()
+    for attempt, delay in enumerate((*RETRY_DELAYS, None), start=1):
         try:
             return _fetch_once(repo_id, path, revision, **options)
         except _Transient as exc:
-            if delay is None:
+            pause = None if delay is None else delay * random.uniform(1.0, 1.25)
+            if pause is None or time.monotonic() - start + pause > RETRY_BUDGET_S:
+                times = f"{attempt} times" if attempt > 1 else "once"
                 raise HubError(
-                    f"Downloading {repo_id}@{revision}/{path} failed {len(RETRY_DELAYS) + 1} times: {exc.reason}"
+                    f"Downloading {repo_id}@{revision}/{path} failed {times}: {exc.reason}"
                 ) from exc.__cause__
-            time.sleep(delay * random.uniform(1.0, 1.25))
+            time.sleep(pause)
     raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def _single_metadata_attempt() -> Iterator[None]:
+    """Make huggingface_hub report a failed metadata request (HEAD) at once instead of retrying it.
+
+    huggingface_hub 2.4's ``hf_hub_download``, when its HEAD fails on a network error or a 5xx and the file is not
+    cached, sends it again with ``http_backoff`` (5 retries, 1 + 2 + 4 + 8 + 8 s of sleep). :func:`_fetch` retries
+    on top of that, so an unreachable Hub took 98 s to report. The second round is decided by
+    ``file_download._DEFAULT_RETRY_ON_EXCEPTIONS`` / ``_DEFAULT_RETRY_ON_STATUS_CODES``; emptying them for the
+    duration of our call leaves the retries (and their budget) to :func:`_fetch`. The file GET keeps its own
+    retries and resume.
+    """
+    from huggingface_hub import file_download
+
+    reason = "huggingface_hub retrying a failed HEAD 5 times before hub_export's own bounded retries"
+    with (
+        patch_attribute(file_download, "_DEFAULT_RETRY_ON_EXCEPTIONS", (), reason=reason),
+        patch_attribute(file_download, "_DEFAULT_RETRY_ON_STATUS_CODES", (), reason=reason),
+    ):
+        yield
 
 
 class _Transient(Exception):
@@ -261,21 +305,25 @@ def _fetch_once(
         if cached is not None:  # the cache knows the file does not exist at this commit
             return None
     try:
-        return Path(
-            hf_hub_download(
-                repo_id,
-                path,
-                revision=revision,
-                cache_dir=cache_dir,
-                token=token,
-                local_files_only=offline,
-                force_download=force,
-                endpoint=endpoint,
+        with _single_metadata_attempt():
+            return Path(
+                hf_hub_download(
+                    repo_id,
+                    path,
+                    revision=revision,
+                    cache_dir=cache_dir,
+                    token=token,
+                    local_files_only=offline,
+                    force_download=force,
+                    endpoint=endpoint,
+                )
             )
-        )
     except LocalEntryNotFoundError as exc:
         if not offline:  # online, huggingface_hub reports a failed metadata request (5xx, connection) this way
-            raise _Transient(_first_line(exc)) from exc
+            transport = _transport_error(exc)
+            if transport is not None:
+                raise _Transient(f"{type(transport).__name__}: {_first_line(transport)}") from transport
+            raise _Transient(_first_line(exc.__cause__ or exc)) from exc
         raise HubError(
             f"{repo_id}@{revision}/{path} is not in the local cache and downloads are disabled "
             "(HF_HUB_OFFLINE or local_files_only): download it once while online."
@@ -294,37 +342,44 @@ def _fetch_once(
             raise _Transient(_first_line(exc)) from exc
         raise HubError(f"Downloading {repo_id}@{revision}/{path} failed: {_first_line(exc)}") from exc
     except Exception as exc:
-        if _is_transport_error(exc) or isinstance(exc, OSError):  # refused/cut connection, short body
+        transport = _transport_error(exc)
+        if transport is not None:  # refused/cut connection, timeout (force_download wraps it in a ValueError)
+            raise _Transient(f"{type(transport).__name__}: {_first_line(transport)}") from transport
+        if isinstance(exc, OSError):  # short body
             raise _Transient(f"{type(exc).__name__}: {_first_line(exc)}") from exc
         raise
 
 
-def _is_transport_error(exc: BaseException) -> bool:
+def _transport_error(exc: BaseException | None) -> BaseException | None:
+    """The network-level error (refused, reset, timeout) in ``exc``'s chain of causes, if any."""
     try:
         import httpx2 as httpx
     except ImportError:  # pragma: no cover - older huggingface_hub
-        import httpx
-    return isinstance(exc, httpx.TransportError)
+        import httpx  # type: ignore[no-redef, import-not-found, unused-ignore]
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, httpx.TransportError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-def _hint(repo_id: str, revision: str, subfolder: str, options: dict[str, Any]) -> str:
-    """Where the repo's exports are, when the requested folder has none (one listing request, online only)."""
+def _exports_in(repo_id: str, revision: str, options: dict[str, Any]) -> list[str] | None:
+    """The folders of the repo holding an ``export.json`` (one listing request, online only); None: unknown."""
     if options["offline"]:
-        return ""
+        return None
     try:
         from huggingface_hub import HfApi
 
         files = HfApi(endpoint=options["endpoint"], token=options["token"]).list_repo_files(repo_id, revision=revision)
     except Exception:  # noqa: BLE001 - a hint must never hide the real error
-        return ""
-    found = sorted(f.rsplit("/", 1)[0] + "/" for f in files if f.endswith("/" + MANIFEST_NAME))
-    if not found or subfolder + "/" in found:
-        return ""
-    return f" Exports in this repo: {', '.join(found)} (pass subfolder=...)."
+        return None
+    return sorted(f.rsplit("/", 1)[0] + "/" for f in files if f.endswith("/" + MANIFEST_NAME))
 
 
 def _matches_blob_id(path: Path) -> bool:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import _progress
 from .._files import sha256_file, verify_file
 from ..errors import HubError, ManifestError
 from ..formats import backend_for
@@ -131,9 +132,10 @@ def publish(
         local = _stage(exports, Path(tmp))
         for attempt in range(1, _MAX_ATTEMPTS + 1):
             try:
-                return _publish_once(
-                    api, repo_id, local, revision, create_pr, commit_message, tag, parent_commit, private
-                )
+                with _progress.stage(f"uploading to {repo_id}"):
+                    return _publish_once(
+                        api, repo_id, local, revision, create_pr, commit_message, tag, parent_commit, private
+                    )
             except _Conflict:
                 if parent_commit is not None:
                     raise HubError(

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from .._progress import stage
 from ..errors import HubError
 from ..manifest import Source
 
@@ -94,16 +95,17 @@ def load_source(
         )
     sha = resolve_revision(repo_id, revision, token=token, endpoint=endpoint)
     cache_dir = from_pretrained_kwargs.pop("cache_dir", None)
-    snapshot = Path(
-        snapshot_download(
-            repo_id,
-            revision=sha,
-            allow_patterns=list(SOURCE_PATTERNS),
-            cache_dir=cache_dir,
-            token=token,
-            endpoint=endpoint,
+    with stage(f"downloading {repo_id}@{sha[:12]}"):
+        snapshot = Path(
+            snapshot_download(
+                repo_id,
+                revision=sha,
+                allow_patterns=list(SOURCE_PATTERNS),
+                cache_dir=cache_dir,
+                token=token,
+                endpoint=endpoint,
+            )
         )
-    )
     if not (snapshot / "config.json").is_file():
         raise HubError(f"{repo_id}@{sha[:12]} has no config.json; it is not a transformers model repo.")
     if not any(snapshot.glob("*.safetensors")):
@@ -111,9 +113,10 @@ def load_source(
             f"{repo_id}@{sha[:12]} has no *.safetensors weights; hub_export does not load pickled (.bin) weights. "
             "Convert the repo to safetensors first."
         )
-    cls = model_class or _model_class(snapshot)
-    model = cls.from_pretrained(str(snapshot), **from_pretrained_kwargs)
-    model.eval()
+    with stage(f"loading {repo_id}"):
+        cls = model_class or _model_class(snapshot)
+        model = cls.from_pretrained(str(snapshot), **from_pretrained_kwargs)
+        model.eval()
     used = endpoint or constants.ENDPOINT
     source = Source(repo_id, sha, revision, None if used.rstrip("/") == _DEFAULT_ENDPOINT else used.rstrip("/"))
     setattr(model, SOURCE_ATTRIBUTE, source)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._progress import stage
 from ..configs import AutoExportConfig
 from ..errors import ConfigError, ExportError, HubError, HubExportError, ManifestError
 from ..formats import ExportFormat, backend_for, parse_format
@@ -306,10 +307,11 @@ def _export_all(model: Any, plan: SyncPlan, directory: Path) -> dict[str, dict[s
             inputs = dummy_inputs(model)
             config = AutoExportConfig.from_dict(item.config)
             exported = backend_for(item.export_format).exporter_class().export(model, inputs, config=config)
-            folder = exported.save_pretrained(directory / item.subfolder)
-            manifest = Manifest.read(folder)
-            for entry in manifest.all_listed():
-                verify_file(folder / entry.path, entry)
+            with stage(f"saving {item.subfolder}/"):
+                folder = exported.save_pretrained(directory / item.subfolder)
+                manifest = Manifest.read(folder)
+                for entry in manifest.all_listed():
+                    verify_file(folder / entry.path, entry)
             parity = manifest.components["model"].parity or {}
             diff, atol = parity.get("max_abs_diff"), parity.get("atol")
             if diff is not None and atol is not None and not diff <= atol:
@@ -340,6 +342,7 @@ def sync(
     create_pr: bool = False,
     generation: bool = False,
     commit_message: str | None = None,
+    private: bool | None = None,
     token: str | bool | None = None,
     endpoint: str | None = None,
 ) -> SyncResult:
@@ -355,6 +358,7 @@ def sync(
         create_pr: Open a pull request instead of committing to ``target_revision``.
         generation: Export for generation (not available yet).
         commit_message: Commit title.
+        private: Visibility of the target repo when it has to be created.
         token: Hub token.
         endpoint: Hub endpoint.
 
@@ -396,6 +400,7 @@ def sync(
                     create_pr=create_pr,
                     commit_message=message,
                     parent_commit=plan.target_head,
+                    private=private,
                     token=token,
                     endpoint=endpoint,
                 )

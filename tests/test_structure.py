@@ -1,0 +1,115 @@
+"""hub_export.structure: caches of every layer kind flatten to named tensors and rebuild to the same layers."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from tiny_models import text_inputs
+from transformers.cache_utils import (
+    DynamicCache,
+    DynamicLayer,
+    LinearAttentionAndFullAttentionLayer,
+    LinearAttentionLayer,
+)
+
+from hub_export import DynamoConfig, DynamoExporter, ExportedModel, ManifestError
+from hub_export.manifest import Manifest
+from hub_export.structure import count_tensors, flatten_value, unflatten, walk
+
+
+def _state_layer(layer: LinearAttentionLayer, seed: int) -> LinearAttentionLayer:
+    gen = torch.Generator().manual_seed(seed)
+    layer.update_conv_state(torch.randn(2, 6, 4, generator=gen))
+    layer.update_recurrent_state(torch.randn(2, 3, 5, 5, generator=gen))
+    return layer
+
+
+def _hybrid_cache() -> DynamicCache:
+    attention = DynamicLayer()
+    attention.update(torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8))
+    both = _state_layer(LinearAttentionAndFullAttentionLayer(), 1)
+    both.update(torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8))
+    cache = DynamicCache()
+    cache.layers[:] = [_state_layer(LinearAttentionLayer(), 0), attention, both, DynamicLayer()]
+    return cache
+
+
+def test_a_hybrid_cache_round_trips_layer_by_layer() -> None:
+    cache = _hybrid_cache()
+    leaves: list = []
+    node = flatten_value(cache, ("past_key_values",), leaves)
+    assert [name for name, _ in leaves] == [
+        "past_key_values.0.conv",
+        "past_key_values.0.recurrent",
+        "past_key_values.1.key",
+        "past_key_values.1.value",
+        "past_key_values.2.conv",
+        "past_key_values.2.recurrent",
+        "past_key_values.2.key",
+        "past_key_values.2.value",
+    ]
+    assert [layer.get("class") for layer in node["layers"]] == [
+        None,
+        None,
+        "LinearAttentionAndFullAttentionLayer",
+        None,
+    ]
+    assert count_tensors(node) == len(leaves) == len(list(walk(node)))
+    rebuilt = unflatten(node, [t for _, t in leaves])
+    assert [type(layer) for layer in rebuilt.layers] == [type(layer) for layer in cache.layers]
+    for before, after in zip(cache.layers, rebuilt.layers):
+        if hasattr(before, "recurrent_states") and before.has_previous_state[0]:
+            assert (
+                after.conv_states[0] is before.conv_states[0]
+                and after.recurrent_states[0] is before.recurrent_states[0]
+            )
+        if getattr(before, "keys", None) is not None and before.is_initialized:
+            assert after.keys is before.keys and after.values is before.values  # no copies
+
+
+def test_an_unknown_cache_layer_class_is_refused() -> None:
+    node = flatten_value(_hybrid_cache(), ("past_key_values",), [])
+    node["layers"][2]["class"] = "QuantoQuantizedLayer"
+    with pytest.raises(ManifestError, match="cache layer class 'QuantoQuantizedLayer' is not allowed"):
+        unflatten(node, [torch.zeros(1)] * 8)
+
+
+def test_a_hybrid_model_generates_through_its_attention_and_state_layers(tmp_path) -> None:
+    """Bamba mixes Mamba-2 layers (conv/SSM states) and attention layers (keys/values) in one DynamicCache."""
+    from transformers import BambaConfig, BambaForCausalLM
+
+    config = BambaConfig(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        mamba_n_heads=4,
+        mamba_d_head=16,
+        mamba_n_groups=1,
+        mamba_d_state=8,
+        mamba_expand=2,
+        attn_layer_indices=[1],
+        pad_token_id=0,
+        eos_token_id=2,
+    )
+    torch.manual_seed(0)
+    model = BambaForCausalLM(config).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exported = DynamoExporter().export_for_generation(model, text_inputs(2, 7), config=DynamoConfig(dynamic=True))
+    folder = exported.save_pretrained(tmp_path / "bamba")
+    decode = Manifest.read(folder).components["decode"].signature
+    assert [s.name for s in decode.inputs if s.name.startswith("input.")] == [
+        "input.past_key_values.0.conv",
+        "input.past_key_values.0.recurrent",
+        "input.past_key_values.1.key",
+        "input.past_key_values.1.value",
+    ]
+    loaded = ExportedModel.from_pretrained(folder)
+    for inputs in (text_inputs(2, 7), text_inputs(3, 11, seed=2)):
+        expected = model.generate(**inputs, max_new_tokens=6, do_sample=False)
+        assert torch.equal(loaded.generate(**inputs, max_new_tokens=6), expected)
