@@ -195,14 +195,16 @@ def _side_configs(manifest: Manifest, source: FileSource) -> tuple[Any, Any]:
 
 
 def _plain_file(path: Path) -> bool:
-    """A regular file of bounded size (a symlink counts when it is the huggingface_hub cache's, into ``blobs/``)."""
+    """A regular file of bounded size; a symlink counts only as a huggingface_hub cache snapshot's link into the
+    ``blobs/`` folder of the same cached repo (``<repo>/snapshots/<commit>/...`` -> ``<repo>/blobs/<id>``)."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
         return False
     if stat.S_ISLNK(info.st_mode):
         target = Path(os.path.realpath(path))
-        if target.parent.name != "blobs":
+        snapshots = next((p for p in path.absolute().parents if p.name == "snapshots"), None)
+        if snapshots is None or target.parent != snapshots.parent.resolve() / "blobs":
             raise ManifestError(f"$: {path.name} is a symlink out of the export folder; refusing to read it.")
         info = os.stat(target)
     if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_UNLISTED_CONFIG_BYTES:

@@ -885,6 +885,24 @@ def _openvino_variants() -> list[Variant]:
         cause="bounds",
     )
     add(
+        "runtime-option-cache-dir",
+        edit_xml(
+            lambda t, c: t.replace(
+                '<INFERENCE_PRECISION_HINT value="f32" />',
+                f'<INFERENCE_PRECISION_HINT value="f32" /><CACHE_DIR value="{c.sentinel}" />',
+            )
+        ),
+    )
+    add(
+        "runtime-option-threads",
+        edit_xml(
+            lambda t: t.replace(
+                '<INFERENCE_PRECISION_HINT value="f32" />',
+                '<INFERENCE_PRECISION_HINT value="f32" /><INFERENCE_NUM_THREADS value="100000" />',
+            )
+        ),
+    )
+    add(
         "deep-nesting",
         edit_xml(lambda t: t.replace("<layers>", "<layers>" + "<x>" * 100_000 + "</x>" * 100_000, 1)),
         cause="bounds",

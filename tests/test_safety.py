@@ -314,3 +314,36 @@ def test_tampered_file_without_resealed_manifest_is_an_integrity_error(saved, tm
     (folder / "model.pte").write_bytes(bytes(data))
     with pytest.raises(IntegrityError, match="sha256"):
         ExportedModel.from_pretrained(folder)
+
+
+def test_unlisted_config_symlinks_count_only_into_their_own_cached_repo(tmp_path: Path) -> None:
+    """A version-1 manifest does not list config.json: a symlink to it is taken only as the Hub cache's own link."""
+    from hub_export.loading import _plain_file
+
+    repo, other = tmp_path / "models--a--b", tmp_path / "models--evil--c"
+    snapshot = repo / "snapshots" / "c0ffee"
+    for folder in (snapshot, repo / "blobs", other / "blobs", tmp_path / "elsewhere" / "blobs"):
+        folder.mkdir(parents=True)
+    targets = {
+        "own": repo / "blobs" / "1234",
+        "other-repo": other / "blobs" / "5678",
+        "a-blobs-folder-elsewhere": tmp_path / "elsewhere" / "blobs" / "9abc",
+        "plain-outside": tmp_path / "secret.json",
+    }
+    for target in targets.values():
+        target.write_text("{}")
+    for name, target in targets.items():
+        link = snapshot / "config.json"
+        link.unlink(missing_ok=True)
+        link.symlink_to(target)
+        if name == "own":
+            assert _plain_file(link)
+        else:
+            with pytest.raises(ManifestError, match="symlink out of the export folder"):
+                _plain_file(link)
+    outside_cache = tmp_path / "folder"
+    outside_cache.mkdir()
+    (outside_cache / "config.json").symlink_to(targets["own"])  # a blob, but the folder is no cache snapshot
+    with pytest.raises(ManifestError, match="symlink out of the export folder"):
+        _plain_file(outside_cache / "config.json")
+    assert not _plain_file(outside_cache / "generation_config.json")  # absent: nothing to read

@@ -60,6 +60,11 @@ class _Bytes:
     def pread(self, size: int, offset: int) -> bytes:
         return self.data[offset : offset + size]
 
+    def pread_into(self, buffer: bytearray, offset: int) -> int:
+        chunk = self.data[offset : offset + len(buffer)]
+        buffer[: len(chunk)] = chunk
+        return len(chunk)
+
 
 class _File:
     """Random access to an open file (the ``.pt2`` itself)."""
@@ -80,6 +85,16 @@ class _File:
             size -= len(chunk)
             offset += len(chunk)
         return b"".join(chunks)
+
+    def pread_into(self, buffer: bytearray, offset: int) -> int:
+        view = memoryview(buffer)
+        done = 0
+        while done < len(buffer):
+            count = os.preadv(self.fd, [view[done : done + 64 * 1024 * 1024]], offset + done)
+            if count <= 0:
+                break
+            done += count
+        return done
 
 
 class StoredArchive:
@@ -158,6 +173,20 @@ class StoredArchive:
         if len(data) != entry.size:
             raise self._refuse(f"entry {name!r} is cut short")
         return data
+
+    def read_into_buffer(self, name: str) -> bytearray:
+        """The bytes of entry ``name`` in a new writable buffer (no intermediate copy: weights are read once).
+
+        Raises:
+            UnsafeExportError: No such entry, or it is cut short.
+        """
+        entry = self.entries.get(name)
+        if entry is None:
+            raise self._refuse(f"no entry {name!r}")
+        buffer = bytearray(entry.size)
+        if self._source.pread_into(buffer, entry.offset) != entry.size:
+            raise self._refuse(f"entry {name!r} is cut short")
+        return buffer
 
     def _refuse(self, rule: str) -> UnsafeExportError:
         return UnsafeExportError(f"{self.label}: {rule}; refusing to load it.")

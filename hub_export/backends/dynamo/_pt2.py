@@ -348,7 +348,7 @@ def _materialize(archive: StoredArchive, group: dict[str, _Payload], options: Sa
             continue
         first = payload.users[0][1]["tensor_meta"]
         dtype = deserialize_scalar_type(first["dtype"])
-        storage = bytearray(archive.read(payload.entry, archive.entries[payload.entry].size))
+        storage = archive.read_into_buffer(payload.entry)
         flat = torch.frombuffer(storage, dtype=dtype) if storage else torch.empty(0, dtype=dtype)
         for fqn, meta in payload.users:
             tm = meta["tensor_meta"]

@@ -53,7 +53,7 @@ def check(directory: Path, component: str, entry: ComponentEntry, options: Safet
             raise UnsafeExportError(f"{file}: not an ONNX model (no graph or IR version).")
         base = PurePosixPath(file).parent
         for tensor in _external_tensors(model):
-            _check_location(directory, base, file, tensor, listed)
+            _check_location(sizes, base, file, tensor, listed)
         used = {o.domain for o in model.opset_import} | {n.domain for n in _nodes(model)}
         custom = sorted(d for d in used if d not in allowed)
         if custom:
@@ -63,7 +63,7 @@ def check(directory: Path, component: str, entry: ComponentEntry, options: Safet
             )
 
 
-def _check_location(directory: Path, base: PurePosixPath, label: str, tensor: Any, listed: set[str]) -> None:
+def _check_location(sizes: dict[str, int], base: PurePosixPath, label: str, tensor: Any, listed: set[str]) -> None:
     info = {e.key: e.value for e in tensor.external_data}
     location = info.get("location", "")
     where = f"{label}: tensor {tensor.name!r}"
@@ -82,7 +82,7 @@ def _check_location(directory: Path, base: PurePosixPath, label: str, tensor: An
         raise UnsafeExportError(f"{where} has a non-integer offset/length {info}.") from None
     if length is None:  # the runtime then reads the tensor's own byte size from offset
         length = _nbytes(tensor)
-    size = (directory / relative).stat().st_size
+    size = sizes[relative]  # the size export.json lists, which the file was checked against
     if offset < 0 or (length is not None and length < 0) or offset + (length or 0) > size:
         raise UnsafeExportError(
             f"{where}: external data offset {offset} + length {length} passes the end of {relative} ({size} bytes)."

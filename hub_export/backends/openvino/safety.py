@@ -9,6 +9,9 @@ the byte budget; each layer is checked and dropped when it ends, so memory stays
 * Every layer's ``version`` is ``opsetN`` for an opset this OpenVINO ships (``openvino.opsetN`` importable) or
   ``ie_internal_opset``. Any other value names an extension's opset, whose kernels come from a native library
   loaded with ``Core.add_extension``: refused.
+* ``rt_info/runtime_options`` holds only the hints of :data:`RUNTIME_OPTIONS`, with plain values: OpenVINO applies
+  some entries of this section as compile properties, so an allow-list keeps any other (a cache folder, a thread
+  count, a plugin option a later OpenVINO might honour) out.
 * Every ``Const`` layer has a known numeric ``element_type``, a ``shape`` of integers, and ``offset``/``size``
   non-negative integers with ``size`` exactly what the shape and element type take and ``offset + size`` within the
   ``.bin``: the runtime never reads past the constant or the file.
@@ -32,7 +35,7 @@ from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
 from .config import LAYOUT
 
-__all__ = ["check", "known_opsets"]
+__all__ = ["RUNTIME_OPTIONS", "check", "known_opsets"]
 
 _FORBIDDEN = re.compile(rb"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
 _DECLARATION = re.compile(rb'<\?xml\s+version\s*=\s*["\']1\.[01]["\'](\s+encoding\s*=\s*["\']([A-Za-z0-9_-]+)["\'])?')
@@ -45,6 +48,11 @@ _ELEMENT_BITS = {
     "f8e8m0": 8, "f4e2m1": 4,
 }  # fmt: skip
 _MAX_ELEMENTS = 2**48
+#: ``rt_info/runtime_options`` entries an IR may carry (OpenVINO applies them as compile properties).
+RUNTIME_OPTIONS = frozenset(
+    {"INFERENCE_PRECISION_HINT", "KV_CACHE_PRECISION", "DYNAMIC_QUANTIZATION_GROUP_SIZE", "ACTIVATIONS_SCALE_FACTOR"}
+)
+_OPTION_VALUE = re.compile(r"[A-Za-z0-9_.]{1,32}")
 
 
 @functools.cache
@@ -132,6 +140,8 @@ class _State:
             self.stack.pop()
             if element.tag == "layer":
                 self._layer(element)
+            elif element.tag == "runtime_options" and self.stack and self.stack[-1].tag == "rt_info":
+                self._runtime_options(element)
             if len(self.stack) == 2:  # a child of <layers> (or <edges>): done with it, drop it
                 self.stack[-1].remove(element)
 
@@ -139,6 +149,16 @@ class _State:
         if self.seen_root or element.tag != "net" or element.get("version") not in _IR_VERSIONS:
             raise UnsafeExportError(f"{self.label}: not an OpenVINO IR v10/v11 (<net version=...>).")
         self.seen_root = True
+
+    def _runtime_options(self, options: Any) -> None:
+        """OpenVINO applies some of these as compile properties: only the allow-listed hints, with plain values."""
+        for option in options:
+            value = option.get("value", "")
+            if option.tag not in RUNTIME_OPTIONS or not _OPTION_VALUE.fullmatch(value):
+                raise UnsafeExportError(
+                    f"{self.label}: rt_info runtime option {option.tag[:64]!r}={value[:64]!r} is not allowed (OpenVINO "
+                    f"applies some of these as compile properties; allowed: {', '.join(sorted(RUNTIME_OPTIONS))})."
+                )
 
     def _layer(self, layer: Any) -> None:
         name = layer.get("name", layer.get("id", "?"))
