@@ -5,12 +5,25 @@ greedy. Also prints the memory-bandwidth bound: weight bytes / measured read ban
 step can do when it must read every weight once.
 
     python benchmarks/generation.py [--formats dynamo onnx openvino executorch] [--new-tokens 64] [--repeats 3]
+
+With ``--compare`` it measures our exports beside the runtime-specific tools (onnxruntime-genai's model builder,
+fp32 and int4; optimum-intel, fp32, int8 and int4), each tool in its own process, interleaved over rounds; with
+``--contention`` two busy background processes share the cores meanwhile (see ``benchmarks/_speed_compare.py``)::
+
+    python benchmarks/generation.py --compare [--contention] [--sizes small qwen2-0.5b llama-1b] \
+        [--peer-python PEERS_VENV/bin/python] [--workdir DIR] [--rounds 3] [--tools hub-onnx genai ...]
+
+The peers pin other transformers versions, so they live in an environment of their own (``--peer-python``; a tool
+whose package does not import there is skipped with the reason). ``--workdir`` keeps the exports, so a second run
+(say with ``--contention``) measures without exporting again.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -65,10 +78,20 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--compare", action="store_true", help="our exports beside onnxruntime-genai, optimum-intel")
+    parser.add_argument("--contention", action="store_true", help="with --compare: two busy processes meanwhile")
+    parser.add_argument("--sizes", nargs="+", default=["small"], help="with --compare: small, qwen2-0.5b, llama-1b")
+    parser.add_argument("--tools", nargs="+", default=None, help="with --compare: a subset of the tools")
+    parser.add_argument("--peer-python", default=os.environ.get("PEER_PYTHON", sys.executable))
+    parser.add_argument("--workdir", default=None, help="with --compare: where exports are kept (default: temporary)")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    if args.compare or args.contention:
+        _compare(args)
+        return
 
     from hub_export import ExportedModel
-    from hub_export.exporters.auto import exporter_class
+    from hub_export.export.auto import exporter_class
 
     model = small_llama()
     params = sum(p.numel() for p in model.parameters())
@@ -106,6 +129,23 @@ def main() -> None:
     for name, seconds, same in rows:
         print(f"| {name} | {args.new_tokens / seconds:.1f} | {eager_s / seconds:.2f}x | {'yes' if same else 'NO'} |")
     print(f"| memory-bandwidth bound (decode only) | {bound:.1f} | {bound / (args.new_tokens / eager_s):.2f}x | |")
+
+
+def _compare(args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _speed_compare import run
+    from _speed_tools import SIZES, TOOLS
+
+    unknown = sorted(set(args.sizes) - set(SIZES)) + sorted(set(args.tools or ()) - set(TOOLS))
+    if unknown:
+        raise SystemExit(f"unknown size or tool {unknown}; sizes: {list(SIZES)}, tools: {list(TOOLS)}")
+    args.tools = args.tools or list(TOOLS)
+    if args.workdir is None:
+        with tempfile.TemporaryDirectory(prefix="hub_export_speed_") as tmp:
+            args.workdir = tmp
+            run(args)
+    else:
+        run(args)
 
 
 if __name__ == "__main__":

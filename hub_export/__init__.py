@@ -61,6 +61,7 @@ _LAZY = {
     "OnnxRuntimeQuantizer": "backends.onnx.quantization",
     "OnnxRuntimeDynamicConfig": "backends.onnx.quantization",
     "OnnxRuntimeStaticConfig": "backends.onnx.quantization",
+    "OnnxRuntimeWeightOnlyConfig": "backends.onnx.quantization",
     "NNCFQuantizer": "quantization",
     "NNCFWeightCompressionConfig": "quantization",
     "NNCFQuantizationConfig": "quantization",

@@ -55,16 +55,19 @@ class FileLayout:
         prefix: Prefix of a component's file names (OpenVINO uses ``openvino_``).
         shared: ``(file name, role)`` of files that belong to the export rather than one component (a weights file
             every component reads).
+        optional: ``(suffix, role)`` of files a component may have besides ``files`` (a compiled ``.pt2``'s native
+            code package), named like them.
     """
 
     subfolder: str
     files: tuple[tuple[str, str], ...]
     prefix: str = ""
     shared: tuple[tuple[str, str], ...] = ()
+    optional: tuple[tuple[str, str], ...] = ()
 
     def component_files(self, component: str) -> dict[str, str]:
-        """``{relative file name: role}`` of a component, main file first."""
-        return {f"{self.prefix}{component}{suffix}": role for suffix, role in self.files}
+        """``{relative file name: role}`` of a component's files (the optional ones last), main file first."""
+        return {f"{self.prefix}{component}{suffix}": role for suffix, role in (*self.files, *self.optional)}
 
     def paths(self, component: str, listed: Iterable[str]) -> dict[str, str]:
         """``{role: relative path}`` of a component's files, found by exact name among ``listed`` (its manifest

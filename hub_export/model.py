@@ -180,6 +180,7 @@ class ExportedModel:
         endpoint: str | None = None,
         trust_pickles: bool = False,
         allow_custom_domains: tuple[str, ...] = (),
+        trust_native_code: bool = False,
         **runner_options: Any,
     ) -> ExportedModel:
         """Load an export from a local folder or a Hub repo.
@@ -199,6 +200,8 @@ class ExportedModel:
             trust_pickles: Load ``.pt2`` archives whose pickles reference globals outside the tensor
                 allow-list. DANGEROUS: such a file runs arbitrary code when loaded; only for files you made.
             allow_custom_domains: ONNX operator domains to accept besides the standard ones.
+            trust_native_code: Load native code in an export (the AOTInductor package of a compiled ``.pt2``), which
+                runs when loaded. Only for exports whose publisher you trust.
             **runner_options: Passed to the backend runner (e.g. ``providers=`` for ONNX Runtime).
 
         Raises:
@@ -207,7 +210,11 @@ class ExportedModel:
             UnsafeExportError: A file would run code or read outside the export when loaded (see
                 the format's safety check, see docs/security.md).
         """
-        options = SafetyOptions(trust_pickles=trust_pickles, allow_custom_domains=frozenset(allow_custom_domains))
+        options = SafetyOptions(
+            trust_pickles=trust_pickles,
+            allow_custom_domains=frozenset(allow_custom_domains),
+            trust_native_code=bool(trust_native_code),
+        )
         local = Path(pretrained_model_name_or_path) / subfolder
         if local.is_dir():
             source: Any = LocalFiles(local)

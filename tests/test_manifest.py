@@ -183,3 +183,14 @@ def test_write_validates(saved: Path, tmp_path: Path) -> None:
     with pytest.raises(ManifestError, match="export_format"):
         broken.write(tmp_path)
     assert not (tmp_path / "export.json").exists()
+
+
+def test_optional_layout_files_are_known_but_not_required() -> None:
+    from hub_export.formats import FileLayout
+
+    layout = FileLayout(subfolder="pt2", files=((".pt2", "program"),), optional=((".aoti.pt2", "native"),))
+    assert layout.component_files("decode") == {"decode.pt2": "program", "decode.aoti.pt2": "native"}
+    assert layout.paths("decode", ["decode.pt2"]) == {"program": "decode.pt2"}
+    assert layout.paths("decode", ["decode.pt2", "decode.aoti.pt2"])["native"] == "decode.aoti.pt2"
+    with pytest.raises(ManifestError, match="no program file"):
+        layout.paths("decode", ["decode.aoti.pt2"])

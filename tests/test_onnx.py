@@ -155,7 +155,7 @@ def test_providers_and_devices(exports: Any) -> None:
         ExportedModel.from_pretrained(folder, providers=["BogusExecutionProvider"])(**case.sample)
     with pytest.raises(ConfigError, match="either"):
         ExportedModel.from_pretrained(folder, device="cpu", providers=["CPUExecutionProvider"])(**case.sample)
-    with pytest.raises(ConfigError, match="providers, session_options"):
+    with pytest.raises(ConfigError, match="providers, session_options, intra_op_num_threads, allow_spinning"):
         ExportedModel.from_pretrained(folder, thread_count=2)(**case.sample)
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
@@ -165,6 +165,41 @@ def test_providers_and_devices(exports: Any) -> None:
     assert session.get_providers() == ["CPUExecutionProvider"]
     assert session.get_session_options().intra_op_num_threads == 1
     assert out.logits.shape == (2, 3)
+
+
+def test_thread_options_and_their_defaults(exports: Any) -> None:
+    """Default: one intra-op thread per core this process may use, idle threads sleep; options override that,
+    on hub_export's defaults or on a caller's SessionOptions (which is not modified)."""
+    import onnxruntime as ort
+
+    from hub_export.backends.onnx.runner import available_cores
+
+    case, folder, _ = exports("bert")
+    spinning = "session.intra_op.allow_spinning"
+    default = ExportedModel.from_pretrained(folder)
+    expected = default(**case.sample).logits
+    options = default.runners["model"].session.get_session_options()
+    assert options.intra_op_num_threads == available_cores()
+    assert options.get_session_config_entry(spinning) == "0"
+    tuned = ExportedModel.from_pretrained(
+        folder, intra_op_num_threads=1, allow_spinning=True, session_config={"session.dynamic_block_base": "4"}
+    )
+    assert torch.equal(tuned(**case.sample).logits, expected)
+    options = tuned.runners["model"].session.get_session_options()
+    assert options.intra_op_num_threads == 1
+    assert options.get_session_config_entry(spinning) == "1"
+    assert options.get_session_config_entry("session.dynamic_block_base") == "4"
+    mine = ort.SessionOptions()
+    mine.intra_op_num_threads = 2
+    loaded = ExportedModel.from_pretrained(folder, session_options=mine, allow_spinning=False)
+    loaded(**case.sample)
+    options = loaded.runners["model"].session.get_session_options()
+    assert options.intra_op_num_threads == 2 and options.get_session_config_entry(spinning) == "0"
+    with pytest.raises(RuntimeError):  # the caller's object is left alone: no entry was added to it
+        mine.get_session_config_entry(spinning)
+    for bad in ({"intra_op_num_threads": -1}, {"intra_op_num_threads": "2"}, {"allow_spinning": "no"}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            ExportedModel.from_pretrained(folder, **bad)(**case.sample)
 
 
 def _hf_cache_layout(src: Path, root: Path) -> Path:

@@ -12,7 +12,7 @@ import torch
 from tiny_models import CASES, build
 
 from hub_export import ExportedModel, OpenVINOConfig, OpenVINOExporter, formats
-from hub_export.errors import BackendUnavailableError, DeviceUnavailableError
+from hub_export.errors import BackendUnavailableError, ConfigError, DeviceUnavailableError
 from hub_export.formats import backend_for
 from hub_export.structure import flatten_value
 
@@ -177,6 +177,25 @@ def test_default_device_is_auto_and_compiles_once(exports: Any) -> None:
     assert a[0].shape != b[0].shape
     with torch.no_grad():
         assert max_diff(loaded(**case.other), case.model(**case.other)) <= ATOL
+
+
+def test_cpu_threads_are_unpinned_by_default_and_configurable(exports: Any) -> None:
+    case, folder, _ = exports("bert")
+    default = ExportedModel.from_pretrained(folder, device="cpu")
+    expected = default(**case.sample)
+    compiled = default.runners["model"].compiled_model
+    assert compiled.get_property("ENABLE_CPU_PINNING") is False
+    assert str(compiled.get_property("PERFORMANCE_HINT")).endswith("LATENCY")
+    tuned = ExportedModel.from_pretrained(folder, device="cpu", num_threads=1, cpu_pinning=True)
+    assert max_diff(tuned(**case.sample), expected) == 0
+    compiled = tuned.runners["model"].compiled_model
+    assert compiled.get_property("INFERENCE_NUM_THREADS") == 1
+    assert compiled.get_property("ENABLE_CPU_PINNING") is True
+    auto = ExportedModel.from_pretrained(folder, num_threads=1)  # AUTO: the CPU's properties go to the CPU
+    assert max_diff(auto(**case.sample), expected) == 0
+    for bad in ({"num_threads": 1.5}, {"cpu_pinning": "yes"}, {"config": "LATENCY"}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            ExportedModel.from_pretrained(folder, device="cpu", **bad)(**case.sample)
 
 
 class _PaddedAttention(torch.nn.Module):

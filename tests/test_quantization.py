@@ -32,6 +32,7 @@ from hub_export import (
     OnnxRuntimeDynamicConfig,
     OnnxRuntimeQuantizer,
     OnnxRuntimeStaticConfig,
+    OnnxRuntimeWeightOnlyConfig,
     OpenVINOConfig,
     OpenVINOExporter,
     PT2EQuantizer,
@@ -84,6 +85,14 @@ CASES = {
         0.65,
         {"QuantizeLinear", "DequantizeLinear"},
         0.6,
+    ),
+    "ort_int4_weight_only": (
+        OnnxExporter,
+        lambda: OnnxConfig(quantizer=OnnxRuntimeQuantizer(OnnxRuntimeWeightOnlyConfig())),
+        0.25,
+        0.65,
+        {"MatMulNBits"},
+        0.5,
     ),
     "nncf_onnx_int8": (
         OnnxExporter,
@@ -194,6 +203,12 @@ def test_quantizer_configs_save_as_plain_data():
         OnnxRuntimeDynamicConfig(weight_type="int3")
     with pytest.raises(ConfigError, match="mode"):
         NNCFWeightCompressionConfig(mode="int2")
+    weight_only = OnnxRuntimeQuantizer(OnnxRuntimeWeightOnlyConfig(block_size=128, accuracy_level=0)).to_dict()
+    assert weight_only["settings"]["mode"] == "weight_only" and weight_only["settings"]["op_types"] == ["MatMul"]
+    assert weight_only["settings"]["block_size"] == 128 and weight_only["calibration_samples"] == 0
+    for bad in ({"bits": 3}, {"block_size": 48}, {"accuracy_level": 5}, {"op_types": ["Conv"]}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            OnnxRuntimeWeightOnlyConfig(**bad)
 
 
 def test_quantizer_for_another_format_is_refused():

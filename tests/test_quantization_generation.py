@@ -15,6 +15,7 @@ from hub_export import (
     OnnxExporter,
     OnnxRuntimeQuantizer,
     OnnxRuntimeStaticConfig,
+    OnnxRuntimeWeightOnlyConfig,
     PT2EQuantizer,
 )
 from hub_export.backends.onnx import exporter as onnx_exporter
@@ -55,6 +56,32 @@ def test_calibration_prompts_are_captured_per_component(monkeypatch, tmp_path):
         eager = case.model(**PROMPTS[1]).logits[:, -1]
     prefill = loaded.runners["prefill"](**PROMPTS[1], position_ids=PROMPTS[1]["attention_mask"].cumsum(-1) - 1)
     assert float((prefill.logits[:, -1] - eager).abs().max()) < 0.05
+
+
+def test_int4_weight_only_generation_export(tmp_path):
+    """MatMulNBits int4 on the CPU-fused generation graphs: every MatMul by a weight is quantized (lm_head too), the
+    recipe is recorded per component, and the saved export generates what the in-memory one does."""
+    case = build("llama")
+    quantizer = OnnxRuntimeQuantizer(OnnxRuntimeWeightOnlyConfig(block_size=16))
+    config = OnnxConfig(dynamic=True, ort_fusions="cpu", quantizer=quantizer)
+    exported = OnnxExporter().export_for_generation(case.model, case.sample, config=config)
+    for component in exported.components.values():
+        nodes = [n for g in component.program.graphs() for n in g]
+        quantized = [n for n in nodes if n.op_type == "MatMulNBits"]
+        assert quantized and all(n.domain == "com.microsoft" for n in quantized)
+        assert {(n.attributes["bits"].value, n.attributes["block_size"].value) for n in quantized} == {(4, 16)}
+        weights = [n for n in nodes if n.op_type == "MatMul" and n.inputs[1].const_value is not None]
+        assert not weights, [n.name for n in weights]  # no float matmul by a constant weight is left
+        assert component.metadata.quantization["settings"]["mode"] == "weight_only"
+        assert "GroupQueryAttention" in component.metadata.extra["contrib_ops"]  # fused first, then quantized
+    prompt = PROMPTS[1]
+    expected = exported.generate(**prompt, max_new_tokens=5)
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "int4"))
+    assert torch.equal(loaded.generate(**prompt, max_new_tokens=5), expected)
+    with torch.no_grad():
+        eager = case.model(**prompt).logits[:, -1]
+    prefill = loaded.runners["prefill"](**prompt, position_ids=(prompt["attention_mask"].cumsum(-1) - 1).clamp(min=0))
+    assert float((prefill.logits[:, -1] - eager).abs().max()) < 0.25 * float(eager.abs().max())
 
 
 def _xnnpack(dynamic: bool):

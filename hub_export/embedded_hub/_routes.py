@@ -14,11 +14,9 @@ import binascii
 import hashlib
 import json
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import partial
 from urllib.parse import parse_qs, unquote, urlencode
-
-import yaml
 
 from hub_export.embedded_hub._gitstore import GitRepo, HubStore
 from hub_export.embedded_hub._lfs import LfsRoutes
@@ -42,7 +40,7 @@ _READ_POSTS = {"paths-info"}
 
 
 def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
 
 
 class Router:
@@ -179,6 +177,8 @@ class Router:
         )
 
     def _validate_yaml(self, req: Request) -> Response:
+        import yaml  # here, not at module level: importing the package needs no third-party module
+
         content = str(json_body(req).get("content", ""))
         match = re.match(r"---\s*\n(.*?)\n---\s*(\n|$)", content, re.S)
         try:

@@ -14,8 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from ..errors import UnknownFormatError
 from ..formats import backend_for
 from ..manifest import Manifest
@@ -85,6 +83,8 @@ def _split_front_matter(text: str) -> tuple[str | None, str]:
 
 
 def _front_matter(current: str | None, exports: Mapping[str, CardExport], repo_id: str, default_library: str) -> str:
+    import yaml  # here, not at module level: `import hub_export` and the format registry need no third-party package
+
     meta: dict[str, Any] = {}
     if current is not None:
         match = _FRONT_MATTER.match(current)
@@ -114,7 +114,7 @@ def _front_matter(current: str | None, exports: Mapping[str, CardExport], repo_i
     return "---\n" + yaml.safe_dump(wanted, sort_keys=False, allow_unicode=True) + "---\n"
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1000 or unit == "GB":
             return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"

@@ -1,22 +1,37 @@
-"""``DynamoConfig``: export with ``torch.export`` to a ``.pt2`` ExportedProgram."""
+"""``DynamoConfig``: export with ``torch.export`` to a ``.pt2`` ExportedProgram, optionally compiled by AOTInductor."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from ...configs import ExportConfig
+from ...errors import ConfigError
 from ...formats import ExportFormat, FileLayout
 
 __all__ = ["FORMAT", "LAYOUT", "DynamoConfig"]
 
 FORMAT = ExportFormat.declare("dynamo")
-#: One ``<component>.pt2`` archive per component, in ``pt2/`` on the Hub.
-LAYOUT = FileLayout(subfolder="pt2", files=((".pt2", "program"),))
+#: One ``<component>.pt2`` archive per component, in ``pt2/`` on the Hub; a compiled export (``compile="aoti"``) adds
+#: ``<component>.aoti.pt2``, the AOTInductor package (native code).
+LAYOUT = FileLayout(subfolder="pt2", files=((".pt2", "program"),), optional=((".aoti.pt2", "native"),))
 
 
 @dataclass
 class DynamoConfig(ExportConfig):
-    """Export with ``torch.export`` to a ``.pt2`` ExportedProgram."""
+    """Export with ``torch.export`` to a ``.pt2`` ExportedProgram.
+
+    Attributes:
+        compile: ``"aoti"``: also compile each component ahead of time with AOTInductor (dynamic shapes kept) for
+            the device it is exported on; the package is native code, loaded only with ``trust_native_code=True``
+            and only on a machine like the one that compiled it (see :mod:`hub_export.backends.dynamo.compiled`).
+            None: the program runs as ``ExportedProgram.module()``, anywhere torch runs.
+    """
 
     export_format: ClassVar[ExportFormat] = FORMAT
+    compile: Literal["aoti"] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.compile not in (None, "aoti"):
+            raise ConfigError(f"DynamoConfig.compile must be None or 'aoti' (AOTInductor), got {self.compile!r}.")

@@ -20,6 +20,10 @@ builds anything) requires:
 The loader (:func:`hub_export.backends.dynamo.io.load_program`) then rebuilds the program from the checked bytes
 (raw weights by itself, pickles with ``weights_only=True``) and never calls ``torch.export.load``.
 ``trust_pickles=True`` lets pickles import anything and loads them with full pickle: only for files you made.
+
+A compiled component's AOTInductor package (role ``native``, ``<component>.aoti.pt2``) is a shared library: loading
+it runs its code, which no check can vet. It is refused unless the user passed ``trust_native_code=True``; its
+portable ``.pt2`` is checked as above either way.
 """
 
 from __future__ import annotations
@@ -27,23 +31,44 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..._pickle import walk_pickle
+from ...errors import UnsafeExportError
 from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
 from ._pt2 import ALLOWED_GLOBALS, MAX_PICKLE, read_pt2
 from .config import LAYOUT
 
-__all__ = ["ALLOWED_GLOBALS", "check", "scan_pickle"]
+__all__ = ["ALLOWED_GLOBALS", "check", "refuse_untrusted_native", "scan_pickle"]
 
 
 def check(directory: Path, component: str, entry: ComponentEntry, options: SafetyOptions) -> None:
-    """Refuse a ``.pt2`` that is not plain data as ``torch.export.save`` writes it (see the module docstring).
+    """Refuse a ``.pt2`` that is not plain data as ``torch.export.save`` writes it, and native code unless trusted
+    (see the module docstring).
 
     Raises:
-        UnsafeExportError: Naming the file, the archive entry and the rule it breaks.
+        UnsafeExportError: Naming the file, the archive entry and the rule it breaks (or the native package and how
+            to opt in).
     """
-    name = LAYOUT.paths(component, [f.path for f in entry.files])["program"]
+    paths = LAYOUT.paths(component, [f.path for f in entry.files])
+    if "native" in paths:
+        refuse_untrusted_native(paths["native"], component, options)
+    name = paths["program"]
     size = next(f.size for f in entry.files if f.path == name)
     read_pt2(Path(directory) / name, name, options=options, expected_size=size)
+
+
+def refuse_untrusted_native(native: str, component: str, options: SafetyOptions) -> None:
+    """Refuse a compiled component's AOTInductor package unless the user trusts native code.
+
+    Raises:
+        UnsafeExportError: Naming the package and how to opt in.
+    """
+    if not options.trust_native_code:
+        raise UnsafeExportError(
+            f"{native}: component {component!r} is compiled by AOTInductor into native code (a shared "
+            "library), which runs when loaded and cannot be checked. Pass trust_native_code=True to "
+            "ExportedModel.from_pretrained only if you trust whoever published this export; or use an export made "
+            "without DynamoConfig(compile=...)."
+        )
 
 
 def scan_pickle(data: bytes, where: str) -> None:

@@ -4,12 +4,17 @@ It runs in :class:`~hub_export.backends.onnx.exporter.OnnxExporter` after the ex
 ONNX Runtime recommends), on the graph saved to a temporary directory with external data (so models past
 protobuf's 2 GB limit work): ``quantize_dynamic`` with an :class:`OnnxRuntimeDynamicConfig` (int8 weights,
 activations quantized at run time: ``DynamicQuantizeLinear`` + ``MatMulInteger``), ``quantize_static`` with an
-:class:`OnnxRuntimeStaticConfig` (scales calibrated on samples: ``QuantizeLinear``/``DequantizeLinear`` pairs).
+:class:`OnnxRuntimeStaticConfig` (scales calibrated on samples: ``QuantizeLinear``/``DequantizeLinear`` pairs), and
+ONNX Runtime's ``MatMulNBitsQuantizer`` with an :class:`OnnxRuntimeWeightOnlyConfig` (int4 or int8 weights in blocks,
+activations float: each ``MatMul`` by a constant becomes one ``com.microsoft`` ``MatMulNBits`` node, the layout
+onnxruntime-genai's int4 models use).
 
 Example::
 
     config = OnnxConfig(quantizer=OnnxRuntimeQuantizer(OnnxRuntimeDynamicConfig(per_channel=True)))
     exported = OnnxExporter().export(model, inputs, config=config)
+    int4 = OnnxConfig(dynamic=True, ort_fusions="cpu", quantizer=OnnxRuntimeQuantizer(OnnxRuntimeWeightOnlyConfig()))
+    generator = OnnxExporter().export_for_generation(model, inputs, config=int4)
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any, Literal
 from ...errors import ConfigError, ExportError
 from ...quantization.base import Calibration, ExportQuantizer
 
-__all__ = ["OnnxRuntimeQuantizer", "OnnxRuntimeDynamicConfig", "OnnxRuntimeStaticConfig"]
+__all__ = ["OnnxRuntimeQuantizer", "OnnxRuntimeDynamicConfig", "OnnxRuntimeStaticConfig", "OnnxRuntimeWeightOnlyConfig"]
 
 _TYPES = {"int8": "QInt8", "uint8": "QUInt8", "int16": "QInt16", "uint16": "QUInt16"}
 
@@ -77,11 +82,45 @@ class OnnxRuntimeStaticConfig:
         _check_type("calibrate_method", self.calibrate_method, ("MinMax", "Entropy", "Percentile", "Distribution"))
 
 
+@dataclass
+class OnnxRuntimeWeightOnlyConfig:
+    """``MatMulNBitsQuantizer`` settings: weight-only quantization in blocks (data-free, round to nearest).
+
+    Attributes:
+        bits: 4 (int4) or 8 (int8) weights.
+        block_size: Weights per scale along the input axis (a power of two, at least 16).
+        symmetric: Symmetric blocks (no zero points); False stores a zero point per block.
+        accuracy_level: What the kernel computes in: 4 (int8 activations, the fastest on CPU), 3 (bf16), 2 (fp16),
+            1 or 0 (fp32: the most exact, slower).
+        op_types: Operator types to quantize (None: ``["MatMul"]``; ``"Gather"`` also quantizes embeddings).
+        nodes_to_exclude: Node names kept in float.
+    """
+
+    bits: int = 4
+    block_size: int = 32
+    symmetric: bool = True
+    accuracy_level: int = 4
+    op_types: list[str] | None = None
+    nodes_to_exclude: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        _check_type("bits", self.bits, (4, 8))
+        if not isinstance(self.block_size, int) or self.block_size < 16 or self.block_size & (self.block_size - 1):
+            raise ConfigError(
+                f"block_size must be a power of two >= 16 (32 and 128 are usual), got {self.block_size!r}."
+            )
+        _check_type("accuracy_level", self.accuracy_level, (0, 1, 2, 3, 4))
+        unknown = sorted(set(self.op_types or ()) - {"MatMul", "Gather"})
+        if unknown:
+            raise ConfigError(f"op_types may hold 'MatMul' and 'Gather', got {unknown}.")
+
+
 class OnnxRuntimeQuantizer(ExportQuantizer):
     """Quantize the ONNX graph with ONNX Runtime's quantization tools.
 
     Args:
-        config: An :class:`OnnxRuntimeDynamicConfig` (default) or :class:`OnnxRuntimeStaticConfig`.
+        config: An :class:`OnnxRuntimeDynamicConfig` (default), :class:`OnnxRuntimeStaticConfig` or
+            :class:`OnnxRuntimeWeightOnlyConfig`.
         calibration_dataset: Input dicts for static quantization (else the config's, else the export's sample).
     """
 
@@ -90,13 +129,14 @@ class OnnxRuntimeQuantizer(ExportQuantizer):
 
     def __init__(
         self,
-        config: OnnxRuntimeDynamicConfig | OnnxRuntimeStaticConfig | None = None,
+        config: OnnxRuntimeDynamicConfig | OnnxRuntimeStaticConfig | OnnxRuntimeWeightOnlyConfig | None = None,
         calibration_dataset: Iterable[dict[str, Any]] | None = None,
     ) -> None:
         config = OnnxRuntimeDynamicConfig() if config is None else config
-        if not isinstance(config, (OnnxRuntimeDynamicConfig, OnnxRuntimeStaticConfig)):
+        if not isinstance(config, (OnnxRuntimeDynamicConfig, OnnxRuntimeStaticConfig, OnnxRuntimeWeightOnlyConfig)):
             raise ConfigError(
-                f"OnnxRuntimeQuantizer takes an OnnxRuntimeDynamicConfig or OnnxRuntimeStaticConfig, got {config!r}."
+                "OnnxRuntimeQuantizer takes an OnnxRuntimeDynamicConfig, OnnxRuntimeStaticConfig or "
+                f"OnnxRuntimeWeightOnlyConfig, got {config!r}."
             )
         super().__init__(calibration_dataset, config=config)
 
@@ -108,7 +148,11 @@ class OnnxRuntimeQuantizer(ExportQuantizer):
         """The config's fields (the calibration data itself is counted, not stored)."""
         data = super().settings()
         data.pop("calibration_dataset", None)
-        data["mode"] = "static" if self.needs_calibration else "dynamic"
+        if isinstance(self.config, OnnxRuntimeWeightOnlyConfig):
+            data["mode"] = "weight_only"
+            data["op_types"] = list(self.config.op_types or _WEIGHT_ONLY_OPS)
+        else:
+            data["mode"] = "static" if self.needs_calibration else "dynamic"
         return data
 
     def to_dict(self) -> dict[str, Any]:
@@ -134,7 +178,9 @@ class OnnxRuntimeQuantizer(ExportQuantizer):
             _drop_initializer_value_info(onnx, src)
             cfg = self.config
             try:
-                if isinstance(cfg, OnnxRuntimeStaticConfig):
+                if isinstance(cfg, OnnxRuntimeWeightOnlyConfig):
+                    _quantize_weight_only(q, src, dst, cfg)
+                elif isinstance(cfg, OnnxRuntimeStaticConfig):
                     q.quantize_static(
                         str(src),
                         str(dst),
@@ -165,6 +211,35 @@ class OnnxRuntimeQuantizer(ExportQuantizer):
             return _load_in_memory(dst)
 
 
+_WEIGHT_ONLY_OPS = ("MatMul",)
+
+
+def _quantize_weight_only(q: Any, src: Path, dst: Path, cfg: OnnxRuntimeWeightOnlyConfig) -> None:
+    """``MatMulNBitsQuantizer`` (round to nearest, in blocks) on the saved model; writes ``dst`` with external data."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+    op_types = tuple(cfg.op_types or _WEIGHT_ONLY_OPS)
+    algo = DefaultWeightOnlyQuantConfig(
+        block_size=cfg.block_size,
+        is_symmetric=cfg.symmetric,
+        accuracy_level=cfg.accuracy_level,
+        op_types_to_quantize=op_types,
+        bits=cfg.bits,
+    )
+    quantizer = MatMulNBitsQuantizer(
+        str(src),
+        bits=cfg.bits,
+        block_size=cfg.block_size,
+        is_symmetric=cfg.symmetric,
+        accuracy_level=cfg.accuracy_level,
+        nodes_to_exclude=list(cfg.nodes_to_exclude or ()),
+        op_types_to_quantize=op_types,
+        algo_config=algo,
+    )
+    quantizer.process()
+    quantizer.model.save_model_to_file(str(dst), use_external_data_format=True)
+
+
 class _Reader:
     """The ``CalibrationDataReader`` interface ``quantize_static`` pulls feeds through."""
 
@@ -175,7 +250,7 @@ class _Reader:
         return next(self._feeds, None)
 
 
-def _check_type(field: str, value: Any, allowed: tuple[str, ...]) -> None:
+def _check_type(field: str, value: Any, allowed: tuple[Any, ...]) -> None:
     if value not in allowed:
         raise ConfigError(f"{field} must be one of {', '.join(map(repr, allowed))}, got {value!r}.")
 

@@ -4,6 +4,11 @@ A loaded program opens its saved ``.onnx`` file (ONNX Runtime reads the weights 
 through symlinks too); a program built in memory is first written to a temporary folder that lives as long as
 the runner. On CPU, inputs go in as numpy views of the torch tensors and outputs come back as torch views of
 ONNX Runtime's arrays (no copies); on CUDA, inputs and outputs are bound to device buffers (I/O binding).
+
+Threads (see ``docs/runtime-speed.md``): the intra-op pool has one thread per core this process may run on, and its
+threads sleep when idle instead of spinning (``allow_spinning=False``, where ONNX Runtime's default spins): spinning
+threads take the cores from the work they wait for when other processes share them, and a generation export's
+prefill and decode sessions each have a pool.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from ...runner import ModelRunner
 from ._fusions import runnable_on
 from .io import program_path, save_program
 
-__all__ = ["OnnxRunner", "execution_providers"]
+__all__ = ["OnnxRunner", "available_cores", "execution_providers", "make_session_options"]
 
 _CUDA = "CUDAExecutionProvider"
 _GPU_PROVIDERS = {_CUDA: "cuda", "TensorrtExecutionProvider": "cuda"}
@@ -67,13 +72,92 @@ def execution_providers(device: str | None, providers: list[Any] | None = None) 
     )
 
 
-def _default_session_options() -> Any:
+def available_cores() -> int:
+    """The cores this process may run on (its affinity mask), else every core."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def make_session_options(
+    base: Any = None,
+    *,
+    intra_op_num_threads: int | None = None,
+    allow_spinning: bool | None = None,
+    session_config: dict[str, Any] | None = None,
+) -> Any:
+    """The ``SessionOptions`` a runner opens its session with.
+
+    Without ``base``, hub_export's defaults: one intra-op thread per available core (ONNX Runtime counts every core
+    of the machine, not the ones this process may use) and no spinning. A given ``base`` is used as is, except for
+    the options passed explicitly.
+
+    Args:
+        base: An ``onnxruntime.SessionOptions`` to start from (not modified: a copy is made when options apply).
+        intra_op_num_threads: Threads of the intra-op pool (None: the default; 1: the calling thread only).
+        allow_spinning: Whether idle pool threads spin (``session.intra_op.allow_spinning``).
+        session_config: More session config entries (``{"session.dynamic_block_base": "4"}``).
+
+    Raises:
+        ConfigError: A value of the wrong type, or a negative thread count.
+    """
     import onnxruntime as ort
 
+    if intra_op_num_threads is not None and (
+        isinstance(intra_op_num_threads, bool) or not isinstance(intra_op_num_threads, int) or intra_op_num_threads < 0
+    ):
+        raise ConfigError(
+            f"intra_op_num_threads must be an int >= 0 (0: ONNX Runtime's choice), got {intra_op_num_threads!r}."
+        )
+    if allow_spinning is not None and not isinstance(allow_spinning, bool):
+        raise ConfigError(f"allow_spinning must be True or False, got {allow_spinning!r}.")
+    if session_config is not None and not isinstance(session_config, dict):
+        raise ConfigError(
+            f"session_config must be a dict of session config entries, got {type(session_config).__name__}."
+        )
+    entries = {str(k): str(v) for k, v in (session_config or {}).items()}
+    if base is None:
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        options.intra_op_num_threads = available_cores() if intra_op_num_threads is None else intra_op_num_threads
+        entries.setdefault(_SPINNING, "1" if allow_spinning else "0")
+    else:
+        if intra_op_num_threads is None and allow_spinning is None and not entries:
+            return base
+        options = _copy_options(ort, base)
+        if intra_op_num_threads is not None:
+            options.intra_op_num_threads = intra_op_num_threads
+        if allow_spinning is not None:
+            entries[_SPINNING] = "1" if allow_spinning else "0"
+    for key, value in entries.items():
+        options.add_session_config_entry(key, value)
+    return options
+
+
+_SPINNING = "session.intra_op.allow_spinning"
+_COPIED = (
+    "intra_op_num_threads",
+    "inter_op_num_threads",
+    "execution_mode",
+    "graph_optimization_level",
+    "log_severity_level",
+    "enable_cpu_mem_arena",
+    "enable_mem_pattern",
+    "enable_mem_reuse",
+    "enable_profiling",
+    "profile_file_prefix",
+    "optimized_model_filepath",
+    "use_deterministic_compute",
+)
+
+
+def _copy_options(ort: Any, base: Any) -> Any:
+    """A new ``SessionOptions`` with ``base``'s settings (its config entries cannot be listed, so they are not kept:
+    pass them in ``session_config``)."""
     options = ort.SessionOptions()
-    # ORT sizes its pool from every core of the machine, not the ones this process may run on
-    options.intra_op_num_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
-    options.log_severity_level = 3
+    for name in _COPIED:
+        if hasattr(base, name):
+            setattr(options, name, getattr(base, name))
     return options
 
 
@@ -84,7 +168,7 @@ class OnnxRunner(ModelRunner):
         session: The ``onnxruntime.InferenceSession``.
     """
 
-    options = ("providers", "session_options")
+    options = ("providers", "session_options", "intra_op_num_threads", "allow_spinning", "session_config")
 
     def __init__(self, session: Any, metadata: ComponentEntry, device: str, keepalive: Any = None) -> None:
         super().__init__(metadata, device)
@@ -116,6 +200,9 @@ class OnnxRunner(ModelRunner):
         *,
         providers: list[Any] | None = None,
         session_options: Any = None,
+        intra_op_num_threads: int | None = None,
+        allow_spinning: bool | None = None,
+        session_config: dict[str, Any] | None = None,
         **options: Any,
     ) -> OnnxRunner:
         """Open an ``InferenceSession`` for ``program`` (an ``onnx_ir.Model``).
@@ -125,7 +212,12 @@ class OnnxRunner(ModelRunner):
             metadata: The component's signature.
             device: ``cpu`` (default) or ``cuda[:N]``.
             providers: ONNX Runtime providers (names or ``(name, options)`` pairs), instead of ``device``.
-            session_options: An ``onnxruntime.SessionOptions``.
+            session_options: An ``onnxruntime.SessionOptions`` (instead of hub_export's defaults, see
+                :func:`make_session_options`).
+            intra_op_num_threads: Intra-op threads (default: the cores this process may run on).
+            allow_spinning: Let idle intra-op threads spin (default False: they sleep; faster on an idle machine by
+                a few percent, much slower when other processes share the cores).
+            session_config: More ``SessionOptions`` config entries, e.g. ``{"session.dynamic_block_base": "4"}``.
 
         Raises:
             DeviceUnavailableError: The device or a provider is unavailable, or the session fell back from it.
@@ -140,8 +232,14 @@ class OnnxRunner(ModelRunner):
         path, keepalive = program_path(program), None
         if path is None:
             path, keepalive = _write_temporary(program)
+        settings = make_session_options(
+            session_options,
+            intra_op_num_threads=intra_op_num_threads,
+            allow_spinning=allow_spinning,
+            session_config=session_config,
+        )
         try:
-            session = ort.InferenceSession(path, session_options or _default_session_options(), providers=chosen)
+            session = ort.InferenceSession(path, settings, providers=chosen)
         except Exception as exc:  # noqa: BLE001 - ORT's Fail/InvalidGraph/InvalidArgument share no base but Exception
             where = Path(path).name if keepalive is None else "the ONNX graph"
             raise UnsafeExportError(f"{where}: ONNX Runtime refused the graph ({str(exc)[:300]}).") from None

@@ -18,7 +18,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from ...errors import DeviceUnavailableError, InputError, UnsafeExportError
+from ...errors import ConfigError, DeviceUnavailableError, InputError, UnsafeExportError
 from ...manifest import ComponentEntry
 from ...runner import ModelRunner
 from ...signature import torch_dtype
@@ -72,16 +72,32 @@ def openvino_device(device: str | None) -> str:
     return name
 
 
-def _compile_properties(program: Any, device: str, options: dict[str, Any] | None) -> dict[str, Any]:
-    """float32 inference unless the export stored fp16 weights (CPUs with bf16 support default to bf16)."""
-    properties: dict[str, Any] = {}
+def _compile_properties(
+    program: Any,
+    device: str,
+    options: dict[str, Any] | None,
+    num_threads: int | None = None,
+    cpu_pinning: bool = False,
+) -> dict[str, Any]:
+    """Compile properties: float32 inference unless the export stored fp16 weights (CPUs with bf16 support default
+    to bf16), the latency hint, the CPU's threads unpinned (pinned threads cannot move off a core another process
+    keeps busy) and ``num_threads`` when given; ``options`` (the runner's ``config``) apply last."""
+    per_device: dict[str, Any] = {}
     if program.has_rt_info(PRECISION_KEY):
-        precision = program.get_rt_info(PRECISION_KEY).astype(str)
-        if device.startswith(("AUTO", "MULTI", "HETERO")):
-            devices = list(core().available_devices)
-            properties["DEVICE_PROPERTIES"] = {d: {"INFERENCE_PRECISION_HINT": precision} for d in devices}
-        else:
-            properties["INFERENCE_PRECISION_HINT"] = precision
+        per_device["INFERENCE_PRECISION_HINT"] = program.get_rt_info(PRECISION_KEY).astype(str)
+    cpu = {"PERFORMANCE_HINT": "LATENCY", "ENABLE_CPU_PINNING": bool(cpu_pinning)}
+    if num_threads is not None:
+        cpu["INFERENCE_NUM_THREADS"] = int(num_threads)
+    properties: dict[str, Any] = {}
+    if device.startswith(("AUTO", "MULTI", "HETERO")):
+        devices = list(core().available_devices)
+        properties["DEVICE_PROPERTIES"] = {
+            d: {**per_device, **(cpu if d.split(".", 1)[0] == "CPU" else {})} for d in devices
+        }
+    else:
+        properties.update(per_device)
+        if device.split(".", 1)[0] == "CPU":
+            properties.update(cpu)
     properties.update(options or {})
     return properties
 
@@ -110,7 +126,7 @@ class OpenVINORunner(ModelRunner):
         stateful: Whether the program keeps cache tensors as OpenVINO state (see the module docstring).
     """
 
-    options = ("config",)
+    options = ("config", "num_threads", "cpu_pinning")
 
     def __init__(self, compiled: Any, metadata: ComponentEntry, device: str | None = None) -> None:
         super().__init__(metadata, device)
@@ -158,6 +174,8 @@ class OpenVINORunner(ModelRunner):
         metadata: ComponentEntry,
         device: str | None = None,
         config: dict[str, Any] | None = None,
+        num_threads: int | None = None,
+        cpu_pinning: bool = False,
         **options: Any,
     ) -> OpenVINORunner:
         """Compile ``program`` for ``device`` (cached per program and device) and build the runner.
@@ -166,15 +184,29 @@ class OpenVINORunner(ModelRunner):
             program: An ``openvino.Model``.
             metadata: The component's manifest entry.
             device: None (``AUTO``), ``cpu``, ``xpu`` (Intel GPU), ``npu`` or an OpenVINO device name.
-            config: OpenVINO compile properties, applied over the defaults (float32 inference precision).
+            config: OpenVINO compile properties, applied over the defaults (float32 inference precision, the latency
+                hint, unpinned CPU threads).
+            num_threads: CPU inference threads (``INFERENCE_NUM_THREADS``; default: OpenVINO's choice, one per
+                physical core).
+            cpu_pinning: Pin the CPU inference threads to cores (``ENABLE_CPU_PINNING``). Default False: pinned
+                threads wait for a core another process keeps busy instead of moving to a free one.
 
         Raises:
             DeviceUnavailableError: OpenVINO does not see the device.
             ConfigError: An unknown option (OpenVINO compile properties go in ``config={...}``).
         """
         cls.check_options(options)
+        if num_threads is not None and (
+            isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 0
+        ):
+            raise ConfigError(f"num_threads must be an int >= 0 (0: OpenVINO's choice), got {num_threads!r}.")
+        if not isinstance(cpu_pinning, bool):
+            raise ConfigError(f"cpu_pinning must be True or False, got {cpu_pinning!r}.")
+        if config is not None and not isinstance(config, dict):
+            raise ConfigError(f"config must be a dict of OpenVINO compile properties, got {type(config).__name__}.")
         name = openvino_device(device)
-        compiled = _compiled(program, name, _compile_properties(program, name, config))
+        properties = _compile_properties(program, name, config, num_threads=num_threads, cpu_pinning=cpu_pinning)
+        compiled = _compiled(program, name, properties)
         return cls(compiled, metadata, name)
 
     def run_flat(self, tensors: list[Any]) -> list[Any]:

@@ -1,0 +1,209 @@
+"""Compiled ``.pt2``: the ExportedProgram compiled ahead of time by AOTInductor, and the target it runs on.
+
+``DynamoConfig(compile="aoti")`` compiles each component with ``torch._inductor.aoti_compile_and_package`` (the
+program's dynamic shapes are kept) into an AOTInductor package, saved beside the program as
+``<component>.aoti.pt2`` (role ``native``): a shared library of generated kernels and the weights. It is native code:
+loading it runs it, so a loader refuses it unless the user passed ``trust_native_code=True`` (see ``docs/security.md``).
+
+The component's manifest ``extra`` records what it was compiled for (:func:`current_target`)::
+
+    {"compile": "aoti", "target": {"device": "cpu", "machine": "x86_64", "march": "x86-64-v4",
+                                    "cpu_features": ["avx512bw", ...], "torch": "2.13"}}
+
+and :func:`check_target` refuses another machine, CPU, device or torch version with a ``DeviceUnavailableError``
+before the library is loaded. On x86 the kernels are built for a portable micro-architecture level (``x86-64-v4``
+when the CPU has AVX-512, else ``x86-64-v3`` or ``x86-64-v2``) instead of inductor's ``-march=native``, so a package
+runs on every CPU of that level that also has the vector extensions inductor picked.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...errors import DeviceUnavailableError, ExportError
+
+__all__ = ["COMPILERS", "CompiledProgram", "check_target", "compile_aoti", "current_target", "load_compiled"]
+
+#: The ``DynamoConfig.compile`` values.
+COMPILERS = ("aoti",)
+
+#: x86-64 micro-architecture levels, highest first, with the CPU flags (``/proc/cpuinfo``) each one needs.
+_X86_LEVELS = (
+    ("x86-64-v4", ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")),
+    ("x86-64-v3", ("avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "movbe")),
+    ("x86-64-v2", ("sse4_1", "sse4_2", "ssse3", "popcnt")),
+)
+#: compiler ``-m`` flags whose CPU flag is spelled differently
+_FLAG_NAMES = {"avx512bf16": "avx512_bf16", "avx512vnni": "avx512_vnni", "avx512fp16": "avx512_fp16"}
+
+
+@dataclass
+class CompiledProgram:
+    """An AOTInductor package and the ExportedProgram it was compiled from.
+
+    Attributes:
+        package: Path of the ``.pt2`` package (shared library and weights).
+        target: What it was compiled for (:func:`current_target`).
+        exported: The ExportedProgram, or None when loaded from disk (the runner never needs it).
+        program_path: The saved ExportedProgram's path when loaded from disk.
+    """
+
+    package: Path
+    target: dict[str, Any]
+    exported: Any = None
+    program_path: Path | None = None
+    _keepalive: Any = field(default=None, repr=False)  # the temporary folder of a package compiled in memory
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith(("flags", "Features")):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _x86_level(flags: set[str]) -> tuple[str | None, tuple[str, ...]]:
+    for level, needed in _X86_LEVELS:
+        if set(needed) <= flags:
+            return level, needed
+    return None, ()
+
+
+@functools.lru_cache(maxsize=1)
+def _vec_isa() -> Any:
+    from torch._inductor import cpu_vec_isa
+
+    return cpu_vec_isa.pick_vec_isa()
+
+
+def current_target(device: str = "cpu") -> dict[str, Any]:
+    """What a package compiled here for ``device`` runs on: the device, the machine, the x86 level and CPU features
+    the generated kernels use (CPU), the compute capability (CUDA), and torch's major.minor version.
+
+    Raises:
+        DeviceUnavailableError: ``device`` is CUDA and torch sees none.
+    """
+    import torch
+
+    version = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    kind = str(device).split(":")[0]
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceUnavailableError("compile='aoti' for CUDA needs a CUDA device; none is visible to torch.")
+        major, minor = torch.cuda.get_device_capability(torch.device(device))
+        return {"device": "cuda", "capability": f"sm_{major}{minor}", "torch": version}
+    if kind != "cpu":
+        raise DeviceUnavailableError(f"compile='aoti' compiles for 'cpu' or 'cuda', not {device!r}.")
+    machine = platform.machine().lower()
+    flags = _cpu_flags()
+    level, needed = _x86_level(flags) if machine in ("x86_64", "amd64") else (None, ())
+    isa = _vec_isa()
+    isa_flags = [_FLAG_NAMES.get(f, f.replace("-", "_")) for f in _isa_compiler_flags(isa)]
+    features = sorted({*needed, *(f for f in isa_flags if f in flags)})
+    return {
+        "device": "cpu",
+        "machine": machine,
+        "march": level,
+        "vec_isa": str(isa) or None,
+        "cpu_features": features,
+        "torch": version,
+    }
+
+
+def _isa_compiler_flags(isa: Any) -> list[str]:
+    """The ``-m<feature>`` flags inductor compiles its vectorized kernels with (``-mavx512f`` -> ``avx512f``)."""
+    try:
+        text = isa.build_arch_flags() if isa else ""
+    except Exception:  # noqa: BLE001 - an ISA object without flags
+        text = ""
+    return [f[2:] for f in str(text).split() if f.startswith("-m") and not f.startswith(("-march", "-mtune"))]
+
+
+def check_target(target: dict[str, Any], device: str | None, where: str) -> None:
+    """Refuse to load a package compiled for another device, machine, CPU or torch version.
+
+    Raises:
+        DeviceUnavailableError: Naming what differs and how to get a package that runs here.
+    """
+    import torch
+
+    fix = (
+        "Re-export it here with DynamoConfig(compile='aoti'), or export without compile= for a portable .pt2 "
+        "that runs anywhere torch does."
+    )
+    compiled_for = str(target.get("device"))
+    wanted = str(device or compiled_for).split(":")[0]
+    if wanted != compiled_for:
+        raise DeviceUnavailableError(
+            f"{where} was compiled by AOTInductor for {compiled_for!r} and cannot run on {wanted!r}; load it with "
+            f"device={compiled_for!r}. {fix}"
+        )
+    version = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    if target.get("torch") != version:
+        raise DeviceUnavailableError(
+            f"{where} was compiled with torch {target.get('torch')}, this is torch {version}: AOTInductor packages "
+            f"run only on the torch version that compiled them. {fix}"
+        )
+    if compiled_for == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceUnavailableError(f"{where} was compiled for CUDA and torch sees no CUDA device here. {fix}")
+        major, minor = torch.cuda.get_device_capability(torch.device(device or "cuda"))
+        if target.get("capability") != f"sm_{major}{minor}":
+            raise DeviceUnavailableError(
+                f"{where} was compiled for a CUDA device of compute capability {target.get('capability')}, this one "
+                f"is sm_{major}{minor}. {fix}"
+            )
+        return
+    machine = platform.machine().lower()
+    if target.get("machine") != machine:
+        raise DeviceUnavailableError(
+            f"{where} was compiled for {target.get('machine')} CPUs, this machine is {machine}. {fix}"
+        )
+    missing = sorted(set(target.get("cpu_features") or ()) - _cpu_flags())
+    if missing:
+        raise DeviceUnavailableError(
+            f"{where} was compiled for {target.get('march') or 'a CPU'} with {target.get('vec_isa')} kernels; this "
+            f"CPU lacks {', '.join(missing)}. {fix}"
+        )
+
+
+def compile_aoti(program: Any, device: str = "cpu") -> CompiledProgram:
+    """Compile an ExportedProgram with AOTInductor into a package in a temporary folder (kept with the result).
+
+    Raises:
+        ExportError: AOTInductor failed (a C++ compiler is needed: ``g++`` on Linux).
+    """
+    import torch
+
+    target = current_target(device)
+    folder = tempfile.TemporaryDirectory(prefix="hub_export_aoti_")
+    path = Path(folder.name) / "model.aoti.pt2"
+    configs: dict[str, Any] = {}
+    if target["device"] == "cpu" and target.get("march"):
+        configs["cpp.march"] = target["march"]  # a portable level, not -march=native (see the module docstring)
+    try:
+        torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
+    except Exception as exc:  # inductor and the C++ compiler raise many types
+        raise ExportError(
+            f"AOTInductor could not compile the program: {type(exc).__name__}: {str(exc)[:1500]}\n"
+            "It needs a C++ compiler (g++ or clang++ on PATH, or CXX); export without compile= to skip compiling."
+        ) from exc
+    return CompiledProgram(package=path, target=target, exported=program, _keepalive=folder)
+
+
+def load_compiled(program: CompiledProgram, device: str | None, where: str) -> Any:
+    """Check the target, then load the package's model (a callable taking the program's flat inputs)."""
+    import torch
+
+    check_target(program.target, device, where)
+    index = torch.device(device).index if device and ":" in str(device) else -1
+    return torch._inductor.aoti_load_package(str(program.package), device_index=index if index is not None else -1)

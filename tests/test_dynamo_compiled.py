@@ -1,0 +1,112 @@
+"""Compiled Dynamo exports (``DynamoConfig(compile="aoti")``): AOTInductor packages beside the program, loaded only
+with ``trust_native_code=True`` and only on the target they were compiled for.
+
+AOTInductor compiles are slow (a C++ build per component): one generation export of the tiny Llama is compiled once
+for the whole module and every test reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from tiny_models import build, text_inputs
+
+from hub_export import DynamoConfig, DynamoExporter, ExportedModel
+from hub_export.backends.dynamo.compiled import current_target
+from hub_export.errors import ConfigError, DeviceUnavailableError, UnsafeExportError
+from hub_export.manifest import Manifest
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Path]:
+    """(tiny case, the in-memory compiled export, its saved folder)."""
+    case = build("llama")
+    config = DynamoConfig(dynamic=True, compile="aoti")
+    exported = DynamoExporter().export_for_generation(case.model, case.sample, config=config)
+    folder = exported.save_pretrained(tmp_path_factory.mktemp("aoti") / "pt2")
+    return case, exported, folder
+
+
+def _eager(case: Any, inputs: dict[str, Any], new: int) -> torch.Tensor:
+    with torch.no_grad():
+        return case.model.generate(**inputs, max_new_tokens=new, min_new_tokens=new, do_sample=False)
+
+
+def test_compiled_generate_equals_eager(compiled: Any) -> None:
+    case, exported, folder = compiled
+    loaded = ExportedModel.from_pretrained(folder, trust_native_code=True)
+    assert all(runner.compiled for runner in loaded.runners.values())  # the packages run, not .module()
+    for inputs in (case.sample, text_inputs(2, 9, pad_left=3, seed=5)):  # other batch and lengths: dims kept
+        expected = _eager(case, inputs, 6)
+        assert torch.equal(loaded.generate(**inputs, max_new_tokens=6, eos_token_id=[]), expected)
+    assert torch.equal(
+        exported.generate(**case.sample, max_new_tokens=6, eos_token_id=[]), _eager(case, case.sample, 6)
+    )
+    for component in exported.components.values():
+        assert component.metadata.parity["max_abs_diff"] <= 1e-4  # measured on the compiled package
+
+
+def test_native_code_is_refused_by_default(compiled: Any) -> None:
+    _, _, folder = compiled
+    with pytest.raises(UnsafeExportError, match=r"prefill\.aoti\.pt2.*native code.*trust_native_code=True"):
+        ExportedModel.from_pretrained(folder)
+    plain = ExportedModel.from_pretrained(folder, trust_native_code=True, lazy=True)
+    assert not plain.components["decode"].loaded  # lazy: nothing read until used
+
+
+def test_manifest_records_the_native_role_and_the_target(compiled: Any) -> None:
+    _, _, folder = compiled
+    manifest = Manifest.read(folder)
+    roles = manifest.roles()
+    assert roles["prefill.aoti.pt2"] == roles["decode.aoti.pt2"] == "native"
+    assert roles["prefill.pt2"] == "program"  # the portable program stays in the export
+    for entry in manifest.components.values():
+        assert entry.extra["compile"] == "aoti"
+        assert entry.extra["target"] == current_target("cpu")
+    assert json.loads((folder / "export.json").read_text())["config"]["compile"] == "aoti"
+
+
+def _with_target(folder: Path, tmp_path: Path, **changes: Any) -> Path:
+    """A copy of the export whose recorded target differs (export.json is not hashed; the files are)."""
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    data = json.loads((copy / "export.json").read_text())
+    for component in data["components"].values():
+        component["extra"]["target"].update(changes)
+    (copy / "export.json").write_text(json.dumps(data))
+    return copy
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"cpu_features": ["avx512f", "avx9000"]}, "lacks avx9000"),
+        ({"machine": "riscv64"}, "compiled for riscv64 CPUs"),
+        ({"torch": "1.0"}, "compiled with torch 1.0"),
+        ({"device": "cuda"}, "compiled by AOTInductor for 'cuda'"),
+    ],
+)
+def test_another_target_is_refused_before_loading(compiled: Any, tmp_path: Path, changes: Any, match: str) -> None:
+    case, _, folder = compiled
+    loaded = ExportedModel.from_pretrained(_with_target(folder, tmp_path, **changes), trust_native_code=True)
+    device = "cpu" if changes.get("device") == "cuda" else None
+    with pytest.raises(DeviceUnavailableError, match=match):
+        loaded.to(device).generate(**case.sample, max_new_tokens=2)
+
+
+def test_compiled_for_cpu_refuses_another_device(compiled: Any) -> None:
+    case, _, folder = compiled
+    loaded = ExportedModel.from_pretrained(folder, trust_native_code=True, device="cuda")
+    with pytest.raises(DeviceUnavailableError, match="compiled by AOTInductor for 'cpu' and cannot run on 'cuda'"):
+        loaded.generate(**case.sample, max_new_tokens=2)
+
+
+def test_compile_option_is_checked() -> None:
+    with pytest.raises(ConfigError, match="compile must be None or 'aoti'"):
+        DynamoConfig(compile="tvm")
+    assert DynamoConfig.from_dict(DynamoConfig(compile="aoti").to_dict()).compile == "aoti"
