@@ -421,6 +421,15 @@ def _pt2_code_variants() -> list[Variant]:  # noqa: C901 - one list of small edi
     add("aoti-absolute-name", aoti("data/aotinductor/model/SENTINEL"))
     add("aoti-with-trust-pickles", aoti("data/aotinductor/model/model.so"), load={"trust_pickles": True})
 
+    def native_package(folder: Path, ctx: Context) -> None:
+        """A compiled component's AOTInductor package (role native): a library whose loading would run the payload."""
+        (folder / "model.aoti.pt2").write_bytes(b"\x7fELF" + code(ctx.sentinel).encode())
+        list_file(folder, "model.aoti.pt2", "native", "model")
+        edit_manifest(folder, lambda m: m["components"]["model"].setdefault("extra", {}).update(compile="aoti"))
+
+    add("native-package", native_package)
+    add("native-package-with-trust-pickles", native_package, load={"trust_pickles": True})
+
     def legacy(name: str) -> Callable[[Path, Context], None]:
         def build(folder: Path, ctx: Context) -> None:
             data = torch_save_zip(pickle.dumps(Payload(ctx.sentinel), protocol=2))
@@ -720,6 +729,53 @@ def _onnx_variants() -> list[Variant]:
 
     add("external-inside-subgraph-constant", edit_onnx(subgraph_external))
 
+    def leak_tensor(name: str, location: str, dims: list[int], data_type: int = 1) -> Any:
+        from onnx import helper
+
+        tensor = helper.make_tensor(name, data_type, dims, [0] * dims[0])
+        tensor.ClearField("float_data")
+        tensor.ClearField("int64_data")
+        tensor.data_location = tensor.EXTERNAL
+        for key, value in (("location", location), ("offset", "0"), ("length", str(4 * dims[0]))):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, value
+        return tensor
+
+    def sparse(where: str) -> Callable[[Path, Context], None]:
+        def build(folder: Path, ctx: Context) -> None:
+            from onnx import TensorProto, helper
+
+            (folder / "evil.data").symlink_to(ctx.out("secret"))
+
+            def edit(model: Any) -> None:
+                values = leak_tensor("leak", "evil.data", [2])
+                indices = helper.make_tensor("leak_indices", TensorProto.INT64, [2], [1, 3])
+                tensor = helper.make_sparse_tensor(values, indices, [4])
+                if where == "initializer":
+                    model.graph.sparse_initializer.append(tensor)
+                    model.graph.node.append(helper.make_node("Identity", ["leak"], ["leak_out"]))
+                else:
+                    model.graph.node.append(helper.make_node("Constant", [], ["leak_out"], sparse_value=tensor))
+
+            edit_onnx(edit)(folder, ctx)
+
+        return build
+
+    add("external-sparse-initializer", sparse("initializer"))
+    add("external-sparse-constant", sparse("constant"))
+    add(
+        "external-ort-memory-address",
+        set_external(location="*/_ORT_MEM_ADDR_/*", offset="4096"),  # ONNX Runtime's tag for a raw address
+    )
+
+    def training_info(model: Any, ctx: Context) -> None:
+        from onnx import helper
+
+        info = model.training_info.add()
+        info.initialization.CopyFrom(helper.make_graph([], "init", [], [], [leak_tensor("t", "evil.data", [4])]))
+
+    add("training-info-graph", edit_onnx(training_info))
+
     def custom_domain(model: Any) -> None:
         from onnx import helper
 
@@ -809,6 +865,16 @@ def edit_xml(edit: Callable[..., str]) -> Callable[[Path, Context], None]:
     return build
 
 
+def _respell_constants(spelling: str) -> Callable[[str], str]:
+    """Every ``Const`` layer's type spelled ``spelling``, and the first one's data moved past the ``.bin``."""
+
+    def edit(text: str) -> str:
+        text = text.replace('type="Const"', f'type="{spelling}"')
+        return text.replace('offset="0" size="8192"', 'offset="100000" size="8192"', 1)
+
+    return edit
+
+
 def _openvino_variants() -> list[Variant]:
     out: list[Variant] = []
 
@@ -884,6 +950,12 @@ def _openvino_variants() -> list[Variant]:
         lambda f, c: (f / "openvino_model.bin").write_bytes((f / "openvino_model.bin").read_bytes()[:4000]),
         cause="bounds",
     )
+    for label, spelling in (("lower-case", "const"), ("constant", "Constant")):  # types are found regardless of case
+        add(
+            f"const-type-{label}",
+            edit_xml(_respell_constants(spelling)),
+            cause="roles",
+        )
     add(
         "runtime-option-cache-dir",
         edit_xml(

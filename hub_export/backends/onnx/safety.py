@@ -1,13 +1,14 @@
 """ONNX: external data must stay inside the export folder and fit its file; only standard operator domains.
 
 The graph (at most :data:`MAX_GRAPH_BYTES`, read with its listed size as the budget) is parsed without its external
-data: no weight is read. For every tensor stored
-externally (initializers, ``Constant`` attributes, functions) the ``location`` must be a relative path without
-``..`` naming a file the manifest lists for this component (so its bytes were sha256-verified, whether it is a
-plain file or a huggingface_hub cache symlink; a local folder's symlinks out are refused by the manifest), and
-``offset + length`` must not pass that file's end. Otherwise ONNX Runtime would read any file the process
-can open as weights. Operator domains other than :data:`STANDARD_ONNX_DOMAINS` need custom
-kernels and are refused unless passed in ``allow_custom_domains``.
+data: no weight is read. For every tensor stored externally (initializers, sparse initializers' values and indices,
+tensor and sparse-tensor attributes such as ``Constant``'s, in subgraphs and functions too) the ``location`` must be
+a relative path without ``..`` naming a file the manifest lists for this component (so its bytes were
+sha256-verified, whether it is a plain file or a huggingface_hub cache symlink; a local folder's symlinks out are
+refused by the manifest), and ``offset + length`` must not pass that file's end. Otherwise ONNX Runtime would read
+any file the process can open as weights, or, for its in-memory location tag, any address. Training graphs
+(``training_info``) are refused: an export has none. Operator domains other than :data:`STANDARD_ONNX_DOMAINS` need
+custom kernels and are refused unless passed in ``allow_custom_domains``.
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ def check(directory: Path, component: str, entry: ComponentEntry, options: Safet
         del data
         if not model.HasField("graph") or model.ir_version <= 0:
             raise UnsafeExportError(f"{file}: not an ONNX model (no graph or IR version).")
+        if len(model.training_info):
+            raise UnsafeExportError(
+                f"{file}: holds training graphs (training_info), which an exported model for inference never has."
+            )
         base = PurePosixPath(file).parent
         for tensor in _external_tensors(model):
             _check_location(sizes, base, file, tensor, listed)
@@ -120,9 +125,28 @@ def _nodes(model: Any) -> Iterator[Any]:
         yield from graph.node
 
 
-def _external_tensors(model: Any) -> Iterator[Any]:
-    from onnx.external_data_helper import _get_all_tensors  # noqa: PLC2701 - walks graphs, subgraphs, attributes
+def _tensors(model: Any) -> Iterator[Any]:
+    """Every tensor of the model: initializers, the values and indices of sparse initializers, and tensor, sparse
+    tensor and tensor-list attributes of every node, in the main graph, subgraphs and functions."""
+    for graph in _graphs(model):
+        yield from getattr(graph, "initializer", ())
+        for sparse in getattr(graph, "sparse_initializer", ()):
+            yield sparse.values
+            yield sparse.indices
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.HasField("t"):
+                    yield attr.t
+                yield from attr.tensors
+                if attr.HasField("sparse_tensor"):
+                    yield attr.sparse_tensor.values
+                    yield attr.sparse_tensor.indices
+                for sparse in attr.sparse_tensors:
+                    yield sparse.values
+                    yield sparse.indices
 
-    for tensor in _get_all_tensors(model):
+
+def _external_tensors(model: Any) -> Iterator[Any]:
+    for tensor in _tensors(model):
         if tensor.HasField("data_location") and tensor.data_location == tensor.EXTERNAL:
             yield tensor

@@ -12,7 +12,8 @@ the byte budget; each layer is checked and dropped when it ends, so memory stays
 * ``rt_info/runtime_options`` holds only the hints of :data:`RUNTIME_OPTIONS`, with plain values: OpenVINO applies
   some entries of this section as compile properties, so an allow-list keeps any other (a cache folder, a thread
   count, a plugin option a later OpenVINO might honour) out.
-* Every ``Const`` layer has a known numeric ``element_type``, a ``shape`` of integers, and ``offset``/``size``
+* Every ``Const`` layer (spelled so: another spelling of a constant, which OpenVINO would accept regardless of case,
+  is refused) has a known numeric ``element_type``, a ``shape`` of integers, and ``offset``/``size``
   non-negative integers with ``size`` exactly what the shape and element type take and ``offset + size`` within the
   ``.bin``: the runtime never reads past the constant or the file.
 
@@ -48,6 +49,7 @@ _ELEMENT_BITS = {
     "f8e8m0": 8, "f4e2m1": 4,
 }  # fmt: skip
 _MAX_ELEMENTS = 2**48
+_CONSTANT_TYPES = frozenset({"const", "constant"})
 #: ``rt_info/runtime_options`` entries an IR may carry (OpenVINO applies them as compile properties).
 RUNTIME_OPTIONS = frozenset(
     {"INFERENCE_PRECISION_HINT", "KV_CACHE_PRECISION", "DYNAMIC_QUANTIZATION_GROUP_SIZE", "ACTIVATIONS_SCALE_FACTOR"}
@@ -169,8 +171,14 @@ class _State:
                 "OpenVINO does not ship: it needs an extension library. Load such IR with openvino directly if you "
                 "trust it."
             )
-        if layer.get("type") == "Const":
+        kind = layer.get("type") or ""
+        if kind == "Const":
             self.needed = max(self.needed, _const_end(layer, self.label, name))
+        elif kind.lower() in _CONSTANT_TYPES:  # OpenVINO finds operation types regardless of case
+            raise UnsafeExportError(
+                f"{self.label}: layer {name!r} has type {kind[:32]!r}, a constant spelled other than 'Const' (OpenVINO "
+                "matches type names regardless of case, this check does not); an IR written by OpenVINO says 'Const'."
+            )
 
 
 def _const_end(layer: Any, xml_rel: str, name: str) -> int:
