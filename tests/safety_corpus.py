@@ -143,6 +143,7 @@ def symlink_out(folder: Path, name: str, ctx: Context, data: bytes | None = None
 
 # -- .pt2 archives ------------------------------------------------------------------------------------------------
 ROOT = "model/"
+MODEL_NAME = "model"  # the program's name inside the archive (models/model.json)
 
 
 def pt2_entries(folder: Path) -> list[tuple[str, bytes]]:
@@ -512,6 +513,25 @@ def _pt2_code_variants() -> list[Variant]:  # noqa: C901 - one list of small edi
         lambda f, c: edit_pt2(f, lambda e: e.append((ROOT + "data/evil.pkl", pickle.dumps(Payload(c.sentinel))))),
     )
     add("executorch-entry", lambda f, c: edit_pt2(f, lambda e: e.append((ROOT + "data/executorch/x.pte", b"ET12"))))
+
+    def second_program(folder: Path, ctx: Context) -> None:
+        """torch.export.load loads every ``models/<name>.json``: a second program whose sample inputs run code."""
+        payload = torch_save_zip(pickle.dumps(Payload(ctx.sentinel), protocol=2))
+
+        def change(entries: list[tuple[str, bytes]]) -> None:
+            copies = {
+                f"models/{MODEL_NAME}.json": "models/other.json",
+                f"data/weights/{MODEL_NAME}_weights_config.json": "data/weights/other_weights_config.json",
+                f"data/constants/{MODEL_NAME}_constants_config.json": "data/constants/other_constants_config.json",
+            }
+            for name, data in list(entries):
+                if name.removeprefix(ROOT) in copies:
+                    entries.append((ROOT + copies[name.removeprefix(ROOT)], data))
+            entries.append((ROOT + "data/sample_inputs/other.pt", payload))
+
+        edit_pt2(folder, change)
+
+    add("second-program", second_program)
 
     def not_a_zip(folder: Path, ctx: Context) -> None:
         (folder / "model.pt2").write_bytes(pickle.dumps(Payload(ctx.sentinel), protocol=0))

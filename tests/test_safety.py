@@ -347,3 +347,14 @@ def test_unlisted_config_symlinks_count_only_into_their_own_cached_repo(tmp_path
     with pytest.raises(ManifestError, match="symlink out of the export folder"):
         _plain_file(outside_cache / "config.json")
     assert not _plain_file(outside_cache / "generation_config.json")  # absent: nothing to read
+
+
+@pytest.mark.parametrize(("anchor", "delta"), [(b"XN01", 556), (b"ET12", 776)])
+def test_executorch_program_failing_when_run_is_an_unsafe_export_error(saved, tmp_path: Path, anchor, delta) -> None:
+    """Flips the runtime's verification lets through but execution trips on: a hub_export error, not RuntimeError."""
+    folder = _copy(saved, "executorch", tmp_path)
+    data = bytearray((folder / "model.pte").read_bytes())
+    data[data.find(anchor) + delta] ^= 0xFF  # in the XNNPACK delegate's graph / the program's output metadata
+    _rewrite(folder, "model.pte", bytes(data))
+    with pytest.raises(UnsafeExportError, match="ExecuTorch runtime"):
+        ExportedModel.from_pretrained(folder)(**SAMPLE)

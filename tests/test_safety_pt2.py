@@ -2,7 +2,8 @@
 
 ``torch.export.load`` falls back to the pre-2.8 layout when its archive reader raises, reads a legacy
 ``data/weights/model.pt`` whenever it exists, joins an absolute ``path_name`` to another record, retries sample inputs
-with ``weights_only=False`` and extracts AOTInductor libraries. Each test builds the archive that takes that path and
+with ``weights_only=False``, extracts AOTInductor libraries, loads every ``models/<name>.json`` with its own sample
+inputs and configs, and reads ``extra/`` files. Each test builds the archive that takes that path and
 shows that both the check and the loader alone (``io.load_program``, as if the check had been skipped) refuse it,
 that the payload never runs, and that torch's own loader is never called. The grammars, the zip reader and the
 pickle walker are tested directly too.
@@ -126,6 +127,8 @@ def test_a_good_archive_loads_without_torch_export_load(base: Path, torch_loader
         ("pt2-aoti-shared-library", "AOTInductor-compiled native code"),
         ("pt2-aoti-zip-slip", r"not a plain relative path"),
         ("pt2-pickle-weights-only-failure-not-retried", r"weights_only=True\) refused it|not \(args, kwargs\)"),
+        ("pt2-second-program", "not an entry torch.export.save writes for one program"),
+        ("pt2-extra-file", "not an entry torch.export.save writes for one program"),
     ],
 )
 def test_each_fallback_of_torch_export_load_is_refused(

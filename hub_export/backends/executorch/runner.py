@@ -61,7 +61,13 @@ class ExecutorchRunner(ModelRunner):
         import torch
 
         with runtime_logs_bypass_python():
-            outputs = self.method.execute([t.detach().to("cpu").contiguous() for t in tensors])
+            try:
+                outputs = self.method.execute([t.detach().to("cpu").contiguous() for t in tensors])
+            except RuntimeError as exc:  # the inputs match the signature: the program is damaged or not this export's
+                raise UnsafeExportError(
+                    f"The ExecuTorch runtime failed to run the program on inputs that match its signature ({exc}); "
+                    "the .pte is damaged, crafted, or does not belong to this export.json. Re-export it."
+                ) from None
         outputs = [o if isinstance(o, torch.Tensor) else torch.as_tensor(o) for o in outputs]
         return self._write_back(tensors, outputs)
 
