@@ -349,12 +349,25 @@ def test_unlisted_config_symlinks_count_only_into_their_own_cached_repo(tmp_path
     assert not _plain_file(outside_cache / "generation_config.json")  # absent: nothing to read
 
 
-@pytest.mark.parametrize(("anchor", "delta"), [(b"XN01", 556), (b"ET12", 776)])
-def test_executorch_program_failing_when_run_is_an_unsafe_export_error(saved, tmp_path: Path, anchor, delta) -> None:
-    """Flips the runtime's verification lets through but execution trips on: a hub_export error, not RuntimeError."""
+def test_executorch_program_failing_when_run_is_an_unsafe_export_error(saved, tmp_path: Path) -> None:
+    """A flip the runtime's verification lets through but execution trips on: a hub_export error, not RuntimeError."""
     folder = _copy(saved, "executorch", tmp_path)
     data = bytearray((folder / "model.pte").read_bytes())
-    data[data.find(anchor) + delta] ^= 0xFF  # in the XNNPACK delegate's graph / the program's output metadata
+    data[data.find(b"XN01") + 556] ^= 0xFF  # in the XNNPACK delegate's graph
     _rewrite(folder, "model.pte", bytes(data))
     with pytest.raises(UnsafeExportError, match="ExecuTorch runtime"):
+        ExportedModel.from_pretrained(folder)(**SAMPLE)
+
+
+@pytest.mark.parametrize(("delta", "message"), [(784, "an input names value 254"), (776, "an output names value 249")])
+def test_executorch_plan_index_past_its_values_is_refused_before_the_runtime(
+    saved, tmp_path: Path, delta: int, message: str
+) -> None:
+    """The runtime aborts the process (ET_CHECK in Method::get_value) on an input naming a value past the plan's,
+    and fails on such an output: both are checked before it reads the program."""
+    folder = _copy(saved, "executorch", tmp_path)
+    data = bytearray((folder / "model.pte").read_bytes())
+    data[data.find(b"ET12") + delta] ^= 0xFF  # the plan's input / output index, past its 7 values
+    _rewrite(folder, "model.pte", bytes(data))
+    with pytest.raises(UnsafeExportError, match=rf"execution plan 0: {message}, but the plan has 7"):
         ExportedModel.from_pretrained(folder)(**SAMPLE)

@@ -43,15 +43,16 @@ def check(directory: Path, component: str, entry: ComponentEntry, options: Safet
     check_pte_header(head, size, name)
 
 
-def check_pte_header(head: bytes, size: int, label: str) -> None:
-    """Validate the first bytes of a ``.pte`` of ``size`` bytes (see module docstring)."""
+def check_pte_header(head: bytes, size: int, label: str) -> int:
+    """Validate the first bytes of a ``.pte`` of ``size`` bytes (see module docstring); returns where the program's
+    flatbuffer ends (the segments follow it)."""
     if len(head) < 8 or _IDENT.fullmatch(head[4:8]) is None:
         raise UnsafeExportError(f"{label}: not an ExecuTorch program (bad file identifier {head[4:8]!r}).")
     root = struct.unpack_from("<I", head, 0)[0]
     if root >= size:
         raise UnsafeExportError(f"{label}: flatbuffer root offset {root} is past the end of the file ({size} bytes).")
     if len(head) < 32 or _EXT.fullmatch(head[8:12]) is None:
-        return  # no extended header: the whole file is the flatbuffer
+        return size  # no extended header: the whole file is the flatbuffer
     length, program_size, segment_base = struct.unpack_from("<IQQ", head, 12)
     segment_size = struct.unpack_from("<Q", head, 32)[0] if length >= 32 and len(head) >= 40 else 0
     if (
@@ -65,3 +66,4 @@ def check_pte_header(head: bytes, size: int, label: str) -> None:
             f"{label}: inconsistent extended header (length {length}, program {program_size}, segments at "
             f"{segment_base} of {segment_size} bytes, file {size} bytes); the file is damaged."
         )
+    return program_size or size
