@@ -1042,6 +1042,53 @@ def flip(position: int, mask: int = 0xFF, name: str = "model.pte") -> Callable[[
 ET_LOG_FLIPS = (572, 624, 9893, 10023, 10075, 10127, 10179)
 
 
+def plan_index(slot: int, value: int) -> Callable[[Path, Context], None]:
+    """Set the first index of vector field ``slot`` of the program's first execution plan (3: inputs, 4: outputs)."""
+
+    def build(folder: Path, ctx: Context) -> None:
+        from hub_export.backends.executorch._plan import _Buffer
+
+        data = bytearray((folder / "model.pte").read_bytes())
+        buf = _Buffer(bytes(data))
+        plan = buf.tables(buf.table(buf.indirect(0)), 1)[0]
+        start, count = buf.vector(plan, slot)
+        assert count > 0
+        struct.pack_into("<i", data, start, value)
+        (folder / "model.pte").write_bytes(bytes(data))
+
+    return build
+
+
+def kernel_call_args(edit: Callable[[bytearray, int, int], None]) -> Callable[[Path, Context], None]:
+    """Edit the arguments of the program's first kernel call: ``edit(data, start of the indices, count)``."""
+
+    def build(folder: Path, ctx: Context) -> None:
+        from hub_export.backends.executorch._plan import _Buffer
+
+        data = bytearray((folder / "model.pte").read_bytes())
+        buf = _Buffer(bytes(data))
+        plan = buf.tables(buf.table(buf.indirect(0)), 1)[0]
+        calls = [i for chain in buf.tables(plan, 5) for i in buf.tables(chain, 2) if buf.scalar(i, 0, "<B") == 1]
+        body = buf.child(calls[0], 1)
+        assert body is not None
+        start, count = buf.vector(body, 1)
+        edit(data, start, count)
+        (folder / "model.pte").write_bytes(bytes(data))
+
+    return build
+
+
+def _swap_tensor_and_int(data: bytearray, start: int, count: int) -> None:
+    """The first argument (a tensor) passed where the third (an int) was: a kernel's toInt() aborts on it."""
+    first = struct.unpack_from("<i", data, start)[0]
+    struct.pack_into("<i", data, start + 8, first)
+
+
+def _fewer_arguments(data: bytearray, start: int, count: int) -> None:
+    """The call passes 3 arguments: a kernel reads past them."""
+    struct.pack_into("<I", data, start - 4, 3)
+
+
 def _executorch_variants() -> list[Variant]:
     out: list[Variant] = []
 
@@ -1062,6 +1109,18 @@ def _executorch_variants() -> list[Variant]:
         add(f"log-line-not-utf8-{position}", flip(position), may_load=True)
     for position in (64, 100, 200, 400, 800, 1200, 1600):
         add(f"flatbuffer-flip-{position}", flip(position), may_load=True)
+
+    def rename_forward(folder: Path, ctx: Context) -> None:
+        data = (folder / "model.pte").read_bytes()
+        assert b"forward" in data
+        (folder / "model.pte").write_bytes(data.replace(b"forward", b"gorward", 1))
+
+    add("plan-without-forward", rename_forward)
+    add("kernel-argument-of-another-kind", kernel_call_args(_swap_tensor_and_int))
+    add("kernel-call-with-fewer-arguments", kernel_call_args(_fewer_arguments), cause="bounds")
+    for slot, what in ((3, "input"), (4, "output")):  # the runtime aborts on an input index past the plan's values
+        add(f"plan-{what}-index-past-values", plan_index(slot, 254), cause="bounds")
+        add(f"plan-{what}-index-negative", plan_index(slot, -1), cause="bounds")
     add(
         "truncated-half",
         lambda f, c: (f / "model.pte").write_bytes((f / "model.pte").read_bytes()[:9600]),

@@ -359,15 +359,24 @@ def test_executorch_program_failing_when_run_is_an_unsafe_export_error(saved, tm
         ExportedModel.from_pretrained(folder)(**SAMPLE)
 
 
-@pytest.mark.parametrize(("delta", "message"), [(784, "an input names value 254"), (776, "an output names value 249")])
+@pytest.mark.parametrize(
+    ("delta", "message"),
+    [
+        (784, "an input names value 254, but the plan has 7"),
+        (776, "an output names value 249, but the plan has 7"),
+        (744, r"argument 2 of aten::embedding.out is value 2 \(tensor\), where the schema takes int"),
+        (756, r"argument 5 of aten::embedding.out is value 3 \(int\), where the schema takes tensor"),
+    ],
+)
 def test_executorch_plan_index_past_its_values_is_refused_before_the_runtime(
     saved, tmp_path: Path, delta: int, message: str
 ) -> None:
-    """The runtime aborts the process (ET_CHECK in Method::get_value) on an input naming a value past the plan's,
-    and fails on such an output: both are checked before it reads the program."""
+    """The runtime aborts the process (ET_CHECK in Method::get_value, EValue::toInt/toTensor) on an input naming a
+    value past the plan's or a kernel argument of another kind than its schema's: checked before it reads the
+    program."""
     folder = _copy(saved, "executorch", tmp_path)
     data = bytearray((folder / "model.pte").read_bytes())
-    data[data.find(b"ET12") + delta] ^= 0xFF  # the plan's input / output index, past its 7 values
+    data[data.find(b"ET12") + delta] ^= 0xFF if delta > 770 else 0x01  # a plan's or a kernel call's value index
     _rewrite(folder, "model.pte", bytes(data))
-    with pytest.raises(UnsafeExportError, match=rf"execution plan 0: {message}, but the plan has 7"):
+    with pytest.raises(UnsafeExportError, match=rf"execution plan 0: .*{message}"):
         ExportedModel.from_pretrained(folder)(**SAMPLE)

@@ -9,7 +9,10 @@ must have:
 * its inputs, outputs, chains' inputs and outputs, kernel and delegate call arguments, move sources and targets,
   jump conditions and freed values index one of its values;
 * tensor list items index tensor values (optional tensor lists: tensor or null values, or -1);
-* kernel calls name one of its operators, delegate calls one of its delegates, jumps an instruction of their chain.
+* kernel calls name one of its operators, delegate calls one of its delegates, jumps an instruction of their chain;
+* a kernel call of an operator whose schema torch knows has one argument per schema argument and return (the out
+  variant's outputs follow its inputs), each of the kind the schema declares: kernels read them with ``toTensor()``,
+  ``toInt()``... which abort the process on another kind; XNNPACK delegate calls take tensors only.
 
 The schema is ``executorch/schema/program.fbs`` (field order = vtable slot; a union takes two slots: type, value).
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from typing import Any
 
 from ...errors import UnsafeExportError
 
@@ -28,6 +32,14 @@ _MAX_ITEMS = 1 << 24
 _NULL, _TENSOR, _TENSOR_LIST, _OPTIONAL_TENSOR_LIST = 1, 5, 10, 11
 # InstructionArguments union tags
 _KERNEL_CALL, _DELEGATE_CALL, _MOVE_CALL, _JUMP_FALSE_CALL, _FREE_CALL = 1, 2, 3, 4, 5
+
+
+_INT, _BOOL, _DOUBLE, _STRING, _INT_LIST, _DOUBLE_LIST, _BOOL_LIST = 2, 3, 4, 6, 7, 8, 9
+_XNNPACK = "XnnpackBackend"
+_KIND_NAMES = {
+    0: "none", 1: "null", 2: "int", 3: "bool", 4: "float", 5: "tensor", 6: "string", 7: "int list", 8: "float list",
+    9: "bool list", 10: "tensor list", 11: "optional tensor list",
+}  # fmt: skip
 
 
 class _Bad(Exception):
@@ -85,6 +97,17 @@ class _Buffer:
         step = struct.calcsize(fmt)
         return [self._unpack(fmt, start + i * step) for i in range(count)]
 
+    def string(self, table: tuple[int, int, int], slot: int) -> str:
+        """A string field (empty when absent), bounded by the buffer."""
+        at = self.field(table, slot)
+        if at is None:
+            return ""
+        start = self.indirect(at)
+        length = self._unpack("<I", start)
+        if start + 4 + length > len(self.data) or length > 4096:
+            raise _Bad(f"a string at {start} passes the end of the program")
+        return self.data[start + 4 : start + 4 + length].decode("utf-8", errors="replace")
+
     def tables(self, table: tuple[int, int, int], slot: int) -> list[tuple[int, int, int]]:
         start, count = self.vector(table, slot)
         return [self.table(self.indirect(start + 4 * i)) for i in range(count)]
@@ -112,8 +135,8 @@ def check_plan_indices(program: bytes, label: str) -> None:
 def _check_plan(buf: _Buffer, plan: tuple[int, int, int], n: int) -> None:
     values = buf.tables(plan, 2)
     kinds = [buf.scalar(value, 0, "<B") for value in values]
-    operators = buf.vector(plan, 6)[1]
-    delegates = buf.vector(plan, 7)[1]
+    operators = [_operator_kinds(buf, op) for op in buf.tables(plan, 6)]
+    delegates = [buf.string(delegate, 0) for delegate in buf.tables(plan, 7)]
 
     def value(index: int, what: str) -> None:
         if not 0 <= index < len(values):
@@ -140,7 +163,8 @@ def _check_plan(buf: _Buffer, plan: tuple[int, int, int], n: int) -> None:
         instructions = buf.tables(chain, 2)
         for i, instruction in enumerate(instructions):
             where = f"{n}: chain {c} instruction {i}"
-            _check_instruction(buf, instruction, where, value, (operators, delegates, len(instructions)))
+            _check_instruction(buf, instruction, where, value, (len(operators), len(delegates), len(instructions)))
+            _check_argument_kinds(buf, instruction, where, kinds, operators, delegates)
 
 
 def _check_instruction(
@@ -176,3 +200,83 @@ def _check_instruction(
         check(buf.scalar(body, 0, "<i"), f"{where}'s freed value")
     else:
         raise _Bad(f"{where} has unknown instruction type {kind}")
+
+
+def _check_argument_kinds(
+    buf: _Buffer,
+    instruction: tuple[int, int, int],
+    where: str,
+    kinds: list[int],
+    operators: list[tuple[str, list[frozenset[int] | None] | None]],
+    delegates: list[str],
+) -> None:
+    """A call's arguments are of the kinds its operator's schema (or the XNNPACK delegate) takes."""
+    kind, body = buf.scalar(instruction, 0, "<B"), buf.child(instruction, 1)
+    if body is None or kind not in (_KERNEL_CALL, _DELEGATE_CALL):
+        return
+    args = buf.ints(body, 1)
+    if kind == _DELEGATE_CALL:
+        name = delegates[buf.scalar(body, 0, "<i")]
+        expected: list[frozenset[int] | None] | None = [frozenset({_TENSOR})] * len(args) if name == _XNNPACK else None
+    else:
+        name, expected = operators[buf.scalar(body, 0, "<i")]
+    if expected is None:
+        return  # an operator torch does not know here, or another delegate: the indices were checked
+    if len(args) != len(expected):
+        raise _Bad(f"{where} passes {len(args)} arguments to {name}, whose schema takes {len(expected)}")
+    for position, (index, allowed) in enumerate(zip(args, expected)):
+        if allowed is not None and kinds[index] not in allowed:
+            wanted = " or ".join(_KIND_NAMES[k] for k in sorted(allowed))
+            got = _KIND_NAMES.get(kinds[index], str(kinds[index]))
+            raise _Bad(
+                f"{where}: argument {position} of {name} is value {index} ({got}), where the schema takes {wanted}"
+            )
+
+
+def _operator_kinds(buf: _Buffer, operator: tuple[int, int, int]) -> tuple[str, list[frozenset[int] | None] | None]:
+    """``(name, the value kinds of its arguments then returns)``, or None for the kinds when torch lacks the schema."""
+    name, overload = buf.string(operator, 0), buf.string(operator, 1)
+    label = f"{name}.{overload}" if overload else name
+    schema = _schema(name, overload)
+    if schema is None:
+        return label, None
+    return label, [_kinds(a.type) for a in schema.arguments] + [_kinds(r.type) for r in schema.returns]
+
+
+def _schema(name: str, overload: str) -> Any:
+    import torch
+
+    try:
+        found = torch._C._jit_get_schemas_for_operator(name)
+    except (RuntimeError, ValueError):
+        return None
+    return next((s for s in found if s.overload_name == overload), None)
+
+
+def _kinds(tp: Any) -> frozenset[int] | None:
+    """The EValue kinds an argument of TorchScript type ``tp`` may be (None: not checked)."""
+    kind = type(tp).__name__
+    simple = {
+        "TensorType": {_TENSOR},
+        "IntType": {_INT},
+        "SymIntType": {_INT},
+        "BoolType": {_BOOL},
+        "SymBoolType": {_BOOL},
+        "FloatType": {_DOUBLE},
+        "NumberType": {_INT, _BOOL, _DOUBLE},
+        "StringType": {_STRING},
+    }
+    if kind in simple:
+        return frozenset(simple[kind])
+    if kind == "OptionalType":
+        inner = _kinds(tp.getElementType())
+        return None if inner is None else inner | {_NULL}
+    if kind == "ListType":
+        element = tp.getElementType()
+        element_kind = type(element).__name__
+        if element_kind == "OptionalType" and type(element.getElementType()).__name__ == "TensorType":
+            return frozenset({_OPTIONAL_TENSOR_LIST})
+        lists = {"TensorType": _TENSOR_LIST, "IntType": _INT_LIST, "SymIntType": _INT_LIST,
+                 "FloatType": _DOUBLE_LIST, "BoolType": _BOOL_LIST}  # fmt: skip
+        return frozenset({lists[element_kind]}) if element_kind in lists else None
+    return None

@@ -49,8 +49,10 @@ class ExecutorchRunner(ModelRunner):
                 program = Runtime.get().load_program(program.buffer)
             try:
                 method = program.load_method("forward")
-            except RuntimeError as exc:
-                raise UnsafeExportError(f"The ExecuTorch runtime cannot load the program's forward ({exc}).") from None
+            except (RuntimeError, KeyError, ValueError) as exc:  # KeyError: the program has no method "forward"
+                raise UnsafeExportError(
+                    f"The ExecuTorch runtime cannot load the program's forward ({type(exc).__name__}: {exc})."
+                ) from None
         return cls(method, metadata, device or target, program=program)
 
     def run_flat(self, tensors: list[Any]) -> list[Any]:

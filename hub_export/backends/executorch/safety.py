@@ -10,7 +10,8 @@ runs first because a damaged file identifier makes executorch 1.5's Python bindi
   offset and segment data size lie within the file, the program before the segments.
 
 :func:`~hub_export.backends.executorch.io.load_program` runs the same header check itself, on the bytes it hands to
-the runtime, so a program is checked whatever its file is called.
+the runtime, so a program is checked whatever its file is called, and then checks every index of the execution plans
+and the kinds of kernel arguments (:mod:`._plan`): the runtime aborts the process on those too.
 """
 
 from __future__ import annotations
