@@ -10,9 +10,9 @@ must have:
   jump conditions and freed values index one of its values;
 * tensor list items index tensor values (optional tensor lists: tensor or null values, or -1);
 * kernel calls name one of its operators, delegate calls one of its delegates, jumps an instruction of their chain;
-* a kernel call of an operator whose schema torch knows has one argument per schema argument and return (the out
-  variant's outputs follow its inputs), each of the kind the schema declares: kernels read them with ``toTensor()``,
-  ``toInt()``... which abort the process on another kind; XNNPACK delegate calls take tensors only.
+* a kernel call of an operator whose schema torch knows has at least one argument per schema argument (its outputs
+  follow), each of the kind the schema declares: kernels read them with ``toTensor()``, ``toInt()``... which abort
+  the process on another kind; XNNPACK delegate calls take tensors only.
 
 The schema is ``executorch/schema/program.fbs`` (field order = vtable slot; a union takes two slots: type, value).
 """
@@ -222,7 +222,7 @@ def _check_argument_kinds(
         name, expected = operators[buf.scalar(body, 0, "<i")]
     if expected is None:
         return  # an operator torch does not know here, or another delegate: the indices were checked
-    if len(args) != len(expected):
+    if len(args) < len(expected):  # the outputs follow (one value per return, or one for several): not checked
         raise _Bad(f"{where} passes {len(args)} arguments to {name}, whose schema takes {len(expected)}")
     for position, (index, allowed) in enumerate(zip(args, expected)):
         if allowed is not None and kinds[index] not in allowed:
@@ -234,13 +234,13 @@ def _check_argument_kinds(
 
 
 def _operator_kinds(buf: _Buffer, operator: tuple[int, int, int]) -> tuple[str, list[frozenset[int] | None] | None]:
-    """``(name, the value kinds of its arguments then returns)``, or None for the kinds when torch lacks the schema."""
+    """``(name, the value kinds of its arguments)``, or None for the kinds when torch lacks the schema."""
     name, overload = buf.string(operator, 0), buf.string(operator, 1)
     label = f"{name}.{overload}" if overload else name
     schema = _schema(name, overload)
     if schema is None:
         return label, None
-    return label, [_kinds(a.type) for a in schema.arguments] + [_kinds(r.type) for r in schema.returns]
+    return label, [_kinds(a.type) for a in schema.arguments]
 
 
 def _schema(name: str, overload: str) -> Any:
