@@ -26,6 +26,7 @@ from .errors import ConfigError, ManifestError, UnknownFormatError
 
 if TYPE_CHECKING:
     from .manifest import ComponentEntry
+    from .runner import ModelRunner
 
 __all__ = [
     "Backend",
@@ -131,7 +132,7 @@ class Backend:
     name: str
     config_class: type
     exporter_class: type
-    runner_class: type
+    runner_class: type[ModelRunner]
     layout: FileLayout
     save_program: Callable[[Any, Path, str], list[str]]
     load_program: Callable[[Path, str, ComponentEntry, SafetyOptions], Any]

@@ -6,7 +6,7 @@ from typing import Any
 
 from .errors import ExportError
 
-__all__ = ["dummy_inputs"]
+__all__ = ["default_token_types", "dummy_inputs", "implied_inputs"]
 
 
 def _get(config: Any, *names: str, default: Any = None) -> Any:
@@ -38,8 +38,10 @@ def dummy_inputs(model: Any, *, batch: int = 2, sequence: int = 8) -> dict[str, 
         inputs["attention_mask"] = torch.ones(batch, sequence, dtype=torch.int64)
     elif main == "pixel_values":
         vision = _get(config, "vision_config", default=config)
-        size = _get(vision, "image_size", default=224)
-        size = size if isinstance(size, int) else (size.get("height") if isinstance(size, dict) else size[0])
+        image_size = _get(vision, "image_size", default=224)  # an int, {"height": h, "width": w} or (h, w)
+        if isinstance(image_size, dict):
+            image_size = image_size["height"]
+        size = int(image_size if isinstance(image_size, int) else image_size[0])
         channels = _get(vision, "num_channels", default=3)
         inputs["pixel_values"] = torch.randn(batch, channels, size, size, generator=gen)
     elif main == "input_features":
@@ -56,3 +58,42 @@ def dummy_inputs(model: Any, *, batch: int = 2, sequence: int = 8) -> dict[str, 
         start = _get(config, "decoder_start_token_id", "bos_token_id", default=0)
         inputs["decoder_input_ids"] = torch.full((batch, max(2, sequence // 2)), int(start), dtype=torch.int64)
     return inputs
+
+
+def implied_inputs(model: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """``inputs`` with the inputs the model's config implies and its ``forward`` takes, when they are missing.
+
+    A model with several token types (BERT: ``type_vocab_size=2``) gets all-zero ``token_type_ids`` (what it
+    uses when given none), so that its export takes what its tokenizer produces instead of dropping it.
+    """
+    import inspect
+
+    import torch
+
+    ids = inputs.get("input_ids")
+    config = getattr(model, "config", None)
+    if "token_type_ids" in inputs or not isinstance(ids, torch.Tensor) or ids.dim() != 2:
+        return inputs
+    if (getattr(config, "type_vocab_size", 0) or 0) < 2 or getattr(config, "is_encoder_decoder", False):
+        return inputs
+    try:
+        accepted = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return inputs
+    if "token_type_ids" not in accepted:
+        return inputs
+    return {**inputs, "token_type_ids": torch.zeros_like(ids)}
+
+
+def default_token_types(signature: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with all-zero ``token_type_ids`` when ``signature`` (a component's :class:`Signature`) traced them
+    and the call gives none: a model takes missing token types as zeros (segment A), so an export traced with them
+    runs without them too."""
+    if kwargs.get("token_type_ids") is not None or "token_type_ids" not in dict(signature.input_structure):
+        return kwargs
+    reference = kwargs.get("input_ids")
+    if reference is None:
+        return kwargs
+    import torch
+
+    return {**kwargs, "token_type_ids": torch.zeros_like(torch.as_tensor(reference))}

@@ -164,7 +164,7 @@ def test_explicit_dims_are_honoured_exactly() -> None:
     config = ExecutorchConfig(dynamic_shapes={"pixel_values": {0: batch}})
     export = ExecutorchExporter().export(case.model, case.sample, config=config)
     assert export.components["model"].metadata.signature.dims == {"batch": Dim("batch", 1, 4)}
-    assert export.config.to_dict()["dynamic_shapes"]["items"][0][1]["items"][0][1] == {
+    assert export.export_config.to_dict()["dynamic_shapes"]["items"][0][1]["items"][0][1] == {
         "dim": {"name": "images", "min": 1, "max": 4}
     }
     with torch.no_grad():

@@ -119,7 +119,7 @@ def test_components_subset_and_lazy(exports, hub_api: HfApi, hub_env: HubServer,
         )
         for name, export in (("first", first), ("second", second))
     }
-    duo = ExportedModel(ExportFormat.DYNAMO, first.config, parts, model_config=case.model.config)
+    duo = ExportedModel(ExportFormat.DYNAMO, first.export_config, parts, config=case.model.config)
     duo.push_to_hub(REPO, subfolder="duo")
     sizes = _sizes(hub_api, "duo")
     assert {"duo/first.pt2", "duo/second.pt2"} <= set(sizes)
@@ -133,7 +133,7 @@ def test_components_subset_and_lazy(exports, hub_api: HfApi, hub_env: HubServer,
     hub_env.clear_log()
     lazy = ExportedModel.from_pretrained(REPO, subfolder="duo", lazy=True, cache_dir=tmp_path / "b")
     assert set(_fetched(hub_env)) == {"duo/export.json", "duo/config.json"}
-    assert lazy.model_config.model_type == "llama" and lazy.generation_config is None
+    assert lazy.config.model_type == "llama" and lazy.generation_config is None
     hub_env.clear_log()
     assert torch.equal(_logits(lazy.components["first"].runner(), case.sample), _logits(first, case.sample))
     assert set(_fetched(hub_env)) == {"duo/first.pt2"}
@@ -148,7 +148,7 @@ def test_warm_cache_by_sha_makes_no_request_and_offline_loads(
 ):
     case, first, _, _ = exports
     # without generation_config.json: its absence must be answered from the cache too
-    bare = ExportedModel(first.export_format, first.config, first.components, model_config=first.model_config)
+    bare = ExportedModel(first.export_format, first.export_config, first.components, config=first.config)
     commit = bare.push_to_hub(REPO, subfolder="bare").commit_sha
     ExportedModel.from_pretrained(REPO, subfolder="bare")  # by branch: fills the cache
     hub_env.clear_log()

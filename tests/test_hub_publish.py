@@ -62,14 +62,17 @@ def test_round_trip_by_branch_tag_sha_and_pull_request(llama, hub_api: HfApi, hu
     assert pr.changed and pr.pr_ref == "refs/pr/1" and pr.pr_url.endswith("/discussions/1")
     assert pr.tag is None and hub_api.model_info(REPO).sha == result.commit_sha
     proposed = ExportedModel.from_pretrained(REPO, subfolder="pt2", revision=pr.pr_ref)
-    assert proposed.config.dynamic is True
+    assert proposed.export_config.dynamic is True
     assert torch.equal(_logits(proposed, case.other), _logits(dynamic, case.other))
-    assert ExportedModel.from_pretrained(REPO, subfolder="pt2", lazy=True).config.dynamic is False
+    assert ExportedModel.from_pretrained(REPO, subfolder="pt2", lazy=True).export_config.dynamic is False
     # a branch that does not exist yet is created from main
     branch = dynamic.push_to_hub(REPO, subfolder="pt2", revision="dynamic", endpoint=hub_env.url)
     assert branch.changed and hub_api.model_info(REPO, revision="dynamic").sha == branch.commit_sha
     assert _commits(hub_api, revision="dynamic")[1] == result.commit_sha
-    assert ExportedModel.from_pretrained(REPO, subfolder="pt2", revision="dynamic", lazy=True).config.dynamic is True
+    assert (
+        ExportedModel.from_pretrained(REPO, subfolder="pt2", revision="dynamic", lazy=True).export_config.dynamic
+        is True
+    )
 
 
 def test_one_commit_replaces_the_subfolder_and_leaves_the_rest(llama, hub_api: HfApi, hub_env: HubServer):
@@ -106,7 +109,7 @@ def test_one_commit_replaces_the_subfolder_and_leaves_the_rest(llama, hub_api: H
     both = publish(REPO, {"pt2-static": static, "pt2-copy": dynamic})
     assert _commits(hub_api)[1] == result.commit_sha and both.commit_sha == _commits(hub_api)[0]
     for sub, dynamic_axes in (("pt2-static", False), ("pt2-copy", True)):
-        assert ExportedModel.from_pretrained(REPO, subfolder=sub, lazy=True).config.dynamic is dynamic_axes
+        assert ExportedModel.from_pretrained(REPO, subfolder=sub, lazy=True).export_config.dynamic is dynamic_axes
     assert all(f"`{sub}/`" in _readme(hub_api) for sub in ("pt2", "pt2-static", "pt2-copy", "pt2/nested"))
 
 

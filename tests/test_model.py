@@ -13,6 +13,7 @@ from tiny_models import build
 
 import hub_export
 from hub_export import (
+    ConfigError,
     DynamoConfig,
     DynamoExporter,
     ExportedModel,
@@ -98,7 +99,9 @@ def test_training_inputs_are_refused() -> None:
 def test_multi_component_errors(llama_export) -> None:
     _, exported = llama_export
     two = ExportedModel(
-        exported.export_format, exported.config, {"a": exported.components["model"], "b": exported.components["model"]}
+        exported.export_format,
+        exported.export_config,
+        {"a": exported.components["model"], "b": exported.components["model"]},
     )
     with pytest.raises(HubExportError, match=r"components \['a', 'b'\]"):
         two.program
@@ -110,7 +113,7 @@ def test_to_rebuilds_runners(llama_export) -> None:
     _, exported = llama_export
     first = exported.runners["model"]
     assert exported.to("cpu").runners["model"] is not first
-    assert exported.device == "cpu"
+    assert exported.device == torch.device("cpu")
 
 
 def test_version_drift_warns_once(monkeypatch) -> None:
@@ -150,3 +153,69 @@ def test_public_api_is_exported_and_documented() -> None:
 
     sources = "".join(p.read_text() for p in Path(hub_export.__file__).parent.rglob("*.py"))
     assert not re.search(r"^\s*(from|import) transformers\.exporters", sources, re.M)  # the peer is never imported
+
+
+# -- what transformers asks of a model ------------------------------------------------------------------------
+def test_config_is_the_models_and_the_export_config_has_its_own_name(llama_export, tmp_path: Path) -> None:
+    case, exported = llama_export
+    assert exported.config is case.model.config and exported.model_config is exported.config
+    assert isinstance(exported.export_config, DynamoConfig) and exported.export_config.dynamic is True
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "export"))
+    saved, source = loaded.config.to_dict(), case.model.config.to_dict()
+    assert {k: v for k, v in saved.items() if k != "_name_or_path"} == {
+        k: v for k, v in source.items() if k != "_name_or_path"
+    }
+    assert loaded.export_config == exported.export_config
+
+
+def test_model_attributes_transformers_reads(llama_export) -> None:
+    _, exported = llama_export
+    assert exported.device == torch.device("cpu") and exported.dtype == torch.float32
+    assert exported.main_input_name == "input_ids" and exported.input_modalities == ("text",)
+    assert exported.can_generate() is False and exported.base_model_prefix == ""
+    assert exported.generation_config.eos_token_id == 2
+
+
+def test_main_input_is_positional(llama_export) -> None:
+    case, exported = llama_export
+    ids, mask = case.sample["input_ids"], case.sample["attention_mask"]
+    expected = exported(input_ids=ids, attention_mask=mask).logits
+    assert torch.equal(exported(ids, attention_mask=mask).logits, expected)
+    assert torch.equal(exported.forward(ids, attention_mask=mask).logits, expected)
+    with pytest.raises(TypeError, match="positionally"):
+        exported(ids, mask)
+    with pytest.raises(TypeError, match="multiple values for 'input_ids'"):
+        exported(ids, input_ids=ids, attention_mask=mask)
+
+
+def test_unknown_from_pretrained_arguments_raise_type_error(llama_export, tmp_path: Path) -> None:
+    _, exported = llama_export
+    folder = exported.save_pretrained(tmp_path / "export")
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['trust_remote_code'\]"):
+        ExportedModel.from_pretrained(folder, trust_remote_code=True)
+    with pytest.raises(ConfigError, match=r"DynamoRunner does not take the option\(s\) \['providers'\]"):
+        ExportedModel.from_pretrained(folder, providers=["CPUExecutionProvider"])  # ONNX Runtime's, at load time
+
+
+def test_token_type_ids_the_config_implies_are_traced() -> None:
+    """BERT (type_vocab_size=2) exported from a sample without token_type_ids still takes its tokenizer's, and the
+    logits of a sentence pair equal eager's; a call without them runs on zeros, as the model does."""
+    from tiny_tokenizers import bert_tokenizer
+
+    from hub_export import OnnxConfig, OnnxExporter
+
+    case, tokenizer = build("bert"), bert_tokenizer()
+    sample = {k: v for k, v in case.sample.items() if k != "token_type_ids"}
+    exported = OnnxExporter().export(case.model, sample, config=OnnxConfig(dynamic=True))
+    assert "token_type_ids" in dict(exported.components["model"].metadata.signature.input_structure)
+    pair = tokenizer(["the cat sat", "a dog"], ["on the mat", "ran to the big park"], padding=True, return_tensors="pt")
+    assert int(pair["token_type_ids"].sum()) > 0
+    with torch.no_grad():
+        expected = case.model(**pair).logits
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing the tokenizer produced is dropped
+        produced = exported(**pair).logits
+    assert float((produced - expected).abs().max()) <= 1e-6
+    single = {k: v for k, v in pair.items() if k != "token_type_ids"}
+    with torch.no_grad():
+        assert float((exported(**single).logits - case.model(**single).logits).abs().max()) <= 1e-6

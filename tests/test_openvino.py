@@ -129,7 +129,7 @@ def test_weights_stay_float32_unless_compressed(exports: Any, tmp_path: Path) ->
     assert 'element_type="f16"' in (out / "openvino_model.xml").read_text()
     assert compressed.components["model"].metadata.extra["compress_to_fp16"] is True
     reloaded = ExportedModel.from_pretrained(out)
-    assert reloaded.config.compress_to_fp16 is True
+    assert reloaded.export_config.compress_to_fp16 is True
     with torch.no_grad():
         expected = vit.model(**vit.other)
     assert max_diff(reloaded(**vit.other), expected) <= 2e-2  # fp16 weights: close, not exact

@@ -24,6 +24,7 @@ from ..manifest import ComponentEntry
 from ..model import ExportedComponent, ExportedModel
 from ..quantization.base import find_quantizer, stage_for
 from ..quantization.pt2e import quantize_traced
+from ..sample_inputs import implied_inputs
 from ..signature import Signature
 from .trace import DimBounds, Traced, trace
 
@@ -74,6 +75,8 @@ class HfExporter:
         Args:
             model: A transformers ``PreTrainedModel`` (or any ``torch.nn.Module`` taking kwargs).
             sample_inputs: Sample kwargs; every tensor kwarg becomes a graph input, flags are applied at trace time.
+                Inputs the config implies and the sample lacks are added (BERT's ``token_type_ids``, as zeros:
+                see :func:`hub_export.sample_inputs.implied_inputs`).
             config: The export config (defaults to this format's config class with its defaults).
 
         Returns:
@@ -85,12 +88,12 @@ class HfExporter:
         """
         config = self._check_config(config)
         self.check_available(config)
-        component = self.export_component("model", model, dict(sample_inputs), config)
+        component = self.export_component("model", model, implied_inputs(model, dict(sample_inputs)), config)
         return ExportedModel(
             self.export_format,
             config,
             {"model": component},
-            model_config=getattr(model, "config", None),
+            config=getattr(model, "config", None),
             generation_config=getattr(model, "generation_config", None),
             source=getattr(model, "_hub_export_source", None),
         )

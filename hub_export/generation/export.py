@@ -37,7 +37,7 @@ from typing import Any
 
 from ..configs import ExportConfig
 from ..errors import ConfigError
-from ..model import ExportedModel
+from ..model import exported_model_class
 from ..signature import split_kwargs
 from ._wrap import with_forward
 from .decompose import cache_kwarg, decompose_with_capture
@@ -209,14 +209,15 @@ def export_for_generation(
         generation_config if generation_config is not None else getattr(model, "generation_config", None)
     )
     cache = getattr(gen_config, "cache_implementation", None) or "dynamic"
-    return ExportedModel(
+    plan = {**_plan(components, capture, multi_token_decode, cache), "stateful": _stateful(exported)}
+    return exported_model_class(plan)(
         exporter.export_format,
         main,
         exported,
-        model_config=getattr(model, "config", None),
+        config=getattr(model, "config", None),
         generation_config=gen_config,
         source=getattr(model, "_hub_export_source", None),
-        generation={**_plan(components, capture, multi_token_decode, cache), "stateful": _stateful(exported)},
+        generation=plan,
     )
 
 

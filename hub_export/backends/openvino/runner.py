@@ -167,6 +167,22 @@ class OpenVINORunner(ModelRunner):
             self.request.reset_state()
             self._seeded = False
 
+    def reorder_state(self, index: Any) -> None:
+        """Keep the batch rows ``index`` of the state, in that order (beam search: each beam continues from the
+        cache of the beam it was taken from). A no-op for stateless programs or before the state is seeded."""
+        if not self._state or not self._seeded:
+            return
+        import numpy as np
+        import openvino
+
+        rows = np.asarray(index.detach().cpu() if hasattr(index, "detach") else index, dtype=np.int64)
+        states = {state.name: state for state in self.request.query_state()}
+        for i, _, variable in self._state:
+            shape = list(self.metadata.signature.inputs[i].shape)
+            axis = shape.index("batch") if "batch" in shape else 0
+            data = states[variable].state.data
+            states[variable].state = openvino.Tensor(np.ascontiguousarray(np.take(data, rows, axis=axis)))
+
     @classmethod
     def from_program(
         cls,
