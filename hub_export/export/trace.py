@@ -21,6 +21,7 @@ from ..errors import ConfigError, ExportError
 from ..patches.tracing import ExpertsChoice, tracing_patches
 from ..signature import Signature, TensorSpec, dtype_name, pair_names, split_kwargs
 from ..structure import flatten_value, unflatten
+from ._guards import bound_dims
 
 __all__ = ["DimBounds", "FlatModule", "Traced", "trace"]
 
@@ -329,6 +330,7 @@ def trace(
     _detach_weights(program)
     input_names = [name for name, _ in leaves]
     shapes, symbols, dims = _name_dims(program, input_names)
+    dims = bound_dims(program, symbols, dims)  # size guards through `//`, `%`, `min`: multiples, maxima
     leaf_names = input_names
     input_names, output_names = pair_names(input_names, output_names)
     shapes = _pin_axes(model, config, dynamic_shapes, leaf_names, input_names, shapes, dims)

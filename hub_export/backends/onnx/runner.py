@@ -5,10 +5,10 @@ through symlinks too); a program built in memory is first written to a temporary
 the runner. On CPU, inputs go in as numpy views of the torch tensors and outputs come back as torch views of
 ONNX Runtime's arrays (no copies); on CUDA, inputs and outputs are bound to device buffers (I/O binding).
 
-Threads (see ``docs/runtime-speed.md``): the intra-op pool has one thread per core this process may run on, and its
-threads sleep when idle instead of spinning (``allow_spinning=False``, where ONNX Runtime's default spins): spinning
-threads take the cores from the work they wait for when other processes share them, and a generation export's
-prefill and decode sessions each have a pool.
+Threads (see "Runtime speed" in ``docs/benchmarks.md``): the intra-op pool has one thread per core this process may
+run on, and its threads sleep when idle instead of spinning (``allow_spinning=False``, where ONNX Runtime's default
+spins): spinning threads take the cores from the work they wait for when other processes share them, and a generation
+export's prefill and decode sessions each have a pool.
 """
 
 from __future__ import annotations
