@@ -30,6 +30,7 @@ from .component import ExportedComponent
 from .errors import ManifestError
 from .formats import SafetyOptions, backend_for
 from .manifest import ComponentEntry, FileEntry, Manifest
+from .preprocessing import listed_preprocessing
 
 __all__ = ["FileSource", "LoadedExport", "LocalFiles", "load_export", "verify_export"]
 
@@ -140,11 +141,13 @@ def verify_export(source: FileSource, components: list[str] | None = None) -> li
 
     Raises:
         ManifestError, IntegrityError: As :func:`load_export`.
+        UnsafeExportError: A tokenizer or processor file names remote code or is not valid data.
     """
     manifest = source.read_manifest()
     manifest.roles()
     entries = manifest.component_files(components) + manifest.side_files()
     source.fetch(entries)
+    listed_preprocessing(source.directory, manifest)  # tokenizer and processor files are checked as data
     return entries
 
 
