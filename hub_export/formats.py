@@ -118,7 +118,9 @@ class Backend:
         save_programs: Optional ``save_programs({component: program}, directory) -> {component: [relative paths]}``
             writing the components of one export together, so a weight several of them use is stored once (in a
             file of ``layout.shared``); None: each component is written by ``save_program``.
-        load_program: ``load_program(directory, component, entry) -> program``; the files are verified and checked.
+        load_program: ``load_program(directory, component, entry, options) -> program``; the files are verified
+            and checked (``options``: the :class:`SafetyOptions` the user gave, for a loader whose reading depends
+            on them).
         check_files: ``check_files(directory, component, entry, options)``: refuse files that are unsafe to hand
             to ``load_program`` (raises ``UnsafeExportError``); None when the format has nothing to check.
         packages: Import names the backend needs; a missing one raises ``BackendUnavailableError``.
@@ -136,7 +138,7 @@ class Backend:
     runner_class: type[ModelRunner]
     layout: FileLayout
     save_program: Callable[[Any, Path, str], list[str]]
-    load_program: Callable[[Path, str, ComponentEntry], Any]
+    load_program: Callable[[Path, str, ComponentEntry, SafetyOptions], Any]
     check_files: Callable[[Path, str, ComponentEntry, SafetyOptions], None] | None = None
     save_programs: Callable[[dict[str, Any], Path], dict[str, list[str]]] | None = None
     packages: tuple[str, ...] = ()

@@ -14,10 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..._bounded import read_bounded
 from ..._files import copy_file
 from ...errors import ExportError, UnsafeExportError
+from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
+from ._log_sink import runtime_logs_bypass_python
+from ._plan import check_plan_indices
 from .config import LAYOUT
+from .safety import check_pte_header
 
 __all__ = ["ProgramFiles", "load_program", "load_runtime_program", "program_contents", "program_files", "save_program"]
 
@@ -49,21 +54,30 @@ def program_files(program: Any) -> ProgramFiles | None:
         return None
 
 
-def load_runtime_program(files: ProgramFiles, label: str) -> Any:
+def load_runtime_program(files: ProgramFiles, label: str, size: int | None = None) -> Any:
     """``Runtime.load_program`` of these files with full flatbuffer verification, remembered for saving.
 
+    The ``.pte`` (at most ``size`` bytes: the size export.json lists) is read once; its headers
+    (:func:`.safety.check_pte_header`) and its plans' indices (:func:`._plan.check_plan_indices`) are checked on those
+    bytes before the runtime parses them.
+
     Raises:
-        UnsafeExportError: The runtime refused the program.
+        UnsafeExportError: Bad headers, or the runtime's verification refused the program.
     """
     from executorch.runtime import Runtime, Verification
 
+    size = files.pte.stat().st_size if size is None else size
+    data = read_bounded(files.pte, size, label)  # the runtime gets the bytes checked here, not the file again
+    end = check_pte_header(data[:64], len(data), label)
+    check_plan_indices(data[:end], label)
     try:  # full flatbuffer verification: the file may come from an untrusted repo
-        program = Runtime.get().load_program(
-            files.pte,
-            verification=Verification.InternalConsistency,
-            data_path=str(files.ptd) if files.ptd is not None else None,
-        )
-    except RuntimeError as exc:
+        with runtime_logs_bypass_python():
+            program = Runtime.get().load_program(
+                data,
+                verification=Verification.InternalConsistency,
+                data_path=str(files.ptd) if files.ptd is not None else None,
+            )
+    except Exception as exc:  # noqa: BLE001 - the binding raises RuntimeError, ValueError...: all refusals
         raise UnsafeExportError(f"{label}: the ExecuTorch runtime refused the program ({exc}).") from None
     _FILES[program] = files
     return program
@@ -103,12 +117,14 @@ def save_program(program: Any, directory: Path, component: str) -> list[str]:
     return [pte, ptd]
 
 
-def load_program(directory: Path, component: str, entry: ComponentEntry) -> Any:
-    """The ``.pte`` (with its ``.ptd`` when listed) as an ``executorch.runtime.Program``, mapped from the folder."""
+def load_program(directory: Path, component: str, entry: ComponentEntry, options: SafetyOptions | None = None) -> Any:
+    """The ``.pte`` (with its ``.ptd`` when listed) as an ``executorch.runtime.Program``, checked as
+    :func:`load_runtime_program` says whatever the caller checked before."""
     paths = LAYOUT.paths(component, [f.path for f in entry.files])
     directory = Path(directory)
     ptd = directory / paths["weights"] if "weights" in paths else None
-    return load_runtime_program(ProgramFiles(directory / paths["program"], ptd), paths["program"])
+    size = next(f.size for f in entry.files if f.path == paths["program"])
+    return load_runtime_program(ProgramFiles(directory / paths["program"], ptd), paths["program"], size)
 
 
 def program_contents(program: Any) -> tuple[list[str], list[str]]:
