@@ -29,7 +29,7 @@ Every architecture (``--all``): instead of the zoo, every model type of transfor
 classification, CTC, speech seq2seq, image-text-to-text, AutoModel as the fallback head), each built from its
 config class's defaults with the size fields shrunk, with sample inputs found from its main input name. The
 backends run one after another over every type (dynamo, then onnx, openvino, executorch), so a partial run has
-whole columns. ``--shard i/n`` (1-based) takes every n-th type, so shards fan out (``actions/examples/coverage.yml``);
+whole columns. ``--shard i/n`` (1-based) takes every n-th type, so shards fan out (``benchmarks/coverage-workflow.yml``);
 each shard writes ``docs/coverage-all/shard-i-of-n.jsonl``, and ``--all --report-only`` merges every file of
 that folder into ``docs/support-matrix-all.md`` (the latest row of a cell wins). Failing cells get a one-line reason
 and a failure class (``benchmarks/_failure_classes.py``); types that cannot run here are listed with the reason::

@@ -18,6 +18,7 @@ Every check is linear in the length of its string, and the strings are bounded.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -94,8 +95,10 @@ _ASSUMPTIONS = frozenset(
     }
 )
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
-_FQN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*")
-_MODULE_PATH = re.compile(r"(?:[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)*(?:@[0-9]+)?)?")
+_FQN = re.compile(r"[A-Za-z_][A-Za-z0-9_/]*(?:\.[A-Za-z0-9_/]+)*")  # "/": see _MODULE_PATH
+# NNCF names the modules it inserts after the node they follow ("slice_21_0_0/nncf_smooth_quant"): a module path is
+# only ever split on dots and looked up as attributes, so "/" inside a segment is plain text.
+_MODULE_PATH = re.compile(r"(?:[A-Za-z0-9_/]+(?:\.[A-Za-z0-9_/]+)*(?:@[0-9]+)?)?")
 _SYMBOL = re.compile(r"[a-z]{1,4}[0-9]{1,9}")
 _SREPR_TOKEN = re.compile(r"\s*(?:(-?[0-9]+)|([A-Za-z_][A-Za-z0-9_]*)|('[^'\\]{0,64}')|([(),=]))")
 _OPERATOR_TARGETS = frozenset(
@@ -116,7 +119,10 @@ _OP_TARGET = re.compile(r"torch\.ops\.([a-z_]+)\.([A-Za-z_][A-Za-z0-9_]*)\.([A-Z
 _DENIED_OPS = frozenset({"from_file", "save", "_nested_from_file"})
 #: Higher-order operators (control flow, grad/autocast regions) a program may call; their graphs are checked too.
 HIGHER_ORDER = frozenset({"wrap_with_set_grad_enabled", "wrap_with_autocast", "cond", "while_loop", "map_impl", "scan"})
-_METADATA_KEYS = frozenset({"stack_trace", "nn_module_stack", "torch_fn", "source_fn_stack"})
+_METADATA_KEYS = frozenset({"stack_trace", "nn_module_stack", "torch_fn", "source_fn_stack", "from_node", "custom"})
+#: The fields torch writes for a node's provenance (``torch.fx.traceback.NodeSource.to_dict``), and their types.
+_FROM_NODE_FIELDS = {"name": str, "target": str, "graph_id": int, "pass_name": str, "action": str, "from_node": list}
+_MAX_JSON_DEPTH = 64
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _MAX_METADATA = 65536
 _TREESPEC_TYPES = frozenset(
@@ -414,8 +420,49 @@ def check_metadata(metadata: dict[str, Any]) -> None:
                 name, _, target = item.partition(",")
                 if not is_identifier(name) or not is_fqn(target):
                     raise ValueError(f"source_fn_stack item {item[:80]!r} is not 'name,qualified.name'")
+        elif key == "from_node":
+            _check_from_node(value)
+        elif key == "custom":  # annotations a pass or the user attached (fx.traceback.annotate): JSON data
+            _check_json_depth(_loads(value, key), key)
         elif key != "stack_trace" and "\n" in value:
             raise ValueError(f"metadata {key!r} spans several lines")
+
+
+def _loads(text: str, key: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        raise ValueError(f"metadata {key!r} is not JSON of bounded depth") from None
+
+
+def _check_json_depth(data: Any, key: str) -> None:
+    pending = [(data, 0)]
+    while pending:
+        value, depth = pending.pop()
+        if depth > _MAX_JSON_DEPTH:
+            raise ValueError(f"metadata {key!r} is nested more than {_MAX_JSON_DEPTH} deep")
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        pending.extend((child, depth + 1) for child in children)
+
+
+def _check_from_node(text: str) -> None:
+    """``from_node`` (where a node came from, through which passes) is JSON that torch turns into ``NodeSource``
+    objects field by field: a list of objects with :data:`_FROM_NODE_FIELDS` only, nested at most
+    :data:`_MAX_JSON_DEPTH` deep."""
+    pending = [(_loads(text, "from_node"), 0)]
+    while pending:
+        items, depth = pending.pop()
+        if not isinstance(items, list) or depth > _MAX_JSON_DEPTH:
+            raise ValueError("metadata 'from_node' is not a list of node sources of bounded depth")
+        for item in items:
+            if not isinstance(item, dict):
+                raise ValueError("metadata 'from_node' holds something other than a node source")
+            for field, value in item.items():
+                kind = _FROM_NODE_FIELDS.get(field)
+                if kind is None or not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                    raise ValueError(f"metadata 'from_node' field {str(field)[:40]!r} is not allowed there")
+            if "from_node" in item:
+                pending.append((item["from_node"], depth + 1))
 
 
 def check_treespec(text: Any) -> None:
