@@ -29,9 +29,10 @@ LAYER_CLASSES = (
 
 def _subclasses(cls: type) -> list[type]:
     seen: list[type] = []
-    stack = [cls]
+    stack: list[type] = [cls]
     while stack:
-        for sub in stack.pop().__subclasses__():
+        subs: list[type] = stack.pop().__subclasses__()
+        for sub in subs:
             if sub not in seen:
                 seen.append(sub)
                 stack.append(sub)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -142,7 +142,7 @@ _BINARY = {
     "<": lambda a, b: int(a < b),
     ">": lambda a, b: int(a > b),
 }
-_CALLS = {
+_CALLS: dict[str, Callable[..., Any]] = {
     "Min": min,
     "Max": max,
     "floor": math.floor,

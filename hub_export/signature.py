@@ -227,7 +227,8 @@ def split_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
         raise ExportError(
             f"Training-only input(s) {training} cannot be exported: exports run inference. Remove them from the sample inputs."
         )
-    traced, constants = {}, {}
+    traced: dict[str, Any] = {}
+    constants: dict[str, Any] = {}
     for name, value in kwargs.items():
         (constants if isinstance(value, CONSTANT_TYPES) else traced)[name] = value
     return traced, constants

@@ -275,7 +275,7 @@ def unflatten(
 
 
 def _unflatten_cache(node: dict[str, Any], tensors: list[Any], where: str) -> Any:
-    cls = cache_class(node.get("class"), where=f"{where}.class")
+    cls = cache_class(str(node.get("class")), where=f"{where}.class")
     if cls.__name__ == "EncoderDecoderCache":
         parts = [{"layers": [layer[part] for layer in node["layers"]]} for part in ("decoder", "encoder")]
         decoder, encoder = (

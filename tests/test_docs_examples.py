@@ -99,3 +99,24 @@ def test_dynamic_shapes_example(llama, exporter_cls, config_cls) -> None:
     with torch.no_grad():
         expected = model(**other).logits
     assert torch.allclose(exported(**other).logits, expected, atol=1e-4)
+
+
+def test_extending_example_runs_as_written(tmp_path) -> None:
+    """The first python block of docs/extending.md registers a toy backend, exports, saves, loads and compares with
+    eager; run as is in a fresh interpreter (its registration must not leak into the other tests)."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "docs" / "extending.md").read_text(encoding="utf-8")
+    block = re.search(r"```python\n(.*?)```", text, re.S)
+    assert block is not None
+    script = tmp_path / "extending_example.py"
+    script.write_text(block.group(1), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "toy export matches eager: toy" in done.stdout

@@ -315,7 +315,7 @@ class _NativeLogFilter(io.TextIOBase):
 def _native_log_lines_dropped() -> Iterator[None]:
     stream = sys.stderr
     filtered = _NativeLogFilter(stream)
-    sys.stderr = filtered  # type: ignore[assignment]
+    sys.stderr = filtered
     try:
         yield
     finally:

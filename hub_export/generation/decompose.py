@@ -139,7 +139,7 @@ def _full_length_cache(model: Any, inputs: Any, config: Any) -> Any:
     With full-length layers the window comes from the attention mask alone (transformers builds the sliding mask
     from positions), which computes the same attention; the exported graphs then take and return plain caches.
     """
-    text_config = getattr(model, "config", None)
+    text_config: Any = getattr(model, "config", None)
     text_config = text_config.get_text_config() if hasattr(text_config, "get_text_config") else text_config
     sliding = "sliding_attention" in (getattr(text_config, "layer_types", None) or ())
     implementation = getattr(config, "cache_implementation", None)
@@ -174,7 +174,7 @@ def _empty_cache(value: Any) -> bool:
 
 def _is_state_cache(value: Any) -> bool:
     """A state-space cache (Mamba-2's ``DynamicCache`` of ``LinearAttentionLayer``: conv and SSM states)."""
-    layers = getattr(value, "layers", None)
+    layers = getattr(value, "layers", None) or ()
     return bool(layers) and all(type(layer).__name__ == "LinearAttentionLayer" for layer in layers)
 
 
@@ -234,10 +234,10 @@ def _static_cache_inputs(calls: list[dict[str, Any]], inputs: Any, input_name: s
     """
     import torch
 
-    caches = [call.get("past_key_values") for call in calls]
+    caches: list[Any] = [call.get("past_key_values") for call in calls]
     if not any(type(c).__name__ == "StaticCache" for c in caches):
         return
-    filled = next((c for c in caches if c is not None and all(layer.is_initialized for layer in c.layers)), None)
+    filled: Any = next((c for c in caches if c is not None and all(layer.is_initialized for layer in c.layers)), None)
     ids = calls[0].get(input_name)
     if filled is None or not isinstance(ids, torch.Tensor):
         return

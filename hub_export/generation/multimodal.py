@@ -268,7 +268,7 @@ def multimodal_components(
         _single_input(parts.lm_head, "hidden_states", "logits"),
         {"hidden_states": _first_tensor(calls["lm_head"][0])[1]},
     )
-    plan = {"modalities": modalities, "embeds_input": "inputs_embeds", "hidden": "last_hidden_state"}
+    plan: dict[str, Any] = {"modalities": modalities, "embeds_input": "inputs_embeds", "hidden": "last_hidden_state"}
     plan["runnable"] = _check_chain(modalities, components, prefill, language, replay, input_name)
     return components, plan
 

@@ -114,7 +114,7 @@ def _front_matter(current: str | None, exports: Mapping[str, CardExport], repo_i
     return "---\n" + yaml.safe_dump(wanted, sort_keys=False, allow_unicode=True) + "---\n"
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1000 or unit == "GB":
             return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"

@@ -6,6 +6,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from ...errors import UnsafeExportError
+from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
 from .compiled import CompiledProgram
 from .config import LAYOUT
@@ -50,3 +52,16 @@ def load_program(directory: Path, component: str, entry: ComponentEntry) -> Any:
             program_path=Path(directory) / paths["program"],
         )
     return torch.export.load(str(Path(directory) / paths["program"]))
+
+
+def read_program(path: Path, label: str, options: SafetyOptions, expected_size: int | None = None) -> Any:
+    """A ``.pt2`` archive's ``ExportedProgram``, checked by :mod:`.safety` before torch reads it."""
+    import torch
+
+    from .safety import check_archive
+
+    if expected_size is not None and path.stat().st_size != expected_size:
+        raise UnsafeExportError(f"{label}: {path.stat().st_size} bytes, but {expected_size} are listed.")
+    if not options.trust_pickles:
+        check_archive(path, label)
+    return torch.export.load(str(path))

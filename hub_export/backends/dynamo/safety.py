@@ -30,7 +30,7 @@ from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
 from .config import LAYOUT
 
-__all__ = ["ALLOWED_GLOBALS", "check", "scan_pickle"]
+__all__ = ["ALLOWED_GLOBALS", "check", "check_archive", "scan_pickle"]
 
 _STORAGES = (
     "Double",
@@ -100,10 +100,11 @@ def check(directory: Path, component: str, entry: ComponentEntry, options: Safet
         )
     if options.trust_pickles:
         return
-    _check_archive(directory / paths["program"], paths["program"])
+    check_archive(directory / paths["program"], paths["program"])
 
 
-def _check_archive(path: Path, label: str) -> None:
+def check_archive(path: Path, label: str) -> None:
+    """Refuse a ``.pt2`` whose pickles import anything outside :data:`ALLOWED_GLOBALS` (``label`` names it)."""
     try:
         archive = zipfile.ZipFile(path)
     except zipfile.BadZipFile as exc:

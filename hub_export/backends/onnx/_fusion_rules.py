@@ -50,7 +50,7 @@ def cos_sin_cache_rules() -> Any:
         def __init__(self, name: str, scaled: bool) -> None:
             super().__init__(name, remove_nodes=False)  # cos/sin are shared by q and k: unused ones go at the end
             self._scaled = scaled
-            self._caches: dict[tuple[int, int, int], tuple[Any, Any]] = {}
+            self._caches: dict[tuple[int, int, int], tuple[Any, ...]] = {}
 
         def cleanup(self) -> None:
             self._caches.clear()
@@ -70,7 +70,7 @@ def cos_sin_cache_rules() -> Any:
                 _domain=_FUSION,
             )
 
-        def check(self, context, position_ids, axes, inv_freq, scaling=None, **_):
+        def check(self, context, position_ids, axes, inv_freq, scaling=None, **_):  # type: ignore[override]  # onnxscript passes the pattern's bindings by name
             result = pattern.MatchResult()
             row = _ir_utils.has_rank(position_ids, 1) and _ir_utils.is_1d_value(axes, [0, 2])  # arange(past, total)
             if not row and not (_ir_utils.has_rank(position_ids, 2) and _int(axes) in (2, -1)):
@@ -133,6 +133,7 @@ def gqa_rules(*, rotary_inside: bool, query_seqlens: bool, qk_norm_inside: bool 
         def __init__(self, name: str, rotary: bool, heads: str) -> None:
             super().__init__(name, remove_nodes=False)  # shape computations may still read the inner values
             self._has_rotary, self._heads_mode = rotary, heads
+            self._heads = self._kv_heads = self._head_size = 0  # set by check() for rewrite()
 
         def _repeated(self, op, x):  # repeat_kv: grouped key/value heads repeated for the query heads
             if self._heads_mode != "repeat":
@@ -173,7 +174,7 @@ def gqa_rules(*, rotary_inside: bool, query_seqlens: bool, qk_norm_inside: bool 
             output = op.Reshape(op.Transpose(attention, perm=[0, 2, 1, 3]), output_shape, _outputs=["output"])
             return output, present_key, present_value
 
-        def check(
+        def check(  # type: ignore[override]  # onnxscript passes the pattern's bindings by name
             self,
             context,
             query_BSD,
@@ -212,7 +213,9 @@ def gqa_rules(*, rotary_inside: bool, query_seqlens: bool, qk_norm_inside: bool 
                 return result.fail("The mask is not [batch, 1, sequence, total] of this query.", mask)
             num_heads, head_size = _ir_utils.get_dim(query_BSHDh, 2), _ir_utils.get_dim(query_BSHDh, 3)
             kv_heads = _ir_utils.get_dim(key_BSHDh, 2)
-            if not all(isinstance(d, int) for d in (num_heads, kv_heads, head_size)) or num_heads % kv_heads:
+            if not (isinstance(num_heads, int) and isinstance(kv_heads, int) and isinstance(head_size, int)):
+                return result.fail("Unknown or inconsistent head counts.", query_BSHDh)
+            if num_heads % kv_heads:
                 return result.fail("Unknown or inconsistent head counts.", query_BSHDh)
             if (num_heads != kv_heads) != (self._heads_mode != "plain"):
                 return result.fail("Key/value heads are not repeated (or grouped) for the query heads.", query_BSHDh)
@@ -240,7 +243,8 @@ def gqa_rules(*, rotary_inside: bool, query_seqlens: bool, qk_norm_inside: bool 
             for node, weight in zip(norms, weights):  # over the head axis, a constant weight per channel, 1 output
                 const = None if weight is None else _ir_utils.get_numpy_value(weight)
                 if (
-                    const is None
+                    weight is None
+                    or const is None
                     or const.shape != (self._head_size,)
                     or weight.dtype != query_BSD.dtype
                     or any(
@@ -368,7 +372,7 @@ def tanh_gelu_rules() -> Any:
             inner = op.Mul(op.Add(x, op.Mul(op.Pow(x, power), cubic)), scale)
             return op.Mul(op.Mul(x, half), op.Add(op.Tanh(inner), one))
 
-        def check(self, context, **bindings):
+        def check(self, context, **bindings):  # type: ignore[override]  # onnxscript passes the pattern's bindings by name
             for name, value in expected.items():
                 got = _ir_utils.get_singleton_value(bindings[name])
                 if got is None or not math.isclose(float(got), value, rel_tol=1e-6):
@@ -444,10 +448,10 @@ def pack_projections(model: Any) -> int:
         weights = [n.inputs[1].const_value.numpy() for n in nodes]
         if len(nodes) < 2 or len({(w.shape[0], w.dtype) for w in weights}) != 1:
             continue
-        packed = ir.Value(
-            name=f"{nodes[0].inputs[1].name}_packed{packs}", const_value=ir.tensor(np.concatenate(weights, 1))
-        )
-        packed.shape, packed.type = packed.const_value.shape, ir.TensorType(packed.const_value.dtype)
+        array = np.concatenate(weights, 1)
+        tensor = ir.tensor(array)
+        packed = ir.Value(name=f"{nodes[0].inputs[1].name}_packed{packs}", const_value=tensor)
+        packed.shape, packed.type = ir.Shape(array.shape), ir.TensorType(tensor.dtype)
         graph.register_initializer(packed)
         widths = np.array([w.shape[1] for w in weights], dtype=np.int64)
         sizes = ir.Value(name=f"{packed.name}_sizes", const_value=ir.tensor(widths))

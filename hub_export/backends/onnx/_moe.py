@@ -37,6 +37,7 @@ loop of standard ops: a custom ``_apply_gate`` (GPT-OSS's clamped gate), a gated
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,7 +135,7 @@ def _activation(states: Any, activation_type: str, fusion: int, alpha: float, be
     if activation_type == "swiglu":
         gate, up = (states[:, 0::2], states[:, 1::2]) if fusion == 1 else states.chunk(2, dim=-1)
         return gate * torch.sigmoid(alpha * gate) * (up + beta)
-    activations = {
+    activations: dict[str, Callable[[Any], Any]] = {
         "relu": F.relu,
         "silu": F.silu,
         "gelu": functools.partial(F.gelu, approximate="tanh"),

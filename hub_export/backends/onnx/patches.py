@@ -44,7 +44,8 @@ def views_as_reshapes() -> Iterator[None]:
                         changed = True
                 if changed:
                     module.recompile()
-        original(graph_module)
+        if original is not None:  # patch_attribute below refuses a missing target (PatchTargetMissing)
+            original(graph_module)
 
     with patch_attribute(
         _fx_passes, "insert_type_promotion_nodes", insert_type_promotion_nodes, reason="pytorch/pytorch#141107"
@@ -65,8 +66,9 @@ def _safe_sdpa(
     """torchlib's attention, with rows that attend to no key set to zero (microsoft/onnxscript#2654)."""
     import onnx_ir as ir
     from onnxscript.function_libs.torch_lib.ops.nn import aten_scaled_dot_product_attention
-    from onnxscript.onnx_opset import opset18 as op
+    from onnxscript.onnx_opset import opset18
 
+    op: Any = opset18  # symbolic values of the graph being built: onnxscript's tensor-type stubs do not apply
     output = aten_scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if attn_mask is None:
         return output
