@@ -28,7 +28,7 @@ def _prompt(inputs: dict[str, Any]) -> dict[str, Any]:
 def _export(tool: str, fmt: str, model: Any, prompt: dict[str, Any]) -> Any:
     if tool == "hub":
         from hub_export.configs import AutoExportConfig
-        from hub_export.exporters.auto import exporter_class
+        from hub_export.export.auto import exporter_class
 
         config = AutoExportConfig.config_class(fmt)(dynamic=True)
         return exporter_class(fmt)().export_for_generation(model, prompt, config=config)

@@ -175,7 +175,7 @@ def table(size: str, info: dict, rows: dict[str, Row], args: Any, loads: tuple[f
     """The markdown table of one size."""
     eager = rows.get("eager")
     reference = eager.runs[0]["ids"] if eager and eager.runs else None
-    mode = "under contention (2 busy processes)" if args.contention else "quiet (no load of ours)"
+    mode = "under contention (2 busy processes of ours)" if args.contention else "no busy processes of ours"
     lines = [
         f"### {size}: {info['params'] / 1e6:.0f}M parameters, {info['weight_bytes'] / 1e6:.0f} MB fp32, {mode}",
         "",

@@ -10,9 +10,12 @@ and compared with eager PyTorch:
 * peer: max abs diff of ``logits``, else ``last_hidden_state``, else the first tensor output (the peer's
   runners rebuild outputs differently; this is the tensor every task reads).
 
-A cell passes when the export succeeded, both shapes ran, and the max diff is <= 1e-4 (dynamo) / 1e-3 (others).
+A cell passes when the export succeeded, both shapes ran, and the max diff is <= 1e-4 (dynamo) / 1e-3 (others);
+with ``--all`` also after a round trip (``save_pretrained``, ``from_pretrained``, the other shape on the loaded
+export: a manifest the library refuses to write fails the cell).
 Each case runs in a child process; a cell that hangs past ``--timeout`` (or kills its process) is recorded as
-failed and the child restarts on the next cell. Results go to a JSON-lines file (``docs/coverage-results.jsonl``,
+failed and the child restarts on the next cell (``--all``: the limit is CPU seconds, so a loaded machine does not
+fail cells). Results go to a JSON-lines file (``docs/coverage-results.jsonl``,
 committed with the matrix, so ``--report-only`` rebuilds it anywhere); a run only adds the cells the file lacks
 (``--rerun``: the selected cells again; the latest row of a cell wins), so partial runs merge. The Markdown matrix
 (``docs/support-matrix.md``) is written from it, with a column per backend and tool the file holds. Usage::
@@ -20,6 +23,19 @@ committed with the matrix, so ``--report-only`` rebuilds it anywhere); a run onl
     python benchmarks/coverage.py [--backends dynamo onnx openvino executorch] [--cases llama bert]
         [--tools hub peer] [--timeout 120] [--results docs/coverage-results.jsonl] [--rerun] [--report-only]
     python benchmarks/coverage.py --backends gen-dynamo gen-onnx gen-openvino   # the generation cells
+
+Every architecture (``--all``): instead of the zoo, every model type of transformers' auto mappings
+(``benchmarks/_tiny_configs.py``: causal / masked LM, sequence / token classification, seq2seq LM, image
+classification, CTC, speech seq2seq, image-text-to-text, AutoModel as the fallback head), each built from its
+config class's defaults with the size fields shrunk, with sample inputs found from its main input name. The
+backends run one after another over every type (dynamo, then onnx, openvino, executorch), so a partial run has
+whole columns. ``--shard i/n`` (1-based) takes every n-th type, so shards fan out (``actions/examples/coverage.yml``);
+each shard writes ``docs/coverage-all/shard-i-of-n.jsonl``, and ``--all --report-only`` merges every file of
+that folder into ``docs/support-matrix-all.md`` (the latest row of a cell wins). Failing cells get a one-line reason
+and a failure class (``benchmarks/_failure_classes.py``); types that cannot run here are listed with the reason::
+
+    python benchmarks/coverage.py --all [--shard 1/4] [--backends dynamo onnx] [--types llama bert] [--timeout 300]
+    python benchmarks/coverage.py --all --report-only
 """
 
 from __future__ import annotations
@@ -63,12 +79,31 @@ def _reason(exc: BaseException) -> str:
     return text if len(text) <= 180 else text[:177] + "..."
 
 
-def _diff(got: Any, expected: Any) -> float:
-    """Max abs diff of two tensors; NaN where both are NaN counts as equal, a shape mismatch as inf."""
+def _root_cause(exc: BaseException) -> str | None:
+    """The innermost exception chained under ``exc`` (what a wrapping ExportError hides), with where it was raised."""
+    inner, seen = exc, {id(exc)}
+    while (inner.__cause__ or inner.__context__) is not None and len(seen) < 20:
+        inner = inner.__cause__ or inner.__context__
+        if id(inner) in seen:
+            break
+        seen.add(id(inner))
+    if inner is exc:
+        return None
+    frames = traceback.extract_tb(inner.__traceback__)
+    where = f" ({Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+    return _reason(inner) + where
+
+
+def _diff(got: Any, expected: Any, name: str = "output") -> float:
+    """Max abs diff of two tensors; NaN where both are NaN counts as equal, NaN on one side only as inf.
+
+    Raises:
+        AssertionError: The shapes differ.
+    """
     import torch
 
     if tuple(got.shape) != tuple(expected.shape):
-        return math.inf
+        raise AssertionError(f"output shape mismatch: {name} {tuple(got.shape)} != eager {tuple(expected.shape)}")
     got, expected = got.detach().double().cpu(), expected.detach().double().cpu()
     if got.numel() == 0:
         return 0.0
@@ -78,7 +113,7 @@ def _diff(got: Any, expected: Any) -> float:
 
 
 def _flat(value: Any) -> list[tuple[str, Any]]:
-    from hub_export.signature import flatten_value
+    from hub_export.structure import flatten_value
 
     leaves: list[tuple[str, Any]] = []
     flatten_value(value, (), leaves)
@@ -92,7 +127,7 @@ def _compare_hub(got: Any, expected: Any) -> float:
     if list(got_leaves) != list(expected_leaves):
         missing = sorted(set(expected_leaves) ^ set(got_leaves))[:4]
         raise AssertionError(f"output leaves differ from eager: {missing}")
-    return max((_diff(got_leaves[k], expected_leaves[k]) for k in expected_leaves), default=0.0)
+    return max((_diff(got_leaves[k], expected_leaves[k], k) for k in expected_leaves), default=0.0)
 
 
 def _main_tensor(value: Any) -> Any:
@@ -116,7 +151,7 @@ def _compare_peer(got: Any, expected: Any) -> float:
 def _export(tool: str, backend: str, model: Any, sample: dict[str, Any]) -> Any:
     if tool == "hub":
         from hub_export.configs import AutoExportConfig
-        from hub_export.exporters.auto import exporter_class
+        from hub_export.export.auto import exporter_class
 
         config = AutoExportConfig.config_class(backend)(dynamic=True)
         return exporter_class(backend)().export(model, sample, config=config)
@@ -126,18 +161,52 @@ def _export(tool: str, backend: str, model: Any, sample: dict[str, Any]) -> Any:
     return AutoHfExporter.from_config(config).export(model, sample, config)
 
 
-def run_cell(case_name: str, tool: str, backend: str) -> dict[str, Any]:
-    """Export one case with one tool and backend, run both shapes, compare with eager."""
-    import torch
+def _build(case_name: str, all_mode: bool) -> Any:
+    if all_mode:
+        from _tiny_configs import build_case
+
+        return build_case(case_name)
     from zoo import build
+
+    return build(case_name)
+
+
+def run_cell(case_name: str, tool: str, backend: str, all_mode: bool = False) -> dict[str, Any]:
+    """Export one case with one tool and backend, run both shapes, compare with eager.
+
+    ``all_mode``: the case is a model type built by ``_tiny_configs.build_case``; a build failure is a row whose
+    reason starts with ``[build]``, and an environment that cannot build it a ``skip`` row.
+    """
+    import torch
 
     row: dict[str, Any] = {"case": case_name, "tool": tool, "backend": backend, "ok": False}
     try:
-        case = build(case_name)
+        row["stage"] = "build"
+        try:
+            case = _build(case_name, all_mode)
+        except Exception as exc:
+            if all_mode:
+                from _tiny_configs import skip_reason
+
+                why = skip_reason(exc)
+                if why:
+                    return {"case": case_name, "tool": "*", "backend": "*", "skip": why}
+            raise
+        if all_mode:
+            row["head"] = case.head
+            if case.notes:
+                row["notes"] = "; ".join(case.notes)
         if is_generation_backend(backend):
+            row.pop("stage")
             return run_generation_cell(case, tool, backend, row)
+        row["stage"] = "eager"
         with torch.no_grad():
             expected = [case.model(**inputs) for inputs in (case.sample, case.other)]
+        if all_mode:  # random weights that overflow make a degenerate reference
+            for name, leaf in _flat(expected[0]) + _flat(expected[1]):
+                if leaf.is_floating_point() and not bool(torch.isfinite(leaf).all()):
+                    raise ValueError(f"eager output {name} is not finite (the tiny random model overflows)")
+        row.pop("stage")
         start = time.perf_counter()
         exported = _export(tool, backend, case.model, case.sample)
         row["export_s"] = round(time.perf_counter() - start, 2)
@@ -154,30 +223,101 @@ def run_cell(case_name: str, tool: str, backend: str) -> dict[str, Any]:
             row["reason"] = (
                 f"max abs diff {row['max_diff']:.2e} > {atol(backend):g} (sample {diffs[0]:.1e}, other {diffs[1]:.1e})"
             )
+        elif all_mode:  # the round trip: save_pretrained, from_pretrained, the other shape on the loaded export
+            _round_trip(tool, exported, case.other, expected[1], compare, backend, row)
     except BaseException as exc:  # noqa: BLE001 - every failure is a result
         if isinstance(exc, KeyboardInterrupt):
             raise
-        row["reason"] = (f"[{row.pop('stage')}] " if "stage" in row else "") + _reason(exc)
-        row["trace"] = "".join(traceback.format_exception(exc)[-3:])[-1500:]
+        stage = row.pop("stage", None)
+        if all_mode and stage == "eager":
+            stage = "build"  # the tiny model does not run its own sample inputs
+        row["reason"] = (f"[{stage}] " if stage else "") + _reason(exc)
+        row["trace"] = "".join(traceback.format_exception(exc)[-3:])[-(3000 if all_mode else 1500) :]
+        if all_mode:
+            cause = _root_cause(exc)
+            if cause:
+                row["cause"] = cause
     return row
+
+
+def _round_trip(
+    tool: str, exported: Any, inputs: dict[str, Any], eager: Any, compare: Any, backend: str, row: dict[str, Any]
+) -> None:
+    """Save the export, load it back, run ``inputs`` on the loaded one (stages ``save``, ``load``, ``run loaded``)."""
+    import tempfile
+
+    import torch
+
+    if tool == "hub":
+        from hub_export.model import ExportedModel
+    else:
+        from transformers.exporters import ExportedModel
+    row["ok"] = False  # until the loaded export ran
+    with tempfile.TemporaryDirectory(prefix="coverage-") as folder:
+        row["stage"] = "save"
+        exported.save_pretrained(Path(folder) / "export")
+        row["stage"] = "load"
+        loaded = ExportedModel.from_pretrained(Path(folder) / "export")
+        row["stage"] = "run loaded"
+        with torch.no_grad():
+            diff = compare(loaded(**inputs), eager)
+    row.pop("stage")
+    row["round_trip"] = True
+    row["ok"] = diff <= atol(backend)
+    if not row["ok"]:
+        row["reason"] = f"after save/load: max abs diff {diff:.2e} > {atol(backend):g} (other shape)"
 
 
 def _alarm(_signum: int, _frame: Any) -> None:
     raise TimeoutError("cell timed out")
 
 
-def child(cells: list[tuple[str, str, str]], results: Path, timeout: int) -> None:
-    """Run cells in order, appending one JSON line per cell (flushed, so a crash loses only the current cell)."""
+def _cpu_alarm(_signum: int, _frame: Any) -> None:
+    raise TimeoutError("cell timed out (CPU time limit)")
+
+
+def child(cells: list[tuple[str, str, str]], results: Path, timeout: int, all_mode: bool = False) -> None:
+    """Run cells in order, appending one JSON line per cell (flushed, so a crash loses only the current cell).
+
+    ``all_mode``: rows carry their time (``t``, the latest row of a cell wins across shard files), and a type the
+    environment cannot build gets one skip row; its other cells are then not run."""
     warnings.filterwarnings("ignore")
-    signal.signal(signal.SIGALRM, _alarm)
+    if all_mode:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+    # --all: the limit is CPU time (the process's own work), so a shared, loaded machine does not fail cells
+    signal.signal(signal.SIGPROF if all_mode else signal.SIGALRM, _cpu_alarm if all_mode else _alarm)
+    skipped: set[str] = set()
     for case_name, tool, backend in cells:
+        if case_name in skipped:
+            continue
         print(f"  {case_name:12s} {tool:4s} {backend:10s}", end=" ", flush=True)
-        signal.alarm(timeout)
+        start = time.process_time()
+        if all_mode:
+            signal.setitimer(signal.ITIMER_PROF, timeout)
+        else:
+            signal.alarm(timeout)
         try:
-            row = run_cell(case_name, tool, backend)
+            row = run_cell(case_name, tool, backend, all_mode)
         finally:
-            signal.alarm(0)
-        print("ok" if row["ok"] else "FAIL", row.get("max_diff", ""), row.get("export_s", ""), flush=True)
+            if all_mode:
+                signal.setitimer(signal.ITIMER_PROF, 0)
+            else:
+                signal.alarm(0)
+        if all_mode:
+            row["cpu_s"] = round(time.process_time() - start, 1)
+        if "skip" in row:
+            skipped.add(case_name)
+            print("SKIP", row["skip"], flush=True)
+        else:
+            print("ok" if row["ok"] else "FAIL", row.get("max_diff", ""), row.get("export_s", ""), flush=True)
+        if all_mode:
+            from _failure_classes import classify
+
+            row["t"] = round(time.time(), 1)
+            if classify(row):
+                row["class"] = classify(row)
         with results.open("a") as handle:
             handle.write(json.dumps(row) + "\n")
 
@@ -351,22 +491,53 @@ def report(results: Path, out: Path, backends: list[str], tools: list[str]) -> N
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--backends", nargs="+", default=DEFAULT_BACKENDS, choices=ALL_BACKENDS)
+    parser.add_argument(
+        "--backends",
+        nargs="+",
+        default=None,
+        choices=ALL_BACKENDS,
+        help=f"default: {' '.join(DEFAULT_BACKENDS)} (--all: these and executorch)",
+    )
     parser.add_argument("--cases", nargs="+", default=None)
     parser.add_argument("--tools", nargs="+", default=TOOLS, choices=TOOLS)
-    parser.add_argument("--timeout", type=int, default=120, help="seconds per cell")
-    parser.add_argument("--results", type=Path, default=ROOT / "docs" / "coverage-results.jsonl")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "support-matrix.md")
+    parser.add_argument("--timeout", type=int, default=None, help="seconds per cell (default 120; --all: 300)")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="default: docs/coverage-results.jsonl "
+        "(--all: docs/coverage-all/shard-i-of-n.jsonl, or all.jsonl unsharded)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="default: docs/support-matrix.md (--all: docs/support-matrix-all.md)"
+    )
     parser.add_argument("--fresh", action="store_true", help="discard earlier results instead of resuming")
     parser.add_argument("--rerun", action="store_true", help="run the selected cells again, even those in --results")
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--all", action="store_true", help="every model type of transformers' auto mappings")
+    parser.add_argument("--types", nargs="+", default=None, help="--all: only these model types")
+    parser.add_argument("--shard", default=None, help="--all: 'i/n' (1-based), every n-th type from the i-th")
+    parser.add_argument("--batch", type=int, default=8, help="--all: model types per child process")
+    parser.add_argument("--retry", nargs="+", default=None, help="--all: rerun the cells failing with these classes")
+    parser.add_argument(
+        "--order", choices=["name", "spread"], default="name", help="--all: by name, or round-robin over the heads"
+    )
     args = parser.parse_args()
     if args.child:
-        child([tuple(cell) for cell in json.loads(args.child)], args.results, args.timeout)
+        child([tuple(cell) for cell in json.loads(args.child)], args.results, args.timeout, args.all)
+        return
+    if args.all:
+        from _coverage_all import main_all
+
+        main_all(args, parser)
         return
     from zoo import ZOO
 
+    args.results = args.results or ROOT / "docs" / "coverage-results.jsonl"
+    args.out = args.out or ROOT / "docs" / "support-matrix.md"
+    args.backends = args.backends or DEFAULT_BACKENDS
+    args.timeout = args.timeout or 120
     cases = args.cases or list(ZOO)
     unknown = [c for c in cases if c not in ZOO]
     if unknown:
@@ -375,9 +546,14 @@ def main() -> None:
         os.remove(args.results)
     if not args.report_only:
         drive(cases, args.tools, args.backends, args.results, args.timeout, rerun=args.rerun)
-    ran = {(row["tool"], row["backend"]) for row in map(json.loads, args.results.read_text().splitlines())}
+    write_matrix(args.out, args.results)
+
+
+def write_matrix(out: Path, results: Path = ROOT / "docs" / "coverage-results.jsonl") -> None:
+    """Write the zoo's matrix from ``results`` (``--all`` writes its own: ``_coverage_all.write_all``)."""
+    ran = {(row["tool"], row["backend"]) for row in map(json.loads, results.read_text().splitlines())}
     backends = [b for b in ALL_BACKENDS if any((t, b) in ran for t in TOOLS)]
-    report(args.results, args.out, backends, [t for t in TOOLS if any((t, b) in ran for b in backends)])
+    report(results, out, backends, [t for t in TOOLS if any((t, b) in ran for b in backends)])
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ def kernel_ms(
 
     import onnxruntime as ort
 
-    from hub_export.runners.onnx import OnnxRunner
+    from hub_export.backends.onnx import OnnxRunner
 
     runners = {}
     for name, component in components.items():

@@ -357,7 +357,10 @@ class Dim:
         elif self.multiple_of > 1 and size % self.multiple_of:
             fix = f"Pad it to a multiple of {self.multiple_of}."
         else:
-            fix = f"Re-export with a larger bound for {self.name!r}."
+            fix = (
+                f"Run a size inside these bounds, or re-export with a larger bound for {self.name!r} if the export "
+                "set one (a bound the model's own size arithmetic imposes stays)."
+            )
         raise InputBoundsError(
             f"{where} has size {size} on axis {axis} ({self.name}), outside the exported bounds {self.describe()}. "
             f"{fix}"

@@ -26,6 +26,7 @@ from .errors import ConfigError, ManifestError, UnknownFormatError
 
 if TYPE_CHECKING:
     from .manifest import ComponentEntry
+    from .runner import ModelRunner
 
 __all__ = [
     "Backend",
@@ -114,7 +115,9 @@ class Backend:
         runner_class: Its ``ModelRunner`` subclass.
         layout: Its file layout (:class:`FileLayout`).
         save_program: ``save_program(program, directory, component) -> [relative paths]`` (main file first).
-        load_program: ``load_program(directory, component, entry) -> program``; the files are verified and checked.
+        load_program: ``load_program(directory, component, entry, options) -> program``; the files are verified
+            and checked (``options``: the :class:`SafetyOptions` the user gave, for a loader whose reading depends
+            on them).
         check_files: ``check_files(directory, component, entry, options)``: refuse files that are unsafe to hand
             to ``load_program`` (raises ``UnsafeExportError``); None when the format has nothing to check.
         packages: Import names the backend needs; a missing one raises ``BackendUnavailableError``.
@@ -129,10 +132,10 @@ class Backend:
     name: str
     config_class: type
     exporter_class: type
-    runner_class: type
+    runner_class: type[ModelRunner]
     layout: FileLayout
     save_program: Callable[[Any, Path, str], list[str]]
-    load_program: Callable[[Path, str, ComponentEntry], Any]
+    load_program: Callable[[Path, str, ComponentEntry, SafetyOptions], Any]
     check_files: Callable[[Path, str, ComponentEntry, SafetyOptions], None] | None = None
     packages: tuple[str, ...] = ()
     distributions: tuple[str, ...] = ()

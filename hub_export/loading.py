@@ -24,11 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from ._bounded import loads_bounded_json, read_bounded
 from ._files import verify_file
 from .component import ExportedComponent
 from .errors import ManifestError
 from .formats import SafetyOptions, backend_for
 from .manifest import ComponentEntry, FileEntry, Manifest
+from .preprocessing import listed_preprocessing
 
 __all__ = ["FileSource", "LoadedExport", "LocalFiles", "load_export", "verify_export"]
 
@@ -139,11 +141,13 @@ def verify_export(source: FileSource, components: list[str] | None = None) -> li
 
     Raises:
         ManifestError, IntegrityError: As :func:`load_export`.
+        UnsafeExportError: A tokenizer or processor file names remote code or is not valid data.
     """
     manifest = source.read_manifest()
     manifest.roles()
     entries = manifest.component_files(components) + manifest.side_files()
     source.fetch(entries)
+    listed_preprocessing(source.directory, manifest)  # tokenizer and processor files are checked as data
     return entries
 
 
@@ -154,11 +158,15 @@ def _load_program(
     backend = backend_for(export_format)
     if backend.check_files is not None:
         backend.check_files(source.directory, name, entry, options)
-    return backend.load_program(source.directory, name, entry), source.directory.resolve()
+    return backend.load_program(source.directory, name, entry, options), source.directory.resolve()
 
 
 def _side_configs(manifest: Manifest, source: FileSource) -> tuple[Any, Any]:
-    """The model's configs: listed (and so verified) ones, or, for a version-1 manifest, plain files of bounded size."""
+    """The model's configs: listed (and so verified) ones, or, for a version-1 manifest, plain files of bounded size.
+
+    Each is read with a byte budget and parsed as bounded JSON (an object) before transformers reads it, and
+    whatever transformers raises on it becomes a :class:`ManifestError` naming the file.
+    """
     listed = {f.path: f for f in manifest.side_files()}
     present = []
     for name in _SIDE_CONFIGS:
@@ -167,27 +175,39 @@ def _side_configs(manifest: Manifest, source: FileSource) -> tuple[Any, Any]:
             present.append(name)
         elif manifest.schema_version == 1 and _plain_file(source.directory / name):
             present.append(name)
+    for name in present:
+        data = read_bounded(source.directory / name, _MAX_UNLISTED_CONFIG_BYTES, name, error=ManifestError)
+        if not isinstance(
+            loads_bounded_json(data, name, max_containers=100_000, max_depth=64, error=ManifestError), dict
+        ):
+            raise ManifestError(f"{name}: not a JSON object.")
     model_config = generation_config = None
-    if "config.json" in present:
-        from transformers import AutoConfig
+    try:
+        if "config.json" in present:
+            from transformers import AutoConfig
 
-        model_config = AutoConfig.from_pretrained(str(source.directory), trust_remote_code=False)
-    if "generation_config.json" in present:
-        from transformers import GenerationConfig
+            model_config = AutoConfig.from_pretrained(str(source.directory), trust_remote_code=False)
+        if "generation_config.json" in present:
+            from transformers import GenerationConfig
 
-        generation_config = GenerationConfig.from_pretrained(str(source.directory))
+            generation_config = GenerationConfig.from_pretrained(str(source.directory))
+    except Exception as exc:  # noqa: BLE001 - transformers raises ValueError, KeyError, OSError... on a bad config
+        name = "generation_config.json" if model_config is not None or "config.json" not in present else "config.json"
+        raise ManifestError(f"{name}: transformers cannot read it ({type(exc).__name__}: {str(exc)[:200]}).") from None
     return model_config, generation_config
 
 
 def _plain_file(path: Path) -> bool:
-    """A regular file of bounded size (a symlink counts when it is the huggingface_hub cache's, into ``blobs/``)."""
+    """A regular file of bounded size; a symlink counts only as a huggingface_hub cache snapshot's link into the
+    ``blobs/`` folder of the same cached repo (``<repo>/snapshots/<commit>/...`` -> ``<repo>/blobs/<id>``)."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
         return False
     if stat.S_ISLNK(info.st_mode):
         target = Path(os.path.realpath(path))
-        if target.parent.name != "blobs":
+        snapshots = next((p for p in path.absolute().parents if p.name == "snapshots"), None)
+        if snapshots is None or target.parent != snapshots.parent.resolve() / "blobs":
             raise ManifestError(f"$: {path.name} is a symlink out of the export folder; refusing to read it.")
         info = os.stat(target)
     if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_UNLISTED_CONFIG_BYTES:

@@ -269,8 +269,8 @@ class Manifest:
             raise ManifestError(f"$: export.json is {len(text)} bytes, over the {MAX_MANIFEST_BYTES} byte limit.")
         try:
             data = json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ManifestError(f"$: export.json is not valid JSON ({exc}).") from None
+        except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, and integers past the digit limit
+            raise ManifestError(f"$: export.json is not valid JSON ({str(exc)[:200]}).") from None
         except RecursionError:
             raise ManifestError("$: export.json is nested too deeply.") from None
         validate_manifest_data(data)

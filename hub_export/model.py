@@ -25,6 +25,7 @@ from .hub.download import download_export
 from .hub.publish import push_export
 from .loading import LoadedExport, LocalFiles, load_export
 from .manifest import MANIFEST_NAME, SIDE_FILE_ROLES, Manifest, Source
+from .preprocessing import listed_preprocessing, write_preprocessing
 from .sample_inputs import default_token_types
 from .tasks import TASKS, plan_class_name
 
@@ -51,10 +52,14 @@ class ExportedModel:
         generation_config: The model's ``GenerationConfig``, or None.
         source: Where the model came from on the Hub, or None.
         generation: The generation plan of an ``export_for_generation`` export (``export.json``), or None.
+        task: The pipeline task the export serves (recorded in ``export.json``), or None.
+        preprocessing: The source's tokenizer and processor files saved with the export, by name, or None.
     """
 
     #: What transformers reads of a model class (``PreTrainedModel`` has the same attribute).
     base_model_prefix = ""
+    task: str | None = None
+    preprocessing: dict[str, bytes] | None = None
 
     def __init__(
         self,
@@ -219,6 +224,7 @@ class ExportedModel:
             components={name: c.metadata for name, c in self.components.items()},
             source=self.source,
             generation=self.generation,
+            task=self.task,
         )
 
     def save_pretrained(self, save_directory: str | Path) -> Path:
@@ -245,6 +251,7 @@ class ExportedModel:
                 self.config.to_json_file(str(staged / "config.json"))
             if self.generation_config is not None:
                 self.generation_config.to_json_file(str(staged / "generation_config.json"))
+            write_preprocessing(self.preprocessing or {}, staged)
             side = [
                 file_entry(staged, name, role) for name, role in SIDE_FILE_ROLES.items() if (staged / name).is_file()
             ]
@@ -392,7 +399,7 @@ class ExportedModel:
                 f"{list(loaded.components)}); load it with ExportedModel.from_pretrained, which picks the class the "
                 "export needs."
             )
-        return klass(
+        exported = klass(
             parse_format(manifest.export_format),
             AutoExportConfig.from_dict({**manifest.config, "quantizer": None}),  # the recipe is recorded, not re-run
             loaded.components,
@@ -403,6 +410,9 @@ class ExportedModel:
             generation=manifest.generation,
             runner_options=runner_options,
         )
+        exported.task = manifest.task
+        exported.preprocessing = listed_preprocessing(loaded.source.directory, manifest)
+        return exported
 
 
 def exported_model_class(generation: dict[str, Any] | None = None, *, task: str | None = None) -> type[ExportedModel]:

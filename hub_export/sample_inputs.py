@@ -38,8 +38,10 @@ def dummy_inputs(model: Any, *, batch: int = 2, sequence: int = 8) -> dict[str, 
         inputs["attention_mask"] = torch.ones(batch, sequence, dtype=torch.int64)
     elif main == "pixel_values":
         vision = _get(config, "vision_config", default=config)
-        size = _get(vision, "image_size", default=224)
-        size = size if isinstance(size, int) else (size.get("height") if isinstance(size, dict) else size[0])
+        image_size = _get(vision, "image_size", default=224)  # an int, {"height": h, "width": w} or (h, w)
+        if isinstance(image_size, dict):
+            image_size = image_size["height"]
+        size = int(image_size if isinstance(image_size, int) else image_size[0])
         channels = _get(vision, "num_channels", default=3)
         inputs["pixel_values"] = torch.randn(batch, channels, size, size, generator=gen)
     elif main == "input_features":

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -134,11 +135,17 @@ def test_the_composite_action_syncs_against_the_embedded_hub(hub_api: HfApi, hub
     again = StepRunner(ACTION, inputs, work, env).run()
     assert again == {"updated": "false", "source-sha": commits[0], "commit-sha": commits[0], "pr-url": ""}
     assert [c.commit_id for c in hub_api.list_repo_commits(REPO)] == commits
-    # task and generation are refused with a clear message, as an annotation in Actions
-    with pytest.raises(StepFailed, match="generation exports are not available yet"):
-        StepRunner(ACTION, {**inputs, "generation": "true"}, work, env).run()
-    with pytest.raises(StepFailed, match=r"::error title=hub-export sync::--task text-generation is not available"):
-        StepRunner(ACTION, {**inputs, "task": "text-generation"}, work, {**env, "GITHUB_ACTIONS": "true"}).run()
+    # the task input: text-generation turns the graph export into a generation export (export.json records both)
+    third = StepRunner(ACTION, {**inputs, "task": "text-generation"}, work, env).run()
+    assert third["updated"] == "true" and third["commit-sha"] != commits[0]
+    manifest = json.loads(
+        Path(hub_api.hf_hub_download(REPO, "pt2/export.json", revision=third["commit-sha"])).read_text()
+    )
+    assert manifest["task"] == "text-generation" and manifest["generation"]["kind"] == "decoder_only"
+    assert {"prefill", "decode"} <= set(manifest["components"])
+    # an unknown task is refused with a clear message, as an annotation in Actions
+    with pytest.raises(StepFailed, match=r"::error title=hub-export sync::--task summarize is not a task hub-export"):
+        StepRunner(ACTION, {**inputs, "task": "summarize"}, work, {**env, "GITHUB_ACTIONS": "true"}).run()
 
 
 def test_the_sync_example_runs_as_written(hub_api: HfApi, hub_env: HubServer, tmp_path: Path):

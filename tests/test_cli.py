@@ -143,8 +143,10 @@ def test_sync_dry_run_json(hub_api: HfApi, hub_env: HubServer, tmp_path: Path, c
     plan = json.loads(run.out)
     assert plan["source_sha"] == source and plan["stale"] is True and plan["updated"] is False
     assert [(f["format"], f["status"]) for f in plan["formats"]] == [("dynamo", "missing"), ("onnx", "missing")]
-    run = run_cli(capsys, "sync", REPO, "-f", "dynamo", "--task", "text-generation")
-    assert run.code == 1 and "--task text-generation is not available yet" in run.err
+    run = run_cli(capsys, "sync", REPO, "-f", "dynamo", "--task", "text-generation", "--dry-run", "--json")
+    assert run.code == 0, run.err
+    planned = json.loads(run.out)["formats"]
+    assert [(f["format"], f["task"], f["generation"]) for f in planned] == [("dynamo", "text-generation", True)]
 
 
 @pytest.mark.parametrize("formats", [("onnx", "executorch")])

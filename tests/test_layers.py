@@ -128,8 +128,11 @@ def test_lower_layers_do_not_import_higher_ones(graph: dict[str, set[str]]) -> N
         "hub_export.signature",
         "hub_export.manifest",
         "hub_export.configs",
+        "hub_export.preprocessing",
         "hub_export._allowlist",
+        "hub_export._bounded",
         "hub_export._files",
+        "hub_export._pickle",
         "hub_export._versions",
         "hub_export._progress",
     }

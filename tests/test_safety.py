@@ -140,12 +140,8 @@ def test_pt2_trust_pickles_skips_the_check(saved, tmp_path: Path) -> None:
     folder = _copy(saved, "pt2", tmp_path)
     sentinel = tmp_path / "pwned"
     _hostile_pt2(folder, sentinel)
-    try:
+    with pytest.raises(UnsafeExportError, match="sample inputs are not"):  # unpickled, then refused as inputs
         ExportedModel.from_pretrained(folder, trust_pickles=True)
-    except UnsafeExportError:  # pragma: no cover - the check must be skipped
-        pytest.fail("trust_pickles=True must skip the pickle check")
-    except Exception:  # noqa: BLE001 - torch may fail on the odd sample inputs afterwards; the payload already ran
-        pass
     assert sentinel.exists()
 
 
@@ -170,7 +166,7 @@ def test_pt2_archive_with_duplicate_entries_is_refused(saved, tmp_path: Path) ->
     with zipfile.ZipFile(buffer, "a") as archive, pytest.warns(UserWarning, match="Duplicate name"):
         archive.writestr("model/archive_format", b"pt2")
     _rewrite(folder, "model.pt2", buffer.getvalue())
-    with pytest.raises(UnsafeExportError, match="duplicate entry names"):
+    with pytest.raises(UnsafeExportError, match="duplicate entry name"):
         ExportedModel.from_pretrained(folder)
 
 
@@ -318,3 +314,69 @@ def test_tampered_file_without_resealed_manifest_is_an_integrity_error(saved, tm
     (folder / "model.pte").write_bytes(bytes(data))
     with pytest.raises(IntegrityError, match="sha256"):
         ExportedModel.from_pretrained(folder)
+
+
+def test_unlisted_config_symlinks_count_only_into_their_own_cached_repo(tmp_path: Path) -> None:
+    """A version-1 manifest does not list config.json: a symlink to it is taken only as the Hub cache's own link."""
+    from hub_export.loading import _plain_file
+
+    repo, other = tmp_path / "models--a--b", tmp_path / "models--evil--c"
+    snapshot = repo / "snapshots" / "c0ffee"
+    for folder in (snapshot, repo / "blobs", other / "blobs", tmp_path / "elsewhere" / "blobs"):
+        folder.mkdir(parents=True)
+    targets = {
+        "own": repo / "blobs" / "1234",
+        "other-repo": other / "blobs" / "5678",
+        "a-blobs-folder-elsewhere": tmp_path / "elsewhere" / "blobs" / "9abc",
+        "plain-outside": tmp_path / "secret.json",
+    }
+    for target in targets.values():
+        target.write_text("{}")
+    for name, target in targets.items():
+        link = snapshot / "config.json"
+        link.unlink(missing_ok=True)
+        link.symlink_to(target)
+        if name == "own":
+            assert _plain_file(link)
+        else:
+            with pytest.raises(ManifestError, match="symlink out of the export folder"):
+                _plain_file(link)
+    outside_cache = tmp_path / "folder"
+    outside_cache.mkdir()
+    (outside_cache / "config.json").symlink_to(targets["own"])  # a blob, but the folder is no cache snapshot
+    with pytest.raises(ManifestError, match="symlink out of the export folder"):
+        _plain_file(outside_cache / "config.json")
+    assert not _plain_file(outside_cache / "generation_config.json")  # absent: nothing to read
+
+
+def test_executorch_program_failing_when_run_is_an_unsafe_export_error(saved, tmp_path: Path) -> None:
+    """A flip the runtime's verification lets through but execution trips on: a hub_export error, not RuntimeError."""
+    folder = _copy(saved, "executorch", tmp_path)
+    data = bytearray((folder / "model.pte").read_bytes())
+    data[data.find(b"XN01") + 556] ^= 0xFF  # in the XNNPACK delegate's graph
+    _rewrite(folder, "model.pte", bytes(data))
+    with pytest.raises(UnsafeExportError, match="ExecuTorch runtime"):
+        ExportedModel.from_pretrained(folder)(**SAMPLE)
+
+
+@pytest.mark.parametrize(
+    ("delta", "message"),
+    [
+        (784, "an input names value 254, but the plan has 7"),
+        (776, "an output names value 249, but the plan has 7"),
+        (744, r"argument 2 of aten::embedding.out is value 2 \(tensor\), where the schema takes int"),
+        (756, r"argument 5 of aten::embedding.out is value 3 \(int\), where the schema takes tensor"),
+    ],
+)
+def test_executorch_plan_index_past_its_values_is_refused_before_the_runtime(
+    saved, tmp_path: Path, delta: int, message: str
+) -> None:
+    """The runtime aborts the process (ET_CHECK in Method::get_value, EValue::toInt/toTensor) on an input naming a
+    value past the plan's or a kernel argument of another kind than its schema's: checked before it reads the
+    program."""
+    folder = _copy(saved, "executorch", tmp_path)
+    data = bytearray((folder / "model.pte").read_bytes())
+    data[data.find(b"ET12") + delta] ^= 0xFF if delta > 770 else 0x01  # a plan's or a kernel call's value index
+    _rewrite(folder, "model.pte", bytes(data))
+    with pytest.raises(UnsafeExportError, match=rf"execution plan 0: .*{message}"):
+        ExportedModel.from_pretrained(folder)(**SAMPLE)

@@ -14,7 +14,7 @@ from huggingface_hub import HfApi
 from hub_export import ExportedModel
 from hub_export.cli.main import main
 from hub_export.embedded_hub.server import HubServer
-from hub_export.errors import ConfigError, HubExportError
+from hub_export.errors import ConfigError
 from hub_export.hub.sync import load_sync_config, plan_sync, sync
 
 REPO = "me/tiny-llama"
@@ -197,7 +197,7 @@ def test_publish_split_mode_commits_folders_together(
     assert _outputs(out) == {"updated": "true", "source-sha": source, "commit-sha": commits[0], "pr-url": ""}
 
 
-def test_config_file_is_validated_and_generation_is_refused(tmp_path: Path):
+def test_config_file_is_validated_and_tasks_are_checked(tmp_path: Path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"onnx": {"opset_version": 18, "fast": True}}))
     with pytest.raises(ConfigError, match=r"\$\.onnx: Additional properties are not allowed \('fast'"):
@@ -209,14 +209,18 @@ def test_config_file_is_validated_and_generation_is_refused(tmp_path: Path):
     good = tmp_path / "good.yaml"
     good.write_text("onnx:\n  opset_version: 18\n  optimize: false\n")
     assert load_sync_config(good) == {"onnx": {"opset_version": 18, "optimize": False}}
-    with pytest.raises(HubExportError, match="generation exports are not available yet"):
-        sync(REPO, ["dynamo"], generation=True)
+    with pytest.raises(ConfigError, match="Unknown task 'summarize-everything'; known tasks: text-generation"):
+        sync(REPO, ["dynamo"], task="summarize-everything")
+    with pytest.raises(ConfigError, match="Task 'fill-mask' is not generative"):
+        sync(REPO, ["dynamo"], task="fill-mask", generation=True)
 
 
 def test_several_formats_go_to_another_repo_in_one_commit(source: str, hub_api: HfApi, hub_env: HubServer):
     result = sync(REPO, ["dynamo", "onnx"], target="me/exports")
     assert result.updated and result.tag == f"source-{source[:12]}"
-    assert {fmt: info["subfolder"] for fmt, info in result.exports.items()} == {"dynamo": "pt2", "onnx": "onnx"}
+    assert {sub: info["format"] for sub, info in result.exports.items()} == {"pt2": "dynamo", "onnx": "onnx"}
+    assert {info["task"] for info in result.exports.values()} == {"text-generation"}  # read off the config
+    assert not any(info["generation"] for info in result.exports.values())  # no --task: graph exports, as before
     assert all(info["parity"] <= info["atol"] and info["bytes"] > 0 for info in result.exports.values())
     commits = hub_api.list_repo_commits("me/exports")
     assert len(commits) == 2 and commits[0].commit_id == result.commit_sha  # repo creation + ONE commit

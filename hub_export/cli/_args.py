@@ -107,23 +107,32 @@ def add_publish_options(parser: argparse.ArgumentParser, *, create_pr: bool = Tr
 
 
 def add_task_option(parser: argparse.ArgumentParser) -> None:
-    """``--task``: the place where task selection plugs in (tasks are inferred from the model's config today)."""
+    """``--task``: the pipeline task to export for (``hub_export.tasks.TASKS``)."""
+    from ..tasks import TASKS
+
     parser.add_argument(
         "--task",
         default=None,
-        help="the task to export for; not available yet (the model's config decides: its AutoModel class)",
+        metavar="TASK",
+        help="the task to export for, as in transformers pipelines: "
+        f"{', '.join(TASKS)}; generative tasks ({', '.join(t.name for t in TASKS.values() if t.generative)}) "
+        "make generate() exports (export_for_generation). Default: inferred from the model's config (a graph export)",
     )
 
 
 def check_task(args: argparse.Namespace) -> None:
-    """Refuse ``--task`` until task selection exists."""
-    if getattr(args, "task", None):
-        from ..errors import ConfigError
+    """Refuse an unknown ``--task`` before anything is downloaded.
 
-        raise ConfigError(
-            f"--task {args.task} is not available yet: the task comes from the model's config "
-            "(config.architectures); run without --task."
-        )
+    Raises:
+        ConfigError: The task is not one of ``hub_export.tasks.TASKS``.
+    """
+    task = getattr(args, "task", None)
+    if task:
+        from ..errors import ConfigError
+        from ..tasks import TASKS
+
+        if task not in TASKS:
+            raise ConfigError(f"--task {task} is not a task hub-export knows; use one of: {', '.join(TASKS)}.")
 
 
 def spelled_as_path(text: str) -> bool:

@@ -22,8 +22,10 @@ def register(subparsers: Any) -> None:
         help="export a model (Hub repo id or local folder) to one or more formats",
         description="Load MODEL (a Hub repo, pinned to the commit --revision resolves to, or a local folder with "
         "config.json and *.safetensors), trace it on sample inputs, lower it to each --format, check it against the "
-        "eager model and save it with its export.json. With several formats each goes to OUTPUT/<format folder>.",
-        example="hub-export export me/tiny-llama --format onnx --format openvino --output ./exports",
+        "eager model and save it with its export.json and the model's tokenizer and processor files. With several "
+        "formats each goes to OUTPUT/<format folder>. --task text-generation (or another generative task) makes "
+        "exports whose generate() runs the model's generation.",
+        example="hub-export export me/tiny-llama --task text-generation --format onnx --output ./exports",
     )
     parser.add_argument("model", metavar="MODEL", help="Hub repo id (owner/name) or local model folder")
     parser.add_argument(
@@ -61,9 +63,15 @@ def register(subparsers: Any) -> None:
 
 
 def load_model(
-    model: str, revision: str | None = None, *, token: str | None = None, endpoint: str | None = None
+    model: str,
+    revision: str | None = None,
+    *,
+    token: str | None = None,
+    endpoint: str | None = None,
+    task: str | None = None,
 ) -> Any:
-    """Load a local model folder, or a Hub model pinned to the commit ``revision`` resolves to.
+    """Load a local model folder, or a Hub model pinned to the commit ``revision`` resolves to, with the auto class
+    of ``task`` (default: the one the config's architecture names).
 
     Raises:
         HubExportError: A local path that is not a model folder (missing, a file, no config.json or no weights).
@@ -83,7 +91,7 @@ def load_model(
         from ..hub.source import _model_class
 
         with stage(f"loading {model}"):
-            return _model_class(local).from_pretrained(str(local)).eval()
+            return (_task_class(task) or _model_class(local)).from_pretrained(str(local)).eval()
     if local.exists():
         raise HubExportError(f"{model} is a file; MODEL is a model folder (config.json + *.safetensors) or a repo id.")
     if spelled_as_path(model):
@@ -93,7 +101,19 @@ def load_model(
         )
     from ..hub.source import load_source
 
-    return load_source(model, revision=revision or "main", token=token, endpoint=endpoint)
+    return load_source(
+        model, revision=revision or "main", model_class=_task_class(task), token=token, endpoint=endpoint
+    )
+
+
+def _task_class(task: str | None) -> Any:
+    if task is None:
+        return None
+    import transformers
+
+    from ..tasks import auto_class_name
+
+    return getattr(transformers, auto_class_name(task)[0])
 
 
 def _configs(args: argparse.Namespace) -> dict[ExportFormat, Any]:
@@ -118,24 +138,32 @@ def _configs(args: argparse.Namespace) -> dict[ExportFormat, Any]:
 
 def run(args: argparse.Namespace, console: Any) -> int:
     """Export and save; one line per format (its folder and parity)."""
-    from ..export.auto import exporter_class
-    from ..sample_inputs import dummy_inputs
+    from ..hub.wanted import export_model
+    from ..tasks import auto_class_name
 
     check_task(args)
     configs = _configs(args)
-    model = load_model(args.model, args.revision, token=args.token, endpoint=args.endpoint)
-    inputs = dummy_inputs(model)
+    model = load_model(args.model, args.revision, token=args.token, endpoint=args.endpoint, task=args.task)
+    generation = bool(args.task) and auto_class_name(args.task, model.config)[1]
     per_folder = args.subfolder_per_format or len(configs) > 1
     done = []
     for fmt, config in configs.items():
-        exported = exporter_class(fmt)().export(model, inputs, config=config)
+        exported = export_model(model, fmt, config, task=args.task, generation=generation)
         target = args.output / backend_for(fmt).layout.subfolder if per_folder else args.output
         with stage(f"saving {target}"):
             exported.save_pretrained(target)
-        parity = exported.components["model"].metadata.parity
+        measured = [c.metadata.parity for c in exported.components.values() if c.metadata.parity]
+        parity = max(measured, key=lambda p: p["max_abs_diff"])
         console.line(f"{fmt.value}: {target} (max abs diff vs eager {parity['max_abs_diff']:.2e})")
         done.append(
-            {"format": fmt.value, "path": str(target), "max_abs_diff": parity["max_abs_diff"], "atol": parity["atol"]}
+            {
+                "format": fmt.value,
+                "path": str(target),
+                "task": exported.task,
+                "generation": exported.generation is not None,
+                "max_abs_diff": parity["max_abs_diff"],
+                "atol": parity["atol"],
+            }
         )
     source = getattr(model, "_hub_export_source", None)
     console.result(

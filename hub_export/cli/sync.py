@@ -21,8 +21,10 @@ def register(subparsers: Any) -> None:
         description="Resolve SOURCE's revision to a commit, compare it (and the export config) with what the target's "
         "export.json files record, and when any format is stale: load the model at that commit, export every stale "
         "format, validate, and publish them all in one commit tagged source-<12 hex>. Up to date: exits 0 without "
-        "downloading weights. A format that fails to export publishes nothing.",
-        example="hub-export sync me/tiny-llama --format onnx --format openvino --dry-run",
+        "downloading weights. A format that fails to export publishes nothing. Every other export the target holds "
+        "from SOURCE (made by the CLI, the Action or Python) is re-exported too, with the task, config and kind "
+        "its export.json records; tokenizer and processor files are copied into each export.",
+        example="hub-export sync me/tiny-llama --task text-generation --format onnx --format openvino",
     )
     parser.add_argument("source", metavar="SOURCE", help="source model repo, e.g. me/tiny-llama")
     parser.add_argument(
@@ -44,7 +46,11 @@ def register(subparsers: Any) -> None:
         default=None,
         help="JSON or YAML file {format: {config fields}} (schemas/sync-config.schema.json)",
     )
-    parser.add_argument("--generation", action="store_true", help="export for generation (not available yet)")
+    parser.add_argument(
+        "--generation",
+        action="store_true",
+        help="make generate() exports (export_for_generation) of the task the config names; same as a generative --task",
+    )
     add_task_option(parser)
     parser.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
     add_publish_options(parser)
@@ -54,7 +60,7 @@ def register(subparsers: Any) -> None:
 
 
 def _plan_data(plan: Any, result: Any = None) -> dict[str, Any]:
-    exported = result.exports if result is not None else {}
+    exported = result.exports if result is not None else {}  # by subfolder
     return {
         "source_repo": plan.source_repo,
         "source_sha": plan.source_sha,
@@ -64,11 +70,13 @@ def _plan_data(plan: Any, result: Any = None) -> dict[str, Any]:
             {
                 "format": f.export_format.value,
                 "subfolder": f.subfolder,
+                "task": f.task,
+                "generation": f.generation,
                 "status": f.status,
                 "reason": f.reason,
-                "exported": f.export_format.value in exported,
-                "max_abs_diff": exported.get(f.export_format.value, {}).get("parity"),
-                "bytes": exported.get(f.export_format.value, {}).get("bytes"),
+                "exported": f.subfolder in exported,
+                "max_abs_diff": exported.get(f.subfolder, {}).get("parity"),
+                "bytes": exported.get(f.subfolder, {}).get("bytes"),
             }
             for f in plan.formats
         ],
@@ -77,12 +85,9 @@ def _plan_data(plan: Any, result: Any = None) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, console: Any) -> int:
     """Plan, then (unless up to date or ``--dry-run``) export and publish; print what happened."""
-    from ..errors import HubExportError
     from ..hub.sync import load_sync_config, plan_sync, sync
     from ._actions import summary_markdown, write_outputs, write_summary
 
-    if args.generation:
-        raise HubExportError("generation exports are not available yet; run sync without --generation.")
     check_task(args)
     configs = load_sync_config(args.config) if args.config else None
     common = dict(
@@ -90,6 +95,8 @@ def run(args: argparse.Namespace, console: Any) -> int:
         revision=args.revision,
         target_revision=args.target_revision,
         configs=configs,
+        task=args.task,
+        generation=args.generation,
         token=args.token,
         endpoint=args.endpoint,
     )
@@ -130,7 +137,7 @@ def run(args: argparse.Namespace, console: Any) -> int:
         console.line(f"note: {note}")
     if result.updated:
         console.line(
-            f"published {', '.join(result.exports)} from {plan.source_repo}@{plan.source_sha}: {result.commit_url}"
+            f"published {', '.join(f'{sub}/' for sub in result.exports)} from {plan.source_repo}@{plan.source_sha}: {result.commit_url}"
         )
         if result.pr_url:
             console.line(f"pull request: {result.pr_url}")
@@ -153,7 +160,7 @@ def run(args: argparse.Namespace, console: Any) -> int:
     )
     rows = []
     for item in plan.formats:
-        info = result.exports.get(item.export_format.value, {})
+        info = result.exports.get(item.subfolder, {})
         state = "exported" if info else item.status
         rows.append(
             (item.export_format.value, item.subfolder, state, info.get("parity"), info.get("atol"), info.get("bytes"))

@@ -89,7 +89,7 @@ class HfExporter:
         config = self._check_config(config)
         self.check_available(config)
         component = self.export_component("model", model, implied_inputs(model, dict(sample_inputs)), config)
-        return ExportedModel(
+        exported = ExportedModel(
             self.export_format,
             config,
             {"model": component},
@@ -97,6 +97,7 @@ class HfExporter:
             generation_config=getattr(model, "generation_config", None),
             source=getattr(model, "_hub_export_source", None),
         )
+        return _with_provenance(exported, model)
 
     def export_for_generation(
         self,
@@ -130,7 +131,7 @@ class HfExporter:
         """
         from ..generation.export import export_for_generation  # the generation layer builds on this one
 
-        return export_for_generation(
+        exported = export_for_generation(
             self,
             model,
             inputs,
@@ -138,6 +139,7 @@ class HfExporter:
             generation_config=generation_config,
             multi_token_decode=multi_token_decode,
         )
+        return _with_provenance(exported, model)
 
     def export_component(self, name: str, module: Any, sample_inputs: dict[str, Any], config: ExportConfig) -> Any:
         """Trace, lower and parity-check one component."""
@@ -215,6 +217,23 @@ class HfExporter:
                 "use AutoHfExporter.from_config(config) to pick the matching exporter."
             )
         return config
+
+
+def _with_provenance(exported: Any, model: Any) -> Any:
+    """Record where ``model`` came from on the export: its Hub source (also for a model loaded with transformers'
+    ``from_pretrained(repo_id)``), the task its architecture serves, and its preprocessing files (tokenizer,
+    processor configs), which ``save_pretrained`` writes beside the programs."""
+    from ..hub.source import preprocessing_of, source_of
+    from ..tasks import infer_task
+
+    exported.source = exported.source or source_of(model)
+    if exported.task is None and getattr(model, "config", None) is not None:
+        try:
+            exported.task = infer_task(model.config)
+        except ConfigError:
+            exported.task = None
+    exported.preprocessing = preprocessing_of(model, exported.source)
+    return exported
 
 
 def _max_abs_diff(expected: list[Any], produced: list[Any]) -> float:

@@ -21,6 +21,7 @@ from ..errors import ConfigError, ExportError
 from ..patches.tracing import ExpertsChoice, tracing_patches
 from ..signature import Signature, TensorSpec, dtype_name, pair_names, split_kwargs
 from ..structure import flatten_value, unflatten
+from ._guards import bound_dims
 
 __all__ = ["DimBounds", "FlatModule", "Traced", "trace"]
 
@@ -119,15 +120,15 @@ def _pin_axes(
 
     cache_inputs = any(n.endswith((".key", ".value")) for n in leaves)
     pinned = []
-    shapes = [list(shape) for shape in shapes]
-    for leaf, name, axes, shape in zip(leaves, names, spec[0] if spec else (), shapes):
+    named: list[list[int | str]] = [list(shape) for shape in shapes]
+    for leaf, name, axes, shape in zip(leaves, names, spec[0] if spec else (), named):
         axes = axes if isinstance(axes, dict) else dict(enumerate(axes)) if isinstance(axes, (list, tuple)) else {}
         for axis, dim in axes.items():
             if dim is None or dim == torch.export.Dim.STATIC or axis >= len(shape) or not isinstance(shape[axis], int):
                 continue
             role = _semantic_name(leaf, axis, cache_inputs)
             if not config.dynamic or role == "batch" or role.endswith("sequence"):
-                size = shape[axis]
+                size = int(shape[axis])
                 dim_name = role if role not in dims or dims[role] == Dim(role, size, size) else f"{role}_{size}"
                 dims[dim_name] = Dim(dim_name, size, size)
                 shape[axis] = dim_name
@@ -142,7 +143,7 @@ def _pin_axes(
             UserWarning,
             stacklevel=5,  # _pin_axes < trace < export_component < export < the caller
         )
-    return [tuple(shape) for shape in shapes]
+    return [tuple(shape) for shape in named]
 
 
 def _model_dtype_device(model: Any) -> tuple[str, str]:
@@ -166,7 +167,7 @@ def _dynamic_shapes(
         cache_inputs = any(n.endswith((".key", ".value")) for n, _ in leaves)
         per_leaf = []
         for leaf, t in leaves:
-            spec = {}
+            spec: Any = {}
             for axis in range(t.dim()):
                 if axis != 0 and t.shape[axis] == 1:
                     continue  # static, as below: a one-token query (decode step) stays 1
@@ -223,9 +224,9 @@ def _name_dims(program: Any, names: list[str]) -> tuple[list[tuple[int | str, ..
     nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     cache_inputs = any(n.endswith((".key", ".value")) for n in names)
     symbols: dict[str, str] = {}
-    shapes = []
+    shapes: list[tuple[int | str, ...]] = []
     for leaf, node_name in zip(names, user_inputs):
-        shape = []
+        shape: list[int | str] = []
         for axis, size in enumerate(nodes[node_name].meta["val"].shape):
             expr = getattr(size, "node", None)
             if expr is None or expr.maybe_as_int() is not None:  # static, or pinned by the tracer
@@ -329,6 +330,7 @@ def trace(
     _detach_weights(program)
     input_names = [name for name, _ in leaves]
     shapes, symbols, dims = _name_dims(program, input_names)
+    dims = bound_dims(program, symbols, dims)  # size guards through `//`, `%`, `min`: multiples, maxima
     leaf_names = input_names
     input_names, output_names = pair_names(input_names, output_names)
     shapes = _pin_axes(model, config, dynamic_shapes, leaf_names, input_names, shapes, dims)

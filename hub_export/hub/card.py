@@ -1,10 +1,13 @@
 """The repo README ("model card"): a managed section listing the exports, and the YAML front matter.
 
 The section lives between :data:`BEGIN` and :data:`END`; everything outside it is kept byte for byte. The front
-matter gains ``library_name`` (kept when present), ``base_model`` (the source repo, when known) and one tag per
-format plus ``hub-export``; it is rewritten only when one of those is missing, so a card that already says
-everything is left untouched. The card is a pure function of the exports (no dates), which keeps re-publishing
-an identical export a no-op.
+matter gains ``library_name`` (kept when present), ``pipeline_tag`` (the exports' task), the source's ``license``,
+``base_model`` (the source repo, when known) with ``base_model_relation: quantized`` when an export is quantized,
+and one tag per format plus ``hub-export``; a value already present is never changed, and the front matter is
+rewritten only when something is missing, so a card that already says everything is left untouched. Each export
+gets a usage snippet that loads its tokenizer (or processor) and runs its task (``generate`` for generation
+exports). The card is a pure function of the exports (no dates), which keeps re-publishing an identical export a
+no-op.
 """
 
 from __future__ import annotations
@@ -18,7 +21,17 @@ from ..errors import UnknownFormatError
 from ..formats import backend_for
 from ..manifest import Manifest
 
-__all__ = ["BEGIN", "END", "CardExport", "render_card", "format_tags"]
+__all__ = ["BEGIN", "END", "LICENSE_KEYS", "CardExport", "card_metadata", "render_card", "format_tags"]
+
+#: The front matter keys of a source card's license, copied to the card of its exports.
+LICENSE_KEYS = ("license", "license_name", "license_link")
+#: Tasks whose inputs come from a processor (``AutoProcessor``), not a tokenizer.
+_PROCESSOR_TASKS = (
+    "automatic-speech-recognition",
+    "image-text-to-text",
+    "image-classification",
+    "audio-classification",
+)
 
 BEGIN = "<!-- hub-export:begin -->"
 END = "<!-- hub-export:end -->"
@@ -49,7 +62,14 @@ def format_tags(export_format: str) -> tuple[str, ...]:
         return (export_format,)
 
 
-def render_card(existing: str | None, exports: Mapping[str, CardExport], repo_id: str, *, default_library: str) -> str:
+def render_card(
+    existing: str | None,
+    exports: Mapping[str, CardExport],
+    repo_id: str,
+    *,
+    default_library: str,
+    source_meta: Mapping[str, Any] | None = None,
+) -> str:
     """The README text with the managed section and front matter brought up to date.
 
     Args:
@@ -57,6 +77,7 @@ def render_card(existing: str | None, exports: Mapping[str, CardExport], repo_id
         exports: Subfolder -> export, every export of the target revision.
         repo_id: The repo (used in the loading snippets).
         default_library: ``library_name`` to set when the front matter has none.
+        source_meta: The source card's license fields (:data:`LICENSE_KEYS`), set when the card has no license.
 
     Returns:
         The new README text (identical to ``existing`` when nothing changed).
@@ -72,7 +93,19 @@ def render_card(existing: str | None, exports: Mapping[str, CardExport], repo_id
         body = (
             body + ("" if body.endswith("\n") or not body else "\n") + ("\n" if body.strip() else "") + section + "\n"
         )
-    return _front_matter(meta_text, exports, repo_id, default_library) + body
+    return _front_matter(meta_text, exports, repo_id, default_library, source_meta or {}) + body
+
+
+def card_metadata(text: str) -> dict[str, Any]:
+    """The YAML front matter of a README as a dict (empty when it has none or it does not parse)."""
+    import yaml
+
+    match = _FRONT_MATTER.match(text)
+    try:
+        loaded = yaml.safe_load(match.group(1) or "") if match else None
+    except yaml.YAMLError:
+        return {}
+    return dict(loaded) if isinstance(loaded, dict) else {}
 
 
 def _split_front_matter(text: str) -> tuple[str | None, str]:
@@ -82,7 +115,26 @@ def _split_front_matter(text: str) -> tuple[str | None, str]:
     return text[: match.end()], text[match.end() :]
 
 
-def _front_matter(current: str | None, exports: Mapping[str, CardExport], repo_id: str, default_library: str) -> str:
+def _tasks(exports: Mapping[str, CardExport]) -> list[str]:
+    """The exports' tasks, most common first (ties: by name)."""
+    counts: dict[str, int] = {}
+    for export in exports.values():
+        if export.manifest is not None and export.manifest.task:
+            counts[export.manifest.task] = counts.get(export.manifest.task, 0) + 1
+    return sorted(counts, key=lambda t: (-counts[t], t))
+
+
+def _quantized(manifest: Manifest) -> bool:
+    return bool(manifest.config.get("quantizer")) or any(c.quantization for c in manifest.components.values())
+
+
+def _front_matter(
+    current: str | None,
+    exports: Mapping[str, CardExport],
+    repo_id: str,
+    default_library: str,
+    source_meta: Mapping[str, Any],
+) -> str:
     import yaml  # here, not at module level: `import hub_export` and the format registry need no third-party package
 
     meta: dict[str, Any] = {}
@@ -95,11 +147,17 @@ def _front_matter(current: str | None, exports: Mapping[str, CardExport], repo_i
         meta = dict(loaded) if isinstance(loaded, dict) else {}
     wanted = dict(meta)
     wanted.setdefault("library_name", default_library)
-    bases = sorted(
-        {e.manifest.source.repo_id for e in exports.values() if e.manifest and e.manifest.source} - {repo_id}
-    )
+    tasks = _tasks(exports)
+    if tasks:
+        wanted.setdefault("pipeline_tag", tasks[0])
+    if "license" not in wanted and source_meta.get("license"):
+        wanted.update({k: source_meta[k] for k in LICENSE_KEYS if source_meta.get(k)})
+    derived = [e.manifest for e in exports.values() if e.manifest and e.manifest.source]
+    bases = sorted({m.source.repo_id for m in derived if m.source} - {repo_id})
     if bases and "base_model" not in wanted:
         wanted["base_model"] = bases[0] if len(bases) == 1 else bases
+    if bases and "base_model_relation" not in wanted and any(_quantized(m) for m in derived):
+        wanted["base_model_relation"] = "quantized"
     tags = list(wanted.get("tags") or [])
     if isinstance(wanted.get("tags"), str):
         tags = [wanted["tags"]]
@@ -165,12 +223,39 @@ def _section(exports: Mapping[str, CardExport], repo_id: str) -> str:
                 f"max abs diff {parity['max_abs_diff']:.2e} (atol {parity['atol']:g})" if parity else "not measured"
             )
             details.append(f"- `{name}`: {listed}; parity {measured}")
-        details += [
-            "",
-            "```python",
-            "from hub_export import ExportedModel",
-            "",
-            f'model = ExportedModel.from_pretrained("{repo_id}", subfolder="{sub}")',
-            "```",
-        ]
+        details += ["", *_snippet(manifest, repo_id, sub)]
     return "\n".join(lines + details + ["", END])
+
+
+def _snippet(manifest: Manifest, repo_id: str, sub: str) -> list[str]:
+    """Python that loads the export with its tokenizer or processor and runs its task."""
+    roles = {f.role for f in manifest.side_files()}
+    task = manifest.task
+    processor = task in _PROCESSOR_TASKS or ("processor" in roles and "tokenizer" not in roles)
+    auto = "AutoProcessor" if processor else "AutoTokenizer"
+    name = "processor" if processor else "tokenizer"
+    if roles & {"tokenizer", "processor"}:
+        where = f'"{repo_id}", subfolder="{sub}"'
+    elif manifest.source is not None:
+        where = f'"{manifest.source.repo_id}", revision="{manifest.source.revision}"'
+    else:
+        where = None
+    load = f'model = ExportedModel.from_pretrained("{repo_id}", subfolder="{sub}")'
+    if where is None:
+        return ["```python", "from hub_export import ExportedModel", "", load, "```"]
+    code = ["```python", f"from transformers import {auto}", "", "from hub_export import ExportedModel", ""]
+    code += [f"{name} = {auto}.from_pretrained({where})", load]
+    if processor:
+        code += [f'inputs = {name}(..., return_tensors="pt")  # your {task or "inputs"}']
+    else:
+        code += [f'inputs = {name}(["Hello, my name is"], return_tensors="pt")']
+    if manifest.generation is not None:
+        code += [
+            "ids = model.generate(**inputs, max_new_tokens=32)",
+            f"print({name}.batch_decode(ids, skip_special_tokens=True))",
+        ]
+    elif task == "feature-extraction":
+        code += ["print(model(**inputs).last_hidden_state.shape)"]
+    else:
+        code += ["print(model(**inputs).logits.argmax(-1))"]
+    return [*code, "```"]

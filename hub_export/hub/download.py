@@ -27,6 +27,7 @@ import hashlib
 import os
 import random
 import re
+import stat
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -176,6 +177,7 @@ def download_export(
             message += " The repo holds no export (no export.json in any folder)."
         raise ManifestError(message)
     commit = _commit_of(local, manifest_path)
+    _check_manifest_size(local)  # before anything reads it, the blob-id check included
     if not offline and not _matches_blob_id(local):
         # huggingface_hub reads the commit and blob id with a HEAD on the branch, then GETs the branch URL again: a
         # commit landing in between files a newer export.json under the older commit. Take it by commit instead.
@@ -196,12 +198,20 @@ def download_export(
     return export
 
 
+def _check_manifest_size(local: Path) -> Path:
+    """The cached ``export.json``'s blob, refused unless a regular file of at most :data:`MAX_MANIFEST_BYTES`."""
+    blob = Path(os.path.realpath(local))
+    info = blob.stat()
+    if not stat.S_ISREG(info.st_mode):
+        raise ManifestError("The cached export.json is not a regular file; refusing to read it.")
+    if info.st_size > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"export.json is {info.st_size} bytes, over the {MAX_MANIFEST_BYTES} byte limit.")
+    return blob
+
+
 def _read_cached_manifest(local: Path) -> Manifest:
     """The cached ``export.json`` (a symlink into ``blobs/``), size-checked before it is read."""
-    blob = Path(os.path.realpath(local))
-    size = blob.stat().st_size
-    if size > MAX_MANIFEST_BYTES:
-        raise ManifestError(f"export.json is {size} bytes, over the {MAX_MANIFEST_BYTES} byte limit.")
+    blob = _check_manifest_size(local)
     with open(blob, "rb") as handle:
         return Manifest.loads(handle.read(MAX_MANIFEST_BYTES + 1))
 

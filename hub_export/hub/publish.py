@@ -329,8 +329,36 @@ def _readme(api: Any, repo_id: str, head: str, remote: dict, local: list[_Local]
     exports.update({e.subfolder: CardExport(e.subfolder, e.manifest) for e in local})
     current = _download_text(api, repo_id, "README.md", head) if "README.md" in remote else None
     has_model = "config.json" in remote
-    card = render_card(current, exports, repo_id, default_library="transformers" if has_model else "hub-export")
+    sources = {
+        e.manifest.source.repo_id: e.manifest.source for e in exports.values() if e.manifest and e.manifest.source
+    }
+    card = render_card(
+        current,
+        exports,
+        repo_id,
+        default_library="transformers" if has_model else "hub-export",
+        source_meta=_source_license(api, [s for name, s in sorted(sources.items()) if name != repo_id]),
+    )
     return None if card == current else card.encode("utf-8")
+
+
+def _source_license(api: Any, sources: list[Source]) -> dict[str, Any]:
+    """The license fields of the (single) source repo's card at the exported commit; empty when there are several
+    sources or the card is missing or unreadable."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    from .card import LICENSE_KEYS, card_metadata
+
+    if len(sources) != 1:
+        return {}
+    try:
+        path = api.hf_hub_download(sources[0].repo_id, "README.md", revision=sources[0].revision)
+        with open(path, "rb") as handle:
+            text = handle.read(1024 * 1024).decode("utf-8", errors="replace")
+    except (HfHubHTTPError, OSError, ValueError):
+        return {}
+    meta = card_metadata(text)
+    return {k: meta[k] for k in LICENSE_KEYS if isinstance(meta.get(k), str) and meta[k]}
 
 
 def _download_text(api: Any, repo_id: str, path: str, commit: str) -> str:

@@ -1,9 +1,12 @@
 """Provenance: load a source model from the Hub pinned to one commit, and remember which.
 
 :func:`load_source` resolves the requested revision to its 40-hex commit *before* downloading, downloads the
-config, generation config and safetensors weights of exactly that commit (never pickled weights, never remote
-code), loads the model from that snapshot and attaches a :class:`~hub_export.manifest.Source` to it. Exporters
-copy it into the export, so ``export.json`` records the commit the export was made from.
+config, generation config, safetensors weights and preprocessing files (tokenizer, chat template, processor
+configs) of exactly that commit (never pickled weights, never remote code), loads the model from that snapshot
+and attaches a :class:`~hub_export.manifest.Source` to it. Exporters copy it into the export, so ``export.json``
+records the commit the export was made from. :func:`source_of` also recognises a model loaded with transformers'
+own ``from_pretrained(repo_id)`` (the commit its cache resolved), and :func:`preprocessing_of` finds the
+preprocessing files of the folder or commit a model was loaded from.
 """
 
 from __future__ import annotations
@@ -15,13 +18,28 @@ from typing import Any
 from .._progress import stage
 from ..errors import HubError
 from ..manifest import Source
+from ..preprocessing import PREPROCESSING_FILES, read_preprocessing
 
-__all__ = ["SOURCE_ATTRIBUTE", "SOURCE_PATTERNS", "load_source", "resolve_revision"]
+__all__ = [
+    "SOURCE_ATTRIBUTE",
+    "SOURCE_PATTERNS",
+    "load_source",
+    "preprocessing_of",
+    "resolve_revision",
+    "source_of",
+]
 
 #: Attribute of a loaded model holding its :class:`Source` (read by ``HfExporter.export``).
 SOURCE_ATTRIBUTE = "_hub_export_source"
-#: What is downloaded from the source repo: configs and safetensors weights only.
-SOURCE_PATTERNS = ("config.json", "generation_config.json", "*.safetensors", "model.safetensors.index.json")
+#: What is downloaded from the source repo: configs, safetensors weights and preprocessing files (data only).
+SOURCE_PATTERNS = (
+    "config.json",
+    "generation_config.json",
+    "*.safetensors",
+    "model.safetensors.index.json",
+    *PREPROCESSING_FILES,
+)
+_REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _AUTO_CLASSES = (
@@ -148,3 +166,62 @@ def _model_class(snapshot: Path) -> Any:
     if isinstance(direct, type) and issubclass(direct, transformers.PreTrainedModel):
         return direct
     raise HubError(f"No transformers model class for architecture {wanted!r}; pass model_class=.")
+
+
+def _endpoint_field(endpoint: str | None) -> str | None:
+    from huggingface_hub import constants
+
+    used = (endpoint or constants.ENDPOINT).rstrip("/")
+    return None if used == _DEFAULT_ENDPOINT else used
+
+
+def source_of(model: Any) -> Source | None:
+    """Where ``model`` came from on the Hub: the :class:`Source` :func:`load_source` recorded, else, for a model
+    loaded with transformers' ``from_pretrained(repo_id)``, the commit the huggingface_hub cache resolved ``main``
+    to (None for a local folder or a model built in memory)."""
+    recorded = getattr(model, SOURCE_ATTRIBUTE, None)
+    if recorded is not None:
+        return recorded
+    name = str(getattr(getattr(model, "config", None), "_name_or_path", "") or "")
+    if not _REPO_ID.fullmatch(name) or Path(name).exists():
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(name, "config.json", revision="main")
+    if not isinstance(cached, str) or not _HEX40.fullmatch(Path(cached).parent.name):
+        return None
+    return Source(name, Path(cached).parent.name, "main", _endpoint_field(None))
+
+
+def preprocessing_of(model: Any, source: Source | None = None) -> dict[str, bytes]:
+    """The preprocessing files (tokenizer, chat template, processor configs) of the folder or Hub commit ``model``
+    was loaded from, by name, each read bounded and checked as data; empty for a model built in memory.
+
+    A Hub source's files are taken from the huggingface_hub cache, downloaded (small files only) when missing.
+
+    Raises:
+        UnsafeExportError: A file names remote code, is not valid data or is a symlink out of its folder.
+    """
+    name = str(getattr(getattr(model, "config", None), "_name_or_path", "") or "")
+    if name and Path(name).is_dir():
+        return read_preprocessing(name)
+    source = source or source_of(model)
+    if source is None:
+        return {}
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    endpoint = source.endpoint
+    for local_only in (False, True):
+        try:
+            folder = snapshot_download(
+                source.repo_id,
+                revision=source.revision,
+                allow_patterns=list(PREPROCESSING_FILES),
+                endpoint=endpoint,
+                local_files_only=local_only,
+            )
+        except (HfHubHTTPError, LocalEntryNotFoundError, OSError):
+            continue
+        return read_preprocessing(folder)
+    return {}

@@ -8,6 +8,12 @@ export config. :func:`sync` loads the model at the planned commit, exports and v
 (all or nothing), and publishes them together with ``parent_commit`` set to the target head read while
 planning. When the target moved meanwhile it re-plans against the new head, keeping the same source commit, so
 that two syncs of one source commit never make two commits: the loser finds the exports already there.
+
+Besides the requested formats, every export the target holds that was made from the same source (whatever made it:
+``sync``, ``hub-export export``/``push``, or Python, ``export_for_generation`` included) is kept in step in its own
+subfolder, re-exported with the task, config and kind (graph or generation) its ``export.json`` records. A task
+(``task=``, ``--task``) picks the model class that loads the source and, for generative tasks
+(``text-generation``, ``text2text-generation``, ...), makes ``export_for_generation`` exports.
 """
 
 from __future__ import annotations
@@ -21,15 +27,34 @@ from pathlib import Path
 from typing import Any
 
 from .._progress import stage
-from ..configs import AutoExportConfig
-from ..errors import ConfigError, ExportError, HubError, HubExportError, ManifestError
-from ..formats import ExportFormat, backend_for, parse_format
+from ..errors import ConfigError, ExportError, HubError, ManifestError
+from ..formats import ExportFormat, backend_for
 from ..manifest import MANIFEST_NAME, Manifest
-from .source import SOURCE_PATTERNS, load_source, resolve_revision
+from .source import SOURCE_PATTERNS, resolve_revision
+from .wanted import (
+    Wanted,
+    config_of,
+    export_model,
+    load_for_task,
+    missing_packages,
+    rebuild_quantizer,
+    recorded,
+    wanted_configs,
+)
 
-__all__ = ["FormatPlan", "SyncPlan", "SyncResult", "load_sync_config", "plan_sync", "sync", "sync_config_schema"]
+__all__ = [
+    "FormatPlan",
+    "SyncPlan",
+    "SyncResult",
+    "export_model",
+    "load_sync_config",
+    "plan_sync",
+    "sync",
+    "sync_config_schema",
+]
 
 MISSING, OLDER_SOURCE, CONFIG_CHANGED, UP_TO_DATE = "missing", "older source sha", "config changed", "up to date"
+KEPT = "kept"
 _MAX_REPLANS = 3
 
 
@@ -41,8 +66,12 @@ class FormatPlan:
         export_format: The format.
         subfolder: Its folder in the target repo.
         config: The export config it must have (``ExportConfig.to_dict()``).
-        status: ``up to date``, ``missing``, ``older source sha`` or ``config changed``.
+        status: ``up to date``, ``missing``, ``older source sha``, ``config changed``, or ``kept`` (an export that
+            cannot be made again from its record, e.g. a calibrated quantization: left as it is).
         reason: One human line (which sha, which config fields).
+        task: The task to export for (None: inferred from the source's config).
+        generation: Made by ``export_for_generation`` (``generate()`` works on it).
+        multi_token_decode: The generation export's decode takes several query tokens.
     """
 
     export_format: ExportFormat
@@ -50,11 +79,14 @@ class FormatPlan:
     config: dict[str, Any]
     status: str
     reason: str
+    task: str | None = None
+    generation: bool = False
+    multi_token_decode: bool = False
 
     @property
     def stale(self) -> bool:
         """Whether this format has to be exported again."""
-        return self.status != UP_TO_DATE
+        return self.status not in (UP_TO_DATE, KEPT)
 
 
 @dataclass(frozen=True)
@@ -90,7 +122,8 @@ class SyncPlan:
     def describe(self) -> list[str]:
         """One line per format."""
         return [
-            f"{f.export_format.value} ({f.subfolder}/): {f.status}" + (f" - {f.reason}" if f.reason else "")
+            f"{f.export_format.value} ({f.subfolder}/{', ' + f.task if f.task else ''}): {f.status}"
+            + (f" - {f.reason}" if f.reason else "")
             for f in self.formats
         ]
 
@@ -167,21 +200,6 @@ def load_sync_config(path: str | Path) -> dict[str, dict[str, Any]]:
     return data
 
 
-def _wanted_configs(
-    formats: Sequence[str], overrides: Mapping[str, Mapping[str, Any]] | None
-) -> dict[ExportFormat, dict]:
-    wanted: dict[ExportFormat, dict] = {}
-    for name in formats:
-        fmt = parse_format(name)
-        data = {"dynamic": True, **dict((overrides or {}).get(fmt.value, {})), "export_format": fmt.value}
-        if data.get("dynamic_shapes") is not None and "dynamic" not in (overrides or {}).get(fmt.value, {}):
-            data["dynamic"] = False
-        wanted[fmt] = AutoExportConfig.from_dict(data).to_dict()
-    if not wanted:
-        raise ConfigError("Pass at least one --format.")
-    return wanted
-
-
 # -- planning -------------------------------------------------------------------------------------------------
 def _head(api: Any, repo_id: str, revision: str) -> tuple[str | None, set[str]]:
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
@@ -223,16 +241,45 @@ def _read_manifest(api: Any, repo_id: str, path: str, head: str) -> Manifest | N
         return None
 
 
-def _plan(
-    api: Any, source: str, sha: str, target: str, target_revision: str, wanted: dict[ExportFormat, dict]
-) -> SyncPlan:
+def _plan(api: Any, source: str, sha: str, target: str, target_revision: str, requested: dict[str, Wanted]) -> SyncPlan:
     head, files = _head(api, target, target_revision)
     same_files: dict[str, Any] = {}
+    manifests: dict[str, Manifest | None] = {}
+    for path in sorted(files):
+        if head and path.endswith("/" + MANIFEST_NAME):
+            manifests[path[: -len(MANIFEST_NAME) - 1]] = _read_manifest(api, target, path, head)
+    wanted = dict(requested)
+    for sub, found in manifests.items():
+        if sub in wanted or found is None or found.source is None or found.source.repo_id != source:
+            continue
+        again = recorded(found)
+        if again is not None:
+            wanted[sub] = again
     plans = []
-    for fmt, config in wanted.items():
-        sub = backend_for(fmt).layout.subfolder
+    for sub, want in wanted.items():
+        fmt, config = want.export_format, want.config
         path = f"{sub}/{MANIFEST_NAME}"
-        manifest = _read_manifest(api, target, path, head) if head and path in files else None
+        manifest = manifests.get(sub)
+        generation = want.generation
+        if generation is None:
+            generation = manifest is not None and manifest.generation is not None
+        task = want.task or (manifest.task if manifest is not None else None)
+
+        def planned(status: str, reason: str) -> FormatPlan:
+            return FormatPlan(fmt, sub, config, status, reason, task, generation, want.multi_token_decode)  # noqa: B023
+
+        recipe = config.get("quantizer")
+        missing = missing_packages(fmt)
+        if want.recorded and missing:
+            extra_name = backend_for(fmt).extra
+            reason = f"{', '.join(missing)} not installed here; install hub-export[{extra_name}] to keep it in step"
+            plans.append(planned(KEPT, reason))
+            continue
+        if want.recorded and recipe is not None and (not isinstance(recipe, dict) or rebuild_quantizer(recipe) is None):
+            name = recipe.get("quantizer", "a quantizer") if isinstance(recipe, dict) else "a quantizer"
+            reason = f"made with {name} on calibration data its record cannot rebuild; re-export it from Python"
+            plans.append(planned(KEPT, reason))
+            continue
         if manifest is None:
             status, reason = MISSING, f"no valid {path} in {target}@{target_revision}"
         elif manifest.export_format != fmt.value:
@@ -251,6 +298,11 @@ def _plan(
                 CONFIG_CHANGED,
                 "fields " + ", ".join(f"{k}: {manifest.config.get(k)!r} -> {config.get(k)!r}" for k in changed),
             )
+        elif want.task is not None and manifest.task != want.task:
+            status, reason = CONFIG_CHANGED, f"task: {manifest.task!r} -> {want.task!r}"
+        elif generation != (manifest.generation is not None):
+            made = "a generation export" if manifest.generation is not None else "a graph export"
+            status, reason = CONFIG_CHANGED, f"{path} is {made}; task {task!r} needs the other kind"
         else:
             status = UP_TO_DATE
             reason = (
@@ -258,7 +310,7 @@ def _plan(
                 if manifest.source.revision == sha
                 else (f"exported from {manifest.source.revision[:12]}, whose model files are identical")
             )
-        plans.append(FormatPlan(fmt, sub, config, status, reason))
+        plans.append(planned(status, reason))
     return SyncPlan(source, sha, target, target_revision, head, tuple(plans))
 
 
@@ -271,6 +323,8 @@ def plan_sync(
     target_revision: str = "main",
     configs: Mapping[str, Mapping[str, Any]] | None = None,
     source_sha: str | None = None,
+    task: str | None = None,
+    generation: bool = False,
     token: str | bool | None = None,
     endpoint: str | None = None,
 ) -> SyncPlan:
@@ -284,45 +338,71 @@ def plan_sync(
         target_revision: Branch of the target holding the exports.
         configs: Per-format config overrides ``{format: {field: value}}`` (``dynamic`` defaults to True).
         source_sha: Use this source commit instead of resolving ``revision``.
+        task: The task of the requested formats (see :data:`hub_export.tasks.TASKS`); None: as recorded by an
+            existing export, else inferred from the source's config (a graph export).
+        generation: The requested formats are ``export_for_generation`` exports.
         token: Hub token.
         endpoint: Hub endpoint.
     """
     from huggingface_hub import HfApi
 
-    wanted = _wanted_configs(formats, configs)
+    wanted = wanted_configs(formats, configs, task, generation)
     sha = source_sha or resolve_revision(source, revision, token=token, endpoint=endpoint)
     return _plan(HfApi(endpoint=endpoint, token=token), source, sha, target or source, target_revision, wanted)
 
 
 # -- syncing --------------------------------------------------------------------------------------------------
-def _export_all(model: Any, plan: SyncPlan, directory: Path) -> dict[str, dict[str, Any]]:
-    """Export, save and validate every stale format; the first failure raises and nothing is kept."""
+def _worst_parity(manifest: Manifest) -> tuple[float | None, float | None]:
+    worst: tuple[float | None, float | None] = (None, None)
+    for name, component in manifest.components.items():
+        parity = component.parity or {}
+        diff, atol = parity.get("max_abs_diff"), parity.get("atol")
+        if diff is not None and atol is not None and not diff <= atol:
+            what = "" if name == "model" else f" of {name}"
+            raise ExportError(f"parity check{what} failed: max abs diff {diff:.3g} vs eager is over atol {atol:g}")
+        if diff is not None and (worst[0] is None or diff > worst[0]):
+            worst = (diff, atol)
+    return worst
+
+
+def _export_all(models: Any, plan: SyncPlan, directory: Path) -> dict[str, dict[str, Any]]:
+    """Export, save and validate every stale subfolder; the first failure raises and nothing is kept.
+
+    ``models(task)`` returns the source model loaded for a task (loaded once per model class)."""
     from .._files import verify_file
-    from ..sample_inputs import dummy_inputs
 
     done: dict[str, dict[str, Any]] = {}
     for item in plan.stale:
         fmt = item.export_format.value
         try:
-            inputs = dummy_inputs(model)
-            config = AutoExportConfig.from_dict(item.config)
-            exported = backend_for(item.export_format).exporter_class().export(model, inputs, config=config)
+            config = config_of(item.config)
+            exported = export_model(
+                models(item.task),
+                item.export_format,
+                config,
+                task=item.task,
+                generation=item.generation,
+                multi_token_decode=item.multi_token_decode,
+            )
             with stage(f"saving {item.subfolder}/"):
                 folder = exported.save_pretrained(directory / item.subfolder)
                 manifest = Manifest.read(folder)
                 for entry in manifest.all_listed():
                     verify_file(folder / entry.path, entry)
-            parity = manifest.components["model"].parity or {}
-            diff, atol = parity.get("max_abs_diff"), parity.get("atol")
-            if diff is not None and atol is not None and not diff <= atol:
-                raise ExportError(f"parity check failed: max abs diff {diff:.3g} vs eager is over atol {atol:g}")
+            diff, atol = _worst_parity(manifest)
         except Exception as exc:  # noqa: BLE001 - any failure of one format stops the whole sync
             message = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            where = (
+                "" if item.subfolder == backend_for(item.export_format).layout.subfolder else f" ({item.subfolder}/)"
+            )
             raise ExportError(
-                f"Exporting {fmt} failed: {message} Nothing was published (a sync publishes all formats or none)."
+                f"Exporting {fmt}{where} failed: {message} Nothing was published (a sync publishes all formats or none)."
             ) from exc
-        done[fmt] = {
+        done[item.subfolder] = {
+            "format": fmt,
             "subfolder": item.subfolder,
+            "task": manifest.task,
+            "generation": manifest.generation is not None,
             "path": folder,
             "parity": diff,
             "atol": atol,
@@ -340,6 +420,7 @@ def sync(
     target_revision: str = "main",
     configs: Mapping[str, Mapping[str, Any]] | None = None,
     create_pr: bool = False,
+    task: str | None = None,
     generation: bool = False,
     commit_message: str | None = None,
     private: bool | None = None,
@@ -356,14 +437,18 @@ def sync(
         target_revision: Branch of the target (the base of the pull request with ``create_pr``).
         configs: Per-format config overrides (see :func:`load_sync_config`).
         create_pr: Open a pull request instead of committing to ``target_revision``.
-        generation: Export for generation (not available yet).
+        task: The task of the requested formats (``text-generation`` makes ``export_for_generation`` exports; see
+            :data:`hub_export.tasks.TASKS`); None: as an existing export records, else inferred from the config.
+        generation: Make the requested formats ``export_for_generation`` exports (of the task inferred from the
+            config when ``task`` is None).
         commit_message: Commit title.
         private: Visibility of the target repo when it has to be created.
         token: Hub token.
         endpoint: Hub endpoint.
 
     Returns:
-        A :class:`SyncResult` (``updated=False`` when everything was up to date, nothing downloaded).
+        A :class:`SyncResult` (``updated=False`` when everything was up to date, nothing downloaded); its
+        ``exports`` are keyed by subfolder.
 
     Raises:
         ExportError: A format failed to export or validate; nothing was published.
@@ -373,24 +458,32 @@ def sync(
 
     from .publish import publish
 
-    if generation:
-        raise HubExportError("generation exports are not available yet; sync without --generation.")
     api = HfApi(endpoint=endpoint, token=token)
-    wanted = _wanted_configs(formats, configs)
+    wanted = wanted_configs(formats, configs, task, generation)
     sha = resolve_revision(source, revision, token=token, endpoint=endpoint)
     target = target or source
     plan = _plan(api, source, sha, target, target_revision, wanted)
     if plan.up_to_date:
         return SyncResult(plan, False, plan.target_head)
-    model = load_source(source, revision=sha, token=token, endpoint=endpoint)
+    loaded: dict[str | None, Any] = {}
+
+    def models(wanted_task: str | None) -> Any:
+        key = None
+        if wanted_task is not None:
+            from ..tasks import auto_class_name
+
+            key = auto_class_name(wanted_task)[0]
+        if key not in loaded:
+            loaded[key] = load_for_task(source, sha, wanted_task, token=token, endpoint=endpoint)
+        return loaded[key]
+
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="hub-export-sync-") as tmp:
-        exports = _export_all(model, plan, Path(tmp))
+        exports = _export_all(models, plan, Path(tmp))
         for attempt in range(1, _MAX_REPLANS + 1):
-            todo = {f.subfolder: exports[f.export_format.value]["path"] for f in plan.stale}
-            message = (
-                commit_message
-                or f"Sync {', '.join(f.export_format.value for f in plan.stale)} exports from {source}@{sha[:12]}"
+            todo = {f.subfolder: exports[f.subfolder]["path"] for f in plan.stale}
+            message = commit_message or (
+                f"Sync {', '.join(f'{f.subfolder}/' for f in plan.stale)} exports from {source}@{sha[:12]}"
             )
             try:
                 result = publish(
@@ -417,9 +510,9 @@ def sync(
                     return SyncResult(plan, False, plan.target_head, notes=tuple(notes))
                 continue
             published = {
-                fmt: {k: v for k, v in info.items() if k != "path"}
-                for fmt, info in exports.items()
-                if any(f.export_format.value == fmt for f in plan.stale)
+                sub: {k: v for k, v in info.items() if k != "path"}
+                for sub, info in exports.items()
+                if any(f.subfolder == sub for f in plan.stale)
             }
             return SyncResult(
                 plan,

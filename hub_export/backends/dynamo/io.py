@@ -1,4 +1,11 @@
-"""Save and load ``.pt2`` programs (``torch.export.save`` / ``torch.export.load``) and AOTInductor packages."""
+"""Save and load ``.pt2`` programs: ``torch.export.save``, and a loader that reads the archive as checked data.
+
+Loading never calls ``torch.export.load``: :func:`hub_export.backends.dynamo._pt2.read_pt2` checks the archive and
+rebuilds the program from the checked entries only (see :mod:`.safety` for what is checked and why). A compiled
+component's AOTInductor package (``<component>.aoti.pt2``, role ``native``) is not read here: it is returned as a
+:class:`~.compiled.CompiledProgram` naming it, which the runner loads after checking the target (and only when the
+user trusts native code: :func:`.safety.check`).
+"""
 
 from __future__ import annotations
 
@@ -6,13 +13,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ...errors import UnsafeExportError
 from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
+from ._pt2 import read_pt2
 from .compiled import CompiledProgram
 from .config import LAYOUT
+from .safety import refuse_untrusted_native
 
-__all__ = ["load_program", "save_program"]
+__all__ = ["load_program", "read_program", "save_program"]
 
 
 def _names(component: str) -> tuple[str, str]:
@@ -38,30 +46,32 @@ def save_program(program: Any, directory: Path, component: str) -> list[str]:
     return [name, native]
 
 
-def load_program(directory: Path, component: str, entry: ComponentEntry) -> Any:
-    """``torch.export.load`` the component's ``.pt2`` (checked by :mod:`.safety` first). A compiled component is
-    returned as a :class:`CompiledProgram` naming its package: the runner loads the package after checking the target,
-    and the ExportedProgram is not read."""
-    import torch
+def load_program(directory: Path, component: str, entry: ComponentEntry, options: SafetyOptions | None = None) -> Any:
+    """The component's ``ExportedProgram``, rebuilt from its checked ``.pt2`` (the file found by its exact name).
 
+    A compiled component is returned as a :class:`CompiledProgram` naming its package (the runner loads it after
+    checking the target); its portable ``.pt2`` is still checked as data, never built.
+
+    Raises:
+        UnsafeExportError: The archive is not what ``torch.export.save`` writes, or would run code (see
+            :mod:`.safety`).
+    """
+    options = options or SafetyOptions()
     paths = LAYOUT.paths(component, [f.path for f in entry.files])
+    name = paths["program"]
+    size = next(f.size for f in entry.files if f.path == name)
     if "native" in paths:
+        refuse_untrusted_native(paths["native"], component, options)  # also when the check was skipped
+        read_pt2(Path(directory) / name, name, options=options, expected_size=size)
         return CompiledProgram(
             package=Path(directory) / paths["native"],
             target=dict(entry.extra.get("target") or {}),
-            program_path=Path(directory) / paths["program"],
+            program_path=Path(directory) / name,
         )
-    return torch.export.load(str(Path(directory) / paths["program"]))
+    return read_pt2(Path(directory) / name, name, options=options, expected_size=size, build=True).program
 
 
 def read_program(path: Path, label: str, options: SafetyOptions, expected_size: int | None = None) -> Any:
-    """A ``.pt2`` archive's ``ExportedProgram``, checked by :mod:`.safety` before torch reads it."""
-    import torch
-
-    from .safety import check_archive
-
-    if expected_size is not None and path.stat().st_size != expected_size:
-        raise UnsafeExportError(f"{label}: {path.stat().st_size} bytes, but {expected_size} are listed.")
-    if not options.trust_pickles:
-        check_archive(path, label)
-    return torch.export.load(str(path))
+    """A ``.pt2`` archive's ``ExportedProgram``, checked and rebuilt as the component loader does (never
+    ``torch.export.load``)."""
+    return read_pt2(path, label, options=options, expected_size=expected_size, build=True).program

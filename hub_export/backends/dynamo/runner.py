@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import DeviceUnavailableError
+from ...errors import DeviceUnavailableError, UnsafeExportError
 from ...manifest import ComponentEntry
 from ...runner import ModelRunner
 from .compiled import CompiledProgram, load_compiled
@@ -60,7 +60,12 @@ class DynamoRunner(ModelRunner):
             model = load_compiled(program, device or target, where)
             return cls(model, metadata, device or target, compiled=True)
         dev = _torch_device(device)
-        module = program.module()
+        try:
+            module = program.module()
+        except Exception as exc:  # noqa: BLE001 - a loaded program torch cannot turn into a module
+            raise UnsafeExportError(
+                f"torch could not build a module from the program ({type(exc).__name__}: {str(exc)[:300]})."
+            ) from None
         if dev.type != "cpu":
             module = module.to(dev)
         return cls(module, metadata, device)

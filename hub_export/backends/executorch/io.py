@@ -10,9 +10,14 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from ..._bounded import read_bounded
 from ...errors import ExportError, UnsafeExportError
+from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
+from ._log_sink import runtime_logs_bypass_python
+from ._plan import check_plan_indices
 from .config import LAYOUT
+from .safety import check_pte_header
 
 __all__ = ["load_program", "pte_bytes", "save_program"]
 
@@ -38,15 +43,27 @@ def save_program(program: Any, directory: Path, component: str) -> list[str]:
     return [name]
 
 
-def load_program(directory: Path, component: str, entry: ComponentEntry) -> Any:
-    """The ``.pte`` as an ``executorch.runtime.Program`` (the export-time manager cannot be rebuilt from it)."""
+def load_program(directory: Path, component: str, entry: ComponentEntry, options: SafetyOptions | None = None) -> Any:
+    """The ``.pte`` as an ``executorch.runtime.Program`` (the export-time manager cannot be rebuilt from it).
+
+    The program file is found by its exact name, its size is the one export.json lists, and its headers
+    (:func:`.safety.check_pte_header`) and its plans' indices (:func:`._plan.check_plan_indices`) are checked before
+    the runtime parses a byte of it, whatever the caller checked before.
+
+    Raises:
+        UnsafeExportError: Bad headers, or the runtime's verification refused the program.
+    """
     from executorch.runtime import Runtime, Verification
 
     name = LAYOUT.paths(component, [f.path for f in entry.files])["program"]
-    data = (Path(directory) / name).read_bytes()
+    size = next(f.size for f in entry.files if f.path == name)
+    data = read_bounded(Path(directory) / name, size, name)
+    end = check_pte_header(data[:64], len(data), name)
+    check_plan_indices(data[:end], name)
     try:  # full flatbuffer verification: the file may come from an untrusted repo
-        program = Runtime.get().load_program(data, verification=Verification.InternalConsistency)
-    except RuntimeError as exc:
+        with runtime_logs_bypass_python():
+            program = Runtime.get().load_program(data, verification=Verification.InternalConsistency)
+    except Exception as exc:  # noqa: BLE001 - the binding raises RuntimeError, ValueError...: all refusals
         raise UnsafeExportError(f"{name}: the ExecuTorch runtime refused the program ({exc}).") from None
     _LOADED_BYTES[program] = data
     return program

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import DeviceUnavailableError, ExportError
+from ...errors import DeviceUnavailableError, ExportError, UnsafeExportError
 from ...manifest import ComponentEntry
 from ...runner import ModelRunner
+from ._log_sink import runtime_logs_bypass_python
 
 __all__ = ["ExecutorchRunner"]
 
@@ -43,9 +44,16 @@ class ExecutorchRunner(ModelRunner):
             )
         from executorch.runtime import Runtime
 
-        if hasattr(program, "write_to_file") and hasattr(program, "buffer"):  # ExecutorchProgramManager
-            program = Runtime.get().load_program(program.buffer)
-        return cls(program.load_method("forward"), metadata, device or target, program=program)
+        with runtime_logs_bypass_python():
+            if hasattr(program, "write_to_file") and hasattr(program, "buffer"):  # ExecutorchProgramManager
+                program = Runtime.get().load_program(program.buffer)
+            try:
+                method = program.load_method("forward")
+            except (RuntimeError, KeyError, ValueError) as exc:  # KeyError: the program has no method "forward"
+                raise UnsafeExportError(
+                    f"The ExecuTorch runtime cannot load the program's forward ({type(exc).__name__}: {exc})."
+                ) from None
+        return cls(method, metadata, device or target, program=program)
 
     def run_flat(self, tensors: list[Any]) -> list[Any]:
         """Execute ``forward`` on the flat inputs (made contiguous, as ExecuTorch requires).
@@ -54,7 +62,14 @@ class ExecutorchRunner(ModelRunner):
         """
         import torch
 
-        outputs = self.method.execute([t.detach().to("cpu").contiguous() for t in tensors])
+        with runtime_logs_bypass_python():
+            try:
+                outputs = self.method.execute([t.detach().to("cpu").contiguous() for t in tensors])
+            except RuntimeError as exc:  # the inputs match the signature: the program is damaged or not this export's
+                raise UnsafeExportError(
+                    f"The ExecuTorch runtime failed to run the program on inputs that match its signature ({exc}); "
+                    "the .pte is damaged, crafted, or does not belong to this export.json. Re-export it."
+                ) from None
         outputs = [o if isinstance(o, torch.Tensor) else torch.as_tensor(o) for o in outputs]
         return self._write_back(tensors, outputs)
 

@@ -6,8 +6,12 @@ runs first because a damaged file identifier makes executorch 1.5's Python bindi
 (it formats the bad bytes into an error message as UTF-8) instead of raising. It requires:
 
 * bytes 4..8: the file identifier ``ET`` + two digits;
-* an optional extended header at byte 8 (``eh`` + two digits, length >= 32) whose program size and segment
-  base offset lie within the file, the program before the segments.
+* an optional extended header at byte 8 (``eh`` + two digits, length >= 24) whose program size, segment base
+  offset and segment data size lie within the file, the program before the segments.
+
+:func:`~hub_export.backends.executorch.io.load_program` runs the same header check itself, on the bytes it hands to
+the runtime, so a program is checked whatever its file is called, and then checks every index of the execution plans
+and the kinds of kernel arguments (:mod:`._plan`): the runtime aborts the process on those too.
 """
 
 from __future__ import annotations
@@ -34,23 +38,33 @@ def check(directory: Path, component: str, entry: ComponentEntry, options: Safet
         UnsafeExportError: Naming the file and the bad field.
     """
     name = LAYOUT.paths(component, [f.path for f in entry.files])["program"]
+    size = next(f.size for f in entry.files if f.path == name)
     with open(directory / name, "rb") as handle:
         head = handle.read(64)
-    check_pte_header(head, (directory / name).stat().st_size, name)
+    check_pte_header(head, size, name)
 
 
-def check_pte_header(head: bytes, size: int, label: str) -> None:
-    """Validate the first bytes of a ``.pte`` of ``size`` bytes (see module docstring)."""
+def check_pte_header(head: bytes, size: int, label: str) -> int:
+    """Validate the first bytes of a ``.pte`` of ``size`` bytes (see module docstring); returns where the program's
+    flatbuffer ends (the segments follow it)."""
     if len(head) < 8 or _IDENT.fullmatch(head[4:8]) is None:
         raise UnsafeExportError(f"{label}: not an ExecuTorch program (bad file identifier {head[4:8]!r}).")
     root = struct.unpack_from("<I", head, 0)[0]
     if root >= size:
         raise UnsafeExportError(f"{label}: flatbuffer root offset {root} is past the end of the file ({size} bytes).")
     if len(head) < 32 or _EXT.fullmatch(head[8:12]) is None:
-        return  # no extended header: the whole file is the flatbuffer
+        return size  # no extended header: the whole file is the flatbuffer
     length, program_size, segment_base = struct.unpack_from("<IQQ", head, 12)
-    if length < 24 or program_size > size or segment_base > size or (segment_base and program_size > segment_base):
+    segment_size = struct.unpack_from("<Q", head, 32)[0] if length >= 32 and len(head) >= 40 else 0
+    if (
+        length < 24
+        or program_size > size
+        or segment_base > size
+        or (segment_base and program_size > segment_base)
+        or segment_base + segment_size > size
+    ):
         raise UnsafeExportError(
             f"{label}: inconsistent extended header (length {length}, program {program_size}, segments at "
-            f"{segment_base}, file {size} bytes); the file is damaged."
+            f"{segment_base} of {segment_size} bytes, file {size} bytes); the file is damaged."
         )
+    return program_size or size

@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ...errors import UnsafeExportError
+from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
 from .config import LAYOUT
 
@@ -40,17 +42,24 @@ def save_program(program: Any, directory: Path, component: str) -> list[str]:
     return [main, data]
 
 
-def load_program(directory: Path, component: str, entry: ComponentEntry) -> Any:
+def load_program(directory: Path, component: str, entry: ComponentEntry, options: SafetyOptions | None = None) -> Any:
     """The graph without its weights: initializers stay lazy ``ExternalTensor`` objects in ``.onnx.data``.
 
     The path is kept unresolved in ``program.meta`` (see :func:`program_path`): ONNX Runtime opens it and finds
     the data file beside it, also when both are symlinks into the huggingface_hub cache. Lazy tensors of a
     symlinked data file are pointed at its target, which ``onnx_ir`` otherwise refuses to read.
+
+    Raises:
+        UnsafeExportError: ``onnx_ir`` cannot parse the graph.
     """
     import onnx_ir as ir
 
-    path = Path(directory) / LAYOUT.paths(component, [f.path for f in entry.files])["program"]
-    model = ir.load(str(path))
+    name = LAYOUT.paths(component, [f.path for f in entry.files])["program"]
+    path = Path(directory) / name
+    try:
+        model = ir.load(str(path))
+    except Exception as exc:  # noqa: BLE001 - protobuf DecodeError, ValueError...: the file is not a valid graph
+        raise UnsafeExportError(f"{name}: not a valid ONNX model ({type(exc).__name__}: {str(exc)[:200]}).") from None
     _follow_symlinked_data(model, path.parent)
     model.meta[PATH_META_KEY] = str(path)
     return model

@@ -5,19 +5,20 @@ through symlinks too); a program built in memory is first written to a temporary
 the runner. On CPU, inputs go in as numpy views of the torch tensors and outputs come back as torch views of
 ONNX Runtime's arrays (no copies); on CUDA, inputs and outputs are bound to device buffers (I/O binding).
 
-Threads (see ``docs/runtime-speed.md``): the intra-op pool has one thread per core this process may run on, and its
-threads sleep when idle instead of spinning (``allow_spinning=False``, where ONNX Runtime's default spins): spinning
-threads take the cores from the work they wait for when other processes share them, and a generation export's
-prefill and decode sessions each have a pool.
+Threads (see "Runtime speed" in ``docs/benchmarks.md``): the intra-op pool has one thread per core this process may
+run on, and its threads sleep when idle instead of spinning (``allow_spinning=False``, where ONNX Runtime's default
+spins): spinning threads take the cores from the work they wait for when other processes share them, and a generation
+export's prefill and decode sessions each have a pool.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 from typing import Any
 
-from ...errors import ConfigError, DeviceUnavailableError, ExportError
+from ...errors import ConfigError, DeviceUnavailableError, ExportError, UnsafeExportError
 from ...manifest import ComponentEntry
 from ...runner import ModelRunner
 from ._fusions import runnable_on
@@ -221,6 +222,7 @@ class OnnxRunner(ModelRunner):
         Raises:
             DeviceUnavailableError: The device or a provider is unavailable, or the session fell back from it.
             ConfigError: An unknown option.
+            UnsafeExportError: ONNX Runtime refused the graph (a loaded file it cannot read).
         """
         import onnxruntime as ort
 
@@ -236,7 +238,11 @@ class OnnxRunner(ModelRunner):
             allow_spinning=allow_spinning,
             session_config=session_config,
         )
-        session = ort.InferenceSession(path, settings, providers=chosen)
+        try:
+            session = ort.InferenceSession(path, settings, providers=chosen)
+        except Exception as exc:  # noqa: BLE001 - ORT's Fail/InvalidGraph/InvalidArgument share no base but Exception
+            where = Path(path).name if keepalive is None else "the ONNX graph"
+            raise UnsafeExportError(f"{where}: ONNX Runtime refused the graph ({str(exc)[:300]}).") from None
         first = chosen[0][0] if isinstance(chosen[0], (tuple, list)) else chosen[0]
         if first not in session.get_providers():
             raise DeviceUnavailableError(

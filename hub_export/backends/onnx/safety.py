@@ -1,12 +1,14 @@
 """ONNX: external data must stay inside the export folder and fit its file; only standard operator domains.
 
-The graph is parsed with ``onnx.load(load_external_data=False)``: no weight is read. For every tensor stored
-externally (initializers, ``Constant`` attributes, functions) the ``location`` must be a relative path without
-``..`` naming a file the manifest lists for this component (so its bytes were sha256-verified, whether it is a
-plain file or a huggingface_hub cache symlink; a local folder's symlinks out are refused by the manifest), and
-``offset + length`` must not pass that file's end. Otherwise ONNX Runtime would read any file the process
-can open as weights. Operator domains other than :data:`STANDARD_ONNX_DOMAINS` need custom
-kernels and are refused unless passed in ``allow_custom_domains``.
+The graph (at most :data:`MAX_GRAPH_BYTES`, read with its listed size as the budget) is parsed without its external
+data: no weight is read. For every tensor stored externally (initializers, sparse initializers' values and indices,
+tensor and sparse-tensor attributes such as ``Constant``'s, in subgraphs and functions too) the ``location`` must be
+a relative path without ``..`` naming a file the manifest lists for this component (so its bytes were
+sha256-verified, whether it is a plain file or a huggingface_hub cache symlink; a local folder's symlinks out are
+refused by the manifest), and ``offset + length`` must not pass that file's end. Otherwise ONNX Runtime would read
+any file the process can open as weights, or, for its in-memory location tag, any address. Training graphs
+(``training_info``) are refused: an export has none. Operator domains other than :data:`STANDARD_ONNX_DOMAINS` need
+custom kernels and are refused unless passed in ``allow_custom_domains``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ..._bounded import read_bounded
 from ...errors import UnsafeExportError
 from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
@@ -23,6 +26,8 @@ from .config import LAYOUT
 
 __all__ = ["STANDARD_ONNX_DOMAINS", "check"]
 
+#: The largest ``.onnx`` graph parsed (weights of 1 KiB or more live in the external data file, never in it).
+MAX_GRAPH_BYTES = 256 * 1024 * 1024
 #: ONNX operator domains loaded without ``allow_custom_domains``.
 STANDARD_ONNX_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
 
@@ -36,16 +41,24 @@ def check(directory: Path, component: str, entry: ComponentEntry, options: Safet
     import onnx
 
     listed = {f.path for f in entry.files}
+    sizes = {f.path: f.size for f in entry.files}
     allowed = STANDARD_ONNX_DOMAINS | options.allow_custom_domains
     for file in [LAYOUT.paths(component, listed)["program"]]:
-        path = directory / file
+        data = read_bounded(directory / file, min(sizes[file], MAX_GRAPH_BYTES), file)
         try:
-            model = onnx.load(str(path), load_external_data=False)
+            model = onnx.load_model_from_string(data)
         except Exception as exc:  # noqa: BLE001 - protobuf decode errors have no common base
-            raise UnsafeExportError(f"{file}: not a valid ONNX model ({exc}).") from None
+            raise UnsafeExportError(f"{file}: not a valid ONNX model ({str(exc)[:200]}).") from None
+        del data
+        if not model.HasField("graph") or model.ir_version <= 0:
+            raise UnsafeExportError(f"{file}: not an ONNX model (no graph or IR version).")
+        if len(model.training_info):
+            raise UnsafeExportError(
+                f"{file}: holds training graphs (training_info), which an exported model for inference never has."
+            )
         base = PurePosixPath(file).parent
         for tensor in _external_tensors(model):
-            _check_location(directory, base, file, tensor, listed)
+            _check_location(sizes, base, file, tensor, listed)
         used = {o.domain for o in model.opset_import} | {n.domain for n in _nodes(model)}
         custom = sorted(d for d in used if d not in allowed)
         if custom:
@@ -55,7 +68,7 @@ def check(directory: Path, component: str, entry: ComponentEntry, options: Safet
             )
 
 
-def _check_location(directory: Path, base: PurePosixPath, label: str, tensor: Any, listed: set[str]) -> None:
+def _check_location(sizes: dict[str, int], base: PurePosixPath, label: str, tensor: Any, listed: set[str]) -> None:
     info = {e.key: e.value for e in tensor.external_data}
     location = info.get("location", "")
     where = f"{label}: tensor {tensor.name!r}"
@@ -74,7 +87,7 @@ def _check_location(directory: Path, base: PurePosixPath, label: str, tensor: An
         raise UnsafeExportError(f"{where} has a non-integer offset/length {info}.") from None
     if length is None:  # the runtime then reads the tensor's own byte size from offset
         length = _nbytes(tensor)
-    size = (directory / relative).stat().st_size
+    size = sizes[relative]  # the size export.json lists, which the file was checked against
     if offset < 0 or (length is not None and length < 0) or offset + (length or 0) > size:
         raise UnsafeExportError(
             f"{where}: external data offset {offset} + length {length} passes the end of {relative} ({size} bytes)."
@@ -112,9 +125,28 @@ def _nodes(model: Any) -> Iterator[Any]:
         yield from graph.node
 
 
-def _external_tensors(model: Any) -> Iterator[Any]:
-    from onnx.external_data_helper import _get_all_tensors  # noqa: PLC2701 - walks graphs, subgraphs, attributes
+def _tensors(model: Any) -> Iterator[Any]:
+    """Every tensor of the model: initializers, the values and indices of sparse initializers, and tensor, sparse
+    tensor and tensor-list attributes of every node, in the main graph, subgraphs and functions."""
+    for graph in _graphs(model):
+        yield from getattr(graph, "initializer", ())
+        for sparse in getattr(graph, "sparse_initializer", ()):
+            yield sparse.values
+            yield sparse.indices
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.HasField("t"):
+                    yield attr.t
+                yield from attr.tensors
+                if attr.HasField("sparse_tensor"):
+                    yield attr.sparse_tensor.values
+                    yield attr.sparse_tensor.indices
+                for sparse in attr.sparse_tensors:
+                    yield sparse.values
+                    yield sparse.indices
 
-    for tensor in _get_all_tensors(model):
+
+def _external_tensors(model: Any) -> Iterator[Any]:
+    for tensor in _tensors(model):
         if tensor.HasField("data_location") and tensor.data_location == tensor.EXTERNAL:
             yield tensor

@@ -6,6 +6,8 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from ...errors import UnsafeExportError
+from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
 from .config import LAYOUT
 
@@ -38,7 +40,16 @@ def save_program(program: Any, directory: Path, component: str) -> list[str]:
     return [xml, binary]
 
 
-def load_program(directory: Path, component: str, entry: ComponentEntry) -> Any:
-    """``Core().read_model(xml, bin)`` with both files found by their exact names in the manifest."""
+def load_program(directory: Path, component: str, entry: ComponentEntry, options: SafetyOptions | None = None) -> Any:
+    """``Core().read_model(xml, bin)`` with both files found by their exact names in the manifest (never an unlisted
+    ``.bin`` beside the XML).
+
+    Raises:
+        UnsafeExportError: OpenVINO cannot read the IR.
+    """
     paths = LAYOUT.paths(component, [f.path for f in entry.files])
-    return core().read_model(str(Path(directory) / paths["program"]), str(Path(directory) / paths["weights"]))
+    xml, weights = Path(directory) / paths["program"], Path(directory) / paths["weights"]
+    try:
+        return core().read_model(str(xml), str(weights))
+    except Exception as exc:  # noqa: BLE001 - OpenVINO raises RuntimeError/GeneralFailure on a bad IR
+        raise UnsafeExportError(f"{paths['program']}: OpenVINO refused the IR ({str(exc)[:300]}).") from None

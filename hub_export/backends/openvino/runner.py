@@ -18,7 +18,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from ...errors import ConfigError, DeviceUnavailableError, InputError
+from ...errors import ConfigError, DeviceUnavailableError, InputError, UnsafeExportError
 from ...manifest import ComponentEntry
 from ...runner import ModelRunner
 from ...signature import torch_dtype
@@ -106,7 +106,13 @@ def _compiled(program: Any, device: str, properties: dict[str, Any]) -> Any:
     key = (device, repr(sorted(properties.items())))
     cache = _COMPILED.setdefault(program, {})
     if key not in cache:
-        cache[key] = core().compile_model(program, device, properties)
+        try:
+            cache[key] = core().compile_model(program, device, properties)
+        except RuntimeError as exc:  # a loaded IR OpenVINO cannot compile: damaged, or crafted past the checks
+            raise UnsafeExportError(
+                f"OpenVINO could not compile the IR for {device} with properties {sorted(properties)} "
+                f"({str(exc)[:300]}): the IR is damaged or crafted, or a property does not apply to this device."
+            ) from None
     return cache[key]
 
 

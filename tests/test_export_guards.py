@@ -1,0 +1,98 @@
+"""hub_export.export._guards: size guards through ``//``, ``%`` and ``min`` become dim bounds, so another size is
+refused up front with one clear error on every backend instead of ``Guard failed: <expression>`` (or a wrong shape
+on a backend that keeps no guards)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from hub_export import DynamoConfig, DynamoExporter, ExportedModel
+from hub_export.dims import Dim
+from hub_export.errors import InputBoundsError
+
+
+class _Blocks(torch.nn.Module):
+    """Folds the sequence into blocks of 4 (a pooling / striding model): the sequence must be a multiple of 4."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 3)
+
+    def forward(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        batch, length = input_ids.shape
+        return {"logits": self.proj(input_ids.float().view(batch, length // 4, 4))}
+
+
+class _Capped(torch.nn.Module):
+    """A compressed-attention-like check through ``min`` and ``//`` that holds only below 8 tokens."""
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        length = input_ids.shape[1]
+        kept = min(length, 4 * (length // 4))
+        torch._check(4 * (4 * kept // max(kept // 4, 1)) >= 16 * kept)
+        return input_ids.float() * 2
+
+
+class _Plain(torch.nn.Module):
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return input_ids.float().cumsum(-1)
+
+
+def _export(model: torch.nn.Module, length: int):
+    sample = {"input_ids": torch.arange(2 * length).reshape(2, length)}
+    return DynamoExporter().export(model, sample, config=DynamoConfig(dynamic=True))
+
+
+def _ids(batch: int, length: int) -> torch.Tensor:
+    return torch.arange(batch * length).reshape(batch, length)
+
+
+def test_multiple_of_from_a_view_guard(tmp_path: Path) -> None:
+    model = _Blocks().eval()
+    exported = _export(model, 8)
+    dims = exported.components["model"].metadata.signature.dims
+    assert dims["sequence"].multiple_of == 4 and dims["sequence"].max is None
+    assert dims["batch"] == Dim("batch", dims["batch"].min, None)  # the batch is not narrowed
+    exported.save_pretrained(tmp_path)
+    loaded = ExportedModel.from_pretrained(tmp_path)  # the multiple survives export.json
+    for runner in (exported, loaded):
+        with torch.no_grad():
+            torch.testing.assert_close(
+                runner(input_ids=_ids(3, 20))["logits"], model(_ids(3, 20))["logits"], rtol=0, atol=1e-6
+            )
+        with pytest.raises(InputBoundsError, match="Pad it to a multiple of 4"):
+            runner(input_ids=_ids(3, 11))
+
+
+def test_maximum_from_a_min_floordiv_guard() -> None:
+    model = _Capped()
+    exported = _export(model, 7)
+    sequence = exported.components["model"].metadata.signature.dims["sequence"]
+    assert sequence.max == 7 and sequence.multiple_of == 1
+    torch.testing.assert_close(exported(input_ids=_ids(3, 5)), model(_ids(3, 5)))
+    with pytest.raises(InputBoundsError, match=r"size 11 on axis 1 \(sequence\), outside the exported bounds"):
+        exported(input_ids=_ids(3, 11))
+
+
+def test_dims_without_arithmetic_guards_stay_unbounded() -> None:
+    dims = _export(_Plain(), 7).components["model"].metadata.signature.dims
+    assert dims["sequence"].max is None and dims["sequence"].multiple_of == 1
+
+
+def test_onnx_refuses_the_same_size_up_front() -> None:
+    """ONNX keeps no guards: without the bound a size of 11 would fail inside the runtime's Reshape."""
+    pytest.importorskip("onnxruntime")
+    from hub_export import OnnxConfig, OnnxExporter
+
+    model = _Blocks().eval()
+    exported = OnnxExporter().export(model, {"input_ids": _ids(2, 8)}, config=OnnxConfig(dynamic=True))
+    assert exported.components["model"].metadata.signature.dims["sequence"].multiple_of == 4
+    with torch.no_grad():
+        torch.testing.assert_close(
+            exported(input_ids=_ids(1, 12))["logits"], model(_ids(1, 12))["logits"], rtol=1e-5, atol=1e-5
+        )
+    with pytest.raises(InputBoundsError, match="multiple of 4"):
+        exported(input_ids=_ids(1, 10))
