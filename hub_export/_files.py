@@ -1,29 +1,178 @@
-"""File helpers: sha256, manifest file entries, verification and atomic directory replacement."""
+"""File helpers: sha256 (streamed, remembered by file identity), manifest file entries, verification and atomic
+directory replacement.
+
+Hashing a multi-GB export is a large part of saving and loading it, so a file is hashed at most once while it stays
+the same file: the digest is remembered under the file's identity ``(device, inode, size, mtime_ns, ctime_ns)``,
+in this process and in a small on-disk store (``$HUB_EXPORT_CACHE/verified``, default
+``~/.cache/hub_export/verified``), so a second load, in this process or another, does not read the file again.
+Writing a file changes its size or its timestamps, so a changed file is hashed again. Writers that hash the bytes
+as they write them (:class:`HashingWriter`) record the digest without reading the file back.
+``HUB_EXPORT_VERIFIED_CACHE=0`` turns the remembering off (every verification reads every byte).
+"""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
+import threading
 import uuid
 from pathlib import Path
+from typing import Any
 
 from .errors import IntegrityError
 from .manifest import FileEntry
 
-__all__ = ["sha256_file", "file_entry", "verify_file", "atomic_directory", "replace_directory"]
+__all__ = [
+    "HashingWriter",
+    "atomic_directory",
+    "copy_file",
+    "file_entry",
+    "known_sha256",
+    "remember_sha256",
+    "replace_directory",
+    "sha256_file",
+    "verify_file",
+]
 
 _CHUNK = 8 * 1024 * 1024
+_LOCK = threading.Lock()
+#: (device, inode) -> (size, mtime_ns, ctime_ns, sha256) of files hashed in this process.
+_KNOWN: dict[tuple[int, int], tuple[int, int, int, str]] = {}
+
+
+def _enabled() -> bool:
+    return os.environ.get("HUB_EXPORT_VERIFIED_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _store() -> Path:
+    root = os.environ.get("HUB_EXPORT_CACHE")
+    if not root:
+        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache"), "hub_export")
+    return Path(root) / "verified"
+
+
+def _identity(info: os.stat_result) -> tuple[int, int, int]:
+    return info.st_size, info.st_mtime_ns, info.st_ctime_ns
+
+
+def known_sha256(path: str | Path) -> str | None:
+    """The sha256 of ``path`` if this file, unchanged since, was hashed before; else None (nothing is read)."""
+    if not _enabled():
+        return None
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    key = (info.st_dev, info.st_ino)
+    with _LOCK:
+        known = _KNOWN.get(key)
+    if known is not None and known[:3] == _identity(info):
+        return known[3]
+    try:
+        record = json.loads((_store() / f"{key[0]:x}-{key[1]:x}").read_text(encoding="utf-8"))
+        stored = (int(record["size"]), int(record["mtime_ns"]), int(record["ctime_ns"]), str(record["sha256"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if stored[:3] != _identity(info) or len(stored[3]) != 64:
+        return None
+    with _LOCK:
+        _KNOWN[key] = stored
+    return stored[3]
+
+
+def remember_sha256(path: str | Path, digest: str) -> None:
+    """Record that ``path`` as it is now hashes to ``digest`` (call it once the file is closed)."""
+    if not _enabled():
+        return
+    info = os.stat(path)
+    key = (info.st_dev, info.st_ino)
+    record = (*_identity(info), digest)
+    with _LOCK:
+        _KNOWN[key] = record
+    try:  # best effort: a read-only home only costs a re-hash in the next process
+        store = _store()
+        store.mkdir(mode=0o700, parents=True, exist_ok=True)
+        name = store / f"{key[0]:x}-{key[1]:x}"
+        staged = store / f".{name.name}.{uuid.uuid4().hex[:8]}"
+        data = {"size": record[0], "mtime_ns": record[1], "ctime_ns": record[2], "sha256": digest}
+        staged.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(staged, name)
+    except OSError:
+        pass
 
 
 def sha256_file(path: str | Path) -> str:
-    """Hex sha256 of a file, read in chunks."""
+    """Hex sha256 of a file: remembered when the same file was hashed before, else read in chunks (and remembered)."""
+    known = known_sha256(path)
+    if known is not None:
+        return known
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         while chunk := handle.read(_CHUNK):
             digest.update(chunk)
-    return digest.hexdigest()
+    hexdigest = digest.hexdigest()
+    remember_sha256(path, hexdigest)
+    return hexdigest
+
+
+class HashingWriter:
+    """A binary file opened for writing that hashes what goes through it; on close the digest is remembered
+    (:func:`remember_sha256`), so the manifest entry of the file costs no second read.
+
+    Example::
+
+        with HashingWriter(path) as out:
+            out.write(header)
+            out.write(memoryview(array).cast("B"))
+        out.sha256  # hex digest
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._handle = open(self.path, "wb")  # noqa: SIM115 - closed by close()/__exit__
+        self._digest = hashlib.sha256()
+        self.size = 0
+        self.sha256 = ""
+
+    def write(self, data: Any) -> int:
+        """Write bytes (or any buffer) and hash them; returns the number of bytes written."""
+        view = memoryview(data).cast("B")
+        self._digest.update(view)
+        self._handle.write(view)
+        self.size += len(view)
+        return len(view)
+
+    def tell(self) -> int:
+        """Bytes written so far."""
+        return self.size
+
+    def close(self) -> None:
+        """Close the file and remember its digest."""
+        if self._handle.closed:
+            return
+        self._handle.close()
+        self.sha256 = self._digest.hexdigest()
+        remember_sha256(self.path, self.sha256)
+
+    def __enter__(self) -> HashingWriter:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if exc[0] is not None:
+            self._handle.close()  # a partial file: never remembered
+            return
+        self.close()
+
+
+def copy_file(source: str | Path, target: str | Path) -> str:
+    """Copy a file in chunks, hashing it on the way (the copy's digest is remembered); returns the sha256."""
+    with open(source, "rb") as handle, HashingWriter(target) as out:
+        while chunk := handle.read(_CHUNK):
+            out.write(chunk)
+    return out.sha256
 
 
 def file_entry(directory: str | Path, relative: str, role: str = "") -> FileEntry:
@@ -33,7 +182,8 @@ def file_entry(directory: str | Path, relative: str, role: str = "") -> FileEntr
 
 
 def verify_file(path: str | Path, entry: FileEntry) -> None:
-    """Check size then sha256 of a file against its manifest entry.
+    """Check size then sha256 of a file against its manifest entry (a file hashed before and unchanged since is not
+    read again, see the module docstring).
 
     Raises:
         IntegrityError: Missing file, size or sha256 mismatch (naming the file).

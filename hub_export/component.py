@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ._files import file_entry
+from ._files import copy_file, file_entry
 from .formats import ExportFormat, backend_for, parse_format
 from .manifest import ComponentEntry
 
@@ -79,21 +78,29 @@ class ExportedComponent:
         runner_class = backend_for(self.export_format).runner_class
         return runner_class.from_program(self.program, self.metadata, device, **options)
 
-    def save(self, directory: Path) -> ComponentEntry:
+    @property
+    def on_disk(self) -> bool:
+        """Whether the program comes from verified files (saving copies them) rather than from this process."""
+        return self._files_dir is not None and bool(self.metadata.files)
+
+    def save(self, directory: Path, written: list[str] | None = None) -> ComponentEntry:
         """Write this component's files into ``directory``; returns its metadata with the file entries.
 
         A component loaded from disk copies its verified files verbatim (an edit of a loaded program in memory is
-        not saved); one exported in this process is written by its backend.
+        not saved); one exported in this process is written by its backend, unless ``written`` names the files its
+        backend already wrote for it together with the other components (``Backend.save_programs``).
         """
         program = self.program  # a lazy component fetches and verifies its files first
         backend = backend_for(self.export_format)
         roles = backend.layout.component_files(self.name) | dict(backend.layout.shared)
-        if self._files_dir is not None and self.metadata.files:
+        if self.on_disk:
             relative = [f.path for f in self.metadata.files]
             for rel in relative:
                 (directory / rel).parent.mkdir(parents=True, exist_ok=True)
                 if not (directory / rel).exists():  # a file shared with a component saved before
-                    shutil.copyfile(self._files_dir / rel, directory / rel)
+                    copy_file(self._files_dir / rel, directory / rel)  # type: ignore[operator]
+        elif written is not None:
+            relative = list(written)
         else:
             relative = backend.save_program(program, directory, self.name)
         files = tuple(file_entry(directory, rel, roles.get(rel, "")) for rel in relative)

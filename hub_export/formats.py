@@ -57,7 +57,7 @@ class FileLayout:
         shared: ``(file name, role)`` of files that belong to the export rather than one component (a weights file
             every component reads).
         optional: ``(suffix, role)`` of files a component may have besides ``files`` (a compiled ``.pt2``'s native
-            code package), named like them.
+            code package, an ExecuTorch ``.ptd`` weights file), named like them.
     """
 
     subfolder: str
@@ -115,6 +115,9 @@ class Backend:
         runner_class: Its ``ModelRunner`` subclass.
         layout: Its file layout (:class:`FileLayout`).
         save_program: ``save_program(program, directory, component) -> [relative paths]`` (main file first).
+        save_programs: Optional ``save_programs({component: program}, directory) -> {component: [relative paths]}``
+            writing the components of one export together, so a weight several of them use is stored once (in a
+            file of ``layout.shared``); None: each component is written by ``save_program``.
         load_program: ``load_program(directory, component, entry, options) -> program``; the files are verified
             and checked (``options``: the :class:`SafetyOptions` the user gave, for a loader whose reading depends
             on them).
@@ -137,6 +140,7 @@ class Backend:
     save_program: Callable[[Any, Path, str], list[str]]
     load_program: Callable[[Path, str, ComponentEntry, SafetyOptions], Any]
     check_files: Callable[[Path, str, ComponentEntry, SafetyOptions], None] | None = None
+    save_programs: Callable[[dict[str, Any], Path], dict[str, list[str]]] | None = None
     packages: tuple[str, ...] = ()
     distributions: tuple[str, ...] = ()
     extra: str = ""

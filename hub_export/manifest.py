@@ -153,6 +153,8 @@ class ComponentEntry:
         parity: ``{max_abs_diff, atol, inputs}`` measured against eager at export time.
         quantization: The quantizer's recipe, or None.
         extra: Backend-specific plain data.
+        weights: The traced program's weights by dtype, ``{dtype: {"count": n, "bytes": n}}`` (each storage once),
+            or None when not recorded.
     """
 
     files: tuple[FileEntry, ...]
@@ -163,6 +165,7 @@ class ComponentEntry:
     parity: dict[str, Any] | None = None
     quantization: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    weights: dict[str, dict[str, int]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """As JSON data (files by path: the manifest lists them once at the top)."""
@@ -173,6 +176,7 @@ class ComponentEntry:
             "device": self.device,
             **self.signature.to_json(),
             "parity": self.parity,
+            **({"weights": self.weights} if self.weights is not None else {}),
             "quantization": self.quantization,
             "extra": dict(self.extra),
         }
@@ -189,6 +193,7 @@ class ComponentEntry:
             parity=data.get("parity"),
             quantization=data.get("quantization"),
             extra=dict(data.get("extra", {})),
+            weights=data.get("weights"),
         )
 
 

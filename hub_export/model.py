@@ -246,7 +246,11 @@ class ExportedModel:
             )
         staged = atomic_directory(target)
         try:
-            entries = {name: component.save(staged) for name, component in self.components.items()}
+            backend = backend_for(self.export_format)
+            programs = {name: c.program for name, c in self.components.items()}  # lazy ones fetch their files
+            fresh = {name: programs[name] for name, c in self.components.items() if not c.on_disk}
+            written = backend.save_programs(fresh, staged) if fresh and backend.save_programs is not None else {}
+            entries = {name: c.save(staged, written.get(name)) for name, c in self.components.items()}
             if self.config is not None:
                 self.config.to_json_file(str(staged / "config.json"))
             if self.generation_config is not None:

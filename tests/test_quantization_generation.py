@@ -18,6 +18,7 @@ from hub_export import (
     OnnxRuntimeWeightOnlyConfig,
     PT2EQuantizer,
 )
+from hub_export.backends.executorch.io import program_contents
 from hub_export.backends.onnx import exporter as onnx_exporter
 from hub_export.quantization import base as quantization_base
 
@@ -102,9 +103,9 @@ def test_pt2e_quantized_program_lowers_to_executorch(tmp_path):
     exported = ExecutorchExporter().export(case.model, case.sample, config=config)
     component = exported.components["model"]
     assert component.metadata.quantization["quantizer"] == "PT2EQuantizer"
-    targets = {str(n.target) for n in component.program.exported_program().graph.nodes if n.op == "call_function"}
-    assert "executorch_call_delegate" in targets
-    assert not {t for t in targets if "quantize_per" in t or "linear" in t}, targets  # all inside XNNPACK
+    operators, delegates = program_contents(component.program)
+    assert "XnnpackBackend" in delegates
+    assert not {t for t in operators if "quantize_per" in t or "linear" in t}, operators  # all inside XNNPACK
     with torch.no_grad():
         expected = case.model(**case.sample).logits
     logits = exported(**case.sample).logits

@@ -162,14 +162,17 @@ class HfExporter:
             device=traced.device,
             quantization=config.quantizer.to_dict() if config.quantizer is not None else None,
             extra=dict(lowered.extra),
+            weights=_weights_by_dtype(traced.program),
         )
         with stage(f"checking parity{suffix}"):
-            runner = self.backend.runner_class.from_program(lowered.program, metadata, device=None)
+            runner = self.parity_runner(lowered.program, metadata)
             produced = runner.run_flat([t.clone() for t in traced.sample])
+            del runner  # its memory (a compiled copy of the weights, for some runtimes) goes before the next stage
         parity = {
             "max_abs_diff": _max_abs_diff(traced.expected, produced),
             "atol": self.parity_atol,
             "inputs": {s.name: list(t.shape) for s, t in zip(metadata.signature.inputs, traced.sample)},
+            "dtype": traced.dtype,
         }
         metadata = dataclasses.replace(metadata, parity=parity)
         return ExportedComponent(name, self.export_format, lowered.program, metadata)
@@ -202,6 +205,12 @@ class HfExporter:
         """
         return None
 
+    def parity_runner(self, program: Any, metadata: ComponentEntry) -> Any:
+        """The runner the export's parity check runs ``program`` with, once: by default the format's runner on its
+        default device. A backend returns one that holds less memory where its runtime would otherwise copy the
+        weights (nothing but the check runs on it)."""
+        return self.backend.runner_class.from_program(program, metadata, device=None)
+
     def export_program(self, traced: Traced, config: ExportConfig) -> Lowered | Any:
         """Lower the traced ExportedProgram to this format's program: the program itself, or a :class:`Lowered`
         when lowering changed the sizes the program accepts or has plain data to record in the manifest."""
@@ -217,6 +226,31 @@ class HfExporter:
                 "use AutoHfExporter.from_config(config) to pick the matching exporter."
             )
         return config
+
+
+def _weights_by_dtype(program: Any) -> dict[str, dict[str, int]]:
+    """``{dtype: {"count", "bytes"}}`` of the program's parameters, buffers and tensor constants (a storage several
+    names share, such as tied embeddings, counted once)."""
+    from ..manifest import schema
+    from ..signature import dtype_name
+
+    known = set(schema()["$defs"]["dtype"]["enum"])
+    seen: dict[int, tuple[str, int]] = {}
+    for value in [*program.state_dict.values(), *program.constants.values()]:
+        name = dtype_name(getattr(value, "dtype", ""))
+        if name not in known:
+            continue
+        try:
+            storage = value.untyped_storage()
+        except (AttributeError, RuntimeError, NotImplementedError):  # a tensor subclass without one storage
+            continue
+        seen[storage.data_ptr() or id(value)] = (name, storage.nbytes())
+    summary: dict[str, dict[str, int]] = {}
+    for name, nbytes in seen.values():
+        entry = summary.setdefault(name, {"count": 0, "bytes": 0})
+        entry["count"] += 1
+        entry["bytes"] += nbytes
+    return summary
 
 
 def _with_provenance(exported: Any, model: Any) -> Any:

@@ -8,7 +8,6 @@ data (:mod:`hub_export.signature`) so runners can rebuild the model's own ``Mode
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import re
 from collections.abc import Callable
@@ -374,8 +373,13 @@ def _user_output_values(program: Any) -> list[Any]:
 
 
 def _detach_weights(program: Any) -> None:
-    """Give the program its own copy of weights so later changes to the eager model do not leak into it."""
-    for name, value in list(program.state_dict.items()):
-        program.state_dict[name] = copy.deepcopy(value)
+    """Give the program its own copy of the lifted tensor constants (small: masks, rotary tables), which eager
+    code may update in place; parameters and buffers stay shared with the model, as ``torch.export`` leaves them.
+
+    Weights are never copied: an export holds one copy of them however many components and formats use it (a
+    copy would double the memory of a multi-GB model, and break tied weights into two tensors that would then be
+    stored twice). Changing the model's weights in place after exporting changes the export's program too, until
+    it is saved.
+    """
     for name, value in list(program.constants.items()):
         program.constants[name] = value.detach().clone() if hasattr(value, "detach") else value

@@ -311,7 +311,9 @@ def _same(remote: Any, path: Path, sha256: str | None) -> bool:
     if remote.lfs is not None:
         return remote.lfs.sha256 == (sha256 or sha256_file(path))
     digest = hashlib.sha1(b"blob %d\0" % size)
-    digest.update(path.read_bytes())
+    with open(path, "rb") as handle:  # in chunks: never a whole file in memory
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
     return remote.blob_id == digest.hexdigest()
 
 

@@ -12,8 +12,9 @@ from ...formats import ExportFormat, FileLayout
 __all__ = ["FORMAT", "LAYOUT", "ExecutorchConfig"]
 
 FORMAT = ExportFormat.declare("executorch")
-#: One ``<component>.pte`` program per component, in ``executorch/`` on the Hub.
-LAYOUT = FileLayout(subfolder="executorch", files=((".pte", "program"),))
+#: One ``<component>.pte`` program per component, in ``executorch/`` on the Hub, with its weights in
+#: ``<component>.ptd`` when they are kept outside the program (``ExecutorchConfig.external_data``).
+LAYOUT = FileLayout(subfolder="executorch", files=((".pte", "program"),), optional=((".ptd", "weights"),))
 
 
 @dataclass
@@ -25,6 +26,11 @@ class ExecutorchConfig(ExportConfig):
         alloc_graph_input: Memory-plan graph inputs.
         alloc_graph_output: Memory-plan graph outputs.
         alloc_mutable_buffers: Memory-plan mutable buffers.
+        external_data: Keep the weights in a ``.ptd`` data file next to the ``.pte`` (ExecuTorch's external
+            constants) instead of inside it: True, False, or None to decide: outside when they are large
+            (``ExecutorchExporter.external_data_min_bytes``, 1 GiB by default: a ``.pte`` flatbuffer cannot address
+            more than 2 GB) or tied (the ``.ptd`` stores a weight several names share once; a ``.pte`` stores it for
+            the delegate and again for the portable kernels).
     """
 
     export_format: ClassVar[ExportFormat] = FORMAT
@@ -32,6 +38,7 @@ class ExecutorchConfig(ExportConfig):
     alloc_graph_input: bool = True
     alloc_graph_output: bool = True
     alloc_mutable_buffers: bool = True
+    external_data: bool | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()

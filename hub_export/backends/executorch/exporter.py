@@ -9,6 +9,7 @@ The bounds the program was planned for are recorded in the manifest (``dims``) a
 
 from __future__ import annotations
 
+import gc
 import math
 import platform
 import sys
@@ -23,12 +24,14 @@ from ...patches.tracing import gathered_experts_forward
 from ...quantization.nncf_quant import NNCFQuantizationConfig, NNCFQuantizer
 from ...signature import Signature
 from .config import FORMAT, ExecutorchConfig
+from .io import ProgramFiles, load_runtime_program
 from .patches import (
     contiguous_attention_outputs,
     executorch_patches,
     integer_powers_as_products,
     retrace_without_size_one_hints,
     upper_bound,
+    weights_shared_by_deep_copies,
 )
 
 __all__ = ["ExecutorchExporter"]
@@ -41,6 +44,8 @@ _ROLE_LIMITS = {
 }
 _SEQUENCE_ROLES = {"sequence", "total_sequence", "past_sequence", "decoder_sequence", "encoder_sequence"}
 _RUNTIME_BACKENDS = {"xnnpack": "XnnpackBackend", "cuda": "CudaBackend", "mlx": "MLXBackend"}
+#: The external-data tag every weight of an export with ``external_data`` gets (one ``.ptd`` per program).
+_DATA_TAG = "model"
 
 
 class ExecutorchExporter(HfExporter):
@@ -51,6 +56,9 @@ class ExecutorchExporter(HfExporter):
         max_sequence: Upper bound of sequence dims when the model's config gives no maximum length.
         max_sequence_cap: Cap on a config's maximum length (buffers are planned for the bound, so a 128k-token
             ``max_position_embeddings`` would plan gigabytes); pass explicit ``dynamic_shapes`` to go beyond it.
+        external_data_min_bytes: With ``ExecutorchConfig(external_data=None)``, weights of at least this many bytes
+            go to a ``.ptd`` file beside the ``.pte``.
+        max_planned_bytes: Largest activation memory plan accepted (the runtime allocates it when loading).
     """
 
     export_format = FORMAT
@@ -59,6 +67,8 @@ class ExecutorchExporter(HfExporter):
     max_batch: ClassVar[int] = 8
     max_sequence: ClassVar[int] = 512
     max_sequence_cap: ClassVar[int] = 4096
+    external_data_min_bytes: ClassVar[int] = 1 << 30
+    max_planned_bytes: ClassVar[int] = 8 << 30
 
     # -- backend verbs ----------------------------------------------------------------------------------
     def check_available(self, config: ExportConfig) -> None:
@@ -155,8 +165,9 @@ class ExecutorchExporter(HfExporter):
         try:
             # no autograd: a program updating an input in place (a StaticCache) trips "leaf Variable that requires
             # grad is being used in an in-place operation" while ExecuTorch's passes re-run its ops
+            external = self._external_data(program, config)
             with torch.no_grad():
-                manager = _lower(program, config)
+                manager = _lower(program, config, external)
         except ExportError:
             raise
         except Exception as exc:  # executorch raises many types; keep the cause
@@ -180,7 +191,39 @@ class ExecutorchExporter(HfExporter):
             },
         }
         planned = signature.replace(dims=_planned_dims(manager.exported_program(), signature))
-        return Lowered(manager, planned, extra)
+        self._check_planned_memory(manager, planned)
+        if external:
+            extra["external_data"] = True
+        files = _write(manager)
+        del manager, program  # the lowering's copy of the weights goes before the program is loaded to run
+        gc.collect()
+        return Lowered(load_runtime_program(files, traced.architecture or "the lowered program"), planned, extra)
+
+    def _external_data(self, program: Any, config: ExportConfig) -> bool:
+        """Whether the weights go to a ``.ptd`` file: as the config says; else when they are large, or when several
+        names share a weight (tied embeddings: the ``.ptd`` stores it once, a ``.pte`` once per user of it)."""
+        choice = getattr(config, "external_data", None)
+        if choice is not None:
+            return bool(choice)
+        storages = [
+            t.untyped_storage().data_ptr() for t in program.state_dict.values() if hasattr(t, "untyped_storage")
+        ]
+        tied = len(set(storages)) < len(storages)
+        return tied or _weight_bytes(program) >= self.external_data_min_bytes
+
+    def _check_planned_memory(self, manager: Any, signature: Signature) -> None:
+        """Refuse a program whose memory plan (every activation at the dims' upper bounds) exceeds
+        :attr:`max_planned_bytes`: the runtime would fail to allocate it when loading."""
+        plans = manager.executorch_program.execution_plan
+        planned = max((sum(plan.non_const_buffer_sizes) for plan in plans), default=0)
+        if planned > self.max_planned_bytes:
+            bounds = ", ".join(f"{name} <= {dim.max}" for name, dim in signature.dims.items() if dim.max is not None)
+            raise ExportError(
+                f"ExecuTorch plans {planned / 2**30:.1f} GiB of activation memory for the largest inputs ({bounds}), "
+                f"over the {self.max_planned_bytes / 2**30:.0f} GiB limit: bound the dims to the sizes you will run, "
+                "with dynamic_shapes (Dim('sequence', min=1, max=256)) or ExecutorchExporter.max_batch / "
+                "max_sequence_cap (a large vocabulary's logits grow with batch x sequence)."
+            )
 
 
 def _unavailable_reason(backend: str) -> str | None:
@@ -205,8 +248,51 @@ def _unavailable_reason(backend: str) -> str | None:
     return None
 
 
-def _lower(program: Any, config: Any) -> Any:
-    """The ExportedProgram lowered for ``config.backend`` and memory-planned: an ``ExecutorchProgramManager``."""
+def _weight_bytes(program: Any) -> int:
+    """Bytes of the program's parameters, buffers and constants, each storage counted once."""
+    seen: dict[int, int] = {}
+    for value in [*program.state_dict.values(), *program.constants.values()]:
+        storage = getattr(value, "untyped_storage", None)
+        if storage is not None:
+            seen[storage().data_ptr()] = storage().nbytes()
+    return sum(seen.values())
+
+
+def _tag_external(program: Any) -> None:
+    """Mark every parameter, buffer and constant of ``program`` for the ``.ptd`` file: the delegate's weights (read by
+    XNNPACK as named data) and the ones left to the portable kernels alike (``external_constants``)."""
+    signature = program.graph_signature
+    lifted = {**signature.inputs_to_parameters, **signature.inputs_to_buffers}
+    lifted.update(signature.inputs_to_lifted_tensor_constants)
+    for node in program.graph.nodes:
+        if node.op == "placeholder" and node.name in lifted:
+            node.meta.setdefault("custom", {})["delegate_constant_tag"] = _DATA_TAG
+
+
+def _write(manager: Any) -> ProgramFiles:
+    """The lowered program written to a temporary folder (``model.pte``, and ``model.ptd`` for external weights),
+    which lives as long as the returned :class:`ProgramFiles` (and so the program loaded from them)."""
+    import tempfile
+    from pathlib import Path
+
+    folder = tempfile.TemporaryDirectory(prefix="hub_export_executorch_")
+    root = Path(folder.name)
+    with open(root / "model.pte", "wb") as handle:
+        manager.write_to_file(handle)
+    data = list(getattr(manager, "_tensor_data", None) or {})
+    if len(data) > 1:
+        raise ExportError(f"The ExecuTorch program keeps its weights in {len(data)} data files; hub_export saves one.")
+    ptd = None
+    if data:
+        manager.write_tensor_data_to_file(str(root))
+        ptd = root / "model.ptd"
+        (root / f"{data[0]}.ptd").replace(ptd)
+    return ProgramFiles(root / "model.pte", ptd, folder)
+
+
+def _lower(program: Any, config: Any, external: bool = False) -> Any:
+    """The ExportedProgram lowered for ``config.backend`` and memory-planned: an ``ExecutorchProgramManager``; with
+    ``external``, every weight goes to one external data file (``<tag>.ptd``)."""
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
 
@@ -220,13 +306,19 @@ def _lower(program: Any, config: Any) -> Any:
         alloc_graph_output=config.alloc_graph_output,
         alloc_mutable_buffers=config.alloc_mutable_buffers,
     )
-    with executorch_patches():
+    if external:
+        _tag_external(program)
+    with executorch_patches(), weights_shared_by_deep_copies(program):
         edge = to_edge_transform_and_lower(
             program, partitioner=_partitioners(config.backend), compile_config=compile_config, transform_passes=passes
         )
         for method in edge.methods:
             integer_powers_as_products(edge.exported_program(method))
-        return edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=memory_plan))
+        return edge.to_executorch(
+            ExecutorchBackendConfig(
+                memory_planning_pass=memory_plan, external_constants=(lambda node: _DATA_TAG) if external else False
+            )
+        )
 
 
 def _partitioners(backend: str) -> list[Any]:

@@ -1,16 +1,21 @@
-"""Save and load ExecuTorch programs: one ``<component>.pte`` flatbuffer per component.
+"""Save and load ExecuTorch programs: ``<component>.pte``, and ``<component>.ptd`` when the weights are kept outside.
 
-A loaded program is an ``executorch.runtime.Program``; the export-time ``ExecutorchProgramManager`` cannot be rebuilt
-from the file, so the bytes of loaded programs are kept (:func:`pte_bytes`) to save them again.
+A program in hub_export is an ``executorch.runtime.Program`` loaded from files: the exporter writes the lowered
+program to a temporary folder as soon as it is lowered (so the lowering's copy of the weights is freed before the
+program runs), and a loaded export reads its verified folder. The files a program came from are remembered
+(:func:`program_files`): saving copies them, hashing on the way. The runtime maps the files rather than reading
+them into memory.
 """
 
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..._bounded import read_bounded
+from ..._files import copy_file
 from ...errors import ExportError, UnsafeExportError
 from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
@@ -19,68 +24,118 @@ from ._plan import check_plan_indices
 from .config import LAYOUT
 from .safety import check_pte_header
 
-__all__ = ["load_program", "pte_bytes", "save_program"]
-
-# .pte bytes of programs loaded from disk: the runtime Program cannot serialize itself back.
-_LOADED_BYTES: weakref.WeakKeyDictionary[Any, bytes] = weakref.WeakKeyDictionary()
+__all__ = ["ProgramFiles", "load_program", "load_runtime_program", "program_contents", "program_files", "save_program"]
 
 
-def save_program(program: Any, directory: Path, component: str) -> list[str]:
-    """Write ``<component>.pte``: streamed from an ``ExecutorchProgramManager``, or a loaded program's bytes.
+@dataclass(frozen=True)
+class ProgramFiles:
+    """The files an ExecuTorch runtime program was loaded from.
 
-    Raises:
-        ExportError: The program keeps tensor data outside the ``.pte`` (a ``.ptd`` file), or cannot be saved.
+    Attributes:
+        pte: The program file.
+        ptd: Its external data file, or None.
+        keepalive: What keeps a temporary folder alive as long as the program (or None).
     """
-    (name,) = LAYOUT.component_files(component)
-    path = Path(directory) / name
-    if hasattr(program, "write_to_file"):
-        if getattr(program, "_tensor_data", None):
-            raise ExportError("This ExecuTorch program keeps weights in .ptd files, which hub_export cannot save.")
-        with open(path, "wb") as handle:
-            program.write_to_file(handle)
-    else:
-        path.write_bytes(pte_bytes(program))
-    return [name]
+
+    pte: Path
+    ptd: Path | None = None
+    keepalive: Any = None
 
 
-def load_program(directory: Path, component: str, entry: ComponentEntry, options: SafetyOptions | None = None) -> Any:
-    """The ``.pte`` as an ``executorch.runtime.Program`` (the export-time manager cannot be rebuilt from it).
+# runtime Program -> the files it was loaded from (the runtime Program cannot serialize itself back)
+_FILES: weakref.WeakKeyDictionary[Any, ProgramFiles] = weakref.WeakKeyDictionary()
 
-    The program file is found by its exact name, its size is the one export.json lists, and its headers
-    (:func:`.safety.check_pte_header`) and its plans' indices (:func:`._plan.check_plan_indices`) are checked before
-    the runtime parses a byte of it, whatever the caller checked before.
+
+def program_files(program: Any) -> ProgramFiles | None:
+    """The files ``program`` was loaded from, when hub_export loaded it."""
+    try:
+        return _FILES.get(program)
+    except TypeError:  # not weak-referenceable: not ours
+        return None
+
+
+def load_runtime_program(files: ProgramFiles, label: str, size: int | None = None) -> Any:
+    """``Runtime.load_program`` of these files with full flatbuffer verification, remembered for saving.
+
+    The ``.pte`` (at most ``size`` bytes: the size export.json lists) is read once; its headers
+    (:func:`.safety.check_pte_header`) and its plans' indices (:func:`._plan.check_plan_indices`) are checked on those
+    bytes before the runtime parses them.
 
     Raises:
         UnsafeExportError: Bad headers, or the runtime's verification refused the program.
     """
     from executorch.runtime import Runtime, Verification
 
-    name = LAYOUT.paths(component, [f.path for f in entry.files])["program"]
-    size = next(f.size for f in entry.files if f.path == name)
-    data = read_bounded(Path(directory) / name, size, name)
-    end = check_pte_header(data[:64], len(data), name)
-    check_plan_indices(data[:end], name)
+    size = files.pte.stat().st_size if size is None else size
+    data = read_bounded(files.pte, size, label)  # the runtime gets the bytes checked here, not the file again
+    end = check_pte_header(data[:64], len(data), label)
+    check_plan_indices(data[:end], label)
     try:  # full flatbuffer verification: the file may come from an untrusted repo
         with runtime_logs_bypass_python():
-            program = Runtime.get().load_program(data, verification=Verification.InternalConsistency)
+            program = Runtime.get().load_program(
+                data,
+                verification=Verification.InternalConsistency,
+                data_path=str(files.ptd) if files.ptd is not None else None,
+            )
     except Exception as exc:  # noqa: BLE001 - the binding raises RuntimeError, ValueError...: all refusals
-        raise UnsafeExportError(f"{name}: the ExecuTorch runtime refused the program ({exc}).") from None
-    _LOADED_BYTES[program] = data
+        raise UnsafeExportError(f"{label}: the ExecuTorch runtime refused the program ({exc}).") from None
+    _FILES[program] = files
     return program
 
 
-def pte_bytes(program: Any) -> bytes:
-    """The serialized ``.pte`` of an ``ExecutorchProgramManager`` or of a program loaded by hub_export.
+def save_program(program: Any, directory: Path, component: str) -> list[str]:
+    """Write ``<component>.pte`` (and ``<component>.ptd``): copies of the files the program was loaded from, or an
+    ``ExecutorchProgramManager`` streamed out.
 
     Raises:
-        ExportError: ``program`` is a runtime Program that hub_export did not load (its bytes are unknown).
+        ExportError: A runtime program hub_export did not load (its files are unknown), or a manager keeping its
+            weights under several data files.
     """
-    if hasattr(program, "buffer") and hasattr(program, "write_to_file"):
-        return program.buffer
-    data = _LOADED_BYTES.get(program)
-    if data is None:
+    names = LAYOUT.component_files(component)
+    pte, ptd = list(names)
+    directory = Path(directory)
+    if hasattr(program, "write_to_file"):  # an ExecutorchProgramManager
+        with open(directory / pte, "wb") as handle:
+            program.write_to_file(handle)
+        data = getattr(program, "_tensor_data", None) or {}
+        if len(data) > 1:
+            raise ExportError(f"This ExecuTorch program keeps weights in {len(data)} data files; hub_export saves one.")
+        for tag in data:
+            program.write_tensor_data_to_file(str(directory))
+            (directory / f"{tag}.ptd").rename(directory / ptd)
+        return [pte, *([ptd] if data else [])]
+    files = program_files(program)
+    if files is None:
         raise ExportError(
-            f"Cannot serialize a {type(program).__name__}: only programs exported or loaded by hub_export keep "
-            "their .pte bytes."
+            f"Cannot save a {type(program).__name__}: only ExecuTorch programs exported or loaded by hub_export "
+            "keep their files."
         )
-    return data
+    copy_file(files.pte, directory / pte)
+    if files.ptd is None:
+        return [pte]
+    copy_file(files.ptd, directory / ptd)
+    return [pte, ptd]
+
+
+def load_program(directory: Path, component: str, entry: ComponentEntry, options: SafetyOptions | None = None) -> Any:
+    """The ``.pte`` (with its ``.ptd`` when listed) as an ``executorch.runtime.Program``, checked as
+    :func:`load_runtime_program` says whatever the caller checked before."""
+    paths = LAYOUT.paths(component, [f.path for f in entry.files])
+    directory = Path(directory)
+    ptd = directory / paths["weights"] if "weights" in paths else None
+    size = next(f.size for f in entry.files if f.path == paths["program"])
+    return load_runtime_program(ProgramFiles(directory / paths["program"], ptd), paths["program"], size)
+
+
+def program_contents(program: Any) -> tuple[list[str], list[str]]:
+    """What a program's methods run: the operators left to the portable kernels, and the delegates' backend ids
+    (the lowered graph itself is not kept; this reads the ``.pte``)."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    files = program_files(program)
+    if files is None:
+        raise ExportError(f"{type(program).__name__} was not exported or loaded by hub_export: its file is unknown.")
+    pte = deserialize_pte_binary(files.pte.read_bytes()).program
+    operators = [op.name for plan in pte.execution_plan for op in plan.operators]
+    delegates = [delegate.id for plan in pte.execution_plan for delegate in plan.delegates]
+    return operators, delegates

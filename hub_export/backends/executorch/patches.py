@@ -238,6 +238,42 @@ def symbolic_min_max_admitted() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def weights_shared_by_deep_copies(program: Any) -> Iterator[None]:
+    """Deep copies of ``program``'s weight tensors are the tensors themselves inside the block.
+
+    ExecuTorch deep-copies the whole ExportedProgram, weights included, when it converts it to the edge dialect
+    (``_generate_edge_program`` in ``exir/program/_program.py``) and again for every partition it hands a delegate
+    (``to_backend``, pytorch/executorch#4311): two more copies of a multi-GB model's weights, and a tied weight
+    copied once per name. The copies exist so passes can edit the graph; passes build new tensors rather than
+    writing into weights, so sharing the weights' storage is safe (executorch 1.5.1). Only plain CPU tensors and
+    parameters whose storage is one of ``program``'s are shared; everything else deep-copies as before.
+    """
+    import torch
+
+    storages = set()
+    for value in [*program.state_dict.values(), *program.constants.values()]:
+        if isinstance(value, torch.Tensor) and value.device.type == "cpu":
+            storages.add(value.untyped_storage().data_ptr())
+    storages.discard(0)
+
+    def sharing(original: Any) -> Any:
+        def __deepcopy__(self: Any, memo: dict[int, Any]) -> Any:  # noqa: N807 - the special method itself
+            if type(self) in (torch.Tensor, torch.nn.Parameter) and self.device.type == "cpu":
+                if self.untyped_storage().data_ptr() in storages:
+                    memo[id(self)] = self
+                    return self
+            return original(self, memo)
+
+        return __deepcopy__
+
+    reason = "ExecuTorch's deep copies of the ExportedProgram's weights (pytorch/executorch#4311)"
+    with contextlib.ExitStack() as stack:
+        for owner in (torch.Tensor, torch.nn.Parameter):
+            stack.enter_context(patch_attribute(owner, "__deepcopy__", sharing(owner.__deepcopy__), reason=reason))
+        yield
+
+
+@contextlib.contextmanager
 def executorch_patches() -> Iterator[None]:
     """Every patch applied while lowering to ExecuTorch."""
     with contextlib.ExitStack() as stack:

@@ -27,7 +27,8 @@ class ExecutorchRunner(ModelRunner):
     def from_program(
         cls, program: Any, metadata: ComponentEntry, device: str | None = None, **options: Any
     ) -> ExecutorchRunner:
-        """Load ``forward`` from an ``ExecutorchProgramManager`` (its buffer) or an ``executorch.runtime.Program``.
+        """Load ``forward`` from an ``executorch.runtime.Program`` (what hub_export exports and loads) or an
+        ``ExecutorchProgramManager`` (its buffer).
 
         Raises:
             DeviceUnavailableError: ``device`` is not where the program was lowered to run.

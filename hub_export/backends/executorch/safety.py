@@ -1,4 +1,4 @@
-"""ExecuTorch: the ``.pte`` headers must be consistent before the runtime parses it.
+"""ExecuTorch: the ``.pte`` (and ``.ptd``) headers must be consistent before the runtime parses them.
 
 The runtime's own check (``Verification.InternalConsistency``, used by
 :func:`~hub_export.backends.executorch.io.load_program`) validates the flatbuffer. This check
@@ -12,6 +12,11 @@ runs first because a damaged file identifier makes executorch 1.5's Python bindi
 :func:`~hub_export.backends.executorch.io.load_program` runs the same header check itself, on the bytes it hands to
 the runtime, so a program is checked whatever its file is called, and then checks every index of the execution plans
 and the kinds of kernel arguments (:mod:`._plan`): the runtime aborts the process on those too.
+
+A ``.ptd`` data file (the weights of a program exported with ``external_data``) must have the identifier ``FT`` +
+two digits at bytes 4..8 and the header ``FH`` + two digits at byte 8 (length >= 40), whose flatbuffer and
+segment ranges lie within the file, the flatbuffer before the segments; the runtime then checks each tensor the
+program reads against the data file's own index.
 """
 
 from __future__ import annotations
@@ -25,10 +30,12 @@ from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
 from .config import LAYOUT
 
-__all__ = ["check", "check_pte_header"]
+__all__ = ["check", "check_ptd_header", "check_pte_header"]
 
 _IDENT = re.compile(rb"ET\d\d")
 _EXT = re.compile(rb"eh\d\d")
+_DATA_IDENT = re.compile(rb"FT\d\d")
+_DATA_HEADER = re.compile(rb"FH\d\d")
 
 
 def check(directory: Path, component: str, entry: ComponentEntry, options: SafetyOptions) -> None:
@@ -37,11 +44,14 @@ def check(directory: Path, component: str, entry: ComponentEntry, options: Safet
     Raises:
         UnsafeExportError: Naming the file and the bad field.
     """
-    name = LAYOUT.paths(component, [f.path for f in entry.files])["program"]
-    size = next(f.size for f in entry.files if f.path == name)
-    with open(directory / name, "rb") as handle:
-        head = handle.read(64)
-    check_pte_header(head, size, name)
+    paths = LAYOUT.paths(component, [f.path for f in entry.files])
+    for role, check_header in (("program", check_pte_header), ("weights", check_ptd_header)):
+        if role not in paths:
+            continue
+        name = paths[role]
+        with open(directory / name, "rb") as handle:
+            head = handle.read(64)
+        check_header(head, (directory / name).stat().st_size, name)
 
 
 def check_pte_header(head: bytes, size: int, label: str) -> int:
@@ -68,3 +78,23 @@ def check_pte_header(head: bytes, size: int, label: str) -> int:
             f"{segment_base} of {segment_size} bytes, file {size} bytes); the file is damaged."
         )
     return program_size or size
+
+
+def check_ptd_header(head: bytes, size: int, label: str) -> None:
+    """Validate the first bytes of a ``.ptd`` data file of ``size`` bytes (see module docstring)."""
+    if len(head) < 48 or _DATA_IDENT.fullmatch(head[4:8]) is None or _DATA_HEADER.fullmatch(head[8:12]) is None:
+        raise UnsafeExportError(f"{label}: not an ExecuTorch data file (bad identifier {head[4:12]!r}).")
+    length, flat_offset, flat_size, segment_base, segment_size = struct.unpack_from("<IQQQQ", head, 12)
+    flat_end, segment_end = flat_offset + flat_size, segment_base + segment_size
+    root = struct.unpack_from("<I", head, 0)[0]
+    if (
+        length < 40
+        or root >= size
+        or flat_end > size
+        or segment_end > size
+        or (segment_size and segment_base < flat_end)
+    ):
+        raise UnsafeExportError(
+            f"{label}: inconsistent data header (length {length}, flatbuffer {flat_offset}+{flat_size}, segments "
+            f"{segment_base}+{segment_size}, file {size} bytes); the file is damaged."
+        )

@@ -9,11 +9,16 @@ from ...configs import ExportConfig
 from ...errors import ConfigError
 from ...formats import ExportFormat, FileLayout
 
-__all__ = ["FORMAT", "LAYOUT", "OnnxConfig"]
+__all__ = ["FORMAT", "LAYOUT", "SHARED_DATA", "OnnxConfig"]
 
 FORMAT = ExportFormat.declare("onnx")
-#: ``<component>.onnx`` and its external data ``<component>.onnx.data``, in ``onnx/`` on the Hub.
-LAYOUT = FileLayout(subfolder="onnx", files=((".onnx", "program"), (".onnx.data", "weights")))
+#: External data that several components of one export read (written once; see :mod:`.io`).
+SHARED_DATA = "shared.onnx.data"
+#: ``<component>.onnx`` and its external data ``<component>.onnx.data``, in ``onnx/`` on the Hub; the weights
+#: components share go to ``shared.onnx.data``.
+LAYOUT = FileLayout(
+    subfolder="onnx", files=((".onnx", "program"), (".onnx.data", "weights")), shared=((SHARED_DATA, "weights"),)
+)
 _PROVIDERS = ("cpu", "cuda", "webgpu", "dml")
 
 

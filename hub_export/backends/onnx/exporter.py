@@ -30,13 +30,16 @@ from ...configs import ExportConfig
 from ...errors import ConfigError, ExportError
 from ...export.exporter import HfExporter, Lowered
 from ...export.trace import Traced
+from ...manifest import ComponentEntry
 from ...quantization.base import calibration_for, find_quantizer
 from ...quantization.pt2e import PT2EQuantizer
 from ._fusions import contrib_ops
 from ._fusions import fuse_for_ort as _fuse_for_ort
 from ._moe import fused_experts_forward, moe_plan
+from ._weights import fold_weight_transposes, keep_large_weights
 from .config import FORMAT, OnnxConfig
 from .patches import onnx_export_patches, translation_table
+from .runner import OnnxRunner
 
 __all__ = ["OnnxExporter"]
 
@@ -90,17 +93,20 @@ class OnnxExporter(HfExporter):
                     args=tuple(traced.sample),
                     dynamo=True,
                     opset_version=config.opset_version,
-                    optimize=config.optimize,
+                    optimize=False,  # optimized below, without folding copies of the weights
                     custom_translation_table=translation_table(),
                     verbose=False,
                     report=False,
                 )
+                model = onnx_program.model
+                del onnx_program
+                if config.optimize:
+                    _optimize(model)
         except Exception as exc:  # torch.onnx raises many types; keep its message
             raise ExportError(
                 f"torch.onnx.export failed for {traced.architecture}: {type(exc).__name__}: {str(exc)[:2000]}\n"
                 "Try optimize=False, another opset_version, or export with DynamoConfig to check the trace."
             ) from exc
-        model = onnx_program.model
         _name_io(model, traced)
         _name_dims(model, traced)
         model.graph.name = traced.architecture or "model"
@@ -109,6 +115,22 @@ class OnnxExporter(HfExporter):
             _fuse_for_ort(model, config.ort_fusions)
             extra = {"ort_fusions": config.ort_fusions, "contrib_ops": contrib_ops(model)}
         return Lowered(_quantize(model, traced, config), extra=extra)
+
+    def parity_runner(self, program: Any, metadata: ComponentEntry) -> Any:
+        """ONNX Runtime on the weights' own memory (:meth:`OnnxRunner.for_parity`): no temporary copy of them."""
+        return OnnxRunner.for_parity(program, metadata)
+
+
+def _optimize(model: Any) -> None:
+    """What ``torch.onnx.export(optimize=True)`` runs (onnxscript's optimizer, then its ONNX fusions), except that a
+    ``Transpose`` of a large weight is folded lazily (:func:`._weights.fold_weight_transposes`) instead of into a
+    numpy copy of every linear weight held in memory until saving."""
+    from onnxscript import optimizer
+    from onnxscript.rewriter import onnx_fusions
+
+    optimizer.optimize_ir(model, should_fold=keep_large_weights)
+    onnx_fusions.fuse(model)
+    fold_weight_transposes(model)
 
 
 def _quantize(model: Any, traced: Traced, config: ExportConfig) -> Any:

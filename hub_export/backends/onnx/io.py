@@ -1,5 +1,9 @@
 """Save and load ONNX programs: ``<component>.onnx`` + ``<component>.onnx.data`` (initializers of 1 KiB or more).
 
+The components of one export are written together (:func:`save_programs`): a tensor several of them read (the
+weights ``prefill`` and ``decode`` share) is written once, to ``shared.onnx.data``, which each of their graphs
+refers to; a component's own data file holds only what no other component reads.
+
 A loaded program is an ``onnx_ir.Model`` whose initializers stay lazy ``ExternalTensor`` objects in the data file;
 it remembers the ``.onnx`` file it came from (:func:`program_path`) so ONNX Runtime opens that file itself.
 """
@@ -12,14 +16,13 @@ from typing import Any
 from ...errors import UnsafeExportError
 from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
-from .config import LAYOUT
+from ._weights import write_programs
+from .config import LAYOUT, SHARED_DATA
 
-__all__ = ["PATH_META_KEY", "load_program", "program_path", "save_program"]
+__all__ = ["PATH_META_KEY", "load_program", "program_path", "save_program", "save_programs"]
 
 #: Key of ``onnx_ir.Model.meta`` holding the ``.onnx`` file a loaded program came from (never serialized).
 PATH_META_KEY = "hub_export.onnx_path"
-#: Initializers of at least this many bytes go to the external data file.
-_EXTERNAL_MIN_BYTES = 1024
 
 
 def program_path(program: Any) -> str | None:
@@ -29,17 +32,16 @@ def program_path(program: Any) -> str | None:
 
 
 def save_program(program: Any, directory: Path, component: str) -> list[str]:
-    """``onnx_ir.save`` to ``<component>.onnx``, initializers of 1 KiB or more in ``<component>.onnx.data``.
+    """``<component>.onnx``, initializers of 1 KiB or more in ``<component>.onnx.data`` (written even when empty),
+    streamed from the memory they live in and hashed as they are written."""
+    return save_programs({component: program}, directory)[component]
 
-    Both files are always written (the data file is empty when no initializer is large enough).
-    """
-    import onnx_ir as ir
 
-    main, data = LAYOUT.component_files(component)
-    path = Path(directory) / main
-    ir.save(program, str(path), external_data=data, size_threshold_bytes=_EXTERNAL_MIN_BYTES - 1)
-    (Path(directory) / data).touch(exist_ok=True)
-    return [main, data]
+def save_programs(programs: dict[str, Any], directory: Path) -> dict[str, list[str]]:
+    """Write the components of one export, each shared tensor once in ``shared.onnx.data`` (see the module
+    docstring); returns each component's files, its ``.onnx`` first."""
+    files = {name: tuple(LAYOUT.component_files(name)) for name in programs}
+    return write_programs(programs, Path(directory), files, SHARED_DATA)  # type: ignore[arg-type]
 
 
 def load_program(directory: Path, component: str, entry: ComponentEntry, options: SafetyOptions | None = None) -> Any:

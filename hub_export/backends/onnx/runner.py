@@ -251,6 +251,18 @@ class OnnxRunner(ModelRunner):
             )
         return cls(session, metadata, _session_device(session), keepalive)
 
+    @classmethod
+    def for_parity(cls, program: Any, metadata: ComponentEntry) -> OnnxRunner:
+        """A CPU runner for one check of an in-memory program, on the weights' own memory (see :mod:`._memory`):
+        no temporary file, no copy of the weights, no graph optimizations. A loaded program opens its file."""
+        if program_path(program) is not None:
+            return cls.from_program(program, metadata)
+        from ._memory import memory_session
+
+        providers = execution_providers(None)
+        session, keepalive = memory_session(runnable_on(program, providers), providers)
+        return cls(session, metadata, "cpu", keepalive)
+
     def run_flat(self, tensors: list[Any]) -> list[Any]:
         """Run the session on the flat inputs; outputs come back as torch tensors in signature order."""
         if self._binding:

@@ -21,12 +21,14 @@ from ...configs import ExportConfig
 from ...errors import ConfigError, ExportError
 from ...export.exporter import HfExporter, Lowered
 from ...export.trace import Traced
+from ...manifest import ComponentEntry
 from ...quantization.base import calibration_for, find_quantizer
 from ...quantization.pt2e import PT2EQuantizer
 from ...signature import Signature, TensorSpec
 from .config import FORMAT, OpenVINOConfig
 from .io import COMPRESS_KEY, PRECISION_KEY
 from .patches import conversion_patches
+from .runner import OpenVINORunner
 
 __all__ = ["OpenVINOExporter"]
 
@@ -111,10 +113,15 @@ class OpenVINOExporter(HfExporter):
             from openvino._offline_transformations import compress_model_transformation
 
             compress_model_transformation(model)  # what save_model(compress_to_fp16=True) does, applied up front
-        else:
-            model.set_rt_info("f32", PRECISION_KEY)
+        precision = _precision(config)
+        if precision is not None:
+            model.set_rt_info(precision, PRECISION_KEY)
         model.set_rt_info(str(compress), COMPRESS_KEY)
         return Lowered(model, extra=self._extra(traced, config))
+
+    def parity_runner(self, program: Any, metadata: ComponentEntry) -> Any:
+        """A compiled model freed with the runner (:meth:`OpenVINORunner.for_parity`), not cached with the program."""
+        return OpenVINORunner.for_parity(program, metadata)
 
     def _extra(self, traced: Traced, config: ExportConfig) -> dict[str, Any]:
         """The weight precision and the stateful flag (used by generation exports)."""
@@ -122,7 +129,7 @@ class OpenVINOExporter(HfExporter):
         extra: dict[str, Any] = {
             "compress_to_fp16": compress,
             "stateful": bool(getattr(config, "stateful", True)),
-            "inference_precision": None if compress else "f32",
+            "inference_precision": _precision(config),
         }
         pairs = self._state_pairs(traced, config)
         if pairs:  # [input, output, variable id] of each cache tensor kept as OpenVINO state
@@ -142,6 +149,14 @@ class OpenVINOExporter(HfExporter):
             if spec.name.startswith("input.") and name.split(".", 1)[0] in caches and f"output.{name}" in outputs:
                 pairs.append((spec.name, f"output.{name}"))
         return pairs
+
+
+def _precision(config: ExportConfig) -> str | None:
+    """The inference precision hint recorded in the IR: the config's, else f32 unless the weights are fp16."""
+    chosen = getattr(config, "inference_precision", None)
+    if chosen is not None:
+        return str(chosen)
+    return None if getattr(config, "compress_to_fp16", False) else "f32"
 
 
 def _ov_type(spec: TensorSpec) -> str:

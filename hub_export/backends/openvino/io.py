@@ -1,4 +1,8 @@
-"""Save and load OpenVINO IR: ``openvino_<component>.xml`` (the graph) + ``openvino_<component>.bin`` (weights)."""
+"""Save and load OpenVINO IR: ``openvino_<component>.xml`` (the graph) + ``openvino_<component>.bin`` (weights).
+
+The components of one export are written together (:func:`save_programs`): those reading the same constants (a
+generation export's ``prefill`` and ``decode``) share one ``openvino_shared.bin`` (see ``_shared.py``).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
 from .config import LAYOUT
 
-__all__ = ["COMPRESS_KEY", "PRECISION_KEY", "core", "load_program", "save_program"]
+__all__ = ["COMPRESS_KEY", "PRECISION_KEY", "core", "load_program", "save_program", "save_programs"]
 
 #: rt_info key holding whether the saved weights are fp16 (read back by :func:`save_program`).
 COMPRESS_KEY = ["hub_export", "compress_to_fp16"]
@@ -38,6 +42,15 @@ def save_program(program: Any, directory: Path, component: str) -> list[str]:
     xml, binary = LAYOUT.component_files(component)
     openvino.save_model(program, str(Path(directory) / xml), compress_to_fp16=_compressed(program))
     return [xml, binary]
+
+
+def save_programs(programs: dict[str, Any], directory: Path) -> dict[str, list[str]]:
+    """Save each component (:func:`save_program`), then store the constants several of them read once in
+    ``openvino_shared.bin``; returns each component's files, its ``.xml`` first."""
+    from ._shared import share_weights
+
+    written = {name: save_program(program, directory, name) for name, program in programs.items()}
+    return share_weights(Path(directory), written) if len(written) > 1 else written
 
 
 def load_program(directory: Path, component: str, entry: ComponentEntry, options: SafetyOptions | None = None) -> Any:

@@ -225,6 +225,13 @@ class OpenVINORunner(ModelRunner):
         compiled = _compiled(program, name, properties)
         return cls(compiled, metadata, name)
 
+    @classmethod
+    def for_parity(cls, program: Any, metadata: ComponentEntry) -> OpenVINORunner:
+        """A runner on the default device whose compiled model is not cached with the program: its copy of the
+        weights goes with the runner (the export's parity check runs once)."""
+        name = openvino_device(None)
+        return cls(core().compile_model(program, name, _compile_properties(program, name, None)), metadata, name)
+
     def run_flat(self, tensors: list[Any]) -> list[Any]:
         """Run on flat torch inputs (signature order); returns torch tensors in ``metadata.signature.outputs`` order.
 
