@@ -21,10 +21,11 @@ $(STAMP): $(PY) pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-# ruff (lint + format) before the tests: CI enforces them
+# ruff (lint + format) and mypy before the tests: CI enforces them
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) -m mypy hub_export
 
 test: lint
 	HF_HUB_DISABLE_XET=1 HF_HUB_DISABLE_TELEMETRY=1 $(PY) -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile $(PYTEST_ARGS)

@@ -85,9 +85,10 @@ class ExecutorchExporter(HfExporter):
             ConfigError: A quantizer ExecuTorch cannot lower.
         """
         super().check_available(config)
-        reason = _unavailable_reason(getattr(config, "backend", "xnnpack"))
+        backend = getattr(config, "backend", "xnnpack")
+        reason = _unavailable_reason(backend)
         if reason:
-            raise DeviceUnavailableError(f"Cannot export to ExecuTorch backend {config.backend!r}: {reason}")
+            raise DeviceUnavailableError(f"Cannot export to ExecuTorch backend {backend!r}: {reason}")
         quantizer = config.quantizer
         if isinstance(quantizer, NNCFQuantizer) and isinstance(quantizer.config, NNCFQuantizationConfig):
             raise ConfigError(
@@ -118,7 +119,7 @@ class ExecutorchExporter(HfExporter):
         attention over frames is planned for that). Any other dim: up to its sample size.
         A bound is never below the sample's size.
         """
-        model_config = getattr(module, "config", None)
+        model_config: Any = getattr(module, "config", None)
 
         def bounds(role: str, leaf: str, axis: int, size: int) -> tuple[int, int]:
             if role == "batch":
@@ -145,6 +146,8 @@ class ExecutorchExporter(HfExporter):
         Raises:
             ExportError: A dynamic dim has no upper bound, or lowering failed.
         """
+        if not isinstance(config, ExecutorchConfig):
+            raise ExportError(f"ExecutorchExporter lowers with an ExecutorchConfig, got {type(config).__name__}.")
         signature = traced.signature
         unbounded = sorted(name for name, dim in signature.dims.items() if dim.max is None)
         if unbounded:
@@ -182,7 +185,7 @@ class ExecutorchExporter(HfExporter):
                 f"ExecuTorch lowering to {config.backend!r} failed for {traced.architecture}: "
                 f"{type(exc).__name__}: {str(exc)[:2000]}{hint}"
             ) from exc
-        extra = {
+        extra: dict[str, Any] = {
             "backend": config.backend,
             "memory_planning": {
                 "alloc_graph_input": config.alloc_graph_input,

@@ -106,10 +106,12 @@ def _exhaustive_upper_bound(expr: Any, ranges: dict[Any, Any]) -> int | None:
     axes = []
     for symbol in symbols:
         bounds = ranges.get(symbol)
-        ends = () if bounds is None else (bounds.lower, bounds.upper)
-        if not ends or any(isinstance(b, (IntInfinity, NegativeIntInfinity)) or not b.is_Integer for b in ends):
+        if bounds is None:
             return None
-        axes.append((int(bounds.lower), int(bounds.upper)))
+        ends = (bounds.lower, bounds.upper)
+        if any(isinstance(b, (IntInfinity, NegativeIntInfinity)) or not b.is_Integer for b in ends):
+            return None
+        axes.append((int(ends[0]), int(ends[1])))
     return _grid_maximum(expr, symbols, tuple(axes))
 
 
@@ -155,7 +157,8 @@ def list_outputs_validated_whole() -> Iterator[None]:
     tensor_list = torch.ListType.ofTensors()
 
     def call_function(self: Any, target: Any, args: Any, kwargs: Any) -> Any:
-        node, returns = self.node, getattr(getattr(target, "_schema", None), "returns", ())
+        node = self.node
+        returns: Any = getattr(getattr(target, "_schema", None), "returns", ())
         value = node.meta.get("val")
         if not (isinstance(value, (list, tuple)) and len(returns) == 1 and returns[0].type == tensor_list):
             return original(self, target, args, kwargs)

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..._files import HashingWriter
 
@@ -117,8 +117,9 @@ def fold_weight_transposes(model: Any) -> int:
         attribute = node.attributes.get("perm")
         perm = tuple(attribute.as_ints()) if attribute is not None else tuple(reversed(range(len(tensor.shape))))
         name = _unique(graph, f"{source.name}.T")
-        value = ir.Value(name=name, const_value=TransposedTensor(tensor, perm, name))
-        value.shape, value.type = value.const_value.shape, ir.TensorType(tensor.dtype)
+        transposed = TransposedTensor(tensor, perm, name)
+        value = ir.Value(name=name, const_value=transposed)
+        value.shape, value.type = transposed.shape, ir.TensorType(tensor.dtype)
         graph.register_initializer(value)
         ir.convenience.replace_all_uses_with(output, value)
         graph.remove(node, safe=True)
@@ -166,7 +167,7 @@ def tensor_key(tensor: Any) -> tuple[Any, ...]:
     return ("bytes", str(tensor.dtype), tuple(tensor.shape), hashlib.sha256(tensor.tobytes()).hexdigest())
 
 
-def _is_torch(value: Any) -> bool:
+def _is_torch(value: Any) -> TypeGuard[Any]:
     return type(value).__module__.startswith("torch") and hasattr(value, "untyped_storage")
 
 

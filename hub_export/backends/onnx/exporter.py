@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from ...configs import ExportConfig
@@ -98,6 +99,8 @@ class OnnxExporter(HfExporter):
                     verbose=False,
                     report=False,
                 )
+                if onnx_program is None:  # torch returns None only when asked not to build a program
+                    raise ExportError("torch.onnx.export returned no program.")
                 model = onnx_program.model
                 del onnx_program
                 if config.optimize:
@@ -224,7 +227,7 @@ def _name_dims(model: Any, traced: Traced) -> None:
         value.shape = ir.Shape(dims)
 
 
-def _specs_by_name(values: Any, specs: list[Any]) -> list[Any]:
+def _specs_by_name(values: Any, specs: Sequence[Any]) -> list[Any]:
     by_name = {s.name: s for s in specs}
     return [by_name.get(v.name) for v in values]
 

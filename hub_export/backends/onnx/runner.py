@@ -291,9 +291,15 @@ class OnnxRunner(ModelRunner):
             binding.bind_input(name, *where, _onnx_type(tensor.dtype), list(tensor.shape), buffer.data_ptr())
         in_place: dict[int, Any] = {}
         for j, name in enumerate(self._outputs):
-            source, position = self._shared.get(j, (None, None))
-            buffer = kept[position] if source is not None else None
-            if buffer is not None and buffer.numel() and buffer.data_ptr() == tensors[source].data_ptr():
+            shared = self._shared.get(j)
+            source = None if shared is None else shared[0]
+            buffer = None if shared is None else kept[shared[1]]
+            if (
+                source is not None
+                and buffer is not None
+                and buffer.numel()
+                and buffer.data_ptr() == tensors[source].data_ptr()
+            ):
                 # an updated-in-place cache (input.X -> output.X of one shape): ORT writes into the caller's buffer
                 where = (buffer.device.type, buffer.device.index or 0)
                 binding.bind_output(name, *where, _onnx_type(buffer.dtype), list(buffer.shape), buffer.data_ptr())
@@ -338,5 +344,5 @@ def _onnx_type(dtype: Any) -> int:
 def _write_temporary(program: Any) -> tuple[str, Any]:
     """Save an in-memory program to a temporary folder kept alive (and cleaned up) with the runner."""
     folder = tempfile.TemporaryDirectory(prefix="hub_export_onnx_")  # removed when the runner is collected
-    main = save_program(program, folder.name, "model")[0]
+    main = save_program(program, Path(folder.name), "model")[0]
     return os.path.join(folder.name, main), folder

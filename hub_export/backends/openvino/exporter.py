@@ -15,6 +15,7 @@ inputs and keeps the cache inside its infer request between calls (see :class:`~
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ...configs import ExportConfig
@@ -189,7 +190,7 @@ def _name_inputs(model: Any, signature: Signature, placeholders: list[str]) -> N
     specs = signature.inputs
     if len(placeholders) != len(specs):
         raise ExportError(f"The program has {len(placeholders)} user inputs but the trace recorded {len(specs)}.")
-    by_placeholder = dict(zip(placeholders, specs))
+    by_placeholder: dict[str, TensorSpec] = dict(zip(placeholders, specs))
     params = model.get_parameters()
     if len(params) == len(specs) and not any(param.output(0).get_names() & set(placeholders) for param in params):
         by_placeholder = {}  # the frontend renamed every input: fall back on their order, which it keeps
@@ -198,12 +199,12 @@ def _name_inputs(model: Any, signature: Signature, placeholders: list[str]) -> N
     seen: set[str] = set()
     for param in params:
         names = param.output(0).get_names()
-        spec = next((by_placeholder[n] for n in names if n in by_placeholder), None)
-        if spec is None:
+        found = next((by_placeholder[n] for n in names if n in by_placeholder), None)
+        if found is None:
             raise ExportError(f"OpenVINO created an input {sorted(names)} that matches no traced input {placeholders}.")
-        param.output(0).get_tensor().set_names({spec.name})
-        param.set_friendly_name(spec.name)
-        seen.add(spec.name)
+        param.output(0).get_tensor().set_names({found.name})
+        param.set_friendly_name(found.name)
+        seen.add(found.name)
     missing = [spec for spec in specs if spec.name not in seen]
     if missing:
         extra = []
@@ -216,7 +217,7 @@ def _name_inputs(model: Any, signature: Signature, placeholders: list[str]) -> N
         model.add_parameters(extra)
 
 
-def _name_outputs(model: Any, specs: list[TensorSpec]) -> None:
+def _name_outputs(model: Any, specs: Sequence[TensorSpec]) -> None:
     """Give each output port its spec name. A result that shares its tensor with an input or another result
     (a pass-through output) first gets its own tensor through a no-op ``Convert``, so names never collide."""
     import openvino.opset13 as ops

@@ -32,7 +32,7 @@ _DEVICES = {"cpu": "CPU", "xpu": "GPU", "npu": "NPU"}
 _OV_NAMES = ("AUTO", "CPU", "GPU", "NPU", "MULTI", "HETERO")
 
 # program -> {(device, properties): CompiledModel}; entries go away with the program
-_COMPILED: weakref.WeakKeyDictionary[Any, dict[tuple[str, tuple], Any]] = weakref.WeakKeyDictionary()
+_COMPILED: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], Any]] = weakref.WeakKeyDictionary()
 
 
 def openvino_device(device: str | None) -> str:
@@ -253,12 +253,12 @@ class OpenVINORunner(ModelRunner):
         (empty after :meth:`reset`) and returns the output with the cache field None."""
         if not self._state or all(kwargs.get(name) is not None for name in self._state_kwargs):
             return super().__call__(**kwargs)
-        flat = self._stateless_view.flatten_inputs(kwargs)
+        view = self._stateless_view
+        assert view is not None  # built in __init__ whenever the runner has state
+        flat = view.flatten_inputs(kwargs)
         ports = [port for _, port in self._inputs]
         if not self._seeded:
-            self._set_state(
-                _empty_state(self.metadata, self._state, self._stateless_view.metadata.signature.inputs, flat)
-            )
+            self._set_state(_empty_state(self.metadata, self._state, view.metadata.signature.inputs, flat))
         outputs = self._infer(dict(zip(ports, flat)))
         result = unflatten(
             self.metadata.signature.output_structure, outputs, self.metadata.architecture, "output_structure"
