@@ -178,6 +178,12 @@ def main() -> None:
         f"small Llama: {params / 1e6:.1f}M params, {weight_bytes / 1e6:.0f} MB fp32; prompt {args.prompt}, "
         f"{args.new_tokens} new tokens, batch 1, greedy; read bandwidth {bandwidth / 1e9:.1f} GB/s"
     )
+    import transformers
+
+    print(
+        f"torch {torch.__version__}, transformers {transformers.__version__}, {os.cpu_count()} CPUs, "
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
     print()
     print("| runtime | tokens/s | vs eager | tokens == eager |")
     print("|---|---:|---:|---|")

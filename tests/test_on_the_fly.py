@@ -25,6 +25,12 @@ def _publish_model(api: HfApi, repo: str, model, tmp_path) -> str:
     return api.upload_folder(repo_id=repo, folder_path=folder, commit_message="weights").oid
 
 
+@pytest.fixture(autouse=True)
+def cache_beside_the_hf_cache(monkeypatch):
+    """These tests check where the export cache goes by default: not the session-wide one conftest.py sets."""
+    monkeypatch.delenv("HUB_EXPORT_CACHE", raising=False)
+
+
 @pytest.fixture(scope="module")
 def llama():
     return build("llama").model
