@@ -125,11 +125,15 @@ def test_static_export_and_explicit_dims() -> None:
     assert dims["batch"] == Dim("batch", 1, 16) and dims["sequence"] == Dim("sequence", 2, 64)
 
 
-def test_program_is_independent_of_the_eager_model() -> None:
+def test_in_memory_export_shares_the_weights_and_a_saved_one_is_independent(tmp_path) -> None:
+    """Exporting keeps no second copy of the weights: the in-memory program reads the model's own parameters (as
+    torch.export's does). What is saved is a snapshot: changing the model afterwards does not change it."""
     case = build("vit")
     exported = DynamoExporter().export(case.model, case.sample, config=DynamoConfig(dynamic=True))
     before = exported(**case.sample).logits.clone()
+    exported.save_pretrained(tmp_path / "vit")
     with torch.no_grad():
         for param in case.model.parameters():
             param.zero_()
-    assert torch.equal(exported(**case.sample).logits, before)
+    assert not torch.equal(exported(**case.sample).logits, before)
+    assert torch.equal(ExportedModel.from_pretrained(tmp_path / "vit")(**case.sample).logits, before)

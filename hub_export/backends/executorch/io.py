@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..._bounded import read_bounded
 from ..._files import copy_file
 from ...errors import ExportError, UnsafeExportError
 from ...formats import SafetyOptions
@@ -54,26 +53,39 @@ def program_files(program: Any) -> ProgramFiles | None:
         return None
 
 
+def _read_exactly(handle: Any, end: int, label: str) -> bytes:
+    """The first ``end`` bytes of the open file (the program's flatbuffer)."""
+    handle.seek(0)
+    data = handle.read(end)
+    if len(data) != end:
+        raise UnsafeExportError(f"{label}: the file ends inside its program ({len(data)} of {end} bytes).")
+    return data
+
+
 def load_runtime_program(files: ProgramFiles, label: str, size: int | None = None) -> Any:
     """``Runtime.load_program`` of these files with full flatbuffer verification, remembered for saving.
 
-    The ``.pte`` (at most ``size`` bytes: the size export.json lists) is read once; its headers
-    (:func:`.safety.check_pte_header`) and its plans' indices (:func:`._plan.check_plan_indices`) are checked on those
-    bytes before the runtime parses them.
+    The ``.pte``'s headers (:func:`.safety.check_pte_header`) and its plans' indices
+    (:func:`._plan.check_plan_indices`) are checked on the program's flatbuffer, read bounded (it is small: the
+    weights are in the segments after it); the runtime then maps the file itself, so the weights are never held as
+    a Python copy (``size``: the size export.json lists, which the file must have).
 
     Raises:
         UnsafeExportError: Bad headers, or the runtime's verification refused the program.
     """
     from executorch.runtime import Runtime, Verification
 
-    size = files.pte.stat().st_size if size is None else size
-    data = read_bounded(files.pte, size, label)  # the runtime gets the bytes checked here, not the file again
-    end = check_pte_header(data[:64], len(data), label)
-    check_plan_indices(data[:end], label)
+    actual = files.pte.stat().st_size
+    if size is not None and actual != size:
+        raise UnsafeExportError(f"{label}: {actual} bytes, but export.json lists {size}.")
+    with open(files.pte, "rb") as handle:
+        end = check_pte_header(handle.read(64), actual, label)
+        flatbuffer = _read_exactly(handle, end, label)
+    check_plan_indices(flatbuffer, label)
     try:  # full flatbuffer verification: the file may come from an untrusted repo
         with runtime_logs_bypass_python():
             program = Runtime.get().load_program(
-                data,
+                files.pte,
                 verification=Verification.InternalConsistency,
                 data_path=str(files.ptd) if files.ptd is not None else None,
             )
