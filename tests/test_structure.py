@@ -113,3 +113,37 @@ def test_a_hybrid_model_generates_through_its_attention_and_state_layers(tmp_pat
     for inputs in (text_inputs(2, 7), text_inputs(3, 11, seed=2)):
         expected = model.generate(**inputs, max_new_tokens=6, do_sample=False)
         assert torch.equal(loaded.generate(**inputs, max_new_tokens=6), expected)
+
+
+class _BareOutputs(torch.nn.Module):
+    """A module returning a plain tensor (``tuple_outputs=False``) or a tuple of two, not a ModelOutput."""
+
+    def __init__(self, tuple_outputs: bool) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+        self.tuple_outputs = tuple_outputs
+
+    def forward(self, x: torch.Tensor):
+        y = self.linear(x)
+        return (y, y * 2) if self.tuple_outputs else y
+
+
+@pytest.mark.parametrize("tuple_outputs", [False, True])
+@pytest.mark.parametrize("fmt", ["dynamo", "onnx"])
+def test_plain_tensor_and_tuple_outputs_save_and_load(fmt: str, tuple_outputs: bool, tmp_path) -> None:
+    from hub_export import AutoExportConfig, AutoHfExporter, ExportedModel
+
+    model = _BareOutputs(tuple_outputs).eval()
+    config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
+    exported = AutoHfExporter.from_config(config).export(model, {"x": torch.randn(2, 4)}, config=config)
+    assert [spec.name for spec in exported.components["model"].metadata.signature.outputs] == (
+        ["output.0", "output.1"] if tuple_outputs else ["output"]
+    )
+    exported.save_pretrained(tmp_path / fmt)
+    x = torch.randn(5, 4)
+    got, expected = ExportedModel.from_pretrained(tmp_path / fmt)(x=x), model(x)
+    if not tuple_outputs:
+        got, expected = (got,), (expected,)
+    assert isinstance(got, tuple) and len(got) == len(expected)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .._allowlist import is_model_output
 from ..configs import ExportConfig
 from ..dims import Dim
 from ..errors import ConfigError, ExportError
@@ -61,7 +62,9 @@ class FlatModule:
                 kwargs = {name: unflatten(node, list(tensors)) for name, node in input_structure}
                 outputs = self.model(**kwargs, **constants)
                 leaves: list[tuple[str, Any]] = []
-                self.output_structure = flatten_value(outputs, (), leaves)
+                # a ModelOutput's tensors are named after its fields; a bare tensor or tuple is `output`, `output.0`
+                path = () if is_model_output(outputs) else ("output",)
+                self.output_structure = flatten_value(outputs, path, leaves)
                 self.output_names = [name for name, _ in leaves]
                 return tuple(tensor for _, tensor in leaves)
 
