@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ._allowlist import resolve_output_class
+from ._bounded import json_depth
 from .dims import parse_size
 from .errors import ManifestError, UnknownFormatError
 from .formats import backend_for
@@ -437,22 +438,6 @@ def _v1_files(data: dict[str, Any]) -> dict[str, FileEntry]:
     return files
 
 
-def _depth(value: Any, limit: int) -> int:
-    """The nesting depth of JSON data, stopping at ``limit``."""
-    stack = [(value, 1)]
-    deepest = 0
-    while stack:
-        item, level = stack.pop()
-        deepest = max(deepest, level)
-        if deepest >= limit:
-            return deepest
-        if isinstance(item, dict):
-            stack.extend((v, level + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, level + 1) for v in item)
-    return deepest
-
-
 def validate_manifest_data(data: Any) -> None:
     """Validate manifest JSON data against the schema and the semantic rules.
 
@@ -468,7 +453,7 @@ def validate_manifest_data(data: Any) -> None:
             f"$.schema_version: {data['schema_version']} is newer than this hub_export understands ({SCHEMA_VERSION}); "
             "upgrade hub-export."
         )
-    if _depth(data, _MAX_JSON_DEPTH) >= _MAX_JSON_DEPTH:
+    if json_depth(data, _MAX_JSON_DEPTH) >= _MAX_JSON_DEPTH:
         raise ManifestError(f"$: export.json is nested deeper than {_MAX_JSON_DEPTH} levels.")
     try:
         errors = sorted(

@@ -22,6 +22,8 @@ import json
 import re
 from typing import Any
 
+from ..._bounded import json_depth
+
 __all__ = [
     "MAX_DEPTH",
     "SYMPY_HEADS",
@@ -423,7 +425,8 @@ def check_metadata(metadata: dict[str, Any]) -> None:
         elif key == "from_node":
             _check_from_node(value)
         elif key == "custom":  # annotations a pass or the user attached (fx.traceback.annotate): JSON data
-            _check_json_depth(_loads(value, key), key)
+            if json_depth(_loads(value, key), _MAX_JSON_DEPTH + 1) > _MAX_JSON_DEPTH:
+                raise ValueError(f"metadata {key!r} is nested more than {_MAX_JSON_DEPTH} deep")
         elif key != "stack_trace" and "\n" in value:
             raise ValueError(f"metadata {key!r} spans several lines")
 
@@ -433,16 +436,6 @@ def _loads(text: str, key: str) -> Any:
         return json.loads(text)
     except (ValueError, RecursionError):
         raise ValueError(f"metadata {key!r} is not JSON of bounded depth") from None
-
-
-def _check_json_depth(data: Any, key: str) -> None:
-    pending = [(data, 0)]
-    while pending:
-        value, depth = pending.pop()
-        if depth > _MAX_JSON_DEPTH:
-            raise ValueError(f"metadata {key!r} is nested more than {_MAX_JSON_DEPTH} deep")
-        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
-        pending.extend((child, depth + 1) for child in children)
 
 
 def _check_from_node(text: str) -> None:
