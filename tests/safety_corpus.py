@@ -388,7 +388,13 @@ def _pt2_code_variants() -> list[Variant]:  # noqa: C901 - one list of small edi
         value["graph_module"]["module_call_graph"][0]["signature"]["in_spec"] = json.dumps(spec)
 
     add("treespec-dict-key-injection", program(treespec_key))
-    add("metadata-unknown-key", program(lambda v: nodes(v)[0]["metadata"].__setitem__("custom", '{"a": 1}')))
+    add("metadata-unknown-key", program(lambda v: nodes(v)[0]["metadata"].__setitem__("eval_me", '{"a": 1}')))
+    # "custom" and "from_node" are JSON torch parses: nested past the depth bound, or a node source with other fields
+    add("metadata-custom-deep", program(lambda v: nodes(v)[0]["metadata"].__setitem__("custom", "[" * 200 + "]" * 200)))
+    add(
+        "metadata-from-node-field",
+        program(lambda v: nodes(v)[0]["metadata"].__setitem__("from_node", json.dumps([{"name": "x", "code": "1"}]))),
+    )
     add(
         "metadata-source-fn-injection",
         program(lambda v, c: nodes(v)[0]["metadata"].__setitem__("source_fn_stack", f"x,{code(c.sentinel)}")),
