@@ -35,23 +35,10 @@ BACKENDS = ("onnx", "openvino", "dynamo", "dynamo-aoti", "executorch")
 
 
 def _model() -> Any:
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    """The 58M Llama of benchmarks/generation.py (same shape, same seed)."""
+    from generation import small_llama  # this script's own folder is on sys.path
 
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=32000,
-        hidden_size=512,
-        intermediate_size=1536,
-        num_hidden_layers=8,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        max_position_embeddings=512,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
-    return LlamaForCausalLM(config).eval()
+    return small_llama()
 
 
 def _timed_ms(fn: Callable[[], Any]) -> float:

@@ -14,23 +14,18 @@ from tiny_models import build, text_inputs
 from hub_export import (
     DynamoConfig,
     DynamoExporter,
-    ExecutorchConfig,
-    ExecutorchExporter,
     ExportedModel,
-    OnnxConfig,
-    OnnxExporter,
     OpenVINOConfig,
     OpenVINOExporter,
 )
 from hub_export.dims import Dim
 from hub_export.errors import HubExportError, InputError
+from hub_export.formats import backend_for
 from hub_export.utils import decompose_for_generation
 
 _BACKENDS = {
-    "dynamo": (DynamoExporter, DynamoConfig),
-    "executorch": (ExecutorchExporter, ExecutorchConfig),
-    "onnx": (OnnxExporter, OnnxConfig),
-    "openvino": (OpenVINOExporter, OpenVINOConfig),
+    name: (backend_for(name).exporter_class, backend_for(name).config_class)
+    for name in ("dynamo", "executorch", "onnx", "openvino")
 }
 _CASES = [
     ("llama", "dynamo"),

@@ -14,9 +14,6 @@ from tiny_models import text_inputs
 
 from hub_export import (
     DynamoConfig,
-    DynamoExporter,
-    ExecutorchConfig,
-    ExecutorchExporter,
     ExportedModel,
     OnnxConfig,
     OnnxExporter,
@@ -26,12 +23,11 @@ from hub_export import (
 from hub_export.backends.onnx import _weights
 from hub_export.backends.onnx.runner import OnnxRunner
 from hub_export.export.trace import trace
+from hub_export.formats import backend_for
 
 EXPORTERS = {
-    "dynamo": (DynamoExporter, DynamoConfig),
-    "onnx": (OnnxExporter, OnnxConfig),
-    "openvino": (OpenVINOExporter, OpenVINOConfig),
-    "executorch": (ExecutorchExporter, ExecutorchConfig),
+    name: (backend_for(name).exporter_class, backend_for(name).config_class)
+    for name in ("dynamo", "executorch", "onnx", "openvino")
 }
 #: Files holding a format's weights (the rest is graph, configs and manifest).
 WEIGHT_SUFFIXES = (".pt2", ".onnx.data", ".bin", ".pte", ".ptd")
