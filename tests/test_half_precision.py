@@ -1,0 +1,139 @@
+"""Half precision: bfloat16 and float16 models export, save, load and run on every format whose runtime has them,
+within the per-dtype parity tolerance of eager in the same dtype; export.json records the dtype of every input,
+output and stored weight; a runtime that cannot run a dtype is refused before tracing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from tiny_models import build, text_inputs
+
+from hub_export import ExportedModel
+from hub_export.errors import ExportError
+from hub_export.export.exporter import PARITY_RTOL, parity_tolerance
+from hub_export.formats import backend_for
+from hub_export.manifest import Manifest
+from hub_export.structure import flatten_value
+
+#: (format, dtype) cells run here: each a different runtime path (docs/precision.md has every cell, measured).
+CELLS = [
+    ("dynamo", "bfloat16"),
+    ("onnx", "float16"),
+    ("openvino", "bfloat16"),
+    ("executorch", "float16"),
+]
+
+
+def leaves(output: Any) -> list[tuple[str, torch.Tensor]]:
+    found: list = []
+    flatten_value(output, (), found)
+    return found
+
+
+def half_llama(dtype: str) -> Any:
+    case = build("llama")
+    case.model.to(getattr(torch, dtype))
+    return case
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """(format, dtype) -> (case, saved folder, loaded export), each exported once."""
+    done: dict[tuple[str, str], tuple[Any, Path, ExportedModel]] = {}
+
+    def get(fmt: str, dtype: str) -> tuple[Any, Path, ExportedModel]:
+        if (fmt, dtype) not in done:
+            case = half_llama(dtype)
+            backend = backend_for(fmt)
+            exported = backend.exporter_class().export(
+                case.model, case.sample, config=backend.config_class(dynamic=True)
+            )
+            folder = exported.save_pretrained(tmp_path_factory.mktemp(f"{fmt}-{dtype}") / fmt)
+            done[(fmt, dtype)] = (case, folder, ExportedModel.from_pretrained(folder))
+        return done[(fmt, dtype)]
+
+    return get
+
+
+@pytest.mark.parametrize("fmt,dtype", CELLS)
+def test_half_model_matches_eager_in_its_dtype(exports: Any, fmt: str, dtype: str) -> None:
+    case, _, loaded = exports(fmt, dtype)
+    parity = loaded.components["model"].metadata.parity
+    assert parity["dtype"] == dtype and parity["rtol"] == PARITY_RTOL[dtype]
+    assert parity["atol"] == parity_tolerance(
+        backend_for(fmt).exporter_class.parity_atol, dtype, parity["max_abs_expected"]
+    )
+    assert parity["max_abs_diff"] <= parity["atol"]
+    with torch.no_grad():
+        expected = leaves(case.model(**case.other))
+    got = leaves(loaded(**case.other))
+    assert [n for n, _ in got] == [n for n, _ in expected]
+    magnitude = max(float(t.abs().max()) for _, t in expected)
+    for (name, a), (_, b) in zip(got, expected):
+        assert a.dtype == b.dtype == getattr(torch, dtype), name  # not widened, not reinterpreted
+        # a few units in the last place of the dtype at the outputs' magnitude (measured: 0 to 1.5)
+        assert float((a.double() - b.double()).abs().max()) <= PARITY_RTOL[dtype] * magnitude, name
+
+
+@pytest.mark.parametrize("fmt,dtype", CELLS)
+def test_manifest_records_every_dtype(exports: Any, fmt: str, dtype: str) -> None:
+    _, folder, _ = exports(fmt, dtype)
+    component = Manifest.read(folder).components["model"]
+    assert component.dtype == dtype
+    assert {s.name: s.dtype for s in component.signature.inputs} == {"input_ids": "int64", "attention_mask": "int64"}
+    assert {s.dtype for s in component.signature.outputs} == {dtype}  # logits and the KV cache
+    assert set(component.weights or {}) == {dtype}
+    raw = json.loads((folder / "export.json").read_text())["components"]["model"]
+    assert raw["parity"]["max_abs_expected"] > 0 and raw["weights"][dtype]["bytes"] > 0
+
+
+def test_onnx_refuses_bfloat16_before_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import hub_export.export.exporter as exporter_module
+
+    def no_trace(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("traced a model the format cannot run")
+
+    monkeypatch.setattr(exporter_module, "trace", no_trace)
+    case = half_llama("bfloat16")
+    backend = backend_for("onnx")
+    with pytest.raises(ExportError, match=r"bfloat16 .*model\.to\(torch\.float16\).*dynamo, openvino or executorch"):
+        backend.exporter_class().export(case.model, case.sample, config=backend.config_class(dynamic=True))
+
+
+def test_openvino_compressed_weights_are_recorded_as_stored(tmp_path: Path) -> None:
+    from hub_export import OpenVINOConfig, OpenVINOExporter
+
+    case = build("llama")  # float32
+    config = OpenVINOConfig(dynamic=True, compress_to_fp16=True, inference_precision="f32")
+    exported = OpenVINOExporter().export(case.model, case.sample, config=config)
+    metadata = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "ov")).components["model"].metadata
+    weights = sum(p.numel() for p in case.model.parameters())
+    assert metadata.weights is not None and metadata.weights["float16"]["bytes"] >= 2 * weights * 0.95
+    assert metadata.weights.get("float32", {"bytes": 0})["bytes"] < 0.01 * 4 * weights  # scalars only
+    parity = metadata.parity
+    assert parity["dtype"] == "float32" and parity["rtol"] == PARITY_RTOL["float16"]  # weights rounded to fp16
+    assert 1e-6 < parity["max_abs_diff"] <= parity["atol"]
+
+
+def test_openvino_bfloat16_generation_keeps_its_cache_as_bf16_state(tmp_path: Path) -> None:
+    from hub_export import OpenVINOConfig, OpenVINOExporter
+
+    case = half_llama("bfloat16")
+    prompt = dict(case.sample)
+    exported = OpenVINOExporter().export_for_generation(case.model, prompt, config=OpenVINOConfig(dynamic=True))
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "gen"))
+    assert loaded.runners["decode"].stateful
+    for inputs in (prompt, text_inputs(2, 9, pad_left=3, seed=5)):
+        expected = case.model.generate(**inputs, max_new_tokens=8, do_sample=False)
+        assert torch.equal(loaded.generate(**inputs, max_new_tokens=8), expected)
+
+
+def test_tolerance_table() -> None:
+    assert parity_tolerance(1e-4, "float32", 100.0) == 1e-4
+    assert parity_tolerance(1e-4, "bfloat16", 16.0) == 0.5  # 4 units of bfloat16's last place at 16 (0.125)
+    assert parity_tolerance(1e-4, "float16", 16.0) == 0.0625  # 4 units of float16's last place at 16
+    assert parity_tolerance(1e-3, "float16", 0.0) == 1e-3
