@@ -137,3 +137,16 @@ def test_tolerance_table() -> None:
     assert parity_tolerance(1e-4, "bfloat16", 16.0) == 0.5  # 4 units of bfloat16's last place at 16 (0.125)
     assert parity_tolerance(1e-4, "float16", 16.0) == 0.0625  # 4 units of float16's last place at 16
     assert parity_tolerance(1e-3, "float16", 0.0) == 1e-3
+
+
+def test_cli_exports_in_the_dtype_asked(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from cli_run import run_cli, save_tiny_llama
+
+    model = save_tiny_llama(tmp_path / "model")  # float32 checkpoint
+    run = run_cli(capsys, "export", model, "-f", "dynamo", "-o", tmp_path / "bf16", "--dtype", "bfloat16", "--json")
+    assert run.code == 0, run.err
+    component = Manifest.read(tmp_path / "bf16").components["model"]
+    assert component.dtype == "bfloat16" and {s.dtype for s in component.signature.outputs} == {"bfloat16"}
+    refused = run_cli(capsys, "export", model, "-f", "onnx", "-o", tmp_path / "onnx", "--dtype", "bfloat16")
+    assert refused.code != 0 and not (tmp_path / "onnx" / "export.json").exists()
+    assert "export with --dtype float16 (or float32), or to another --format" in refused.err

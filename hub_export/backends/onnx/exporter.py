@@ -80,10 +80,12 @@ class OnnxExporter(HfExporter):
         if isinstance(module, torch.nn.Module):
             tensors += [*module.parameters(), *module.buffers()]
         if any(isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16 for t in tensors):
+            why = "ONNX Runtime's CPU provider cannot run bfloat16 graphs (no bfloat16 Mul, Add, MatMul kernels): "
             raise ExportError(
-                "ONNX Runtime's CPU provider cannot run bfloat16 graphs (no bfloat16 Mul, Add, MatMul kernels): "
-                "convert the model with model.to(torch.float16) (or float32) before exporting to ONNX, or export "
-                "the bfloat16 model to the dynamo, openvino or executorch format."
+                why + "convert the model with model.to(torch.float16) (or float32) before exporting to ONNX, or "
+                "export the bfloat16 model to the dynamo, openvino or executorch format.",
+                cli_message=why + "export with --dtype float16 (or float32), or to another --format "
+                "(dynamo, openvino, executorch).",
             )
 
     def experts_forward(self, module: Any, config: ExportConfig) -> Any:
