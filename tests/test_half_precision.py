@@ -35,8 +35,14 @@ def leaves(output: Any) -> list[tuple[str, torch.Tensor]]:
 
 
 def half_llama(dtype: str) -> Any:
+    """The tiny Llama of tiny_models with one layer (half the tracing and lowering), in ``dtype``."""
+    from transformers import LlamaForCausalLM
+
     case = build("llama")
-    case.model.to(getattr(torch, dtype))
+    config = case.model.config
+    config.num_hidden_layers = 1
+    torch.manual_seed(0)
+    case.model = LlamaForCausalLM(config).eval().to(getattr(torch, dtype))
     return case
 
 
