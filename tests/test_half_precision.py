@@ -126,6 +126,8 @@ def test_openvino_compressed_weights_are_recorded_as_stored(tmp_path: Path) -> N
 
 
 def test_openvino_bfloat16_generation_keeps_its_cache_as_bf16_state(tmp_path: Path) -> None:
+    """OpenVINO computes a bfloat16 model in float32, so greedy tokens may part from eager bfloat16's at a near tie
+    (measured on the two-layer Llama): each token chosen must be eager's best up to the bfloat16 tolerance."""
     from hub_export import OpenVINOConfig, OpenVINOExporter
 
     case = half_llama("bfloat16")
@@ -133,9 +135,21 @@ def test_openvino_bfloat16_generation_keeps_its_cache_as_bf16_state(tmp_path: Pa
     exported = OpenVINOExporter().export_for_generation(case.model, prompt, config=OpenVINOConfig(dynamic=True))
     loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "gen"))
     assert loaded.runners["decode"].stateful
+    assert {s.dtype for s in loaded.components["decode"].metadata.signature.outputs} == {"bfloat16"}
     for inputs in (prompt, text_inputs(2, 9, pad_left=3, seed=5)):
-        expected = case.model.generate(**inputs, max_new_tokens=8, do_sample=False)
-        assert torch.equal(loaded.generate(**inputs, max_new_tokens=8), expected)
+        produced = loaded.generate(**inputs, max_new_tokens=8)
+        start = inputs["input_ids"].shape[1]
+        assert produced.shape == (inputs["input_ids"].shape[0], start + 8)
+        mask = torch.cat([inputs["attention_mask"], torch.ones_like(produced[:, start:])], dim=1)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate() numbers a left-padded row
+        with torch.no_grad():
+            logits = case.model(input_ids=produced, attention_mask=mask, position_ids=positions).logits
+        logits = logits[:, start - 1 : -1].double()
+        chosen = produced[:, start:]
+        gap = logits.max(-1).values - logits.gather(-1, chosen[..., None]).squeeze(-1)
+        eos = (chosen == case.model.config.eos_token_id).long()
+        after_eos = eos.cumsum(1) - eos > 0  # padding after a row ended
+        assert float(gap[~after_eos].max()) <= PARITY_RTOL["bfloat16"] * float(logits.abs().max())
 
 
 def test_tolerance_table() -> None:
