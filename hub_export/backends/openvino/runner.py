@@ -271,9 +271,21 @@ class OpenVINORunner(ModelRunner):
         return result
 
     def _infer(self, feed: dict[Any, Any]) -> list[Any]:
-        arrays = {port: _to_openvino(tensor) for port, tensor in feed.items()}
+        import numpy as np
+
+        arrays = {}
+        for port, tensor in feed.items():
+            value = _to_openvino(tensor)
+            if isinstance(value, np.ndarray):
+                arrays[port] = value
+            else:  # bfloat16: copied into the request's own tensor, as share_inputs=False copies the arrays
+                target = self.request.get_tensor(port)
+                target.shape = list(value.shape)
+                target.data.view(np.int16)[...] = value.data.view(np.int16)
         # share_inputs=True lets OpenVINO keep pointers into our arrays across calls; with inputs whose shapes
-        # change between calls (generation) that corrupted the heap (seen on T5 decode), so inputs are copied.
+        # change between calls (generation) that corrupted the heap (seen on T5 decode), so inputs are copied. An
+        # openvino.Tensor in the feed would be kept the same way (whatever share_inputs says): bfloat16 inputs too
+        # corrupted the heap on T5 decode, so they are written into the request's tensors above.
         results = self.request.infer(arrays, share_inputs=False, share_outputs=False)
         specs = self.metadata.signature.outputs
         outputs: list[Any] = [None] * len(specs)
