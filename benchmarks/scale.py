@@ -13,8 +13,9 @@ format) runs in its own process, so its peak RSS is its own:
    (ONNX Runtime session, OpenVINO read + compile, ``torch.export.load``, ExecuTorch ``load_program``);
 5. first call at batch 2 x 48; parity is the max abs diff of the logits against eager, in the model's dtype.
 
-``--generation`` runs ``export_for_generation`` instead (prefill + decode): files, export s, RSS while generating
-16 tokens (above the process before the model was built), tokens == eager. ``--hub`` publishes saved exports
+``--generation`` runs ``export_for_generation`` instead: its graphs, files, export s, load s, the peak RSS of loading
+and generating 16 tokens and the peak RSS of a second generate once loaded (both above the process before the model
+was built), tokens == eager. ``--hub`` publishes saved exports
 (``--keep DIR``) to the embedded hub and downloads them back, against curl on the largest file.
 
     python benchmarks/scale.py --models qwen2.5-0.5b llama-3.2-1b --keep /tmp/exports
@@ -238,10 +239,13 @@ def run_cell(
         row["first_call_s"] = time.perf_counter() - start
         if generation:
             row["tokens_equal"] = bool(got.shape == eager.shape and (got == eager).all())
+            row["rss_generating"] = (sampler.peak - libraries) / weights  # peak of the load and first generate
+            sampler.reset()
             start = time.perf_counter()
             loaded.generate(**sample, max_new_tokens=16)
             row["tokens_per_s"] = 16 / (time.perf_counter() - start)
-            row["rss_generating"] = (sampler.peak - libraries) / weights
+            row["rss_steady"] = (sampler.peak - libraries) / weights  # peak of a second generate, once loaded
+            row["components"] = list(loaded.components)
         else:
             row["max_abs_diff"] = float((torch.as_tensor(got).float() - eager).abs().max())
             row["logits_scale"] = float(eager.abs().max())
@@ -388,6 +392,15 @@ def _f(value: Any, spec: str, suffix: str = "") -> str:
     return "—" if value is None else f"{value:{spec}}{suffix}"
 
 
+def _graph_files(files: dict[str, int]) -> list[str]:
+    """The components of a generation export, from its graph files (rows measured before ``components``)."""
+    names = [n.removesuffix(".onnx") for n in files if n.endswith(".onnx")]
+    return sorted(
+        names + [n[len("openvino_") : -len(".xml")] for n in files if n.startswith("openvino_") and n.endswith(".xml")],
+        reverse=True,
+    )
+
+
 def report(results: Path) -> str:
     """Markdown tables of the latest rows."""
     rows = _latest(results)
@@ -429,15 +442,18 @@ def report(results: Path) -> str:
     generation = [r for r in rows if r.get("kind") == "generation"]
     if generation:
         lines += [
-            "| model | format | export s | files MB | files / weights | RSS generating / weights | tok/s | tokens == eager |",
-            "|---|---|---:|---:|---:|---:|---:|---|",
+            "| model | format | graphs | export s | load s | files MB | files / weights | RSS peak (load + generate) / "
+            "weights | RSS generating, loaded / weights | tok/s | tokens == eager |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
         for row in generation:
             ratio = row["files_mb"] / row["weights_mb"] if row.get("files_mb") and row.get("weights_mb") else None
             equal = "yes" if row.get("tokens_equal") else ("NO" if "tokens_equal" in row else row.get("error", "—"))
+            graphs = " + ".join(row.get("components") or _graph_files(row.get("files", {})) or ["—"])
             lines.append(
-                f"| {row['model']} {row['dtype']} | {row['format']} | {_f(row.get('export_s'), '.0f')} | "
-                f"{_f(row.get('files_mb'), '.0f')} | {_f(ratio, '.2f', 'x')} | {_f(row.get('rss_generating'), '.2f', 'x')} | "
+                f"| {row['model']} {row['dtype']} | {row['format']} | {graphs} | {_f(row.get('export_s'), '.0f')} | "
+                f"{_f(row.get('load_s'), '.1f')} | {_f(row.get('files_mb'), '.0f')} | {_f(ratio, '.2f', 'x')} | "
+                f"{_f(row.get('rss_generating'), '.2f', 'x')} | {_f(row.get('rss_steady'), '.2f', 'x')} | "
                 f"{_f(row.get('tokens_per_s'), '.1f')} | {equal} |"
             )
         lines.append("")

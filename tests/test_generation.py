@@ -317,7 +317,8 @@ def test_openvino_stateful_generate_equals_eager_and_resets(exports, name):
     case, _, loaded, _ = exports(name, "openvino")
     prompt = _prompt(case)
     assert loaded.generation["stateful"] == ["decode"]
-    assert loaded.runners["decode"].stateful and not loaded.runners["prefill"].stateful
+    # one stateful graph serves the prompt (its state starts empty) and every step
+    assert loaded.runners["decode"].stateful and loaded.generation["stages"]["prefill"] == "decode"
     for inputs in [prompt, *_runs(name)]:
         expected = case.model.generate(**inputs, max_new_tokens=8, do_sample=False)
         first = loaded.generate(**inputs, max_new_tokens=8)
@@ -333,7 +334,7 @@ def test_openvino_saved_decode_keeps_the_cache_as_state(exports):
     assert "past_key_values" not in "".join(
         p.get_friendly_name() for p in loaded.components["decode"].program.get_parameters()
     )
-    assert 'type="ReadValue"' not in (folder / "openvino_prefill.xml").read_text()
+    assert not (folder / "openvino_prefill.xml").exists()  # the decode graph serves the prompt too
     state = loaded.components["decode"].metadata.extra["state"]
     assert [
         "input.past_key_values.0.key",
