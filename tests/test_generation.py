@@ -105,6 +105,7 @@ def test_saved_export_describes_the_loop(exports):
     assert plan == exported.generation == loaded.generation
     assert plan["kind"] == "decoder_only" and plan["token_input"] == "input_ids" and plan["position_ids"] is True
     assert plan["attention_mask"] == "extend" and plan["returns_prompt"] is True
+    assert plan["one_graph"] == "dynamo exports a prefill graph and a decode graph"  # why it has a prefill graph
     assert (folder / "generation_config.json").is_file()
     assert loaded.generation_config.eos_token_id == 2
     decode = {s.name: s.shape for s in loaded.components["decode"].metadata.signature.inputs}
