@@ -29,6 +29,10 @@ def one_graph_refusal(exporter: Any, model: Any, config: Any, main: Any, generat
         return "dynamic=False pins the prompt length and the cache length of each graph"
     if isinstance(config, dict) and "prefill" in config:
         return "the config dict gives the prefill its own config"
+    for each in config.values() if isinstance(config, dict) else (main,):
+        quantizer = getattr(each, "quantizer", None)
+        if quantizer is not None and quantizer.needs_calibration:
+            return "a calibrating quantizer calibrates the prefill and the decode graph on their own inputs"
     model_config = getattr(model, "config", None)
     if bool(getattr(model_config, "is_encoder_decoder", False)):
         return "an encoder-decoder model"
