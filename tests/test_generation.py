@@ -288,13 +288,23 @@ def test_static_cache_with_multi_token_decode_is_one_graph_for_every_step(models
         assert torch.equal(exported.generate(**inputs, max_new_tokens=8), expected)
 
 
-def test_multi_token_decode_with_a_stateful_decode_is_refused(models):
+def test_multi_token_decode_with_a_stateful_decode(models, monkeypatch):
+    from hub_export.generation import export as generation_export
+
     case = models.setdefault("llama", build("llama"))
     exported = OpenVINOExporter().export_for_generation(
         case.model, _prompt(case), config=OpenVINOConfig(dynamic=True), multi_token_decode=True
     )
-    with pytest.raises(HubExportError, match="stateful=False"):
-        exported.generate(**_prompt(case), max_new_tokens=3)
+    # one graph taking one token as well as several: steps need no shortened cache, which a stateful graph cannot do
+    assert exported.generation["one_graph"] is True and exported.generation["stateful"] == ["decode"]
+    expected = case.model.generate(**_prompt(case), max_new_tokens=3, do_sample=False)
+    assert torch.equal(exported.generate(**_prompt(case), max_new_tokens=3), expected)
+    monkeypatch.setattr(generation_export, "_export_one_graph", lambda *args: "two graphs (test)")
+    two = OpenVINOExporter().export_for_generation(
+        case.model, _prompt(case), config=OpenVINOConfig(dynamic=True), multi_token_decode=True
+    )
+    with pytest.raises(HubExportError, match="stateful=False"):  # a decode graph taking two tokens or more
+        two.generate(**_prompt(case), max_new_tokens=3)
 
 
 def test_generate_needs_a_generation_export(exports):
