@@ -275,10 +275,8 @@ def _export_one_graph(
     plan = {**_plan(components, capture, multi_token_decode, cache), "stateful": []}
     why_not = prompt_step_refusal(components, capture, plan["cache"])
     step = one_token_step(capture, plan["token_input"])
-    if why_not is None and step is None:
-        why_not = "generate() made no one-token decode step to check the graph on"
-    if why_not is not None:
-        return why_not
+    if why_not is not None or step is None:
+        return why_not or "generate() made no one-token decode step to check the graph on"
     prompt = components["prefill"][1]
     module, decode = components["decode"]
     if not multi_token_decode and "logits_to_keep" in prompt:
