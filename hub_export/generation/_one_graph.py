@@ -36,6 +36,10 @@ def one_graph_refusal(exporter: Any, model: Any, config: Any, main: Any, generat
     model_config = getattr(model, "config", None)
     if bool(getattr(model_config, "is_encoder_decoder", False)):
         return "an encoder-decoder model"
+    from .multimodal import find_parts
+
+    if find_parts(model) is not None:
+        return "a multimodal model: its prompt step chains encoders, projector and language model"
     config_of = generation_config if generation_config is not None else getattr(model, "generation_config", None)
     if (getattr(config_of, "cache_implementation", None) or "dynamic") != "dynamic":
         return "a static cache: the prefill fills preallocated buffers"

@@ -38,7 +38,7 @@ import copy
 from typing import Any
 
 from ..configs import ExportConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, HubExportError
 from ..model import exported_model_class
 from ..signature import split_kwargs
 from ._one_graph import QUERY_DIM, check_one_graph, one_graph_refusal, one_token_step, prompt_step_refusal
@@ -199,7 +199,10 @@ def export_for_generation(
     cache = getattr(gen_config, "cache_implementation", None) or "dynamic"
     why_not = one_graph_refusal(exporter, model, config, main, generation_config)
     if why_not is None:
-        one = _export_one_graph(exporter, model, inputs, config, main, generation_config, multi_token_decode, cache)
+        try:
+            one = _export_one_graph(exporter, model, inputs, config, main, generation_config, multi_token_decode, cache)
+        except HubExportError as exc:  # the two graphs may still export: their own errors speak for themselves
+            one = f"the decode graph did not export on several tokens: {type(exc).__name__}: {str(exc)[:300]}"
         if isinstance(one, tuple):
             exported, plan = one
             return _exported(exporter, model, main, exported, gen_config, plan)
