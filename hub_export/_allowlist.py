@@ -17,13 +17,16 @@ __all__ = ["CACHE_CLASSES", "IDENTIFIER", "LAYER_CLASSES", "cache_class", "layer
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CACHE_CLASSES = ("DynamicCache", "EncoderDecoderCache", "StaticCache")
-#: The layer classes of a ``DynamicCache`` an export may hold (``transformers.cache_utils``): attention, sliding-window
-#: attention (exported as plain attention layers), state-space / linear attention, and both in one layer.
+#: The layer classes of a ``DynamicCache`` an export may name (``transformers.cache_utils``): attention, sliding-window
+#: attention (rebuilt as plain attention layers), state-space / linear attention, both in one layer, and the empty
+#: placeholder of layers that keep no cache (shared key/values, MoE/MLP-only layers). Any other layer class of a
+#: model's cache is exported as the one of these its parts make (``structure._layer_kind``).
 LAYER_CLASSES = (
     "DynamicLayer",
     "DynamicSlidingWindowLayer",
     "LinearAttentionLayer",
     "LinearAttentionAndFullAttentionLayer",
+    "DummyLayer",
 )
 
 
