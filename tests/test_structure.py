@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import pytest
@@ -217,3 +218,36 @@ def test_a_cache_layer_holding_state_of_its_own_is_refused_naming_it() -> None:
     static.layers[:] = [StaticLayer(max_cache_len=4)]
     with pytest.raises(ExportError, match="a StaticLayer cache layer cannot be exported"):
         flatten_value(static, ("past_key_values",), [])
+
+
+def test_a_model_with_cacheless_layers_exports_saves_and_loads_its_cache(tmp_path) -> None:
+    """Nemotron-H's MLP layers keep no cache (a DummyLayer in its DynamicCache): the export returns the cache with
+    the placeholder in place, export.json admits it, and the loaded export rebuilds the same layers."""
+    from transformers import NemotronHConfig, NemotronHForCausalLM
+
+    from hub_export._allowlist import LAYER_CLASSES
+    from hub_export.manifest import schema_path
+
+    config = NemotronHConfig(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        layers_block_type=["full_attention", "mlp"],
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        pad_token_id=0,
+    )
+    torch.manual_seed(0)
+    model = NemotronHForCausalLM(config).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exported = DynamoExporter().export(model, text_inputs(2, 7), config=DynamoConfig(dynamic=True))
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "nemotron_h"))
+    inputs = text_inputs(3, 5, seed=1)
+    with torch.no_grad():
+        expected, got = model(**inputs), loaded(**inputs)
+    assert [type(layer) for layer in got.past_key_values.layers] == [DynamicLayer, DummyLayer]
+    assert torch.allclose(got.logits, expected.logits, atol=1e-4)
+    assert torch.equal(got.past_key_values.layers[0].keys, expected.past_key_values.layers[0].keys)
+    assert json.loads(schema_path().read_text())["$defs"]["layer_class"]["enum"] == list(LAYER_CLASSES)
