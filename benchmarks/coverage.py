@@ -212,7 +212,11 @@ def run_cell(case_name: str, tool: str, backend: str, all_mode: bool = False) ->
         with torch.no_grad():
             expected = [case.model(**inputs) for inputs in (case.sample, case.other)]
         if all_mode:  # random weights that overflow make a degenerate reference
-            for name, leaf in _flat(expected[0]) + _flat(expected[1]):
+            try:
+                leaves = _flat(expected[0]) + _flat(expected[1])
+            except Exception:  # noqa: BLE001 - an output the exporter refuses: the export stage reports it
+                leaves = []
+            for name, leaf in leaves:
                 if leaf.is_floating_point() and not bool(torch.isfinite(leaf).all()):
                     raise ValueError(f"eager output {name} is not finite (the tiny random model overflows)")
         row.pop("stage")
