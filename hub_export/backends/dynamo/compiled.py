@@ -27,7 +27,15 @@ from typing import Any
 
 from ...errors import DeviceUnavailableError, ExportError
 
-__all__ = ["COMPILERS", "CompiledProgram", "check_target", "compile_aoti", "current_target", "load_compiled"]
+__all__ = [
+    "COMPILERS",
+    "CompiledProgram",
+    "check_target",
+    "compile_aoti",
+    "current_target",
+    "inductor_configs",
+    "load_compiled",
+]
 
 #: The ``DynamoConfig.compile`` values.
 COMPILERS = ("aoti",)
@@ -176,6 +184,22 @@ def check_target(target: dict[str, Any], device: str | None, where: str) -> None
         )
 
 
+def inductor_configs(target: dict[str, Any]) -> dict[str, Any]:
+    """The inductor settings a package for ``target`` is compiled with.
+
+    On CPU: ``freezing`` (the weights become constants: inductor folds what depends on them only and prepacks each
+    linear layer's weight into oneDNN's blocked layout, so the matrix products run as oneDNN ``linear`` kernels
+    instead of re-reading row-major weights through ``mm``; 1.4x faster on a 58M Llama forward at sequence 128) and
+    a portable ``cpp.march`` level instead of ``-march=native`` (see the module docstring).
+    """
+    configs: dict[str, Any] = {}
+    if target["device"] == "cpu":
+        configs["freezing"] = True
+        if target.get("march"):
+            configs["cpp.march"] = target["march"]
+    return configs
+
+
 def compile_aoti(program: Any, device: str = "cpu") -> CompiledProgram:
     """Compile an ExportedProgram with AOTInductor into a package in a temporary folder (kept with the result).
 
@@ -187,11 +211,11 @@ def compile_aoti(program: Any, device: str = "cpu") -> CompiledProgram:
     target = current_target(device)
     folder = tempfile.TemporaryDirectory(prefix="hub_export_aoti_")
     path = Path(folder.name) / "model.aoti.pt2"
-    configs: dict[str, Any] = {}
-    if target["device"] == "cpu" and target.get("march"):
-        configs["cpp.march"] = target["march"]  # a portable level, not -march=native (see the module docstring)
+    configs = inductor_configs(target)
     try:
-        torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
+        # Inductor freezes only an inference graph: under grad mode it would skip ``freezing`` silently.
+        with torch.no_grad():
+            torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
     except Exception as exc:  # inductor and the C++ compiler raise many types
         raise ExportError(
             f"AOTInductor could not compile the program: {type(exc).__name__}: {str(exc)[:1500]}\n"
