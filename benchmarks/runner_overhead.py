@@ -11,8 +11,11 @@ alike:
 * Dynamo: ``ExportedProgram.module()(*flat)``; compiled: the AOTInductor model on the same flat inputs;
 * ExecuTorch: ``method.execute(flat)``.
 
-Printed per backend: the medians, the paired median of wrapper / raw, and eager PyTorch / each (eager runs in the same
-process, in its own block, with torch's threads set to the cores available). Usage::
+Printed per backend: the medians, the paired median of wrapper / raw, the time each ``exported(**inputs)`` call spends
+outside the runtime's own call (the runner's session, request, module or method is wrapped to time it: signature
+checks, conversions, rebuilding the ModelOutput), that time as a share of the raw call, and eager PyTorch / each
+(eager runs in the same process, in its own block, with torch's threads set to the cores available). On a busy
+machine the paired ratio carries the neighbours' noise; the time outside the runtime does not. Usage::
 
     python benchmarks/runner_overhead.py [--iters 30] [--backends onnx openvino dynamo dynamo-aoti executorch]
 """

@@ -187,14 +187,21 @@ def check_target(target: dict[str, Any], device: str | None, where: str) -> None
 def inductor_configs(target: dict[str, Any]) -> dict[str, Any]:
     """The inductor settings a package for ``target`` is compiled with.
 
-    On CPU: ``freezing`` (the weights become constants: inductor folds what depends on them only and prepacks each
-    linear layer's weight into oneDNN's blocked layout, so the matrix products run as oneDNN ``linear`` kernels
-    instead of re-reading row-major weights through ``mm``; 1.4x faster on a 58M Llama forward at sequence 128) and
-    a portable ``cpp.march`` level instead of ``-march=native`` (see the module docstring).
+    On CPU:
+
+    * ``freezing``: the weights become constants, so inductor folds what depends on them only and prepacks each
+      linear layer's weight into oneDNN's blocked layout; the matrix products run as oneDNN ``linear`` kernels
+      instead of ``mm`` over row-major weights (see ``docs/benchmarks.md`` for the gain). Inductor applies it only
+      to an inference graph, hence :func:`compile_aoti` compiles under ``torch.no_grad()``.
+    * ``cpp.dynamic_threads``: the generated kernels ask OpenMP for the thread count when they run (what
+      ``torch.set_num_threads`` set) instead of the count of the compiling process, written into the library: a
+      package compiled on a 64-core machine would otherwise start 64 threads per kernel on a 2-core one.
+    * ``cpp.march``: a portable x86 level instead of ``-march=native`` (see the module docstring).
     """
     configs: dict[str, Any] = {}
     if target["device"] == "cpu":
         configs["freezing"] = True
+        configs["cpp.dynamic_threads"] = True
         if target.get("march"):
             configs["cpp.march"] = target["march"]
     return configs
