@@ -14,6 +14,9 @@ and :func:`check_target` refuses another machine, CPU, device or torch version w
 before the library is loaded. On x86 the kernels are built for a portable micro-architecture level (``x86-64-v4``
 when the CPU has AVX-512, else ``x86-64-v3`` or ``x86-64-v2``) instead of inductor's ``-march=native``, so a package
 runs on every CPU of that level that also has the vector extensions inductor picked.
+
+On CPU the weights are frozen into the package (:func:`inductor_configs`): the linear layers' weights are stored
+prepacked in oneDNN's blocked layout, chosen for the compiling CPU's instruction set, which the target check covers.
 """
 
 from __future__ import annotations
