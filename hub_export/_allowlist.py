@@ -42,17 +42,26 @@ def _subclasses(cls: type) -> list[type]:
     return seen
 
 
+#: output classes found by :func:`_find_output_class`, by name (a runner resolves its class on every call)
+_FOUND_OUTPUT_CLASSES: dict[str, type] = {}
+
+
 def _find_output_class(name: str) -> type | None:
+    cached = _FOUND_OUTPUT_CLASSES.get(name)
+    if cached is not None:
+        return cached
     from transformers import modeling_outputs
     from transformers.utils import ModelOutput
 
     found = getattr(modeling_outputs, name, None)
-    if isinstance(found, type) and issubclass(found, ModelOutput):
-        return found
-    for sub in _subclasses(ModelOutput):
-        if sub.__name__ == name and sub.__module__.startswith("transformers."):
-            return sub
-    return None
+    if not (isinstance(found, type) and issubclass(found, ModelOutput)):
+        found = next(
+            (s for s in _subclasses(ModelOutput) if s.__name__ == name and s.__module__.startswith("transformers.")),
+            None,
+        )
+    if found is not None:  # a miss is not kept: importing the model's module may define the class later
+        _FOUND_OUTPUT_CLASSES[name] = found
+    return found
 
 
 def resolve_output_class(name: str, architecture: str | None = None, where: str = "output_structure") -> type:
