@@ -69,15 +69,11 @@ class HfExporter:
     Class attributes:
         export_format: The format this exporter writes.
         config_class: Its config dataclass.
-<<<<<<< HEAD
         parity_atol: Tolerance recorded with the measured parity of a float32 model; a half-precision model's is
             also relative to its outputs' magnitude (:data:`PARITY_RTOL`, :func:`parity_tolerance`).
-=======
-        parity_atol: Tolerance recorded with the measured parity.
         one_generation_graph: ``export_for_generation`` of a decoder-only model tries one graph for the prompt and
             every step (the decode graph, taking any number of new tokens and an empty cache), so that the runtime
             holds one copy of the weights; it falls back to ``prefill`` + ``decode`` when the check fails.
->>>>>>> main
     """
 
     export_format: ClassVar[ExportFormat]
