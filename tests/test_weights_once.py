@@ -98,12 +98,17 @@ SHARED_FILES = {
 }
 
 
-@pytest.mark.parametrize("fmt", list(SHARED_FILES))
-def test_generation_components_share_one_weights_file(fmt: str, tmp_path: Path, monkeypatch) -> None:
+@pytest.fixture
+def two_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Generation exports made of a prefill and a decode graph (the decode graph did not serve the prompt, or an
+    export made before it could), which share one weights file."""
     from hub_export.generation import export as generation_export
 
-    # a prefill + decode export (the decode graph did not serve the prompt, or an export made before it could)
     monkeypatch.setattr(generation_export, "_export_one_graph", lambda *args: "two graphs (test)")
+
+
+@pytest.mark.parametrize("fmt", list(SHARED_FILES))
+def test_generation_components_share_one_weights_file(fmt: str, tmp_path: Path, two_graphs: None) -> None:
     model = tied_llama(layers=2)
     inputs = text_inputs(1, 6, vocab=8192)
     exporter, config = EXPORTERS[fmt]
@@ -128,7 +133,7 @@ def test_generation_components_share_one_weights_file(fmt: str, tmp_path: Path, 
     assert sorted(p.name for p in resaved.iterdir()) == names
 
 
-def test_openvino_shared_weights_file_is_checked(tmp_path: Path) -> None:
+def test_openvino_shared_weights_file_is_checked(tmp_path: Path, two_graphs: None) -> None:
     from hub_export.errors import UnsafeExportError
 
     model = tied_llama(layers=1, vocab=512)
