@@ -10,9 +10,11 @@ must have:
   jump conditions and freed values index one of its values;
 * tensor list items index tensor values (optional tensor lists: tensor or null values, or -1);
 * kernel calls name one of its operators, delegate calls one of its delegates, jumps an instruction of their chain;
-* a kernel call of an operator whose schema torch knows has at least one argument per schema argument (its outputs
-  follow), each of the kind the schema declares: kernels read them with ``toTensor()``, ``toInt()``... which abort
-  the process on another kind; XNNPACK delegate calls take tensors only.
+* a kernel call of an operator whose schema torch (or ExecuTorch's own dim-order operators, listed here) knows has
+  one argument per schema argument, each of the kind the schema declares: kernels read them with ``toTensor()``,
+  ``toInt()``... which abort the process on another kind; then its outputs, as the emitter writes them: an out
+  variant (a schema with ``out`` arguments) one value, its ``out`` tensor itself (a tensor list of them when it has
+  several); another operator one value per return, of the return's kind. XNNPACK delegate calls take tensors only.
 
 The schema is ``executorch/schema/program.fbs`` (field order = vtable slot; a union takes two slots: type, value).
 """
@@ -44,6 +46,11 @@ _KIND_NAMES = {
 
 class _Bad(Exception):
     pass
+
+
+_Kinds = list[frozenset[int] | None]
+# (name, argument kinds or None when unknown, positions of the out arguments, return kinds)
+_Operator = tuple[str, _Kinds | None, list[int], _Kinds]
 
 
 class _Buffer:
@@ -207,7 +214,7 @@ def _check_argument_kinds(
     instruction: tuple[int, int, int],
     where: str,
     kinds: list[int],
-    operators: list[tuple[str, list[frozenset[int] | None] | None]],
+    operators: list[_Operator],
     delegates: list[str],
 ) -> None:
     """A call's arguments are of the kinds its operator's schema (or the XNNPACK delegate) takes."""
@@ -219,12 +226,19 @@ def _check_argument_kinds(
         name = delegates[buf.scalar(body, 0, "<i")]
         expected: list[frozenset[int] | None] | None = [frozenset({_TENSOR})] * len(args) if name == _XNNPACK else None
     else:
-        name, expected = operators[buf.scalar(body, 0, "<i")]
+        name, expected, _, _ = operators[buf.scalar(body, 0, "<i")]
     if expected is None:
         return  # an operator torch does not know here, or another delegate: the indices were checked
-    if len(args) < len(expected):  # the outputs follow (one value per return, or one for several): not checked
-        raise _Bad(f"{where} passes {len(args)} arguments to {name}, whose schema takes {len(expected)}")
-    for position, (index, allowed) in enumerate(zip(args, expected)):
+    outputs: _Kinds = []
+    if kind == _KERNEL_CALL:
+        _, _, outs, returns = operators[buf.scalar(body, 0, "<i")]
+        outputs = _output_kinds(outs, returns, args, len(expected), f"{where}: {name}")
+    if len(args) != len(expected) + len(outputs):
+        raise _Bad(
+            f"{where} passes {len(args)} arguments to {name}, whose schema takes {len(expected)} and "
+            f"{len(outputs)} outputs"
+        )
+    for position, (index, allowed) in enumerate(zip(args, expected + outputs)):
         if allowed is not None and kinds[index] not in allowed:
             wanted = " or ".join(_KIND_NAMES[k] for k in sorted(allowed))
             got = _KIND_NAMES.get(kinds[index], str(kinds[index]))
@@ -233,19 +247,47 @@ def _check_argument_kinds(
             )
 
 
-def _operator_kinds(buf: _Buffer, operator: tuple[int, int, int]) -> tuple[str, list[frozenset[int] | None] | None]:
-    """``(name, the value kinds of its arguments)``, or None for the kinds when torch lacks the schema."""
+def _output_kinds(outs: list[int], returns: _Kinds, args: list[int], count: int, where: str) -> _Kinds:
+    """The kinds of a kernel call's output values (after its ``count`` schema arguments): an out variant's (``outs``:
+    the positions of its ``out`` arguments) is that tensor itself, or a tensor list of several; another operator's
+    are its ``returns``."""
+    if not outs:
+        return returns
+    if len(outs) > 1:
+        return [frozenset({_TENSOR_LIST})]
+    if len(args) == count + 1 and args[count] != args[outs[0]]:
+        raise _Bad(f"{where} outputs value {args[count]}, not its out argument (value {args[outs[0]]})")
+    return [frozenset({_TENSOR})]
+
+
+def _operator_kinds(buf: _Buffer, operator: tuple[int, int, int]) -> _Operator:
+    """``(name, the value kinds of its arguments, the positions of its out arguments, the kinds of its returns)``,
+    None for the kinds when torch lacks the schema."""
     name, overload = buf.string(operator, 0), buf.string(operator, 1)
     label = f"{name}.{overload}" if overload else name
     schema = _schema(name, overload)
     if schema is None:
-        return label, None
-    return label, [_kinds(a.type) for a in schema.arguments]
+        return label, None, [], []
+    outs = [i for i, a in enumerate(schema.arguments) if a.is_out]
+    return label, [_kinds(a.type) for a in schema.arguments], outs, [_kinds(r.type) for r in schema.returns]
+
+
+# ExecuTorch's own operators the exporter emits, which torch does not know unless executorch.exir is imported
+_EXECUTORCH_SCHEMAS = {
+    ("dim_order_ops::_to_dim_order_copy", "out"): "dim_order_ops::_to_dim_order_copy.out(Tensor self, *, "
+    "bool non_blocking=False, int[]? dim_order=None, Tensor(a!) out) -> Tensor(a!)",
+    ("dim_order_ops::_empty_dim_order", "out"): "dim_order_ops::_empty_dim_order.out(int[] size, *, "
+    "int[]? dim_order=None, Tensor(a!) out) -> Tensor(a!)",
+    ("dim_order_ops::_clone_dim_order", "out"): "dim_order_ops::_clone_dim_order.out(Tensor self, *, "
+    "bool non_blocking=False, int[]? dim_order=None, Tensor(a!) out) -> Tensor(a!)",
+}
 
 
 def _schema(name: str, overload: str) -> Any:
     import torch
 
+    if (name, overload) in _EXECUTORCH_SCHEMAS:
+        return torch._C.parse_schema(_EXECUTORCH_SCHEMAS[name, overload])
     try:
         found = torch._C._jit_get_schemas_for_operator(name)
     except (RuntimeError, ValueError):
