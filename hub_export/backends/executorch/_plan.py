@@ -229,10 +229,11 @@ def _check_argument_kinds(
         name, expected, _, _ = operators[buf.scalar(body, 0, "<i")]
     if expected is None:
         return  # an operator torch does not know here, or another delegate: the indices were checked
-    outputs: _Kinds = []
+    outputs: _Kinds = []  # an out variant outputs its out tensor itself (a tensor list of several), others their returns
+    outs: list[int] = []
     if kind == _KERNEL_CALL:
         _, _, outs, returns = operators[buf.scalar(body, 0, "<i")]
-        outputs = _output_kinds(outs, returns, args, len(expected), f"{where}: {name}")
+        outputs = [frozenset({_TENSOR_LIST})] if len(outs) > 1 else [frozenset({_TENSOR})] if outs else returns
     if len(args) != len(expected) + len(outputs):
         raise _Bad(
             f"{where} passes {len(args)} arguments to {name}, whose schema takes {len(expected)} and "
@@ -245,19 +246,8 @@ def _check_argument_kinds(
             raise _Bad(
                 f"{where}: argument {position} of {name} is value {index} ({got}), where the schema takes {wanted}"
             )
-
-
-def _output_kinds(outs: list[int], returns: _Kinds, args: list[int], count: int, where: str) -> _Kinds:
-    """The kinds of a kernel call's output values (after its ``count`` schema arguments): an out variant's (``outs``:
-    the positions of its ``out`` arguments) is that tensor itself, or a tensor list of several; another operator's
-    are its ``returns``."""
-    if not outs:
-        return returns
-    if len(outs) > 1:
-        return [frozenset({_TENSOR_LIST})]
-    if len(args) == count + 1 and args[count] != args[outs[0]]:
-        raise _Bad(f"{where} outputs value {args[count]}, not its out argument (value {args[outs[0]]})")
-    return [frozenset({_TENSOR})]
+    if kind == _KERNEL_CALL and len(outs) == 1 and args[len(expected)] != args[outs[0]]:
+        raise _Bad(f"{where}: {name} outputs value {args[len(expected)]}, not its out argument (value {args[outs[0]]})")
 
 
 def _operator_kinds(buf: _Buffer, operator: tuple[int, int, int]) -> _Operator:
