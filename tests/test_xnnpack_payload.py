@@ -121,7 +121,10 @@ def _put(fmt: str, where: Callable[[Pte], int], value: Callable[[Pte], int]) -> 
 
 
 def _flip_dims(pte: Pte, data: bytearray) -> None:
-    data[pte.vector_at(pte.value(constant=True), 2) + 2] ^= 0xFF  # dims[0] * 65536: past the weight's bytes
+    """The linear weight's last dim (32) grows by 0xFF << 16: XNNPACK packs that many columns, reading past the
+    weight's data (byte 10454 of this export: a segfault on the first call)."""
+    weight = max((t for t in pte.values if pte.graph.scalar(t, 3, "<I")), key=lambda t: pte.graph.count(t, 2, 4))
+    data[pte.vector_at(weight, 2) + 4 * (pte.graph.count(weight, 2, 4) - 1) + 2] ^= 0xFF
 
 
 def _kernel_output(kind: int) -> Callable[[Pte, bytearray], None]:
