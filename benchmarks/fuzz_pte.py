@@ -153,15 +153,19 @@ def run(base: Path, variants: list[tuple[int, int]], model: str, timeout: float)
         args = [sys.executable, __file__, "--child", str(base), str(todo_path), str(log_path), "--model", model]
         proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         seen, last, hung = 0, time.monotonic(), False
-        while proc.poll() is None:
-            time.sleep(0.5)
-            size = log_path.stat().st_size
-            if size != seen:
-                seen, last = size, time.monotonic()
-            elif time.monotonic() - last > timeout:
+        try:
+            while proc.poll() is None:
+                time.sleep(0.5)
+                size = log_path.stat().st_size
+                if size != seen:
+                    seen, last = size, time.monotonic()
+                elif time.monotonic() - last > timeout:
+                    hung = True
+                    break
+        finally:  # a hang, or the run interrupted: the child goes too
+            if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-                hung = True
         started = None
         for line in log_path.read_text().splitlines():
             row = json.loads(line)

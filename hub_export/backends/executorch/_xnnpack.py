@@ -41,6 +41,7 @@ __all__ = ["check_xnnpack_delegates", "ptd_named_sizes"]
 _BACKEND = b"XnnpackBackend"
 _HEADER_SIZE = 30  # zeros(4) "XH00" length:u16 flatbuffer offset:u32 size:u32 constant offset:u32 size:u64
 _MAX_GRAPH = 1 << 28  # bytes of graph flatbuffer read (the constants follow it, never read)
+_MAX_INDEX = 1 << 26  # bytes of a .ptd's index read
 _MAX_ITEMS = 1 << 22  # values, nodes, constants per graph
 _MAX_DIMS = 6  # XNN_MAX_TENSOR_DIMS
 _MAX_DIM = (1 << 31) - 1
@@ -88,6 +89,14 @@ _NODES: dict[int, tuple[str, tuple[int, ...]]] = {
     41: ("Log", _1X1), 42: ("Gelu", _1X1), 43: ("Tanh", _1X1), 44: ("Exp", _1X1), 45: ("Sin", _1X1),
     46: ("Copy", _1X1), 47: ("Cos", _1X1),
 }  # fmt: skip
+# Node field kind -> the values it may take
+_RANGES: dict[int, Callable[[int], bool]] = {
+    _FLAGS: lambda v: not v & ~_NODE_FLAGS,
+    _SIZE: lambda v: v <= _MAX_SIZE,
+    _POSITIVE: lambda v: 0 < v <= _MAX_SIZE,
+    _AXIS: lambda v: v < _MAX_DIMS,
+    _NDIMS: lambda v: v <= _MAX_DIMS,
+}
 # Program.fbs tags
 _INLINE, _SEGMENT = 0, 1
 _TENSOR_VALUE, _DELEGATE_CALL = 5, 2
@@ -145,7 +154,7 @@ def ptd_named_sizes(handle: BinaryIO, file_size: int, label: str) -> dict[bytes,
     handle.seek(0)
     head = handle.read(48)
     flat_offset, flat_size, base = struct.unpack_from("<QQQ", head, 16)
-    if flat_offset + flat_size > min(file_size, _MAX_GRAPH):
+    if flat_offset + flat_size > min(file_size, _MAX_INDEX):
         raise UnsafeExportError(f"{label}: its index ({flat_size} bytes at {flat_offset}) is too large or truncated.")
     handle.seek(0)
     buf = Flat(handle.read(flat_offset + flat_size))
@@ -286,9 +295,10 @@ def _check_graph(buf: Flat, constant_size: int, named: dict[bytes, int], calls: 
     externals: set[int] = set()
     for i, value in enumerate(buf.tables(root, 2, _MAX_ITEMS)):
         _check_value(buf, value, graph, externals, (num_externs, constants, calls), f"{where} value {i}")
-    for i in buf.ints(root, 4) + buf.ints(root, 5):
-        if i not in graph.dims:
-            raise _Bad(f"{where}'s graph inputs/outputs name undefined value {i}")
+    for slot in (4, 5):  # the graph's input and output ids
+        ids = buf.ints(root, slot)
+        if len(set(ids)) != len(ids) or any(i not in graph.dims for i in ids):
+            raise _Bad(f"{where}'s graph inputs/outputs {ids[:16]} repeat or name undefined values")
     for i, node in enumerate(buf.tables(root, 1, _MAX_ITEMS)):
         _check_node(buf, node, graph, f"{where} node {i}")
 
@@ -427,14 +437,7 @@ def _check_node(buf: Flat, node: Table, graph: _Graph, where: str) -> None:
             vectors.append(vector)
             continue
         number = buf.scalar(body, slot, "<I")
-        check: dict[int, Callable[[int], bool]] = {
-            _FLAGS: lambda v: not v & ~_NODE_FLAGS,
-            _SIZE: lambda v: v <= _MAX_SIZE,
-            _POSITIVE: lambda v: 0 < v <= _MAX_SIZE,
-            _AXIS: lambda v: v < _MAX_DIMS,
-            _NDIMS: lambda v: v <= _MAX_DIMS,
-        }
-        if field in check and not check[field](number):
+        if field in _RANGES and not _RANGES[field](number):
             raise _Bad(f"{where}: field {slot} is {number}, out of range")
         if field == _NDIMS:
             ndims = number
