@@ -13,7 +13,8 @@ resumes after it. Outcomes:
 
 By default the XNNPACK delegate payloads of the program are flipped at every byte and the rest of the file every
 ``--file-step`` bytes. The base is a tiny model (``--model tiny``: embedding, tanh, linear) or a tiny Llama
-(``--model llama``: 2 layers, hidden 32) exported with ``ExecutorchConfig()``, random weights.
+(``--model llama``: 2 layers, hidden 32; ``llama-int8``: quantized with XNNPACK's dynamic int8 recipe) exported with
+``ExecutorchConfig()``, random weights; the weights of the Llamas are in a ``.ptd`` (tied embeddings).
 
     python benchmarks/fuzz_pte.py --model tiny --payload-step 1 --file-step 7
 
@@ -75,7 +76,18 @@ def build_base(model: str, folder: Path) -> Path:
         )  # fmt: skip
         net = LlamaForCausalLM(config).eval()
         net.config.use_cache = False
-    exported = ExecutorchExporter().export(net, _sample(model), config=ExecutorchConfig())
+    config = ExecutorchConfig()
+    if model == "llama-int8":  # XNNPACK's dynamic int8 recipe: quantized weights, per-token activations
+        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+            XNNPACKQuantizer,
+            get_symmetric_quantization_config,
+        )
+
+        from hub_export.quantization import PT2EQuantizer
+
+        recipe = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True)
+        config = ExecutorchConfig(quantizer=PT2EQuantizer(XNNPACKQuantizer().set_global(recipe)))
+    exported = ExecutorchExporter().export(net, _sample(model), config=config)
     return Path(exported.save_pretrained(folder))
 
 
@@ -123,7 +135,8 @@ def child(base: Path, todo_path: Path, log_path: Path, model: str) -> None:
     with open(log_path, "a", buffering=1) as log:
         for offset, xor in todo:
             data = bytearray(original)
-            data[offset] ^= xor
+            if offset >= 0:  # -1: the control, unmodified
+                data[offset] ^= xor
             (work / "model.pte").write_bytes(data)
             _reseal(work, "model.pte")
             log.write(json.dumps({"start": [offset, xor]}) + "\n")
@@ -184,7 +197,7 @@ def run(base: Path, variants: list[tuple[int, int]], model: str, timeout: float)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", choices=("tiny", "llama"), default="tiny")
+    parser.add_argument("--model", choices=("tiny", "llama", "llama-int8"), default="tiny")
     parser.add_argument("--base", type=Path, help="an exported folder of --model to fuzz (default: export one)")
     parser.add_argument("--payload-step", type=int, default=1, help="flip every Nth byte of the XNNPACK payloads")
     parser.add_argument("--file-step", type=int, default=7, help="flip every Nth byte of the rest of the file")
@@ -205,11 +218,14 @@ def main() -> None:
     inside = {o for start, end in ranges for o in range(start, end)}
     offsets = sorted({o for start, end in ranges for o in range(start, end, args.payload_step)}
                      | {o for o in range(0, len(pte), args.file_step) if o not in inside})  # fmt: skip
-    variants = [(o, xor) for o in offsets for xor in (0xFF, 0x01)]
-    print(f"model={args.model} file={len(pte)} bytes, XNNPACK payloads {ranges}, {len(variants)} variants")
+    variants = [(-1, 0)] + [(o, xor) for o in offsets for xor in (0xFF, 0x01)]
+    print(f"model={args.model} file={len(pte)} bytes, XNNPACK payloads {ranges}, {len(variants) - 1} variants")
     print(f"torch {torch.__version__}, executorch {version('executorch')}, python {platform.python_version()}")
     started = time.monotonic()
     results = run(base, variants, args.model, args.timeout)
+    control = results.pop((-1, 0))
+    if control != "ran":
+        raise SystemExit(f"the unmodified export does not run ({control}): every variant would be refused")
     counts = collections.Counter(r.split(":")[0] for r in results.values())
     in_payload = collections.Counter(r.split(":")[0] for (o, _), r in results.items() if o in inside)
     print(f"{time.monotonic() - started:.0f} s, load average {os.getloadavg()[0]:.2f}")
