@@ -13,8 +13,8 @@ resumes after it. Outcomes:
 
 By default the XNNPACK delegate payloads of the program are flipped at every byte and the rest of the file every
 ``--file-step`` bytes. The base is a tiny model (``--model tiny``: embedding, tanh, linear) or a tiny Llama
-(``--model llama``: 2 layers, hidden 32; ``llama-int8``: quantized with XNNPACK's dynamic int8 recipe) exported with
-``ExecutorchConfig()``, random weights; the weights of the Llamas are in a ``.ptd`` (tied embeddings).
+(``--model llama``: 2 layers, hidden 32; ``llama-int8``: quantized with XNNPACK's dynamic int8 recipe), exported with
+``ExecutorchConfig()``, random weights (``llama-int8`` keeps them in a ``.ptd``: the delegate names its weights there).
 
     python benchmarks/fuzz_pte.py --model tiny --payload-step 1 --file-step 7
 
@@ -86,7 +86,7 @@ def build_base(model: str, folder: Path) -> Path:
         from hub_export.quantization import PT2EQuantizer
 
         recipe = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True)
-        config = ExecutorchConfig(quantizer=PT2EQuantizer(XNNPACKQuantizer().set_global(recipe)))
+        config = ExecutorchConfig(quantizer=PT2EQuantizer(XNNPACKQuantizer().set_global(recipe)), external_data=True)
     exported = ExecutorchExporter().export(net, _sample(model), config=config)
     return Path(exported.save_pretrained(folder))
 
