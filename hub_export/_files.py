@@ -3,8 +3,8 @@ directory replacement.
 
 Hashing a multi-GB export is a large part of saving and loading it, so a file is hashed at most once while it stays
 the same file: the digest is remembered under the file's identity ``(device, inode, size, mtime_ns, ctime_ns)``,
-in this process and in a small on-disk store (``$HUB_EXPORT_CACHE/verified``, default
-``~/.cache/hub_export/verified``), so a second load, in this process or another, does not read the file again.
+in this process and in a small on-disk store (``verified/`` in hub_export's cache folder, see
+:mod:`hub_export._cache`), so a second load, in this process or another, does not read the file again.
 Writing a file changes its size or its timestamps, so a changed file is hashed again. Writers that hash the bytes
 as they write them (:class:`HashingWriter`) record the digest without reading the file back.
 ``HUB_EXPORT_VERIFIED_CACHE=0`` turns the remembering off (every verification reads every byte).
@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ._cache import cache_root
 from .errors import IntegrityError
 from .manifest import FileEntry
 
@@ -48,10 +49,7 @@ def _enabled() -> bool:
 
 
 def _store() -> Path:
-    root = os.environ.get("HUB_EXPORT_CACHE")
-    if not root:
-        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache"), "hub_export")
-    return Path(root) / "verified"
+    return cache_root() / "verified"
 
 
 def _identity(info: os.stat_result) -> tuple[int, int, int]:

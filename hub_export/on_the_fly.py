@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
 
+from ._cache import cache_root
 from .configs import ExportConfig
 from .errors import ConfigError, HubError, HubExportError, ManifestError
 from .formats import ExportFormat, backend_for, parse_format
@@ -34,23 +34,9 @@ from .hub.download import download_export
 from .loading import FileSource, LocalFiles
 from .tasks import TASKS, auto_class_name, infer_task
 
-__all__ = ["export_cache_root", "export_source"]
+__all__ = ["export_source"]
 
 _HEX40 = re.compile(r"[0-9a-f]{40}")
-#: Environment variable naming the export cache folder.
-CACHE_ENV = "HUB_EXPORT_CACHE"
-
-
-def export_cache_root(cache_dir: str | Path | None = None) -> Path:
-    """Where exports made on the fly are kept: ``$HUB_EXPORT_CACHE``, else ``<cache_dir>/hub_export`` when a
-    Hugging Face cache directory is given, else ``hub_export/`` beside the Hugging Face hub cache."""
-    from huggingface_hub import constants
-
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    if cache_dir is not None:
-        return Path(cache_dir) / "hub_export"
-    return Path(constants.HF_HUB_CACHE).parent / "hub_export"
 
 
 def _export_config(export: Any, export_config: ExportConfig | None) -> ExportConfig:
@@ -203,7 +189,7 @@ def export_source(
             "(export=... works with Hub model repos)."
         )
     offline = local_files_only or constants.is_offline_mode()
-    root = export_cache_root(cache_dir)
+    root = cache_root(cache_dir)
     revision = revision or "main"
     used_endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
     sha, in_repo = _resolve(repo_id, revision, folder, offline=offline, root=root, token=token, endpoint=endpoint)

@@ -131,6 +131,7 @@ def test_lower_layers_do_not_import_higher_ones(graph: dict[str, set[str]]) -> N
         "hub_export.preprocessing",
         "hub_export._allowlist",
         "hub_export._bounded",
+        "hub_export._cache",
         "hub_export._files",
         "hub_export._pickle",
         "hub_export._versions",

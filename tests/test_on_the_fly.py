@@ -10,10 +10,10 @@ from tiny_models import build
 from tiny_tokenizers import bert_tokenizer, llama_tokenizer
 
 from hub_export import ConfigError, ExportedModel, HubError, OnnxConfig, OnnxExporter
+from hub_export._cache import cache_root
 from hub_export.embedded_hub import HubServer
 from hub_export.hub.publish import publish
 from hub_export.model import ExportedModelForCausalLM
-from hub_export.on_the_fly import export_cache_root
 
 REPO = "me/tiny-llama"
 
@@ -51,9 +51,9 @@ def test_export_on_the_fly_then_cached_then_offline_with_no_request(
     first = ExportedModel.from_pretrained(REPO, export="onnx")
     assert isinstance(first, ExportedModelForCausalLM) and first.source.revision == sha
     assert torch.equal(first.generate(**inputs, max_new_tokens=6), expected)
-    cached = list((export_cache_root() / "models--me--tiny-llama" / sha).iterdir())
+    cached = list((cache_root() / "models--me--tiny-llama" / sha).iterdir())
     assert [p.name.split("-")[:2] for p in cached] == [["onnx", "auto"]]
-    assert export_cache_root() == tmp_path / "hub_export"  # beside the HF hub cache (tmp_path / "hf-cache")
+    assert cache_root() == tmp_path / "hub_export"  # beside the HF hub cache (tmp_path / "hf-cache")
 
     before = _requests(hub_env)
     again = ExportedModel.from_pretrained(REPO, export="onnx")  # online: the revision is resolved, nothing exported
@@ -104,7 +104,7 @@ def test_a_repo_with_its_own_export_loads_it(llama, hub_api: HfApi, hub_env: Hub
     publish(REPO, {"onnx": published})
     loaded = ExportedModel.from_pretrained(REPO, export="onnx")
     assert set(loaded.components) == {"model"}  # the repo's single-graph export, not a generation export made here
-    assert not list(export_cache_root().rglob("export.json"))  # nothing exported here
+    assert not list(cache_root().rglob("export.json"))  # nothing exported here
     with pytest.raises(Exception, match="holds a onnx export, not openvino"):
         ExportedModel.from_pretrained(REPO, export="openvino", subfolder="onnx")
 
