@@ -8,19 +8,22 @@ must have:
 
 * its inputs, outputs, chains' inputs and outputs, kernel and delegate call arguments, move sources and targets,
   jump conditions and freed values index one of its values;
-* tensor list items index tensor values (optional tensor lists: tensor or null values, or -1);
+* tensor list items index tensor values (optional tensor lists: tensor or null values, or -1), int list items (boxed:
+  the runtime reads each with ``toInt()``) int values;
 * kernel calls name one of its operators, delegate calls one of its delegates, jumps an instruction of their chain;
+* ``arange`` kernels' constant bounds give 0 to 2**31 elements (the portable kernel aborts on more, or fewer);
 * a kernel call of an operator whose schema torch (or ExecuTorch's own dim-order operators, listed here) knows has
   one argument per schema argument, each of the kind the schema declares: kernels read them with ``toTensor()``,
   ``toInt()``... which abort the process on another kind; then its outputs, as the emitter writes them: an out
-  variant (a schema with ``out`` arguments) one value, its ``out`` tensor itself (a tensor list of them when it has
-  several); another operator one value per return, of the return's kind. XNNPACK delegate calls take tensors only.
+  variant (a schema with ``out`` arguments) one value, its ``out`` argument itself (a tensor list of them when it
+  has several); another operator one value per return, of the return's kind. XNNPACK delegate calls take tensors only.
 
 The schema is ``executorch/schema/program.fbs`` (field order = vtable slot; a union takes two slots: type, value).
 """
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -154,6 +157,13 @@ def _check_plan(buf: _Buffer, plan: tuple[int, int, int], n: int) -> None:
     for index in buf.ints(plan, 4):
         value(index, f"{n}: an output")
     for i, (kind, item) in enumerate(zip(kinds, values)):
+        if kind == _INT_LIST:  # boxed: each item is the index of an int value (kernels read them with toInt())
+            body = buf.child(item, 1)
+            for index in buf.ints(body, 0, "<q") if body is not None else []:
+                value(index, f"{n}: int list {i}")
+                if kinds[index] != _INT:
+                    raise _Bad(f"{n}: int list {i} holds value {index}, which is not an int")
+            continue
         if kind not in (_TENSOR_LIST, _OPTIONAL_TENSOR_LIST):
             continue
         allowed = (_TENSOR,) if kind == _TENSOR_LIST else (_TENSOR, _NULL)
@@ -172,6 +182,7 @@ def _check_plan(buf: _Buffer, plan: tuple[int, int, int], n: int) -> None:
             where = f"{n}: chain {c} instruction {i}"
             _check_instruction(buf, instruction, where, value, (len(operators), len(delegates), len(instructions)))
             _check_argument_kinds(buf, instruction, where, kinds, operators, delegates)
+            _check_scalar_arguments(buf, instruction, where, values, operators)
 
 
 def _check_instruction(
@@ -229,11 +240,11 @@ def _check_argument_kinds(
         name, expected, _, _ = operators[buf.scalar(body, 0, "<i")]
     if expected is None:
         return  # an operator torch does not know here, or another delegate: the indices were checked
-    outputs: _Kinds = []  # an out variant outputs its out tensor itself (a tensor list of several), others their returns
+    outputs: _Kinds = []  # an out variant outputs its out argument itself (a tensor list of several), others returns
     outs: list[int] = []
     if kind == _KERNEL_CALL:
         _, _, outs, returns = operators[buf.scalar(body, 0, "<i")]
-        outputs = [frozenset({_TENSOR_LIST})] if len(outs) > 1 else [frozenset({_TENSOR})] if outs else returns
+        outputs = [frozenset({_TENSOR_LIST})] if len(outs) > 1 else [expected[outs[0]]] if outs else returns
     if len(args) != len(expected) + len(outputs):
         raise _Bad(
             f"{where} passes {len(args)} arguments to {name}, whose schema takes {len(expected)} and "
@@ -248,6 +259,43 @@ def _check_argument_kinds(
             )
     if kind == _KERNEL_CALL and len(outs) == 1 and args[len(expected)] != args[outs[0]]:
         raise _Bad(f"{where}: {name} outputs value {args[len(expected)]}, not its out argument (value {args[outs[0]]})")
+
+
+# Kernels that abort the process on scalar arguments out of range: operator -> positions of (start, end, step)
+_ARANGES = {"aten::arange.start_out": (0, 1, 2), "aten::arange.out": (None, 0, None)}
+
+
+def _check_scalar_arguments(
+    buf: _Buffer, instruction: tuple[int, int, int], where: str, values: list[Any], operators: list[_Operator]
+) -> None:
+    """``arange``'s constant bounds give a size the portable kernel accepts (0 to 2**31 elements): it aborts the
+    process otherwise (``compute_arange_out_size``). Values written at run time hold a placeholder here."""
+    body = buf.child(instruction, 1)
+    if buf.scalar(instruction, 0, "<B") != _KERNEL_CALL or body is None:
+        return
+    name = operators[buf.scalar(body, 0, "<i")][0]
+    if name not in _ARANGES:
+        return
+    args = buf.ints(body, 1)
+    start, end, step = (0.0 if p is None and d == 0 else 1.0 if p is None else _number(buf, values[args[p]])
+                        for d, p in enumerate(_ARANGES[name]))  # fmt: skip
+    count = (end - start) / step if step else math.inf
+    if not -1 < count < 2**31 - 1:
+        raise _Bad(f"{where}: {name} from {start} to {end} by {step} (the kernel takes 0 to 2**31 elements)")
+
+
+def _number(buf: _Buffer, value: tuple[int, int, int]) -> float:
+    """The int, float or bool an EValue holds (NaN for another kind)."""
+    kind, body = buf.scalar(value, 0, "<B"), buf.child(value, 1)
+    if body is None or kind not in (_INT, _DOUBLE, _BOOL):
+        return math.nan
+    at = buf.field(body, 0)
+    if at is None:
+        return 0.0
+    fmt = {_INT: "<q", _DOUBLE: "<d", _BOOL: "<?"}[kind]
+    if at + struct.calcsize(fmt) > len(buf.data):
+        raise _Bad(f"a scalar at {at} is outside the program")
+    return float(struct.unpack_from(fmt, buf.data, at)[0])
 
 
 def _operator_kinds(buf: _Buffer, operator: tuple[int, int, int]) -> _Operator:

@@ -138,11 +138,12 @@ def check_xnnpack_delegates(
                 where = f"plan {n} delegate {d} (XNNPACK)"
                 payload = _payload(buf, root, delegate, segments, base, file_size, where)
                 graph, constant_size = _read_graph(handle, program, payload, where)
-                _check_graph(Flat(graph), constant_size, named, calls[d], where)
+                try:
+                    _check_graph(Flat(graph), constant_size, named, calls[d], where)
+                except FlatError as exc:
+                    raise _Bad(f"{where}'s graph: {exc}") from None
     except (_Bad, FlatError) as exc:
-        raise UnsafeExportError(
-            f"{label}: {exc}; refusing to load it (the XNNPACK graph is damaged or crafted)."
-        ) from None
+        raise UnsafeExportError(f"{label}: {exc}; refusing to load it (the program is damaged or crafted).") from None
 
 
 def ptd_named_sizes(handle: BinaryIO, file_size: int, label: str) -> dict[bytes, int]:
