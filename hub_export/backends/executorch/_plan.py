@@ -15,8 +15,8 @@ must have:
 * a kernel call of an operator whose schema torch (or ExecuTorch's own dim-order operators, listed here) knows has
   one argument per schema argument, each of the kind the schema declares: kernels read them with ``toTensor()``,
   ``toInt()``... which abort the process on another kind; then its outputs, as the emitter writes them: an out
-  variant (a schema with ``out`` arguments) one value, its ``out`` argument itself (a tensor list of them when it
-  has several); another operator one value per return, of the return's kind. XNNPACK delegate calls take tensors only.
+  variant (a schema with ``out`` arguments) one value, its ``out`` tensor itself (a tensor list when its ``out`` is
+  a list or it has several); another operator one value per return, of the return's kind. XNNPACK delegate calls take tensors only.
 
 The schema is ``executorch/schema/program.fbs`` (field order = vtable slot; a union takes two slots: type, value).
 """
@@ -257,7 +257,8 @@ def _check_argument_kinds(
             raise _Bad(
                 f"{where}: argument {position} of {name} is value {index} ({got}), where the schema takes {wanted}"
             )
-    if kind == _KERNEL_CALL and len(outs) == 1 and args[len(expected)] != args[outs[0]]:
+    single = len(outs) == 1 and expected[outs[0]] == frozenset({_TENSOR})  # (a list is emitted again as a new list)
+    if kind == _KERNEL_CALL and single and args[len(expected)] != args[outs[0]]:
         raise _Bad(f"{where}: {name} outputs value {args[len(expected)]}, not its out argument (value {args[outs[0]]})")
 
 
