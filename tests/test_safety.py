@@ -349,12 +349,16 @@ def test_unlisted_config_symlinks_count_only_into_their_own_cached_repo(tmp_path
     assert not _plain_file(outside_cache / "generation_config.json")  # absent: nothing to read
 
 
-def test_executorch_program_failing_when_run_is_an_unsafe_export_error(saved, tmp_path: Path) -> None:
-    """A flip the runtime's verification lets through but execution trips on: a hub_export error, not RuntimeError."""
+def test_executorch_program_failing_when_run_is_an_unsafe_export_error(saved, tmp_path: Path, monkeypatch) -> None:
+    """A flip the runtime's verification lets through but execution trips on: a hub_export error, not RuntimeError
+    (the XNNPACK graph check refuses this one first; without it, execution fails)."""
     folder = _copy(saved, "executorch", tmp_path)
     data = bytearray((folder / "model.pte").read_bytes())
-    data[data.find(b"XN01") + 556] ^= 0xFF  # in the XNNPACK delegate's graph
+    data[data.find(b"XN01") + 556] ^= 0xFF  # in the XNNPACK delegate's graph: a weight's dims
     _rewrite(folder, "model.pte", bytes(data))
+    with pytest.raises(UnsafeExportError, match="needs 24448 bytes, but its constant holds 8192"):
+        ExportedModel.from_pretrained(folder)
+    monkeypatch.setattr("hub_export.backends.executorch.io.check_xnnpack_delegates", lambda *args: None)
     with pytest.raises(UnsafeExportError, match="ExecuTorch runtime"):
         ExportedModel.from_pretrained(folder)(**SAMPLE)
 
