@@ -130,9 +130,13 @@ def drive_all(
     batch: int,
     rerun: bool,
     retry: tuple[str, ...] = (),
+    by_type: bool = False,
 ) -> None:
     """Run every cell of ``archs`` missing from ``results`` (``rerun``: every cell; ``retry``: also the cells
-    whose latest row failed with one of these classes, e.g. ``tiny-config`` after a shrinker fix)."""
+    whose latest row failed with one of these classes, e.g. ``tiny-config`` after a shrinker fix).
+
+    Backend after backend over every type (whole columns), or with ``by_type`` every backend of a type one after
+    another in the same child, which builds the type's tiny model once for all of them."""
     started = time.time()
     since = started if rerun else 0.0
 
@@ -149,8 +153,8 @@ def drive_all(
                 results, {"case": arch.model_type, "head": arch.head, "tool": "*", "backend": "*", "skip": arch.skip}
             )
     runnable = [a for a in archs if not a.skip]
-    for backend in backends:
-        print(f"== {backend}: {len(runnable)} types", flush=True)
+    for column in [backends] if by_type else [[b] for b in backends]:
+        print(f"== {', '.join(column)}: {len(runnable)} types", flush=True)
         for start in range(0, len(runnable), batch):
             chunk = runnable[start : start + batch]
 
@@ -159,6 +163,7 @@ def drive_all(
                 return [
                     (a.model_type, tool, backend)
                     for a in chunk
+                    for backend in column
                     for tool in tools
                     if (a.model_type, *SKIP) not in rows and stale(rows.get((a.model_type, tool, backend)))
                 ]
@@ -219,7 +224,8 @@ def main_all(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     backends = args.backends or ALL_BACKENDS
     print(f"{len(archs)} model types (shard {shard[0]}/{shard[1]}) -> {results}", flush=True)
     retry = tuple(args.retry or ())
-    drive_all(archs, args.tools, backends, results, args.timeout or 300, args.batch, args.rerun, retry)
+    by_type = args.group == "type"
+    drive_all(archs, args.tools, backends, results, args.timeout or 300, args.batch, args.rerun, retry, by_type)
     write_all(out)
 
 

@@ -13,8 +13,10 @@ format) runs in its own process, so its peak RSS is its own:
    (ONNX Runtime session, OpenVINO read + compile, ``torch.export.load``, ExecuTorch ``load_program``);
 5. first call at batch 2 x 48; parity is the max abs diff of the logits against eager, in the model's dtype.
 
-``--generation`` runs ``export_for_generation`` instead (prefill + decode): files, export s, RSS while generating
-16 tokens (above the process before the model was built), tokens == eager. ``--hub`` publishes saved exports
+``--generation`` runs ``export_for_generation`` instead: its graphs, files, export s, load s, the peak RSS of loading
+and generating 16 tokens and the peak RSS of a second generate once loaded (both above the process before the model
+was built, so they include what exporting left behind), the same two in a new process that only loads and generates
+(above that process with the libraries imported: what a user of the export sees), tokens == eager. ``--hub`` publishes saved exports
 (``--keep DIR``) to the embedded hub and downloads them back, against curl on the largest file.
 
     python benchmarks/scale.py --models qwen2.5-0.5b llama-3.2-1b --keep /tmp/exports
@@ -238,10 +240,19 @@ def run_cell(
         row["first_call_s"] = time.perf_counter() - start
         if generation:
             row["tokens_equal"] = bool(got.shape == eager.shape and (got == eager).all())
+            row["rss_generating"] = (sampler.peak - libraries) / weights  # peak of the load and first generate
+            sampler.reset()
             start = time.perf_counter()
             loaded.generate(**sample, max_new_tokens=16)
             row["tokens_per_s"] = 16 / (time.perf_counter() - start)
-            row["rss_generating"] = (sampler.peak - libraries) / weights
+            row["rss_steady"] = (sampler.peak - libraries) / weights  # peak of a second generate, once loaded
+            row["components"] = list(loaded.components)
+            del loaded
+            gc.collect()
+            stage = "fresh process"
+            fresh = _fresh_generate(folder)
+            row["fresh_tokens_equal"] = fresh.pop("tokens") == eager.tolist()
+            row.update({k: v / weights if k.startswith("fresh_rss") else v for k, v in fresh.items()})
         else:
             row["max_abs_diff"] = float((torch.as_tensor(got).float() - eager).abs().max())
             row["logits_scale"] = float(eager.abs().max())
@@ -268,6 +279,46 @@ def versions() -> dict[str, str]:
         except PackageNotFoundError:
             out[name] = "-"
     return out
+
+
+def _fresh_generate(folder: Path) -> dict[str, Any]:
+    """Load a generation export and generate in a new process, as a user does (nothing left over from exporting):
+    RSS above the process with the libraries imported, for the load + first generate and for a second generate."""
+    command = [sys.executable, __file__, "--fresh-generate", str(folder)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        raise RuntimeError(f"the fresh process failed: {done.stderr.strip()[-500:]}")
+    return json.loads(lines[-1])
+
+
+def fresh_generate(folder: Path) -> None:
+    """The child of :func:`_fresh_generate`: prints its figures as one JSON line."""
+    import importlib.util
+
+    import torch
+    import transformers  # noqa: F401 - imported before the baseline, as the runtimes below
+
+    import hub_export.generation.mixin  # noqa: F401
+
+    for runtime in ("onnxruntime", "openvino"):
+        if importlib.util.find_spec(runtime) is not None:
+            importlib.import_module(runtime)
+    sample = _inputs(1, 32, 0)
+    sampler = RssSampler()
+    base = sampler.reset()
+    start = time.perf_counter()
+    loaded = _load("hub", folder)
+    load_s = time.perf_counter() - start
+    with torch.no_grad():
+        got = loaded.generate(**sample, max_new_tokens=16)
+    first = sampler.peak - base
+    sampler.reset()
+    with torch.no_grad():
+        loaded.generate(**sample, max_new_tokens=16)
+    steady = sampler.peak - base
+    figures = {"fresh_load_s": load_s, "fresh_rss_load_generate": first, "fresh_rss_generating": steady}
+    print(json.dumps({**figures, "tokens": got.tolist()}), flush=True)
 
 
 def _child(args: argparse.Namespace) -> None:
@@ -388,6 +439,15 @@ def _f(value: Any, spec: str, suffix: str = "") -> str:
     return "—" if value is None else f"{value:{spec}}{suffix}"
 
 
+def _graph_files(files: dict[str, int]) -> list[str]:
+    """The components of a generation export, from its graph files (rows measured before ``components``)."""
+    names = [n.removesuffix(".onnx") for n in files if n.endswith(".onnx")]
+    return sorted(
+        names + [n[len("openvino_") : -len(".xml")] for n in files if n.startswith("openvino_") and n.endswith(".xml")],
+        reverse=True,
+    )
+
+
 def report(results: Path) -> str:
     """Markdown tables of the latest rows."""
     rows = _latest(results)
@@ -429,15 +489,22 @@ def report(results: Path) -> str:
     generation = [r for r in rows if r.get("kind") == "generation"]
     if generation:
         lines += [
-            "| model | format | export s | files MB | files / weights | RSS generating / weights | tok/s | tokens == eager |",
-            "|---|---|---:|---:|---:|---:|---:|---|",
+            "| model | format | graphs | export s | load s | files MB | files / weights | RSS peak (load + generate) / "
+            "weights | RSS generating, loaded / weights | new process: RSS peak (load + generate) / weights | "
+            "new process: RSS generating / weights | tok/s | tokens == eager |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
         for row in generation:
             ratio = row["files_mb"] / row["weights_mb"] if row.get("files_mb") and row.get("weights_mb") else None
             equal = "yes" if row.get("tokens_equal") else ("NO" if "tokens_equal" in row else row.get("error", "—"))
+            if row.get("fresh_tokens_equal") is False:
+                equal += " (new process: NO)"
+            graphs = " + ".join(row.get("components") or _graph_files(row.get("files", {})) or ["—"])
             lines.append(
-                f"| {row['model']} {row['dtype']} | {row['format']} | {_f(row.get('export_s'), '.0f')} | "
-                f"{_f(row.get('files_mb'), '.0f')} | {_f(ratio, '.2f', 'x')} | {_f(row.get('rss_generating'), '.2f', 'x')} | "
+                f"| {row['model']} {row['dtype']} | {row['format']} | {graphs} | {_f(row.get('export_s'), '.0f')} | "
+                f"{_f(row.get('load_s'), '.1f')} | {_f(row.get('files_mb'), '.0f')} | {_f(ratio, '.2f', 'x')} | "
+                f"{_f(row.get('rss_generating'), '.2f', 'x')} | {_f(row.get('rss_steady'), '.2f', 'x')} | "
+                f"{_f(row.get('fresh_rss_load_generate'), '.2f', 'x')} | {_f(row.get('fresh_rss_generating'), '.2f', 'x')} | "
                 f"{_f(row.get('tokens_per_s'), '.1f')} | {equal} |"
             )
         lines.append("")
@@ -480,7 +547,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--cell", nargs=4, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--fresh-generate", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.fresh_generate:
+        fresh_generate(args.fresh_generate)
+        return 0
     if args.cell:
         _child(args)
         return 0

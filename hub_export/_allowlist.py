@@ -17,13 +17,16 @@ __all__ = ["CACHE_CLASSES", "IDENTIFIER", "LAYER_CLASSES", "cache_class", "layer
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CACHE_CLASSES = ("DynamicCache", "EncoderDecoderCache", "StaticCache")
-#: The layer classes of a ``DynamicCache`` an export may hold (``transformers.cache_utils``): attention, sliding-window
-#: attention (exported as plain attention layers), state-space / linear attention, and both in one layer.
+#: The layer classes of a ``DynamicCache`` an export may name (``transformers.cache_utils``): attention, sliding-window
+#: attention (rebuilt as plain attention layers), state-space / linear attention, both in one layer, and the empty
+#: placeholder of layers that keep no cache (shared key/values, MoE/MLP-only layers). Any other layer class of a
+#: model's cache is exported as the one of these its parts make (``structure._layer_kind``).
 LAYER_CLASSES = (
     "DynamicLayer",
     "DynamicSlidingWindowLayer",
     "LinearAttentionLayer",
     "LinearAttentionAndFullAttentionLayer",
+    "DummyLayer",
 )
 
 
@@ -39,17 +42,26 @@ def _subclasses(cls: type) -> list[type]:
     return seen
 
 
+#: output classes found by :func:`_find_output_class`, by name (a runner resolves its class on every call)
+_FOUND_OUTPUT_CLASSES: dict[str, type] = {}
+
+
 def _find_output_class(name: str) -> type | None:
+    cached = _FOUND_OUTPUT_CLASSES.get(name)
+    if cached is not None:
+        return cached
     from transformers import modeling_outputs
     from transformers.utils import ModelOutput
 
     found = getattr(modeling_outputs, name, None)
-    if isinstance(found, type) and issubclass(found, ModelOutput):
-        return found
-    for sub in _subclasses(ModelOutput):
-        if sub.__name__ == name and sub.__module__.startswith("transformers."):
-            return sub
-    return None
+    if not (isinstance(found, type) and issubclass(found, ModelOutput)):
+        found = next(
+            (s for s in _subclasses(ModelOutput) if s.__name__ == name and s.__module__.startswith("transformers.")),
+            None,
+        )
+    if found is not None:  # a miss is not kept: importing the model's module may define the class later
+        _FOUND_OUTPUT_CLASSES[name] = found
+    return found
 
 
 def resolve_output_class(name: str, architecture: str | None = None, where: str = "output_structure") -> type:

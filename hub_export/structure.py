@@ -109,7 +109,8 @@ def flatten_value(value: Any, path: tuple[str, ...], leaves: list[tuple[str, Any
         return {"type": "cache", "class": cls_name, "layers": layers}
     if cls_name == "StaticCache":
         return _flatten_static_cache(value, path, leaves)
-    if cls_name == "DynamicCache":
+    if _extends(value, "DynamicCache"):  # a model's own subclass too, when it keeps no state of its own
+        _refuse_dropped_state(value, {"layers"}, path)
         return _flatten_dynamic_cache(value, path, leaves)
     if isinstance(value, (tuple, list)):
         items = [flatten_value(item, (*path, str(i)), leaves) for i, item in enumerate(value)]
@@ -159,24 +160,83 @@ def _flatten_static_cache(cache: Any, path: tuple[str, ...], leaves: list[tuple[
     return {"type": "cache", "class": "StaticCache", "max_cache_len": lengths.pop(), "layers": layers}
 
 
+def _extends(value: Any, name: str) -> bool:
+    """True when ``value`` is an instance of the ``transformers.cache_utils`` class ``name`` or of a subclass of it
+    (compared by name and module: the core imports no transformers)."""
+    return any(c.__name__ == name and c.__module__ == "transformers.cache_utils" for c in type(value).__mro__)
+
+
+def _holds_tensor(value: Any, depth: int = 0) -> bool:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return True
+    if depth < 3 and isinstance(value, dict):
+        return any(_holds_tensor(v, depth + 1) for v in value.values())
+    if depth < 3 and isinstance(value, (list, tuple)):
+        return any(_holds_tensor(v, depth + 1) for v in value)
+    return False
+
+
+def _refuse_dropped_state(value: Any, kept: set[str], path: tuple[str, ...]) -> None:
+    """Refuse a cache or cache layer holding tensors outside the parts an export carries (``kept``): exporting it
+    would silently drop that state (a model's cache subclass with compressed entries, indexer keys, quantized
+    keys...). Plain settings (window sizes, counters, flags) are not state the graph returns."""
+    dropped = sorted(k for k, v in vars(value).items() if k not in kept and _holds_tensor(v))
+    if dropped:
+        raise ExportError(
+            f"{_join(path) or 'cache'}: a {type(value).__name__} holds state exports cannot carry "
+            f"({', '.join(dropped)}); pass use_cache=False in the sample inputs to export the model without its cache."
+        )
+
+
+#: The tensors of a cache layer an export carries (attention keys/values, state-space conv/recurrent states) or
+#: that a sliding-window layer derives from its setting (``_sliding_window_tensor``, the window as a tensor).
+_KEPT_LAYER_STATE = {"keys", "values", "conv_states", "recurrent_states", "_sliding_window_tensor"}
+
+
+def _layer_kind(layer: Any, where: tuple[str, ...]) -> str:
+    """The layer class an export records for ``layer``: its own when allowed, else the one its parts make (a
+    model's own layer class that extends attention or state-space layers without keeping other state).
+
+    Raises:
+        ExportError: The layer is static, of an unknown kind, or holds state beyond those parts.
+    """
+    kind = type(layer).__name__
+    if _extends(layer, "DummyLayer"):
+        return "DummyLayer"
+    attention, state = _extends(layer, "DynamicLayer"), _extends(layer, "LinearAttentionLayer")
+    if _extends(layer, "StaticLayer") or not (attention or state):
+        raise ExportError(
+            f"{_join(where)}: a {kind} cache layer cannot be exported; exports take dynamic attention layers, "
+            "state-space (linear attention) layers and both in one layer."
+        )
+    if kind in LAYER_CLASSES:
+        return kind
+    _refuse_dropped_state(layer, _KEPT_LAYER_STATE, where)
+    if attention and state:
+        return "LinearAttentionAndFullAttentionLayer"
+    return "DynamicLayer" if attention else "LinearAttentionLayer"
+
+
 def _flatten_dynamic_cache(cache: Any, path: tuple[str, ...], leaves: list[tuple[str, Any]]) -> dict[str, Any]:
     """A ``DynamicCache``, layer by layer: attention layers give ``key``/``value``; state-space layers
     (``LinearAttentionLayer``: Mamba, linear attention, short convolutions) give their ``conv`` state
     ``[batch, channels, kernel]`` and ``recurrent`` state, of fixed size, updated in place by the graph; hybrid layers
-    (``LinearAttentionAndFullAttentionLayer``) give both. A layer whose kind its parts do not tell records its class
-    (a hybrid model mixes kinds in one cache: Qwen3-Next, Bamba, Jamba, LFM2, Falcon-H1...)."""
+    (``LinearAttentionAndFullAttentionLayer``) give both; a ``DummyLayer`` (a layer keeping no cache) none. A layer
+    whose kind its parts do not tell records its class (a hybrid model mixes kinds in one cache: Qwen3-Next, Bamba,
+    Jamba, LFM2, Falcon-H1...). A model's own layer class is recorded as the allowed class its parts make
+    (:func:`_layer_kind`): the rebuilt cache holds the same tensors."""
     layers = []
     for i, layer in enumerate(cache.layers):
         where = (*path, str(i))
-        kind = type(layer).__name__
-        if kind not in LAYER_CLASSES:
-            raise ExportError(
-                f"{_join(where)}: a {kind} cache layer cannot be exported; exports take {', '.join(LAYER_CLASSES)}."
-            )
+        kind = _layer_kind(layer, where)
         node: dict[str, Any] = {}
         if hasattr(layer, "recurrent_states"):
             if layer.number_of_states != 1:
-                raise ExportError(f"{_join(where)}: a {kind} with {layer.number_of_states} states cannot be exported.")
+                raise ExportError(
+                    f"{_join(where)}: a {type(layer).__name__} with {layer.number_of_states} states cannot be exported."
+                )
             for part in ("conv", "recurrent"):
                 state = getattr(layer, f"{part}_states")[0] if layer.has_previous_state[0] else None
                 node[part] = flatten_value(state, (*where, part), leaves)

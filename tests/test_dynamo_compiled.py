@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,16 @@ def test_manifest_records_the_native_role_and_the_target(compiled: Any) -> None:
         assert entry.extra["compile"] == "aoti"
         assert entry.extra["target"] == current_target("cpu")
     assert json.loads((folder / "export.json").read_text())["config"]["compile"] == "aoti"
+
+
+def test_cpu_package_is_frozen_with_prepacked_linear_weights(compiled: Any) -> None:
+    _, exported, _ = compiled
+    for component in exported.components.values():
+        with zipfile.ZipFile(component.program.package) as archive:
+            names = [n for n in archive.namelist() if n.endswith(".wrapper.cpp")]
+            source = "".join(archive.read(n).decode() for n in names)
+        # frozen weights: the linear layers run oneDNN's linear on weights prepacked at compile time, not aten mm
+        assert names and "_linear_pointwise" in source, component.name
 
 
 def _with_target(folder: Path, tmp_path: Path, **changes: Any) -> Path:

@@ -81,7 +81,13 @@ def test_int4_weight_only_generation_export(tmp_path):
     assert torch.equal(loaded.generate(**prompt, max_new_tokens=5), expected)
     with torch.no_grad():
         eager = case.model(**prompt).logits[:, -1]
-    prefill = loaded.runners["prefill"](**prompt, position_ids=(prompt["attention_mask"].cumsum(-1) - 1).clamp(min=0))
+    from hub_export.generation.loop import _empty_cache
+
+    assert loaded.generation["one_graph"] is True  # weight-only: the quantized decode graph also runs the prompt
+    graph = loaded.runners[loaded.generation["stages"]["prefill"]]
+    positions = (prompt["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+    empty = _empty_cache(graph, "past_key_values", prompt["input_ids"].shape[0])
+    prefill = graph(**prompt, position_ids=positions, past_key_values=empty)
     assert float((prefill.logits[:, -1] - eager).abs().max()) < 0.25 * float(eager.abs().max())
 
 

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import pytest
 import torch
 from tiny_models import text_inputs
 from transformers.cache_utils import (
+    DummyLayer,
     DynamicCache,
     DynamicLayer,
+    DynamicSlidingWindowLayer,
     LinearAttentionAndFullAttentionLayer,
+    LinearAttentionAndSlidingWindowAttentionLayer,
     LinearAttentionLayer,
+    MtpCache,
+    StaticLayer,
 )
 
-from hub_export import DynamoConfig, DynamoExporter, ExportedModel, ManifestError
+from hub_export import DynamoConfig, DynamoExporter, ExportedModel, ExportError, ManifestError
 from hub_export.manifest import Manifest
 from hub_export.structure import count_tensors, flatten_value, unflatten, walk
 
@@ -147,3 +153,101 @@ def test_plain_tensor_and_tuple_outputs_save_and_load(fmt: str, tuple_outputs: b
     assert isinstance(got, tuple) and len(got) == len(expected)
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+class _ModelWindowLayer(DynamicSlidingWindowLayer):
+    """A model's own sliding-window layer keeping nothing beyond its keys/values (settings only)."""
+
+    def __init__(self, sliding_window: int) -> None:
+        super().__init__(sliding_window=sliding_window)
+        self.prefill_length = 3
+
+
+class _IndexedLayer(DynamicLayer):
+    """A model's own layer keeping tensors of its own (indexer keys): exporting it as attention would drop them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.idx_keys = torch.zeros(2, 1, 5, 4)
+
+
+def _attention(layer):
+    layer.update(torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8))
+    return layer
+
+
+def test_layer_subclasses_and_placeholders_export_as_the_kind_their_parts_make() -> None:
+    """Models add their own cache layer classes (transformers registers them per model): they export as the allowed
+    class their parts make; a DummyLayer (no cache: shared key/values, MLP-only layers) as itself."""
+    cache = MtpCache()  # a DynamicCache subclass keeping no state of its own
+    cache.layers[:] = [
+        _attention(_ModelWindowLayer(sliding_window=4)),
+        DummyLayer(),
+        _attention(_state_layer(LinearAttentionAndSlidingWindowAttentionLayer(sliding_window=4), 2)),
+    ]
+    leaves: list = []
+    node = flatten_value(cache, ("past_key_values",), leaves)
+    assert node["class"] == "DynamicCache"
+    assert [layer.get("class") for layer in node["layers"]] == [
+        None,
+        "DummyLayer",
+        "LinearAttentionAndFullAttentionLayer",
+    ]
+    assert [name for name, _ in leaves] == [
+        "past_key_values.0.key",
+        "past_key_values.0.value",
+        "past_key_values.2.conv",
+        "past_key_values.2.recurrent",
+        "past_key_values.2.key",
+        "past_key_values.2.value",
+    ]
+    rebuilt = unflatten(node, [t for _, t in leaves])
+    assert [type(layer) for layer in rebuilt.layers] == [DynamicLayer, DummyLayer, LinearAttentionAndFullAttentionLayer]
+    assert rebuilt.layers[0].keys is cache.layers[0].keys
+    assert rebuilt.layers[2].recurrent_states[0] is cache.layers[2].recurrent_states[0]
+
+
+def test_a_cache_layer_holding_state_of_its_own_is_refused_naming_it() -> None:
+    cache = DynamicCache()
+    cache.layers[:] = [_attention(_IndexedLayer())]
+    with pytest.raises(
+        ExportError, match=r"past_key_values\.0: a _IndexedLayer holds state .*\(idx_keys\).*use_cache=False"
+    ):
+        flatten_value(cache, ("past_key_values",), [])
+    static = DynamicCache()
+    static.layers[:] = [StaticLayer(max_cache_len=4)]
+    with pytest.raises(ExportError, match="a StaticLayer cache layer cannot be exported"):
+        flatten_value(static, ("past_key_values",), [])
+
+
+def test_a_model_with_cacheless_layers_exports_saves_and_loads_its_cache(tmp_path) -> None:
+    """Nemotron-H's MLP layers keep no cache (a DummyLayer in its DynamicCache): the export returns the cache with
+    the placeholder in place, export.json admits it, and the loaded export rebuilds the same layers."""
+    from transformers import NemotronHConfig, NemotronHForCausalLM
+
+    from hub_export._allowlist import LAYER_CLASSES
+    from hub_export.manifest import schema_path
+
+    config = NemotronHConfig(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        layers_block_type=["full_attention", "mlp"],
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        pad_token_id=0,
+    )
+    torch.manual_seed(0)
+    model = NemotronHForCausalLM(config).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exported = DynamoExporter().export(model, text_inputs(2, 7), config=DynamoConfig(dynamic=True))
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "nemotron_h"))
+    inputs = text_inputs(3, 5, seed=1)
+    with torch.no_grad():
+        expected, got = model(**inputs), loaded(**inputs)
+    assert [type(layer) for layer in got.past_key_values.layers] == [DynamicLayer, DummyLayer]
+    assert torch.allclose(got.logits, expected.logits, atol=1e-4)
+    assert torch.equal(got.past_key_values.layers[0].keys, expected.past_key_values.layers[0].keys)
+    assert json.loads(schema_path().read_text())["$defs"]["layer_class"]["enum"] == list(LAYER_CLASSES)

@@ -54,11 +54,15 @@ class HfExporter:
         export_format: The format this exporter writes.
         config_class: Its config dataclass.
         parity_atol: Tolerance recorded with the measured parity.
+        one_generation_graph: ``export_for_generation`` of a decoder-only model tries one graph for the prompt and
+            every step (the decode graph, taking any number of new tokens and an empty cache), so that the runtime
+            holds one copy of the weights; it falls back to ``prefill`` + ``decode`` when the check fails.
     """
 
     export_format: ClassVar[ExportFormat]
     config_class: ClassVar[type[ExportConfig]]
     parity_atol: ClassVar[float] = 1e-3
+    one_generation_graph: ClassVar[bool] = False
 
     def __init__(self) -> None:
         warn_version_drift(("torch", "transformers", *self.backend.distributions))
@@ -141,13 +145,27 @@ class HfExporter:
         )
         return _with_provenance(exported, model)
 
-    def export_component(self, name: str, module: Any, sample_inputs: dict[str, Any], config: ExportConfig) -> Any:
-        """Trace, lower and parity-check one component."""
+    def export_component(
+        self,
+        name: str,
+        module: Any,
+        sample_inputs: dict[str, Any],
+        config: ExportConfig,
+        *,
+        lower_mins: dict[str, int] | None = None,
+    ) -> Any:
+        """Trace, lower and parity-check one component.
+
+        ``lower_mins`` lowers the minimum of traced dims before lowering (``{"sequence": 1}``: a query axis that
+        ``torch.export`` bounded below by 2); the caller checks the program at those sizes.
+        """
         suffix = "" if name == "model" else f" {name}"
         with stage(f"tracing{suffix}"):
             bounds = self.dynamic_bounds(module, config) if config.dynamic else None
             experts = functools.partial(self.experts_forward, config=config)
             traced = trace(module, sample_inputs, config, bounds=bounds, experts=experts)
+            if lower_mins:
+                traced = traced.replace(signature=_with_lower_mins(traced.signature, lower_mins))
             if config.quantizer is not None:  # an "fx"-stage quantizer (PT2E) rewrites the traced program
                 traced = quantize_traced(traced, config)
         with stage(f"lowering{suffix} to {self.export_format.value}"):
@@ -226,6 +244,16 @@ class HfExporter:
                 "use AutoHfExporter.from_config(config) to pick the matching exporter."
             )
         return config
+
+
+def _with_lower_mins(signature: Signature, mins: dict[str, int]) -> Signature:
+    """``signature`` with the named symbolic dims admitting sizes down to ``mins`` (pinned dims stay pinned)."""
+    dims = dict(signature.dims)
+    for name, low in mins.items():
+        dim = dims.get(name)
+        if dim is not None and not dim.pinned and low < dim.min:
+            dims[name] = dataclasses.replace(dim, min=low)
+    return signature.replace(dims=dims)
 
 
 def _weights_by_dtype(program: Any) -> dict[str, dict[str, int]]:

@@ -20,6 +20,8 @@ runtime in any language can drive the components from ``export.json`` alone::
       "returns_prompt": true,                # whether generate() returns the prompt before the new tokens
       "multi_token_decode": false,           # the decode graph takes any number of query tokens
       "stateful": [],                        # components keeping the cache as backend state (OpenVINO)
+      "one_graph": true | "why not",         # decoder-only: the decode graph serves the prompt too (stages
+                                             # prefill -> "decode"), or why the export has a prefill graph
       # multimodal only: the prompt step runs encoders -> projector -> features written over the placeholder
       # tokens of embed_tokens(input_ids) -> language_model -> lm_head(last hidden state); then decode as above
       "modalities": [{"modality": "image", "encoder": "image_encoder", "inputs": ["pixel_values"],
@@ -36,9 +38,10 @@ import copy
 from typing import Any
 
 from ..configs import ExportConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, HubExportError
 from ..model import exported_model_class
 from ..signature import split_kwargs
+from ._one_graph import QUERY_DIM, check_one_graph, one_graph_refusal, one_token_step, prompt_step_refusal
 from ._wrap import with_forward
 from .decompose import cache_kwarg, decompose_with_capture
 
@@ -190,9 +193,58 @@ def export_for_generation(
     exporter.check_available(main)
     if main.dynamic:
         inputs = _batch_of_two(inputs)
+    gen_config = copy.deepcopy(
+        generation_config if generation_config is not None else getattr(model, "generation_config", None)
+    )
+    cache = getattr(gen_config, "cache_implementation", None) or "dynamic"
+    why_not = one_graph_refusal(exporter, model, config, main, generation_config)
+    if why_not is None:
+        try:
+            one = _export_one_graph(exporter, model, inputs, config, main, generation_config, multi_token_decode, cache)
+        except HubExportError as exc:  # the two graphs may still export: their own errors speak for themselves
+            one = f"the decode graph did not export on several tokens: {type(exc).__name__}: {str(exc)[:300]}"
+        if isinstance(one, tuple):
+            exported, plan = one
+            return _exported(exporter, model, main, exported, gen_config, plan)
+        why_not = one
     components, capture = decompose_with_capture(
         model, inputs, generation_config=generation_config, multi_token_decode=multi_token_decode
     )
+    exported = _export_components(
+        exporter, model, components, capture, config, main, generation_config, multi_token_decode
+    )
+    plan = {**_plan(components, capture, multi_token_decode, cache), "stateful": _stateful(exported)}
+    if plan["kind"] == "decoder_only":
+        plan["one_graph"] = why_not
+    return _exported(exporter, model, main, exported, gen_config, plan)
+
+
+def _exported(
+    exporter: Any, model: Any, main: ExportConfig, exported: dict[str, Any], gen_config: Any, plan: dict[str, Any]
+) -> Any:
+    return exported_model_class(plan)(
+        exporter.export_format,
+        main,
+        exported,
+        config=getattr(model, "config", None),
+        generation_config=gen_config,
+        source=getattr(model, "_hub_export_source", None),
+        generation=plan,
+    )
+
+
+def _export_components(
+    exporter: Any,
+    model: Any,
+    components: dict[str, tuple[Any, dict[str, Any]]],
+    capture: Any,
+    config: Any,
+    main: ExportConfig,
+    generation_config: Any,
+    multi_token_decode: bool,
+    lower_mins: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """Export each captured stage with its config (``lower_mins``: see ``HfExporter.export_component``)."""
     configs = {
         name: exporter._check_config(_component_config(config, name)) if isinstance(config, dict) else main
         for name in components
@@ -204,21 +256,43 @@ def export_for_generation(
         if capture.full_length_cache and "past_key_values" not in kwargs and name in ("prefill", "language_model"):
             module = _with_full_length_cache(module)
         module = _batch_tied(module) if component_config.dynamic else module
-        exported[name] = exporter.export_component(name, module, kwargs, component_config)
-    gen_config = copy.deepcopy(
-        generation_config if generation_config is not None else getattr(model, "generation_config", None)
+        exported[name] = exporter.export_component(name, module, kwargs, component_config, lower_mins=lower_mins)
+    return exported
+
+
+def _export_one_graph(
+    exporter: Any,
+    model: Any,
+    inputs: dict[str, Any],
+    config: Any,
+    main: ExportConfig,
+    generation_config: Any,
+    multi_token_decode: bool,
+    cache: str,
+) -> tuple[dict[str, Any], dict[str, Any]] | str:
+    """The decode graph alone, serving the prompt and every step (see :mod:`._one_graph`): the exported
+    components and the plan, or why it does not serve them."""
+    components, capture = decompose_with_capture(
+        model, inputs, generation_config=generation_config, multi_token_decode=True
     )
-    cache = getattr(gen_config, "cache_implementation", None) or "dynamic"
-    plan = {**_plan(components, capture, multi_token_decode, cache), "stateful": _stateful(exported)}
-    return exported_model_class(plan)(
-        exporter.export_format,
-        main,
-        exported,
-        config=getattr(model, "config", None),
-        generation_config=gen_config,
-        source=getattr(model, "_hub_export_source", None),
-        generation=plan,
+    plan = {**_plan(components, capture, multi_token_decode, cache), "stateful": []}
+    why_not = prompt_step_refusal(components, capture, plan["cache"])
+    step = one_token_step(capture, plan["token_input"])
+    if why_not is not None or step is None:
+        return why_not or "generate() made no one-token decode step to check the graph on"
+    prompt = components["prefill"][1]
+    module, decode = components["decode"]
+    if not multi_token_decode and "logits_to_keep" in prompt:
+        decode = {**decode, "logits_to_keep": prompt["logits_to_keep"]}  # the last position, as the prefill's
+    only = {"decode": (module, decode)}
+    exported = _export_components(
+        exporter, model, only, capture, config, main, generation_config, True, lower_mins={QUERY_DIM: 1}
     )
+    why_not = check_one_graph(exporter, exported["decode"], model, prompt, step, plan)
+    if why_not is not None:
+        return why_not
+    plan.update(stages={"prefill": "decode", "decode": "decode"}, stateful=_stateful(exported), one_graph=True)
+    return exported, plan
 
 
 def _calibrated_per_component(

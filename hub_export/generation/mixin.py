@@ -9,7 +9,8 @@ decoding strategy (greedy, sampling, beam search, ...), logits processor (repeti
 as it does for the eager model. What they add is ``forward``: one step of the model on the exported graphs.
 
 * The first call of a sequence (no cache yet) runs the prompt: through the ``prefill`` graph (a prompt shorter
-  than the graph takes goes through the decode graph on an empty cache; a state-space prefill of fixed length is
+  than the graph takes goes through the decode graph on an empty cache, and so does every prompt of an export
+  whose plan maps the ``prefill`` stage to the decode graph; a state-space prefill of fixed length is
   fitted, see :mod:`hub_export.generation._prompt`), or through the multimodal chain (encoders, projector,
   embeddings with the features merged, language model, ``lm_head``), or the encoder then the first decoder step.
 * Every later call runs the ``decode`` graph on the cache the previous call returned.
@@ -388,8 +389,10 @@ class CausalLMSteps(GenerativeSteps):
         runner = prefill
         if _static_capacity(prefill, name) is not None:  # the graphs fill preallocated buffers
             step[name] = cache if cache is not None else _empty_cache(prefill, name, batch)
-        elif prompt.shape[1] < _min_length(prefill, token_input):
-            # torch.export bounds a traced prompt axis below by 2: a shorter prompt runs the decode graph
+        elif prefill is decode or prompt.shape[1] < _min_length(prefill, token_input):
+            # one graph serving prompt and steps (the plan maps the prefill stage to decode), or a prompt shorter
+            # than torch.export let the prefill's axis be (it bounds a traced axis below by 2): the decode graph
+            # on an empty cache
             return self._decode_step(step, _empty_cache(decode, name, batch), {})
         if start < prompt.shape[1]:
             return _prompt_in_steps(runners, plan, step, constant, prompt, mask, start)

@@ -14,6 +14,9 @@ and :func:`check_target` refuses another machine, CPU, device or torch version w
 before the library is loaded. On x86 the kernels are built for a portable micro-architecture level (``x86-64-v4``
 when the CPU has AVX-512, else ``x86-64-v3`` or ``x86-64-v2``) instead of inductor's ``-march=native``, so a package
 runs on every CPU of that level that also has the vector extensions inductor picked.
+
+On CPU the weights are frozen into the package (:func:`inductor_configs`): the linear layers' weights are stored
+prepacked in oneDNN's blocked layout, chosen for the compiling CPU's instruction set, which the target check covers.
 """
 
 from __future__ import annotations
@@ -27,7 +30,15 @@ from typing import Any
 
 from ...errors import DeviceUnavailableError, ExportError
 
-__all__ = ["COMPILERS", "CompiledProgram", "check_target", "compile_aoti", "current_target", "load_compiled"]
+__all__ = [
+    "COMPILERS",
+    "CompiledProgram",
+    "check_target",
+    "compile_aoti",
+    "current_target",
+    "inductor_configs",
+    "load_compiled",
+]
 
 #: The ``DynamoConfig.compile`` values.
 COMPILERS = ("aoti",)
@@ -176,6 +187,29 @@ def check_target(target: dict[str, Any], device: str | None, where: str) -> None
         )
 
 
+def inductor_configs(target: dict[str, Any]) -> dict[str, Any]:
+    """The inductor settings a package for ``target`` is compiled with.
+
+    On CPU:
+
+    * ``freezing``: the weights become constants, so inductor folds what depends on them only and prepacks each
+      linear layer's weight into oneDNN's blocked layout; the matrix products run as oneDNN ``linear`` kernels
+      instead of ``mm`` over row-major weights (see ``docs/benchmarks.md`` for the gain). Inductor applies it only
+      to an inference graph, hence :func:`compile_aoti` compiles under ``torch.no_grad()``.
+    * ``cpp.dynamic_threads``: the generated kernels ask OpenMP for the thread count when they run (what
+      ``torch.set_num_threads`` set) instead of the count of the compiling process, written into the library: a
+      package compiled on a 64-core machine would otherwise start 64 threads per kernel on a 2-core one.
+    * ``cpp.march``: a portable x86 level instead of ``-march=native`` (see the module docstring).
+    """
+    configs: dict[str, Any] = {}
+    if target["device"] == "cpu":
+        configs["freezing"] = True
+        configs["cpp.dynamic_threads"] = True
+        if target.get("march"):
+            configs["cpp.march"] = target["march"]
+    return configs
+
+
 def compile_aoti(program: Any, device: str = "cpu") -> CompiledProgram:
     """Compile an ExportedProgram with AOTInductor into a package in a temporary folder (kept with the result).
 
@@ -187,11 +221,11 @@ def compile_aoti(program: Any, device: str = "cpu") -> CompiledProgram:
     target = current_target(device)
     folder = tempfile.TemporaryDirectory(prefix="hub_export_aoti_")
     path = Path(folder.name) / "model.aoti.pt2"
-    configs: dict[str, Any] = {}
-    if target["device"] == "cpu" and target.get("march"):
-        configs["cpp.march"] = target["march"]  # a portable level, not -march=native (see the module docstring)
+    configs = inductor_configs(target)
     try:
-        torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
+        # Inductor freezes only an inference graph: under grad mode it would skip ``freezing`` silently.
+        with torch.no_grad():
+            torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
     except Exception as exc:  # inductor and the C++ compiler raise many types
         raise ExportError(
             f"AOTInductor could not compile the program: {type(exc).__name__}: {str(exc)[:1500]}\n"

@@ -51,6 +51,7 @@ class OnnxExporter(HfExporter):
     export_format = FORMAT
     config_class = OnnxConfig
     parity_atol = 1e-3
+    one_generation_graph = True  # one session holds the weights once (see HfExporter)
 
     def check_available(self, config: ExportConfig) -> None:
         """Also refuse ``PT2EQuantizer``: its quantize/dequantize ops do not convert to ONNX (``torch.onnx.export``

@@ -53,6 +53,7 @@ class OpenVINOExporter(HfExporter):
     export_format = FORMAT
     config_class = OpenVINOConfig
     parity_atol = 1e-4
+    one_generation_graph = True  # one compiled model holds the weights once (see HfExporter)
 
     _generation: bool = False
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...patches import patch_attribute
+from ...patches.graph import views_after_permutes_as_reshapes
 
 __all__ = [
     "conversion_patches",
@@ -277,6 +278,7 @@ def conversion_patches(program: Any) -> Iterator[None]:
     with (
         skip_empty_cat_inputs(program),
         pin_reshape_wildcards(program),
+        views_after_permutes_as_reshapes(program),
         size_arithmetic_rules(),
         zero_fully_masked_attention_rows(program),
     ):

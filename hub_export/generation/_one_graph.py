@@ -1,0 +1,113 @@
+"""One graph for the prompt and every step of a decoder-only generation export.
+
+A decoder-only model's decode graph, traced on two new tokens against a filled cache (so that its query axis is
+symbolic), also computes the prompt: the prompt's tokens against an empty cache. Where the format's exporter says
+so (``HfExporter.one_generation_graph``: ONNX, OpenVINO), ``export_for_generation`` exports that graph alone with
+its query axis admitting one token, then checks it: the graph on the sample prompt with an empty cache must give
+eager's prefill logits, and on a one-token step eager's decode logits. When both hold, the export has one
+component, ``decode``, and the plan maps the ``prefill`` stage to it, so the runtime holds the weights once (one
+ONNX Runtime session, one OpenVINO compiled model) instead of once per graph. Otherwise it exports ``prefill`` and
+``decode`` as before, and the plan's ``one_graph`` says why.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+__all__ = ["QUERY_DIM", "check_one_graph", "one_graph_refusal", "one_token_step", "prompt_step_refusal"]
+
+#: The traced name of the decode graph's query axis (``input_ids`` axis 1 in a graph taking a cache).
+QUERY_DIM = "sequence"
+
+
+def one_graph_refusal(exporter: Any, model: Any, config: Any, main: Any, generation_config: Any) -> str | None:
+    """Why this export cannot serve prompts with its decode graph, decided before capturing; None if it may try."""
+    if not getattr(exporter, "one_generation_graph", False):
+        return f"{exporter.export_format.value} exports a prefill graph and a decode graph"
+    if not main.dynamic:
+        return "dynamic=False pins the prompt length and the cache length of each graph"
+    if isinstance(config, dict) and "prefill" in config:
+        return "the config dict gives the prefill its own config"
+    for each in config.values() if isinstance(config, dict) else (main,):
+        quantizer = getattr(each, "quantizer", None)
+        if quantizer is not None and quantizer.needs_calibration:
+            return "a calibrating quantizer calibrates the prefill and the decode graph on their own inputs"
+    model_config = getattr(model, "config", None)
+    if bool(getattr(model_config, "is_encoder_decoder", False)):
+        return "an encoder-decoder model"
+    from .multimodal import find_parts
+
+    if find_parts(model) is not None:
+        return "a multimodal model: its prompt step chains encoders, projector and language model"
+    config_of = generation_config if generation_config is not None else getattr(model, "generation_config", None)
+    if (getattr(config_of, "cache_implementation", None) or "dynamic") != "dynamic":
+        return "a static cache: the prefill fills preallocated buffers"
+    return None
+
+
+def prompt_step_refusal(components: dict[str, Any], capture: Any, cache: str) -> str | None:
+    """Why the captured stages cannot be served by the decode graph alone; None if they can."""
+    if set(components) != {"prefill", "decode"} or capture.multimodal is not None:
+        return f"the model generates through {sorted(components)}"
+    if cache != "past_key_values":
+        return "a state-space cache (conv and SSM states) whose prefill and decode compute differently"
+    return None
+
+
+def check_one_graph(
+    exporter: Any,
+    component: Any,
+    model: Any,
+    prompt: dict[str, Any],
+    step: dict[str, Any],
+    plan: dict[str, Any],
+) -> str | None:
+    """Run the exported decode graph on the sample prompt with an empty cache and on a one-token step; None when
+    both give eager's last-position logits, else why not.
+
+    The tolerance is ten times the component's own parity difference, at least ``1e-3`` of the logits' scale.
+    """
+    import torch
+
+    from .loop import _empty_cache, _select
+
+    token_input, cache = plan["token_input"], plan["cache"]
+    spec = next((s for s in component.metadata.signature.inputs if s.name == token_input), None)
+    query = spec.shape[1] if spec is not None and len(spec.shape) > 1 else None
+    dims = component.metadata.signature.dims
+    if not isinstance(query, str) or query not in dims or dims[query].min > 1:
+        return f"the decode graph's {token_input} axis 1 does not take one token (traced as {query!r})"
+    runner = exporter.parity_runner(component.program, component.metadata)
+    noise = float((component.metadata.parity or {}).get("max_abs_diff") or 0.0)
+    batch = int(prompt[token_input].shape[0])
+    cases = (("the sample prompt on an empty cache", prompt, True), ("a one-token decode step", step, False))
+    try:
+        for label, kwargs, empty in cases:
+            with torch.no_grad():
+                expected = model(**copy.deepcopy(kwargs)).logits[:, -1].float()
+            given = copy.deepcopy(kwargs)
+            if empty:
+                given[cache] = _empty_cache(runner, cache, batch)
+            try:
+                got = runner(**_select(runner, given))[plan["logits"]][:, -1].float()
+            except Exception as exc:  # noqa: BLE001 - whatever the runtime raises: the graph does not serve this
+                return f"the decode graph failed on {label}: {type(exc).__name__}: {str(exc)[:300]}"
+            if got.shape != expected.shape:
+                return f"the decode graph returned logits of shape {tuple(got.shape)} on {label}, eager {tuple(expected.shape)}"
+            diff = float((got - expected).abs().max())
+            limit = max(10 * noise, 1e-3 * max(1.0, float(expected.abs().max())))
+            if not diff <= limit:
+                return f"the decode graph differs from eager on {label} (max abs diff {diff:.3g} > {limit:.3g})"
+    finally:
+        del runner  # its memory (a compiled copy of the weights, for some runtimes) goes now
+    return None
+
+
+def one_token_step(capture: Any, token_input: str) -> dict[str, Any] | None:
+    """The first captured call feeding one token against a filled cache (a plain decode step)."""
+    for call in capture.calls[1:]:
+        ids = call.get(token_input)
+        if ids is not None and ids.dim() == 2 and ids.shape[1] == 1:
+            return call
+    return None

@@ -1,0 +1,56 @@
+"""Graph rewrites shared by the formats that re-run ``ExportedProgram.run_decompositions`` while lowering.
+
+Each is reversible: it edits the program's nodes inside a ``with`` block and restores them in ``finally``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["views_after_permutes_as_reshapes"]
+
+
+def _is_mutating(node: Any) -> bool:
+    """True for an operator writing a tensor's values (``detach_`` only changes autograd metadata)."""
+    schema = getattr(node.target, "_schema", None)
+    return bool(schema is not None and schema.is_mutable and schema.name != "aten::detach_")
+
+
+@contextlib.contextmanager
+def views_after_permutes_as_reshapes(program: Any) -> Iterator[int]:
+    """Turn ``aten.view`` of a transposed/permuted tensor into ``aten.reshape`` inside the block, then undo it.
+
+    Tracing records ``output.transpose(1, 2).view(batch, seq, -1)`` as a view when the traced kernel (CPU
+    ``scaled_dot_product_attention``) returns its output in a layout that makes the transpose contiguous (its
+    ``.contiguous()`` then traces to nothing). ``run_decompositions`` replaces that kernel by math whose output has
+    the default layout, and the recorded view of the transposed tensor fails ("Cannot view a tensor with shape
+    ... and strides ...": pytorch/pytorch#141107, #136543). A reshape is the same values whatever the layout
+    (a view where one is possible, else a copy), so the rewrite keeps the graph's semantics; it is applied only to
+    graphs without in-place operations, where no later write could tell a copy from a view.
+
+    Yields:
+        How many ``view`` nodes were rewritten.
+    """
+    import torch
+
+    graph = program.graph
+    calls = [n for n in graph.nodes if n.op == "call_function"]
+    permutes = {torch.ops.aten.transpose.int, torch.ops.aten.permute.default}
+    changed = []
+    if not any(_is_mutating(n) for n in calls):
+        for node in calls:
+            source = node.args[0] if node.args else None
+            if node.target is torch.ops.aten.view.default and getattr(source, "target", None) in permutes:
+                changed.append(node)
+                node.target = torch.ops.aten.reshape.default
+    if changed:
+        program.graph_module.recompile()
+    try:
+        yield len(changed)
+    finally:
+        if changed:
+            for node in changed:
+                node.target = torch.ops.aten.view.default
+            program.graph_module.recompile()

@@ -1,0 +1,110 @@
+"""One decode graph serving the prompt and every step (hub_export.generation._one_graph): what the export holds,
+the check that decides it, and the prefill + decode fallback, which still loads and generates."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+from tiny_models import build, text_inputs
+
+from hub_export import ExportedModel
+from hub_export.formats import backend_for
+from hub_export.generation import export as generation_export
+from hub_export.generation._one_graph import check_one_graph, one_token_step
+from hub_export.generation.decompose import decompose_with_capture
+
+FORMATS = ("onnx", "openvino")
+
+
+def _export(fmt: str, model, **kwargs):
+    backend = backend_for(fmt)
+    return backend.exporter_class().export_for_generation(
+        model, text_inputs(1, 7), config=backend.config_class(dynamic=True), **kwargs
+    )
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return build("llama").model
+
+
+@pytest.fixture(scope="module")
+def saved(llama, tmp_path_factory):
+    """Each format's one-graph export of the tiny Llama, saved and loaded back."""
+    cache: dict = {}
+
+    def get(fmt: str):
+        if fmt not in cache:
+            exported = _export(fmt, llama)
+            folder = exported.save_pretrained(tmp_path_factory.mktemp(fmt) / "export")
+            cache[fmt] = (exported, ExportedModel.from_pretrained(folder), folder)
+        return cache[fmt]
+
+    return get
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_decode_graph_serves_the_prompt_and_every_step(saved, llama, fmt):
+    exported, loaded, folder = saved(fmt)
+    plan = json.loads((folder / "export.json").read_text())["generation"]
+    assert list(loaded.components) == ["decode"] and plan == loaded.generation
+    assert plan["stages"] == {"prefill": "decode", "decode": "decode"} and plan["one_graph"] is True
+    assert plan["multi_token_decode"] is False
+    signature = loaded.components["decode"].metadata.signature
+    query = dict((s.name, s.shape) for s in signature.inputs)["input_ids"][1]
+    assert signature.dims[query].min == 1  # one token (a step, a one-token prompt) as well as a whole prompt
+    graphs = [p.name for p in folder.iterdir() if p.suffix in (".onnx", ".xml")]
+    assert graphs == [f"{'openvino_' if fmt == 'openvino' else ''}decode.{'xml' if fmt == 'openvino' else 'onnx'}"]
+    for inputs in (text_inputs(1, 7), text_inputs(2, 1, seed=2), text_inputs(3, 11, pad_left=4, seed=1)):
+        expected = llama.generate(**inputs, max_new_tokens=6, do_sample=False)
+        assert torch.equal(loaded.generate(**inputs, max_new_tokens=6), expected), inputs["input_ids"].shape
+    assert len(loaded.runners) == 1  # one ONNX Runtime session / one OpenVINO compiled model holds the weights
+
+
+def test_the_graph_keeps_the_last_positions_logits_only(saved):
+    _, loaded, _ = saved("onnx")
+    prompt = text_inputs(2, 9, seed=3)
+    from hub_export.generation.loop import _empty_cache
+
+    decode = loaded.runners["decode"]
+    out = decode(
+        **prompt,
+        position_ids=torch.arange(9).expand(2, -1),
+        past_key_values=_empty_cache(decode, "past_key_values", 2),
+    )
+    assert out.logits.shape == (2, 1, 96)  # a prompt's step does not return vocab x prompt logits
+    assert out.past_key_values.get_seq_length() == 9
+
+
+def test_the_check_refuses_a_graph_that_differs_from_eager(saved, llama):
+    exported, _, _ = saved("onnx")
+    components, capture = decompose_with_capture(llama, text_inputs(2, 7), multi_token_decode=True)
+    prompt, plan = components["prefill"][1], exported.generation
+    step = one_token_step(capture, "input_ids")
+    backend = backend_for("onnx")
+    exporter = backend.exporter_class()
+    component = exported.components["decode"]
+    assert check_one_graph(exporter, component, llama, prompt, step, plan) is None
+    other = copy.deepcopy(llama)
+    with torch.no_grad():
+        other.model.layers[0].mlp.down_proj.weight.mul_(3.0)
+    why = check_one_graph(exporter, component, other, prompt, step, plan)
+    assert why is not None and "differs from eager on the sample prompt" in why
+
+
+def test_a_refused_graph_falls_back_to_prefill_and_decode(llama, monkeypatch, tmp_path):
+    reason = "the decode graph differs from eager on the sample prompt (test)"
+    monkeypatch.setattr(generation_export, "_export_one_graph", lambda *args: reason)
+    exported = _export("onnx", llama)
+    assert list(exported.components) == ["prefill", "decode"]
+    assert exported.generation["one_graph"] == reason and exported.generation["stages"]["prefill"] == "prefill"
+    # the decode graph is the plain one-token step again
+    shapes = {s.name: s.shape for s in exported.components["decode"].metadata.signature.inputs}
+    assert shapes["input_ids"] == ("batch", 1)
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "onnx"))  # the two-graph layout
+    inputs = text_inputs(2, 6, pad_left=2, seed=5)
+    expected = llama.generate(**inputs, max_new_tokens=5, do_sample=False)
+    assert torch.equal(loaded.generate(**inputs, max_new_tokens=5), expected)
