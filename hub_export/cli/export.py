@@ -11,7 +11,10 @@ from ..errors import HubExportError
 from ..formats import ExportFormat, backend_for, parse_format
 from ._args import add_command, add_hub_options, add_output_options, add_task_option, check_task, spelled_as_path
 
-__all__ = ["register", "run", "load_model"]
+__all__ = ["DTYPES", "register", "run", "load_model"]
+
+#: ``--dtype`` choices: ``auto`` keeps the dtype the checkpoint was saved in.
+DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
 def register(subparsers: Any) -> None:
@@ -56,6 +59,13 @@ def register(subparsers: Any) -> None:
         help="write each format to OUTPUT/<format folder> (always on with several formats)",
     )
     parser.add_argument("--config", type=Path, metavar="FILE", help="JSON file: {format: {export config fields}}")
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default="auto",
+        help="the dtype to export in: the checkpoint's (auto, the default) or float32, float16, bfloat16 "
+        "(the model is converted after loading; see docs/precision.md)",
+    )
     add_task_option(parser)
     add_hub_options(parser, revision_help="source revision for a Hub model: branch, tag or commit sha (default: main)")
     add_output_options(parser)
@@ -144,6 +154,10 @@ def run(args: argparse.Namespace, console: Any) -> int:
     check_task(args)
     configs = _configs(args)
     model = load_model(args.model, args.revision, token=args.token, endpoint=args.endpoint, task=args.task)
+    if args.dtype != "auto":
+        import torch
+
+        model = model.to(getattr(torch, args.dtype))
     generation = bool(args.task) and auto_class_name(args.task, model.config)[1]
     per_folder = args.subfolder_per_format or len(configs) > 1
     done = []

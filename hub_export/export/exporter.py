@@ -28,7 +28,20 @@ from ..sample_inputs import implied_inputs
 from ..signature import Signature
 from .trace import DimBounds, Traced, trace
 
-__all__ = ["HfExporter", "Lowered"]
+__all__ = ["PARITY_RTOL", "HfExporter", "Lowered", "parity_tolerance"]
+
+#: The parity tolerance of a half-precision model, relative to the largest output of eager on the sample inputs:
+#: eager rounds every op's result to the dtype and a runtime computes in another order (or in float32), so an exact
+#: export differs by units in the last place of the outputs' magnitude: 4 to 8 of them here (bfloat16 keeps 8
+#: significant bits, float16 11). Measured on every format: 0 to 1.5 (``docs/precision.md``).
+PARITY_RTOL: dict[str, float] = {"bfloat16": 2.0**-5, "float16": 2.0**-8}
+
+
+def parity_tolerance(atol: float, dtype: str, magnitude: float) -> float:
+    """The tolerance an export's parity is held to: the format's ``atol``, or for a half-precision model
+    ``PARITY_RTOL[dtype]`` times the largest eager output's magnitude when that is larger."""
+    rtol = PARITY_RTOL.get(dtype)
+    return atol if rtol is None else max(atol, rtol * magnitude)
 
 
 @dataclass(frozen=True)
@@ -40,11 +53,14 @@ class Lowered:
         signature: The signature the program accepts when lowering changed it (ExecuTorch narrows dims to the
             sizes it planned memory for); None: the traced signature.
         extra: Backend-specific plain data recorded with the component (``extra`` in the manifest).
+        weights: The program's stored weights by dtype (``{dtype: {"count", "bytes"}}``) when lowering stored them
+            in another dtype than the traced program's (OpenVINO's ``compress_to_fp16``); None: the traced ones.
     """
 
     program: Any
     signature: Signature | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    weights: dict[str, dict[str, int]] | None = None
 
 
 class HfExporter:
@@ -53,7 +69,8 @@ class HfExporter:
     Class attributes:
         export_format: The format this exporter writes.
         config_class: Its config dataclass.
-        parity_atol: Tolerance recorded with the measured parity.
+        parity_atol: Tolerance recorded with the measured parity of a float32 model; a half-precision model's is
+            also relative to its outputs' magnitude (:data:`PARITY_RTOL`, :func:`parity_tolerance`).
         one_generation_graph: ``export_for_generation`` of a decoder-only model tries one graph for the prompt and
             every step (the decode graph, taking any number of new tokens and an empty cache), so that the runtime
             holds one copy of the weights; it falls back to ``prefill`` + ``decode`` when the check fails.
@@ -160,6 +177,7 @@ class HfExporter:
         ``torch.export`` bounded below by 2); the caller checks the program at those sizes.
         """
         suffix = "" if name == "model" else f" {name}"
+        self.check_model(module, sample_inputs, config)
         with stage(f"tracing{suffix}"):
             bounds = self.dynamic_bounds(module, config) if config.dynamic else None
             experts = functools.partial(self.experts_forward, config=config)
@@ -180,18 +198,22 @@ class HfExporter:
             device=traced.device,
             quantization=config.quantizer.to_dict() if config.quantizer is not None else None,
             extra=dict(lowered.extra),
-            weights=_weights_by_dtype(traced.program),
+            weights=lowered.weights if lowered.weights is not None else _weights_by_dtype(traced.program),
         )
         with stage(f"checking parity{suffix}"):
             runner = self.parity_runner(lowered.program, metadata)
             produced = runner.run_flat([t.clone() for t in traced.sample])
             del runner  # its memory (a compiled copy of the weights, for some runtimes) goes before the next stage
+        magnitude = _max_abs(traced.expected)
+        precision = self.parity_precision(traced.dtype, config)
         parity = {
             "max_abs_diff": _max_abs_diff(traced.expected, produced),
-            "atol": self.parity_atol,
+            "atol": parity_tolerance(self.parity_atol, precision, magnitude),
             "inputs": {s.name: list(t.shape) for s, t in zip(metadata.signature.inputs, traced.sample)},
             "dtype": traced.dtype,
         }
+        if precision in PARITY_RTOL:
+            parity.update(rtol=PARITY_RTOL[precision], max_abs_expected=magnitude)
         metadata = dataclasses.replace(metadata, parity=parity)
         return ExportedComponent(name, self.export_format, lowered.program, metadata)
 
@@ -209,6 +231,15 @@ class HfExporter:
         if config.quantizer is not None:
             find_quantizer(config, "")  # type check only
             config.quantizer.check_available(stage_for(config, config.quantizer))
+
+    def check_model(self, module: Any, sample_inputs: dict[str, Any], config: ExportConfig) -> None:
+        """Raise if this format cannot run ``module`` (its dtype, say) on its runtime, before any tracing."""
+
+    def parity_precision(self, dtype: str, config: ExportConfig) -> str:
+        """The dtype whose precision the export computes in, which sets its parity tolerance
+        (:func:`parity_tolerance`): the model's ``dtype``, unless the format stores or computes in a coarser one
+        (OpenVINO's ``compress_to_fp16`` and ``inference_precision``)."""
+        return dtype
 
     def dynamic_bounds(self, module: Any, config: ExportConfig) -> DimBounds | None:
         """Per-axis ``(min, max)`` for a ``dynamic=True`` trace (see :data:`DimBounds`); None leaves dims unbounded."""
@@ -296,6 +327,18 @@ def _with_provenance(exported: Any, model: Any) -> Any:
             exported.task = None
     exported.preprocessing = preprocessing_of(model, exported.source)
     return exported
+
+
+def _max_abs(tensors: list[Any]) -> float:
+    """The largest finite magnitude among the floating-point ``tensors`` (0.0 when none)."""
+    import torch
+
+    worst = 0.0
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
+            finite = t.detach().double().abs().nan_to_num(nan=0.0, posinf=0.0)
+            worst = max(worst, float(finite.max()))
+    return worst
 
 
 def _max_abs_diff(expected: list[Any], produced: list[Any]) -> float:

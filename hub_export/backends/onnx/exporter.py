@@ -68,6 +68,27 @@ class OnnxExporter(HfExporter):
                 "convert to ONNX; use OnnxRuntimeQuantizer or NNCFQuantizer for ONNX exports."
             )
 
+    def check_model(self, module: Any, sample_inputs: dict[str, Any], config: ExportConfig) -> None:
+        """Refuse a bfloat16 model before tracing: ONNX Runtime's CPU provider has no bfloat16 kernels for most
+        operators (``Mul``, ``Add``, ``MatMul``: onnxruntime 1.32), so the graph could be neither checked nor run.
+
+        Raises:
+            ExportError: A parameter, buffer or sample input is bfloat16.
+        """
+        import torch
+
+        tensors = [*sample_inputs.values()]
+        if isinstance(module, torch.nn.Module):
+            tensors += [*module.parameters(), *module.buffers()]
+        if any(isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16 for t in tensors):
+            why = "ONNX Runtime's CPU provider cannot run bfloat16 graphs (no bfloat16 Mul, Add, MatMul kernels): "
+            raise ExportError(
+                why + "convert the model with model.to(torch.float16) (or float32) before exporting to ONNX, or "
+                "export the bfloat16 model to the dynamo, openvino or executorch format.",
+                cli_message=why + "export with --dtype float16 (or float32), or to another --format "
+                "(dynamo, openvino, executorch).",
+            )
+
     def experts_forward(self, module: Any, config: ExportConfig) -> Any:
         """Fused for cuda: the mixture-of-experts layers ``com.microsoft::MoE`` can express become one
         ``hub_export::moe`` call (:mod:`._moe`); the others, and every layer otherwise, take the default."""

@@ -119,7 +119,21 @@ class OpenVINOExporter(HfExporter):
         if precision is not None:
             model.set_rt_info(precision, PRECISION_KEY)
         model.set_rt_info(str(compress), COMPRESS_KEY)
-        return Lowered(model, extra=self._extra(traced, config))
+        stored = _float_constants(model) if compress and quantizer is None else None
+        return Lowered(model, extra=self._extra(traced, config), weights=stored)
+
+    def parity_precision(self, dtype: str, config: ExportConfig) -> str:
+        """bfloat16 when the runtime may compute in it: an ``inference_precision`` of ``"bf16"``, or ``"f16"`` (a CPU
+        without float16 arithmetic runs bfloat16 instead), or none with ``compress_to_fp16`` (the device's default:
+        bfloat16 on CPUs with bfloat16 instructions); float16 for a float32 model whose weights are stored as fp16;
+        else the model's dtype."""
+        hint = getattr(config, "inference_precision", None)
+        compress = bool(getattr(config, "compress_to_fp16", False))
+        if hint in ("bf16", "f16") or (hint is None and compress):
+            return "bfloat16"
+        if compress and dtype == "float32":
+            return "float16"
+        return dtype
 
     def parity_runner(self, program: Any, metadata: ComponentEntry) -> Any:
         """A compiled model freed with the runner (:meth:`OpenVINORunner.for_parity`), not cached with the program."""
@@ -159,6 +173,22 @@ def _precision(config: ExportConfig) -> str | None:
     if chosen is not None:
         return str(chosen)
     return None if getattr(config, "compress_to_fp16", False) else "f32"
+
+
+def _float_constants(model: Any) -> dict[str, dict[str, int]]:
+    """``{dtype: {"count", "bytes"}}`` of the IR's floating-point constants: what its ``.bin`` stores once
+    ``compress_to_fp16`` converted the float32 weights (constants fp16 cannot hold stay float32)."""
+    names = {ov: torch for torch, ov in _OV_TYPES.items() if torch in ("float32", "float16", "bfloat16", "float64")}
+    summary: dict[str, dict[str, int]] = {}
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "Constant":
+            continue
+        name = names.get(op.get_output_element_type(0).get_type_name())
+        if name is not None:
+            entry = summary.setdefault(name, {"count": 0, "bytes": 0})
+            entry["count"] += 1
+            entry["bytes"] += int(op.get_byte_size())
+    return summary
 
 
 def _ov_type(spec: TensorSpec) -> str:

@@ -180,8 +180,11 @@ class OpenVINORunner(ModelRunner):
         for i, _, variable in self._state:
             shape = list(self.metadata.signature.inputs[i].shape)
             axis = shape.index("batch") if "batch" in shape else 0
-            data = states[variable].state.data
-            states[variable].state = openvino.Tensor(np.ascontiguousarray(np.take(data, rows, axis=axis)))
+            current = states[variable].state
+            kept = np.take(current.data.view(_bits(current.data)), rows, axis=axis)
+            replaced = openvino.Tensor(current.element_type, openvino.Shape(list(kept.shape)))
+            replaced.data.view(kept.dtype)[...] = kept
+            states[variable].state = replaced
 
     @classmethod
     def from_program(
@@ -241,11 +244,10 @@ class OpenVINORunner(ModelRunner):
             self._set_state([tensors[i] for i, _, _ in self._state])
         outputs = self._infer({port: tensors[i] for i, port in self._inputs})
         if self._state:
-            import torch
-
             states = {state.name: state for state in self.request.query_state()}
+            specs = self.metadata.signature.outputs
             for _, j, variable in self._state:
-                outputs[j] = torch.from_numpy(states[variable].state.data.copy())
+                outputs[j] = _from_openvino(states[variable].state.data.copy(), specs[j].dtype)
         return outputs
 
     def __call__(self, **kwargs: Any) -> Any:
@@ -269,15 +271,26 @@ class OpenVINORunner(ModelRunner):
         return result
 
     def _infer(self, feed: dict[Any, Any]) -> list[Any]:
-        import torch
+        import numpy as np
 
-        arrays = {port: tensor.detach().cpu().contiguous().numpy() for port, tensor in feed.items()}
+        arrays = {}
+        for port, tensor in feed.items():
+            value = _to_openvino(tensor)
+            if isinstance(value, np.ndarray):
+                arrays[port] = value
+            else:  # bfloat16: copied into the request's own tensor, as share_inputs=False copies the arrays
+                target = self.request.get_tensor(port)
+                target.shape = list(value.shape)
+                target.data.view(np.int16)[...] = value.data.view(np.int16)
         # share_inputs=True lets OpenVINO keep pointers into our arrays across calls; with inputs whose shapes
-        # change between calls (generation) that corrupted the heap (seen on T5 decode), so inputs are copied.
+        # change between calls (generation) that corrupted the heap (seen on T5 decode), so inputs are copied. An
+        # openvino.Tensor in the feed would be kept the same way (whatever share_inputs says): bfloat16 inputs too
+        # corrupted the heap on T5 decode, so they are written into the request's tensors above.
         results = self.request.infer(arrays, share_inputs=False, share_outputs=False)
-        outputs: list[Any] = [None] * len(self.metadata.signature.outputs)
+        specs = self.metadata.signature.outputs
+        outputs: list[Any] = [None] * len(specs)
         for j, port in self._outputs:
-            outputs[j] = torch.from_numpy(results[port])
+            outputs[j] = _from_openvino(results[port], specs[j].dtype)
         return outputs
 
     def _set_state(self, tensors: list[Any]) -> None:
@@ -285,8 +298,42 @@ class OpenVINORunner(ModelRunner):
 
         states = {state.name: state for state in self.request.query_state()}
         for (_, _, variable), tensor in zip(self._state, tensors):
-            states[variable].state = openvino.Tensor(tensor.detach().cpu().contiguous().numpy())
+            value = _to_openvino(tensor)
+            states[variable].state = value if isinstance(value, openvino.Tensor) else openvino.Tensor(value)
         self._seeded = True
+
+
+def _bits(array: Any) -> Any:
+    """The numpy integer dtype of ``array``'s item size (to copy values as raw bits)."""
+    import numpy as np
+
+    return {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}.get(array.dtype.itemsize, array.dtype)
+
+
+def _to_openvino(tensor: Any) -> Any:
+    """A torch tensor as OpenVINO takes it: a numpy copy-free view, or for bfloat16 (which numpy lacks) an
+    ``openvino.Tensor`` of element type bf16 holding a copy of its bits."""
+    import torch
+
+    value = tensor.detach().cpu().contiguous()
+    if value.dtype != torch.bfloat16:
+        return value.numpy()
+    import openvino
+
+    out = openvino.Tensor(openvino.Type.bf16, openvino.Shape(list(value.shape)))
+    bits = value.view(torch.int16).numpy()
+    out.data.view(bits.dtype)[...] = bits
+    return out
+
+
+def _from_openvino(array: Any, dtype: str) -> Any:
+    """An OpenVINO output array as a torch tensor of the manifest's ``dtype``: OpenVINO hands bf16 data out as a
+    float16-typed array of the same bits, read back here as bfloat16 (not converted)."""
+    import torch
+
+    if dtype == "bfloat16" and array.dtype.itemsize == 2:
+        return torch.from_numpy(array.view(_bits(array))).view(torch.bfloat16)
+    return torch.from_numpy(array)
 
 
 def _state_slots(metadata: ComponentEntry, variables: set[str]) -> list[tuple[int, int, str]]:
