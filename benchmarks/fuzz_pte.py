@@ -128,7 +128,7 @@ def child(base: Path, todo_path: Path, log_path: Path, model: str) -> None:
     from hub_export.errors import HubExportError
 
     todo = json.loads(todo_path.read_text())
-    work = Path(tempfile.mkdtemp(prefix="fuzz-pte-"))
+    work = Path(tempfile.mkdtemp(prefix="work-", dir=todo_path.parent))  # removed with the run, even after a crash
     shutil.copytree(base, work, dirs_exist_ok=True)
     original = (base / "model.pte").read_bytes()
     sample = _sample(model)
