@@ -298,12 +298,12 @@ def test_executorch_header_bit_flips_are_refused(saved, tmp_path: Path, position
         ExportedModel.from_pretrained(folder)
 
 
-def test_executorch_flatbuffer_bit_flip_is_refused_by_runtime_verification(saved, tmp_path: Path) -> None:
+def test_executorch_flatbuffer_bit_flip_is_refused(saved, tmp_path: Path) -> None:
     folder = _copy(saved, "executorch", tmp_path)
     data = bytearray((folder / "model.pte").read_bytes())
-    data[64] ^= 0xFF  # inside the flatbuffer's vtables: InternalConsistency verification rejects it
+    data[64] ^= 0xFF  # inside the flatbuffer's vtables: the bounds-checked reader (and the runtime's verification)
     _rewrite(folder, "model.pte", bytes(data))
-    with pytest.raises(UnsafeExportError, match="runtime refused the program"):
+    with pytest.raises(UnsafeExportError, match="model.pte: .*(refusing to load it|runtime refused the program)"):
         ExportedModel.from_pretrained(folder)
 
 
@@ -349,12 +349,16 @@ def test_unlisted_config_symlinks_count_only_into_their_own_cached_repo(tmp_path
     assert not _plain_file(outside_cache / "generation_config.json")  # absent: nothing to read
 
 
-def test_executorch_program_failing_when_run_is_an_unsafe_export_error(saved, tmp_path: Path) -> None:
-    """A flip the runtime's verification lets through but execution trips on: a hub_export error, not RuntimeError."""
+def test_executorch_program_failing_when_run_is_an_unsafe_export_error(saved, tmp_path: Path, monkeypatch) -> None:
+    """A flip the runtime's verification lets through but execution trips on: a hub_export error, not RuntimeError
+    (the XNNPACK graph check refuses this one first; without it, execution fails)."""
     folder = _copy(saved, "executorch", tmp_path)
     data = bytearray((folder / "model.pte").read_bytes())
-    data[data.find(b"XN01") + 556] ^= 0xFF  # in the XNNPACK delegate's graph
+    data[data.find(b"XN01") + 556] ^= 0xFF  # in the XNNPACK delegate's graph: a weight's dims
     _rewrite(folder, "model.pte", bytes(data))
+    with pytest.raises(UnsafeExportError, match="needs 24448 bytes, but its constant holds 8192"):
+        ExportedModel.from_pretrained(folder)
+    monkeypatch.setattr("hub_export.backends.executorch.io.check_xnnpack_delegates", lambda *args: None)
     with pytest.raises(UnsafeExportError, match="ExecuTorch runtime"):
         ExportedModel.from_pretrained(folder)(**SAMPLE)
 

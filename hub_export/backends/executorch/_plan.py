@@ -8,17 +8,22 @@ must have:
 
 * its inputs, outputs, chains' inputs and outputs, kernel and delegate call arguments, move sources and targets,
   jump conditions and freed values index one of its values;
-* tensor list items index tensor values (optional tensor lists: tensor or null values, or -1);
+* tensor list items index tensor values (optional tensor lists: tensor or null values, or -1), int list items (boxed:
+  the runtime reads each with ``toInt()``) int values;
 * kernel calls name one of its operators, delegate calls one of its delegates, jumps an instruction of their chain;
-* a kernel call of an operator whose schema torch knows has at least one argument per schema argument (its outputs
-  follow), each of the kind the schema declares: kernels read them with ``toTensor()``, ``toInt()``... which abort
-  the process on another kind; XNNPACK delegate calls take tensors only.
+* ``arange`` kernels' constant bounds give 0 to 2**31 elements (the portable kernel aborts on more, or fewer);
+* a kernel call of an operator whose schema torch (or ExecuTorch's own dim-order operators, listed here) knows has
+  one argument per schema argument, each of the kind the schema declares: kernels read them with ``toTensor()``,
+  ``toInt()``... which abort the process on another kind; then its outputs, as the emitter writes them: an out
+  variant (a schema with ``out`` arguments) one value, its ``out`` tensor itself (a tensor list when its ``out`` is
+  a list or it has several); another operator one value per return, of the return's kind. XNNPACK delegate calls take tensors only.
 
 The schema is ``executorch/schema/program.fbs`` (field order = vtable slot; a union takes two slots: type, value).
 """
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -44,6 +49,11 @@ _KIND_NAMES = {
 
 class _Bad(Exception):
     pass
+
+
+_Kinds = list[frozenset[int] | None]
+# (name, argument kinds or None when unknown, positions of the out arguments, return kinds)
+_Operator = tuple[str, _Kinds | None, list[int], _Kinds]
 
 
 class _Buffer:
@@ -147,6 +157,13 @@ def _check_plan(buf: _Buffer, plan: tuple[int, int, int], n: int) -> None:
     for index in buf.ints(plan, 4):
         value(index, f"{n}: an output")
     for i, (kind, item) in enumerate(zip(kinds, values)):
+        if kind == _INT_LIST:  # boxed: each item is the index of an int value (kernels read them with toInt())
+            body = buf.child(item, 1)
+            for index in buf.ints(body, 0, "<q") if body is not None else []:
+                value(index, f"{n}: int list {i}")
+                if kinds[index] != _INT:
+                    raise _Bad(f"{n}: int list {i} holds value {index}, which is not an int")
+            continue
         if kind not in (_TENSOR_LIST, _OPTIONAL_TENSOR_LIST):
             continue
         allowed = (_TENSOR,) if kind == _TENSOR_LIST else (_TENSOR, _NULL)
@@ -165,6 +182,7 @@ def _check_plan(buf: _Buffer, plan: tuple[int, int, int], n: int) -> None:
             where = f"{n}: chain {c} instruction {i}"
             _check_instruction(buf, instruction, where, value, (len(operators), len(delegates), len(instructions)))
             _check_argument_kinds(buf, instruction, where, kinds, operators, delegates)
+            _check_scalar_arguments(buf, instruction, where, values, operators)
 
 
 def _check_instruction(
@@ -207,7 +225,7 @@ def _check_argument_kinds(
     instruction: tuple[int, int, int],
     where: str,
     kinds: list[int],
-    operators: list[tuple[str, list[frozenset[int] | None] | None]],
+    operators: list[_Operator],
     delegates: list[str],
 ) -> None:
     """A call's arguments are of the kinds its operator's schema (or the XNNPACK delegate) takes."""
@@ -219,33 +237,96 @@ def _check_argument_kinds(
         name = delegates[buf.scalar(body, 0, "<i")]
         expected: list[frozenset[int] | None] | None = [frozenset({_TENSOR})] * len(args) if name == _XNNPACK else None
     else:
-        name, expected = operators[buf.scalar(body, 0, "<i")]
+        name, expected, _, _ = operators[buf.scalar(body, 0, "<i")]
     if expected is None:
         return  # an operator torch does not know here, or another delegate: the indices were checked
-    if len(args) < len(expected):  # the outputs follow (one value per return, or one for several): not checked
-        raise _Bad(f"{where} passes {len(args)} arguments to {name}, whose schema takes {len(expected)}")
-    for position, (index, allowed) in enumerate(zip(args, expected)):
+    outputs: _Kinds = []  # an out variant outputs its out argument itself (a tensor list of several), others returns
+    outs: list[int] = []
+    if kind == _KERNEL_CALL:
+        _, _, outs, returns = operators[buf.scalar(body, 0, "<i")]
+        outputs = [frozenset({_TENSOR_LIST})] if len(outs) > 1 else [expected[outs[0]]] if outs else returns
+    if len(args) != len(expected) + len(outputs):
+        raise _Bad(
+            f"{where} passes {len(args)} arguments to {name}, whose schema takes {len(expected)} and "
+            f"{len(outputs)} outputs"
+        )
+    for position, (index, allowed) in enumerate(zip(args, expected + outputs)):
         if allowed is not None and kinds[index] not in allowed:
             wanted = " or ".join(_KIND_NAMES[k] for k in sorted(allowed))
             got = _KIND_NAMES.get(kinds[index], str(kinds[index]))
             raise _Bad(
                 f"{where}: argument {position} of {name} is value {index} ({got}), where the schema takes {wanted}"
             )
+    single = len(outs) == 1 and expected[outs[0]] == frozenset({_TENSOR})  # (a list is emitted again as a new list)
+    if kind == _KERNEL_CALL and single and args[len(expected)] != args[outs[0]]:
+        raise _Bad(f"{where}: {name} outputs value {args[len(expected)]}, not its out argument (value {args[outs[0]]})")
 
 
-def _operator_kinds(buf: _Buffer, operator: tuple[int, int, int]) -> tuple[str, list[frozenset[int] | None] | None]:
-    """``(name, the value kinds of its arguments)``, or None for the kinds when torch lacks the schema."""
+# Kernels that abort the process on scalar arguments out of range: operator -> positions of (start, end, step)
+_ARANGES = {"aten::arange.start_out": (0, 1, 2), "aten::arange.out": (None, 0, None)}
+
+
+def _check_scalar_arguments(
+    buf: _Buffer, instruction: tuple[int, int, int], where: str, values: list[Any], operators: list[_Operator]
+) -> None:
+    """``arange``'s constant bounds give a size the portable kernel accepts (0 to 2**31 elements): it aborts the
+    process otherwise (``compute_arange_out_size``). Values written at run time hold a placeholder here."""
+    body = buf.child(instruction, 1)
+    if buf.scalar(instruction, 0, "<B") != _KERNEL_CALL or body is None:
+        return
+    name = operators[buf.scalar(body, 0, "<i")][0]
+    if name not in _ARANGES:
+        return
+    args = buf.ints(body, 1)
+    start, end, step = (0.0 if p is None and d == 0 else 1.0 if p is None else _number(buf, values[args[p]])
+                        for d, p in enumerate(_ARANGES[name]))  # fmt: skip
+    count = (end - start) / step if step else math.inf
+    if not -1 < count < 2**31 - 1:
+        raise _Bad(f"{where}: {name} from {start} to {end} by {step} (the kernel takes 0 to 2**31 elements)")
+
+
+def _number(buf: _Buffer, value: tuple[int, int, int]) -> float:
+    """The int, float or bool an EValue holds (NaN for another kind)."""
+    kind, body = buf.scalar(value, 0, "<B"), buf.child(value, 1)
+    if body is None or kind not in (_INT, _DOUBLE, _BOOL):
+        return math.nan
+    at = buf.field(body, 0)
+    if at is None:
+        return 0.0
+    fmt = {_INT: "<q", _DOUBLE: "<d", _BOOL: "<?"}[kind]
+    if at + struct.calcsize(fmt) > len(buf.data):
+        raise _Bad(f"a scalar at {at} is outside the program")
+    return float(struct.unpack_from(fmt, buf.data, at)[0])
+
+
+def _operator_kinds(buf: _Buffer, operator: tuple[int, int, int]) -> _Operator:
+    """``(name, the value kinds of its arguments, the positions of its out arguments, the kinds of its returns)``,
+    None for the kinds when torch lacks the schema."""
     name, overload = buf.string(operator, 0), buf.string(operator, 1)
     label = f"{name}.{overload}" if overload else name
     schema = _schema(name, overload)
     if schema is None:
-        return label, None
-    return label, [_kinds(a.type) for a in schema.arguments]
+        return label, None, [], []
+    outs = [i for i, a in enumerate(schema.arguments) if a.is_out]
+    return label, [_kinds(a.type) for a in schema.arguments], outs, [_kinds(r.type) for r in schema.returns]
+
+
+# ExecuTorch's own operators the exporter emits, which torch does not know unless executorch.exir is imported
+_EXECUTORCH_SCHEMAS = {
+    ("dim_order_ops::_to_dim_order_copy", "out"): "dim_order_ops::_to_dim_order_copy.out(Tensor self, *, "
+    "bool non_blocking=False, int[]? dim_order=None, Tensor(a!) out) -> Tensor(a!)",
+    ("dim_order_ops::_empty_dim_order", "out"): "dim_order_ops::_empty_dim_order.out(int[] size, *, "
+    "int[]? dim_order=None, Tensor(a!) out) -> Tensor(a!)",
+    ("dim_order_ops::_clone_dim_order", "out"): "dim_order_ops::_clone_dim_order.out(Tensor self, *, "
+    "bool non_blocking=False, int[]? dim_order=None, Tensor(a!) out) -> Tensor(a!)",
+}
 
 
 def _schema(name: str, overload: str) -> Any:
     import torch
 
+    if (name, overload) in _EXECUTORCH_SCHEMAS:
+        return torch._C.parse_schema(_EXECUTORCH_SCHEMAS[name, overload])
     try:
         found = torch._C._jit_get_schemas_for_operator(name)
     except (RuntimeError, ValueError):

@@ -20,8 +20,9 @@ from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
 from ._log_sink import runtime_logs_bypass_python
 from ._plan import check_plan_indices
+from ._xnnpack import check_xnnpack_delegates, ptd_named_sizes
 from .config import LAYOUT
-from .safety import check_pte_header
+from .safety import check_ptd_header, check_pte_header
 
 __all__ = ["ProgramFiles", "load_program", "load_runtime_program", "program_contents", "program_files", "save_program"]
 
@@ -65,10 +66,12 @@ def _read_exactly(handle: Any, end: int, label: str) -> bytes:
 def load_runtime_program(files: ProgramFiles, label: str, size: int | None = None) -> Any:
     """``Runtime.load_program`` of these files with full flatbuffer verification, remembered for saving.
 
-    The ``.pte``'s headers (:func:`.safety.check_pte_header`) and its plans' indices
-    (:func:`._plan.check_plan_indices`) are checked on the program's flatbuffer, read bounded (it is small: the
-    weights are in the segments after it); the runtime then maps the file itself, so the weights are never held as
-    a Python copy (``size``: the size export.json lists, which the file must have).
+    The ``.pte``'s headers (:func:`.safety.check_pte_header`), its plans' indices
+    (:func:`._plan.check_plan_indices`) and its XNNPACK delegates' graphs (:func:`._xnnpack.check_xnnpack_delegates`,
+    against the named data of the program and of its ``.ptd``) are checked on the program's flatbuffer and the
+    graphs, read bounded (they are small: the weights are in the segments after them); the runtime then maps the
+    file itself, so the weights are never held as a Python copy (``size``: the size export.json lists, which the
+    file must have).
 
     Raises:
         UnsafeExportError: Bad headers, or the runtime's verification refused the program.
@@ -78,10 +81,17 @@ def load_runtime_program(files: ProgramFiles, label: str, size: int | None = Non
     actual = files.pte.stat().st_size
     if size is not None and actual != size:
         raise UnsafeExportError(f"{label}: {actual} bytes, but export.json lists {size}.")
+    named: dict[bytes, int] = {}
+    if files.ptd is not None:
+        with open(files.ptd, "rb") as handle:
+            ptd_size = files.ptd.stat().st_size
+            check_ptd_header(handle.read(64), ptd_size, files.ptd.name)
+            named = ptd_named_sizes(handle, ptd_size, files.ptd.name)
     with open(files.pte, "rb") as handle:
         end = check_pte_header(handle.read(64), actual, label)
         flatbuffer = _read_exactly(handle, end, label)
-    check_plan_indices(flatbuffer, label)
+        check_plan_indices(flatbuffer, label)
+        check_xnnpack_delegates(flatbuffer, handle, actual, label, named)
     try:  # full flatbuffer verification: the file may come from an untrusted repo
         with runtime_logs_bypass_python():
             program = Runtime.get().load_program(
