@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_models import EmbeddingHead
 
 from hub_export import (
     DynamoConfig,
@@ -32,20 +33,6 @@ from hub_export import (
 )
 from hub_export.backends.dynamo.safety import scan_pickle
 from hub_export.errors import IntegrityError, ManifestError, UnsafeExportError
-
-
-class Tiny(torch.nn.Module):
-    """Embedding + linear head: weights large enough to go to external data / .bin / segments."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.embed = torch.nn.Embedding(64, 32)
-        self.head = torch.nn.Linear(32, 64)
-
-    def forward(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"logits": self.head(torch.tanh(self.embed(input_ids)))}
-
 
 SAMPLE = {"input_ids": torch.tensor([[1, 5, 9, 3]])}
 EXPORTERS = {
@@ -68,9 +55,9 @@ class Payload:
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> dict[str, Path]:
-    """One saved export of :class:`Tiny` per format."""
+    """One saved export of :class:`~tiny_models.EmbeddingHead` per format."""
     root = tmp_path_factory.mktemp("exports")
-    model = Tiny().eval()
+    model = EmbeddingHead().eval()
     out = {}
     for name, (exporter, config) in EXPORTERS.items():
         out[name] = Path(exporter().export(model, SAMPLE, config=config()).save_pretrained(root / name))
@@ -97,7 +84,7 @@ def _reseal(folder: Path, relative: str) -> None:
 
 
 def test_every_format_loads_and_runs(saved) -> None:
-    expected = Tiny().eval()(**SAMPLE)["logits"]
+    expected = EmbeddingHead().eval()(**SAMPLE)["logits"]
     for fmt, folder in saved.items():
         got = ExportedModel.from_pretrained(folder)(**SAMPLE)["logits"]
         assert float((got - expected).abs().max()) < 1e-4, fmt

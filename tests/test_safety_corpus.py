@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import torch
 from safety_corpus import CAUSES, Variant, add_side_configs, build_variant, variants
+from tiny_models import EmbeddingHead
 
 TIME_CAP = 30  # seconds per variant (the machine may be loaded)
 MEMORY_CAP = 1 << 30  # address space above the loaded base export, per child
@@ -40,19 +41,6 @@ HUB_VARIANTS = (
     "executorch-identifier-flip",
 )
 _IN_ACCESS, _IN_MODIFY, _IN_OPEN, _IN_CREATE, _IN_MOVED_TO = 0x1, 0x2, 0x20, 0x100, 0x80
-
-
-class Tiny(torch.nn.Module):
-    """Embedding + linear head: weights large enough to go to external data / .bin / segments."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.embed = torch.nn.Embedding(64, 32)
-        self.head = torch.nn.Linear(32, 64)
-
-    def forward(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"logits": self.head(torch.tanh(self.embed(input_ids)))}
 
 
 class Inotify:
@@ -106,7 +94,7 @@ def corpus(tmp_path_factory) -> dict[str, Any]:
     started = time.monotonic()
     root = tmp_path_factory.mktemp("corpus")
     sample = {"input_ids": torch.tensor([[1, 5, 9, 3]])}
-    model = Tiny().eval()
+    model = EmbeddingHead().eval()
     exporters = {
         "pt2": (DynamoExporter, DynamoConfig(dynamic=True)),
         "onnx": (OnnxExporter, OnnxConfig()),

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import safety_corpus as corpus
 import torch
+from tiny_models import EmbeddingHead
 
 from hub_export import DynamoConfig, DynamoExporter, ExportedModel
 from hub_export._pickle import walk_pickle
@@ -30,18 +31,6 @@ from hub_export.errors import UnsafeExportError
 from hub_export.formats import SafetyOptions, backend_for
 from hub_export.manifest import Manifest
 
-
-class Tiny(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.embed = torch.nn.Embedding(64, 32)
-        self.head = torch.nn.Linear(32, 64)
-
-    def forward(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"logits": self.head(torch.tanh(self.embed(input_ids)))}
-
-
 SAMPLE = {"input_ids": torch.tensor([[1, 5, 9, 3]])}
 
 
@@ -49,7 +38,7 @@ SAMPLE = {"input_ids": torch.tensor([[1, 5, 9, 3]])}
 def base(tmp_path_factory) -> Path:
     """A dynamic ``.pt2`` export (it has symbolic sizes and guards)."""
     root = tmp_path_factory.mktemp("pt2")
-    exported = DynamoExporter().export(Tiny().eval(), SAMPLE, config=DynamoConfig(dynamic=True))
+    exported = DynamoExporter().export(EmbeddingHead().eval(), SAMPLE, config=DynamoConfig(dynamic=True))
     return Path(exported.save_pretrained(root / "base"))
 
 
@@ -107,7 +96,7 @@ def _refused_by_check_and_loader(folder: Path, match: str, *, by_check: bool = T
 
 
 def test_a_good_archive_loads_without_torch_export_load(base: Path, torch_loaders_forbidden: list[bool]) -> None:
-    expected = Tiny().eval()(**SAMPLE)["logits"]
+    expected = EmbeddingHead().eval()(**SAMPLE)["logits"]
     loaded = ExportedModel.from_pretrained(base)
     other = {"input_ids": torch.tensor([[3, 1, 4, 1, 5, 9], [2, 6, 5, 3, 5, 8]])}
     assert float((loaded(**SAMPLE)["logits"] - expected).abs().max()) < 1e-5

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import torch
 from safety_corpus import reseal
+from tiny_models import EmbeddingHead
 
 from hub_export import ExecutorchConfig, ExecutorchExporter
 from hub_export.backends.executorch._flatbuf import Flat, Table
@@ -32,22 +33,9 @@ from hub_export.errors import UnsafeExportError
 SAMPLE = {"input_ids": torch.tensor([[1, 5, 9, 3]])}
 
 
-class Tiny(torch.nn.Module):
-    """Embedding (a portable kernel), then tanh and a linear layer (one XNNPACK delegate)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.embed = torch.nn.Embedding(64, 32)
-        self.head = torch.nn.Linear(32, 64)
-
-    def forward(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"logits": self.head(torch.tanh(self.embed(input_ids)))}
-
-
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    exported = ExecutorchExporter().export(Tiny().eval(), SAMPLE, config=ExecutorchConfig())
+    exported = ExecutorchExporter().export(EmbeddingHead().eval(), SAMPLE, config=ExecutorchConfig())
     return Path(exported.save_pretrained(tmp_path_factory.mktemp("xnnpack") / "base"))
 
 

@@ -25,6 +25,21 @@ class TinyCase:
     other: dict[str, Any]
 
 
+class EmbeddingHead(torch.nn.Module):
+    """Embedding, tanh and a linear head (a dict output): the smallest model whose weights are large enough to go to
+    ONNX external data, an OpenVINO .bin and ExecuTorch segments, with one portable kernel and one XNNPACK delegate.
+    The safety tests build their hostile variants from exports of it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(64, 32)
+        self.head = torch.nn.Linear(32, 64)
+
+    def forward(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"logits": self.head(torch.tanh(self.embed(input_ids)))}
+
+
 def text_inputs(batch: int, seq: int, vocab: int = 96, *, pad_left: int = 0, seed: int = 0) -> dict[str, Any]:
     """``input_ids`` + ``attention_mask`` (an all-ones mask unless ``pad_left`` zeros the first tokens of row 0)."""
     gen = torch.Generator().manual_seed(seed)

@@ -6,16 +6,48 @@ Each is reversible: it edits the program's nodes inside a ``with`` block and res
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["views_after_permutes_as_reshapes"]
+__all__ = ["NodeRewrite", "rewritten_nodes", "views_after_permutes_as_reshapes"]
+
+#: ``rewrite(node) -> {attribute: new value} | None``: what :func:`rewritten_nodes` sets on a node (``target``,
+#: ``args``), or None to leave it.
+NodeRewrite = Callable[[Any], "dict[str, Any] | None"]
 
 
 def _is_mutating(node: Any) -> bool:
     """True for an operator writing a tensor's values (``detach_`` only changes autograd metadata)."""
     schema = getattr(node.target, "_schema", None)
     return bool(schema is not None and schema.is_mutable and schema.name != "aten::detach_")
+
+
+@contextlib.contextmanager
+def rewritten_nodes(program: Any, rewrite: NodeRewrite) -> Iterator[int]:
+    """Set the attributes ``rewrite`` returns on every ``call_function`` node of ``program`` inside the block,
+    then restore the old values. The graph module is recompiled after the rewrite and after the restore (in
+    ``finally``).
+
+    Yields:
+        How many nodes were rewritten.
+    """
+    changed: list[tuple[Any, dict[str, Any]]] = []
+    for node in program.graph.nodes:
+        new = rewrite(node) if node.op == "call_function" else None
+        if new:
+            changed.append((node, {name: getattr(node, name) for name in new}))
+            for name, value in new.items():
+                setattr(node, name, value)
+    if changed:
+        program.graph_module.recompile()
+    try:
+        yield len(changed)
+    finally:
+        if changed:
+            for node, old in reversed(changed):
+                for name, value in old.items():
+                    setattr(node, name, value)
+            program.graph_module.recompile()
 
 
 @contextlib.contextmanager
@@ -35,22 +67,15 @@ def views_after_permutes_as_reshapes(program: Any) -> Iterator[int]:
     """
     import torch
 
-    graph = program.graph
-    calls = [n for n in graph.nodes if n.op == "call_function"]
+    calls = [n for n in program.graph.nodes if n.op == "call_function"]
     permutes = {torch.ops.aten.transpose.int, torch.ops.aten.permute.default}
-    changed = []
-    if not any(_is_mutating(n) for n in calls):
-        for node in calls:
-            source = node.args[0] if node.args else None
-            if node.target is torch.ops.aten.view.default and getattr(source, "target", None) in permutes:
-                changed.append(node)
-                node.target = torch.ops.aten.reshape.default
-    if changed:
-        program.graph_module.recompile()
-    try:
-        yield len(changed)
-    finally:
-        if changed:
-            for node in changed:
-                node.target = torch.ops.aten.view.default
-            program.graph_module.recompile()
+
+    def as_reshape(node: Any) -> dict[str, Any] | None:
+        source = node.args[0] if node.args else None
+        if node.target is torch.ops.aten.view.default and getattr(source, "target", None) in permutes:
+            return {"target": torch.ops.aten.reshape.default}
+        return None
+
+    mutating = any(_is_mutating(n) for n in calls)
+    with rewritten_nodes(program, (lambda node: None) if mutating else as_reshape) as count:
+        yield count

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...patches import patch_attribute
-from ...patches.graph import views_after_permutes_as_reshapes
+from ...patches.graph import rewritten_nodes, views_after_permutes_as_reshapes
 
 __all__ = [
     "conversion_patches",
@@ -40,28 +40,19 @@ _Rewrite = Callable[[Any], "tuple[Any, ...] | None"]
 
 @contextlib.contextmanager
 def _rewritten_args(program: Any, rewrite: _Rewrite) -> Iterator[int]:
-    """Give every ``call_function`` node of ``program`` the args ``rewrite`` returns inside the block, then undo it.
-
-    The graph module is recompiled after the rewrite and after the restore (in ``finally``).
+    """Give every ``call_function`` node of ``program`` the args ``rewrite`` returns inside the block, then undo it
+    (:func:`~hub_export.patches.graph.rewritten_nodes`).
 
     Yields:
         How many nodes were rewritten.
     """
-    changed: list[tuple[Any, tuple[Any, ...]]] = []
-    for node in program.graph.nodes:
-        args = rewrite(node) if node.op == "call_function" else None
-        if args is not None:
-            changed.append((node, node.args))
-            node.args = args
-    if changed:
-        program.graph_module.recompile()
-    try:
-        yield len(changed)
-    finally:
-        if changed:
-            for node, args in changed:
-                node.args = args
-            program.graph_module.recompile()
+
+    def as_attributes(node: Any) -> dict[str, Any] | None:
+        args = rewrite(node)
+        return None if args is None else {"args": args}
+
+    with rewritten_nodes(program, as_attributes) as count:
+        yield count
 
 
 def _without_empty_cat_inputs(node: Any) -> tuple[Any, ...] | None:
