@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import xml.etree.ElementTree as ET  # noqa: N817 - the IR was written by this process, see safety.py for loading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,16 +38,22 @@ def _consts(root: Any) -> list[Any]:
     return found
 
 
-def _digest(handle: Any, offset: int, size: int) -> str:
+def _chunks(handle: Any, offset: int, size: int) -> Iterator[bytes]:
+    """The ``size`` bytes of ``handle`` from ``offset``, in chunks of at most ``_CHUNK`` bytes."""
     handle.seek(offset)
-    digest = hashlib.sha256()
     left = size
     while left:
         chunk = handle.read(min(_CHUNK, left))
         if not chunk:
             raise OSError(f"{handle.name}: shorter than its IR's constants")
-        digest.update(chunk)
+        yield chunk
         left -= len(chunk)
+
+
+def _digest(handle: Any, offset: int, size: int) -> str:
+    digest = hashlib.sha256()
+    for chunk in _chunks(handle, offset, size):
+        digest.update(chunk)
     return digest.hexdigest()
 
 
@@ -90,14 +97,8 @@ def share_weights(directory: Path, written: dict[str, list[str]]) -> dict[str, l
                         if out.tell() % _ALIGN:
                             out.write(b"\0" * (_ALIGN - out.tell() % _ALIGN))
                         placed[key] = out.tell()
-                        handle.seek(int(data.get("offset")))
-                        left = key[0]
-                        while left:
-                            chunk = handle.read(min(_CHUNK, left))
-                            if not chunk:
-                                raise OSError(f"{handle.name}: shorter than its IR's constants")
+                        for chunk in _chunks(handle, int(data.get("offset")), key[0]):
                             out.write(chunk)
-                            left -= len(chunk)
                     data.set("offset", str(placed[key]))
     result = dict(written)
     for name in group:
