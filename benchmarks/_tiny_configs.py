@@ -1160,7 +1160,27 @@ def _seeded_model(model_cls: Any, config: Any) -> Any:
 
     torch.manual_seed(0)
     model = model_cls(config)
+    # every tiny model computes in float32 (precision is tested elsewhere): a default config or a buffer in
+    # bfloat16 (RecurrentGemma's normalizer) would make the backends' dtype checks, not the export, the subject
+    low = {t.dtype for t in [*model.parameters(), *model.buffers()] if t.is_floating_point()} - {torch.float32}
+    if low:
+        model = model.float()
+        _set_dtype(model.config, torch.float32)
     return model.eval()
+
+
+def _set_dtype(config: Any, dtype: Any) -> None:
+    """Set ``dtype`` on a config and its sub-configs (what exporters read as the model's dtype)."""
+    seen: set[int] = set()
+    stack = [config]
+    while stack:
+        level = stack.pop()
+        if id(level) in seen:
+            continue
+        seen.add(id(level))
+        if hasattr(level, "dtype"):
+            level.dtype = dtype
+        stack += [v for v in vars(level).values() if hasattr(v, "to_dict") and hasattr(v, "model_type")]
 
 
 _SPLIT_SUM = re.compile(r"split_sizes to sum exactly to (\d+)")
