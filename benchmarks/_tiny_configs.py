@@ -147,6 +147,11 @@ SKIPS: dict[str, str] = {
     "checkpoint's tokenizer; the default config has none",
     "emu3": "checkpoint-only component: the image-token vocabulary map (vocabulary_map) comes from the "
     "checkpoint's tokenizer; the default config has none",
+    "gemma4_assistant": "not constructible in transformers 5.23: the config makes every layer share the target "
+    "model's keys/values, which the text config's kv_sharing_modes refuses; its forward also needs the target "
+    "model's shared_kv_states (a draft model of assisted generation)",
+    "gemma4_unified_assistant": "not constructible in transformers 5.23 (see gemma4_assistant: every layer "
+    "shares the target model's keys/values, which kv_sharing_modes refuses)",
 }
 
 
@@ -705,25 +710,26 @@ def _is_sub_config(k: str, v: Any) -> bool:
     return isinstance(v, dict) and ("model_type" in v or k.endswith("_config") or k in ("encoder", "decoder"))
 
 
-def _shrink(d: dict[str, Any]) -> dict[str, Any]:
+def _shrink(d: dict[str, Any], keep_layers: bool = False) -> dict[str, Any]:
     original = copy.deepcopy(d)
     out = dict(d)
     for k, v in d.items():
         if not isinstance(k, str) or k in ("id2label", "label2id"):
             continue
         if "layer" in k and isinstance(v, dict) and v and all(str(x).lstrip("-").isdigit() for x in v):  # per layer
-            out[k] = {x: _shrink(y) if isinstance(y, dict) else y for x, y in v.items()}
+            out[k] = {x: _shrink(y, keep_layers) if isinstance(y, dict) else y for x, y in v.items()}
         elif _is_sub_config(k, v):
-            out[k] = _shrink(v)
+            out[k] = _shrink(v, keep_layers)
         elif isinstance(v, list) and v and all(_is_sub_config(k, x) for x in v):
-            out[k] = [_shrink(x) for x in v]
-    _shrink_layers(out)
+            out[k] = [_shrink(x, keep_layers) for x in v]
+    if not keep_layers:
+        _shrink_layers(out)
     untouched = []
     for k, v in list(out.items()):
         if not isinstance(k, str) or k in _LAYER_KEYS or _is_sub_config(k, v):
             continue
         out[k] = _shrink_value(k, v, out)
-        if _int(v) and out[k] == v and v >= 16:
+        if _int(v) and out[k] == v and v >= 16 and not _KV_HEADS.match(k):  # kv heads: _fix_heads owns them
             untouched.append(k)
     _keep_relations(out, original, untouched)
     _fix_heads(out, original)
@@ -806,21 +812,55 @@ def _min_vocab(d: dict[str, Any], best: int = VOCAB) -> int:
     return best
 
 
-def tiny_config(model_type: str, adjustments: list[Any] = (), config_cls: Any = None) -> Any:
+def tiny_config(
+    model_type: str, adjustments: list[Any] = (), config_cls: Any = None, notes: list[str] | None = None
+) -> Any:
     """The config class's defaults with every recognised size field shrunk (plus :data:`OVERRIDES`, then the
     ``adjustments``: functions of the shrunk dict that :func:`build_case` derives from the model's own errors).
-    ``config_cls``: the head's own config class where it is a sub-config of the type's (MusicGen's decoder)."""
+    ``config_cls``: the head's own config class where it is a sub-config of the type's (MusicGen's decoder).
+
+    The result is validated by the config class's own validators; a refusal is read and fixed by rule, or the
+    fields it names are backed off to their defaults (``_config_backoff.construct``; ``notes`` receives each fix).
+    """
+    from _config_backoff import construct
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     config_cls = config_cls or CONFIG_MAPPING[model_type]
-    default = config_cls().to_dict()
+    notes = notes if notes is not None else []
+    try:
+        default = config_cls().to_dict()
+    except Exception:  # noqa: BLE001 - defaults the class's own validators refuse: fix them from the refusal
+        subs = {}
+        specs = getattr(config_cls, "sub_configs_defaults", {}) or {}
+        for key, sub_cls in getattr(config_cls, "sub_configs", {}).items():
+            spec = specs.get(key)
+            if getattr(spec, "model_type", None) in CONFIG_MAPPING:  # an AutoConfig slot: its default type
+                sub_cls = CONFIG_MAPPING[spec.model_type]
+            try:
+                subs[key] = sub_cls(**(getattr(spec, "init_kwargs", None) or {})).to_dict()
+            except Exception:  # noqa: BLE001 - left to the class's own default
+                pass
+        default = construct(lambda kwargs: config_cls(**copy.deepcopy(kwargs)), subs, notes=notes, create=True)
+        default = default.to_dict()
     for key, sub_cls in getattr(config_cls, "sub_configs", {}).items():  # a tower the defaults leave out
         if default.get(key) is None and isinstance(sub_cls, type) and hasattr(sub_cls, "model_type"):
             try:
                 default[key] = sub_cls().to_dict()
             except Exception:  # noqa: BLE001 - a sub-config without usable defaults stays None
                 pass
-    shrunk = _shrink(default)
+    shrunk = _tiny_dict(default, adjustments)
+    return construct(
+        lambda d: config_cls.from_dict(copy.deepcopy(d)),
+        shrunk,
+        default=default,
+        unshrunk=lambda: _tiny_dict(default, adjustments, keep_layers=True),
+        notes=notes,
+    )
+
+
+def _tiny_dict(default: dict[str, Any], adjustments: list[Any] = (), keep_layers: bool = False) -> dict[str, Any]:
+    """The shrunk dict of a config's defaults (see :func:`tiny_config`)."""
+    shrunk = _shrink(copy.deepcopy(default), keep_layers)
     for adjust in adjustments:
         adjust(shrunk)
     for key in ("image_token_id", "image_token_index"):  # a placeholder id the checkpoint sets: a free id
@@ -835,7 +875,7 @@ def tiny_config(model_type: str, adjustments: list[Any] = (), config_cls: Any = 
     _remap_ids(shrunk, mapping)
     for key in ("transformers_version", "architectures", "_name_or_path"):
         shrunk.pop(key, None)
-    return config_cls.from_dict(shrunk)
+    return shrunk
 
 
 def special_token_ids(config: Any) -> set[int]:
@@ -1251,10 +1291,11 @@ def build_case(model_type: str, head: str | None = None) -> Case:
     subs = getattr(CONFIG_MAPPING[model_type], "sub_configs", {}).values()
     config_cls = own if own is not CONFIG_MAPPING[model_type] and own in subs else None
     while True:
+        config_notes: list[str] = []
         try:
-            config = tiny_config(model_type, adjustments, config_cls)
+            config = tiny_config(model_type, adjustments, config_cls, notes=config_notes)
             model = _seeded_model(model_cls, config)
-            case = Case(model_type, model, {}, {}, head=arch.head, notes=list(notes))
+            case = Case(model_type, model, {}, {}, head=arch.head, notes=config_notes + notes)
             _find_inputs(case, _Ids(config))
             return case
         except Exception as exc:
