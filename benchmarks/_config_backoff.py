@@ -27,7 +27,10 @@ _EQUAL = re.compile(
 )
 #: "a (x) must be divisible by b (y)": b := gcd(x, y)
 _DIVISIBLE = re.compile(
-    _NAME.format("a") + r"\s*\(=?\s*(?P<av>\d+)\)\s*must be divisible by\s*" + _NAME.format("b") + r"\s*\(=?\s*(?P<bv>\d+)\)"
+    _NAME.format("a")
+    + r"\s*\(=?\s*(?P<av>\d+)\)\s*must be divisible by\s*"
+    + _NAME.format("b")
+    + r"\s*\(=?\s*(?P<bv>\d+)\)"
 )
 #: "a must be 0 / False / None, got v": a := that value
 _MUST_BE = re.compile(_NAME.format("a") + r"\s+must be\s+`?(?P<v>-?\d+|False|True|None)`?,\s*got")

@@ -319,7 +319,7 @@ _TOP_K = re.compile(
 )
 _RANK = re.compile(r"^(q_lora_rank|kv_lora_rank|time_step_rank|o_lora_rank|lora_rank|.*_lora_rank)$")
 _IMAGE = re.compile(r"^(image_size|img_size|pretrain_image_size|vision_image_size|input_size_image)$")
-_PATCH = re.compile(r"^(patch_size|vision_patch_size)$")
+_PATCH = re.compile(r"^(patch_size|vision_patch_size|model_patch_size)$")
 _WINDOW = re.compile(
     r"^(window_size|sliding_window|attention_window|local_attention|attention_chunk_size|"
     r"sliding_window_size|chunk_size_attention|local_window_size|block_size)$"
@@ -742,10 +742,15 @@ def _shrink(d: dict[str, Any], keep_layers: bool = False) -> dict[str, Any]:
         for k in list(out):
             if isinstance(k, str) and out[k] is None and _EXPERTS.match(k):
                 out[k] = experts[0] if experts else EXPERTS
-            elif k == "num_experts_per_tok" and out[k] is None:
+            elif isinstance(k, str) and (k == "num_experts_per_tok" or _TOP_K.match(k)) and out[k] is None:
                 out[k] = TOP_K
+            elif isinstance(k, str) and _MOE_FFN.match(k) and out[k] is None and k == "moe_intermediate_size":
+                out[k] = MOE_FFN
             elif k in ("n_shared_experts", "num_shared_experts") and out[k] is None:
                 out[k] = 1
+    layers = out.get("num_hidden_layers")
+    if "mlp_layer_types" in out and out["mlp_layer_types"] is None and _int(layers) and layers > 0:
+        out["mlp_layer_types"] = ["dense"] + ["sparse"] * (layers - 1)  # the checkpoint sets it: both kinds
     # sizes whose relation the model checks
     if _int(out.get("qk_nope_head_dim")) and _int(out.get("qk_rope_head_dim")):  # MLA: sums stay sums
         old_sum = original["qk_nope_head_dim"] + original["qk_rope_head_dim"]
@@ -827,6 +832,26 @@ def tiny_config(
 
     config_cls = config_cls or CONFIG_MAPPING[model_type]
     notes = notes if notes is not None else []
+    default = _defaults(model_type, config_cls, notes)
+    derived = _derived_layer_counts(config_cls, default)
+    adjustments = [*derived, *adjustments]
+    shrunk = _tiny_dict(default, adjustments)
+    return construct(
+        lambda d: config_cls.from_dict(copy.deepcopy(d)),
+        shrunk,
+        default=default,
+        unshrunk=lambda: _tiny_dict(default, adjustments, keep_layers=True),
+        notes=notes,
+    )
+
+
+def _defaults(model_type: str, config_cls: Any = None, notes: list[str] | None = None) -> dict[str, Any]:
+    """The config class's defaults as a dict (towers the defaults leave out filled with their own defaults;
+    defaults the class's own validators refuse fixed from the refusal)."""
+    from _config_backoff import construct
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    config_cls = config_cls or CONFIG_MAPPING[model_type]
     try:
         default = config_cls().to_dict()
     except Exception:  # noqa: BLE001 - defaults the class's own validators refuse: fix them from the refusal
@@ -848,14 +873,30 @@ def tiny_config(
                 default[key] = sub_cls().to_dict()
             except Exception:  # noqa: BLE001 - a sub-config without usable defaults stays None
                 pass
-    shrunk = _tiny_dict(default, adjustments)
-    return construct(
-        lambda d: config_cls.from_dict(copy.deepcopy(d)),
-        shrunk,
-        default=default,
-        unshrunk=lambda: _tiny_dict(default, adjustments, keep_layers=True),
-        notes=notes,
-    )
+    return default
+
+
+def _derived_layer_counts(config_cls: Any, default: dict[str, Any]) -> list[Any]:
+    """Adjustments resetting the layer counts the class derives itself (a field defaulting to None that its
+    ``__post_init__`` fills from the layer count, HRM's ``num_layers_per_stack``): None again, so the class derives
+    them from the shrunk count instead of the shrunk count contradicting them."""
+    import dataclasses
+
+    try:
+        fields = {f.name: f.default for f in dataclasses.fields(config_cls)}
+    except TypeError:  # not a dataclass config
+        return []
+    keys = [
+        k
+        for k, v in default.items()
+        if "layers" in k and k not in _LAYER_KEYS and _int(v) and k in fields and fields[k] is None
+    ]
+
+    def reset(d: dict[str, Any]) -> None:
+        for k in keys:
+            d[k] = None
+
+    return [reset] if keys else []
 
 
 def _tiny_dict(default: dict[str, Any], adjustments: list[Any] = (), keep_layers: bool = False) -> dict[str, Any]:
@@ -989,8 +1030,9 @@ def _audio_feature_inputs(model: Any, batch: int, frames: int, seed: int) -> lis
         "n_mels",
         default=16,
     )
-    channels = _get(audio, "input_channels", default=1)
-    mels = mels * channels if _int(channels) and channels > 1 else mels
+    for factor in ("input_channels", "num_stacked_frames"):  # channels; low-frame-rate stacking (mels x frames)
+        times = _get(audio, factor, default=1)
+        mels = mels * times if _int(times) and times > 1 else mels
     gen = torch.Generator().manual_seed(seed)
     candidates = []
     for shape in ((batch, mels, frames), (batch, frames, mels)):
@@ -1065,6 +1107,23 @@ def _grid_pixels(model: Any, batch: int, gen: Any, layout: int = 0) -> dict[str,
     return {"pixel_values": pixels, "image_grid_thw": torch.tensor([[1, side, side]] * batch)}
 
 
+def _patch_positions(model: Any, batch: int, gen: Any, name: str = "pixel_position_ids") -> dict[str, Any]:
+    """Images as flattened patches (batch, patches, C*P*P) with their (x, y) grid positions under ``name``: a
+    square grid whose side is twice the pooling kernel (Gemma 4 pools k x k patches into one soft token)."""
+    import torch
+
+    vision = _get(model.config, "vision_config", default=model.config)
+    patch = _get(vision, "model_patch_size", "patch_size", default=PATCH)
+    channels = _get(vision, "num_channels", default=3)
+    side = 2 * (_get(vision, "pooling_kernel_size", default=1) or 1)
+    ys, xs = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
+    grid = torch.stack([xs.flatten(), ys.flatten()], dim=-1)
+    return {
+        "pixel_values": torch.rand(batch, side * side, channels * patch * patch, generator=gen),
+        name: grid.expand(batch, -1, -1).clone(),
+    }
+
+
 def _vlm_inputs(model: Any, ids: _Ids, batch: int, text: int, seed: int) -> tuple[dict[str, Any], BaseException | None]:
     """input_ids with image placeholders (between the vision start/end tokens where the config has them) +
     the images; the placeholder count is read from the model's mismatch error (tokens: N, features: M) when the
@@ -1078,8 +1137,19 @@ def _vlm_inputs(model: Any, ids: _Ids, batch: int, text: int, seed: int) -> tupl
     patch = patch if _int(patch) else PATCH
     params = _params(model)
     gen = torch.Generator().manual_seed(seed)
+    inner = set(params)  # a head passing **kwargs on to its base model and encoder (DiffusionGemma)
+    stack = [getattr(model, name, None) for name in ("model", "encoder")]
+    while stack:
+        module = stack.pop()
+        if isinstance(module, torch.nn.Module):
+            inner |= _params(module)
+            stack += [getattr(module, name, None) for name in ("model", "encoder")]
+    positions = next((n for n in ("image_position_ids", "pixel_position_ids") if n in inner), None)
     if "image_grid_thw" in params:
         image_sets = [_grid_pixels(model, batch, gen, layout) for layout in (0, 1, 2)]
+        count = 4
+    elif positions:  # Gemma 4: flattened patches and their (x, y) positions
+        image_sets = [_patch_positions(model, batch, gen, positions)]
         count = 4
     else:
         channels = _get(vision, "num_channels", default=3)
@@ -1186,7 +1256,7 @@ def _extras(model: Any, ids: _Ids, inputs: dict[str, Any], seed: int) -> dict[st
     required = _required(model)
     if "input_values" in required and "input_values" not in out:  # audio-text dual encoders
         out["input_values"] = torch.randn(batch, 1, 4000, generator=gen)
-    if "input_features" in required and "input_features" not in out:
+    if "input_features" in params and "input_features" not in out:  # audio-text models (CLVP, speech LMs)
         out.update(_audio_feature_inputs(model, batch, 64, seed)[0])
     if "bbox" in params and "input_ids" in out:
         seq = out["input_ids"].shape[1]
@@ -1200,6 +1270,9 @@ def _seeded_model(model_cls: Any, config: Any) -> Any:
 
     torch.manual_seed(0)
     model = model_cls(config)
+    languages = getattr(config, "languages", None)
+    if hasattr(model, "set_default_language") and languages:  # X-MOD: the adapters of one language by default
+        model.set_default_language(list(languages)[0])
     # every tiny model computes in float32 (precision is tested elsewhere): a default config or a buffer in
     # bfloat16 (RecurrentGemma's normalizer) would make the backends' dtype checks, not the export, the subject
     low = {t.dtype for t in [*model.parameters(), *model.buffers()] if t.is_floating_point()} - {torch.float32}
@@ -1234,8 +1307,9 @@ def _walk(d: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
-def _adjustment(exc: BaseException) -> tuple[str, Any] | None:
-    """A config fix read from the model's own error (a size the defaults hide in the modeling code)."""
+def _adjustment(exc: BaseException, default: dict[str, Any]) -> tuple[str, Any] | None:
+    """A config fix read from the model's own error (a size the defaults hide in the modeling code);
+    ``default``: the unshrunk defaults, for fixes that back a size off to its default."""
     text = str(exc)
     match = _SPLIT_SUM.search(text)
     if match:  # M-RoPE sections default to [8, 12, 12] in the modeling code: split the shrunk rotary dim
@@ -1264,7 +1338,42 @@ def _adjustment(exc: BaseException) -> tuple[str, Any] | None:
                     level["head_dim"] = 4 * HEAD_DIM
 
         return f"head_dim={4 * HEAD_DIM}", wider
+    missing = _MISSING_ID.search(text)
+    if missing:  # the modeling code reads a token id its config class does not declare (the checkpoint's does)
+        name = missing.group(1)
+
+        def token(d: dict[str, Any]) -> None:
+            d[name] = _min_vocab(d) - 9 - len(name) % 4  # a free id near the top of the vocab
+
+        return f"{name} set", token
+    if _SIZE_MISMATCH.search(text):  # a stem whose stride is a constant of the modeling code: the default patch
+
+        def patch(d: dict[str, Any]) -> None:
+            for level, orig in _paired_levels(d, default):
+                for k in list(level):
+                    if isinstance(k, str) and _PATCH.match(k) and k in orig:
+                        level[k] = copy.deepcopy(orig[k])
+
+        return "patch sizes kept (the stem's stride is fixed in the modeling code)", patch
     return None
+
+
+_MISSING_ID = re.compile(r"object has no attribute '(\w+_token_id)'")
+_SIZE_MISMATCH = re.compile(
+    r"must match the size of tensor|is invalid for input of size|shapes cannot be multiplied|"
+    r"expected input with shape|to have \d+ channels"
+)
+
+
+def _paired_levels(d: dict[str, Any], orig: Any) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(level of ``d``, the same level of ``orig``) for every config level both hold."""
+    if not isinstance(orig, dict):
+        return []
+    pairs = [(d, orig)]
+    for k, v in d.items():
+        if isinstance(v, dict) and k not in ("id2label", "label2id"):
+            pairs += _paired_levels(v, orig.get(k))
+    return pairs
 
 
 def build_case(model_type: str, head: str | None = None) -> Case:
@@ -1302,7 +1411,7 @@ def build_case(model_type: str, head: str | None = None) -> Case:
             reason = skip_reason(exc)
             if reason:
                 raise BuildSkip(reason) from exc
-            fix = _adjustment(exc)
+            fix = _adjustment(exc, _defaults(model_type, config_cls))
             if fix is None or fix[0] in notes or len(adjustments) >= 3:
                 raise
             notes.append(fix[0])
@@ -1323,6 +1432,8 @@ _BUILDABLE = {
     "image_grid_thw",
     "hidden_states",
     "image_sizes",
+    "pixel_position_ids",
+    "image_position_ids",
 }
 
 
@@ -1336,6 +1447,18 @@ def _find_inputs(case: Case, ids: _Ids) -> None:
         raise BuildSkip(
             f"forward requires {', '.join(map(repr, unknown))}, which the sample-input builder cannot build"
         )
+    positions = next((n for n in ("pixel_position_ids", "image_position_ids") if n in required), None)
+    if positions and head != "image-text-to-text":  # a Gemma-4-style vision tower alone: patches + positions
+        import torch
+
+        found = [
+            _patch_positions(model, batch, torch.Generator().manual_seed(seed), positions)
+            for batch, seed in ((2, 0), (3, 1))
+        ]
+        for inputs in found:
+            _eager(model, inputs)
+        case.sample, case.other = found
+        return
     grid = next((n for n in ("grid_thw", "image_grid_thw") if n in required), None)
     if grid and head != "image-text-to-text":  # a Qwen-VL-style vision tower alone: patches + grid
         import torch
