@@ -120,6 +120,28 @@ OVERRIDES: dict[str, tuple[dict[str, Any], str]] = {
         {"axial_pos_embds_dim": [16, 16], "axial_pos_shape": [8, 8]},
         "axial position embeddings: their dims must sum to the hidden size, their shape bounds the sequence",
     ),
+    "clvp_encoder": (
+        {"num_attention_heads": 1},
+        "the rotary dim is max(projection_dim // (2 * heads), 32), a constant of the modeling code: one head of "
+        "the tiny hidden size (32) is as wide as it",
+    ),
+    "efficientloftr": (
+        {
+            k: None
+            for k in (
+                "hidden_size",
+                "intermediate_size",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "stage_num_blocks",
+                "stage_in_channels",
+                "out_features",
+            )
+        },
+        "its backbone's channels are nested per-block lists (stage_block_in/out_channels, 14 blocks deep) that "
+        "must match out_features, hidden_size and the rotary embedding's width: kept at the defaults (a few M "
+        "parameters)",
+    ),
     "bamba": (
         {"attn_layer_indices": [1]},
         "the defaults hold no attention layer (attn_layer_indices=None), which the model's cache cannot serve",
@@ -1013,6 +1035,7 @@ def _image_inputs(model: Any, batch: int, seed: int) -> list[dict[str, Any]]:
     frames = _get(vision, "num_frames", default=_get(config, "num_frames", default=None))
     if _int(frames):  # video: (batch, frames, channels, height, width)
         layouts.insert(0, (batch, frames, channels, *size))
+    layouts.append((batch, 2, channels, *size))  # keypoint matchers: a pair of images per row
     return [{"pixel_values": torch.randn(*shape, generator=gen)} for shape in layouts]
 
 
@@ -1020,16 +1043,12 @@ def _audio_feature_inputs(model: Any, batch: int, frames: int, seed: int) -> lis
     import torch
 
     config = model.config
+    names = ("feature_projection_input_dim", "num_mel_bins", "feature_size", "input_feat_per_channel", "n_mels")
     audio = _get(config, "audio_config", "encoder_config", default=config)
-    mels = _get(
-        audio,
-        "feature_projection_input_dim",
-        "num_mel_bins",
-        "feature_size",
-        "input_feat_per_channel",
-        "n_mels",
-        default=16,
-    )
+    if _get(audio, *names) is None:  # the mel size held by another tower (CLVP's decoder_config)
+        subs = [v for v in vars(config).values() if hasattr(v, "to_dict") and _get(v, *names) is not None]
+        audio = subs[0] if subs else audio
+    mels = _get(audio, *names, default=16)
     for factor in ("input_channels", "num_stacked_frames"):  # channels; low-frame-rate stacking (mels x frames)
         times = _get(audio, factor, default=1)
         mels = mels * times if _int(times) and times > 1 else mels
@@ -1307,9 +1326,10 @@ def _walk(d: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
-def _adjustment(exc: BaseException, default: dict[str, Any]) -> tuple[str, Any] | None:
+def _adjustment(exc: BaseException, default: dict[str, Any], notes: list[str] = ()) -> tuple[str, Any] | None:
     """A config fix read from the model's own error (a size the defaults hide in the modeling code);
-    ``default``: the unshrunk defaults, for fixes that back a size off to its default."""
+    ``default``: the unshrunk defaults, for fixes that back a size off to its default; ``notes``: the fixes
+    already applied (a back-off goes one step further each time)."""
     text = str(exc)
     match = _SPLIT_SUM.search(text)
     if match:  # M-RoPE sections default to [8, 12, 12] in the modeling code: split the shrunk rotary dim
@@ -1346,16 +1366,38 @@ def _adjustment(exc: BaseException, default: dict[str, Any]) -> tuple[str, Any] 
             d[name] = _min_vocab(d) - 9 - len(name) % 4  # a free id near the top of the vocab
 
         return f"{name} set", token
-    if _SIZE_MISMATCH.search(text):  # a stem whose stride is a constant of the modeling code: the default patch
+    if _SIZE_MISMATCH.search(text):  # sizes tied in the modeling code: back off, the narrowest first
+        for note, keep in _SIZE_BACKOFFS:
+            if note not in notes:
 
-        def patch(d: dict[str, Any]) -> None:
-            for level, orig in _paired_levels(d, default):
-                for k in list(level):
-                    if isinstance(k, str) and _PATCH.match(k) and k in orig:
-                        level[k] = copy.deepcopy(orig[k])
+                def restore(d: dict[str, Any], keep: Any = keep) -> None:
+                    for level, orig in _paired_levels(d, default):
+                        for k in list(level):
+                            if isinstance(k, str) and k in orig and keep(k, orig[k]):
+                                level[k] = copy.deepcopy(orig[k])
 
-        return "patch sizes kept (the stem's stride is fixed in the modeling code)", patch
+                return note, restore
     return None
+
+
+def _is_size(k: str, v: Any) -> bool:
+    """A width / head / channel size (not a layer count, layer list, vocab, position, image size or token id)."""
+    if k in _LAYER_KEYS or k in _NO_SHRINK or _STAGE_DEPTHS.match(k) or _INDEX_LIST.search(k):
+        return False
+    if k.startswith("num_") and not (_HEADS.match(k) or _KV_HEADS.match(k)):  # counts (queries, labels...)
+        return False
+    if any(p.match(k) for p in (_VOCAB, _POSITIONS, _IMAGE, _SPECIAL, _EXPERTS, _TOP_K, _WINDOW, _MEL)):
+        return False
+    ints = v if isinstance(v, list) else [v]
+    return bool(ints) and all(_int(x) for x in ints)
+
+
+#: (note, which default keys to restore) after a size mismatch, tried in this order
+_SIZE_BACKOFFS: list[tuple[str, Any]] = [
+    ("patch sizes kept (the stem's stride is fixed in the modeling code)", lambda k, v: bool(_PATCH.match(k))),
+    ("channel lists kept (the modeling code ties them)", lambda k, v: bool(_STAGE_SIZES.match(k))),
+    ("widths kept, layers shrunk (the modeling code ties them)", _is_size),
+]
 
 
 _MISSING_ID = re.compile(r"object has no attribute '(\w+_token_id)'")
@@ -1411,11 +1453,30 @@ def build_case(model_type: str, head: str | None = None) -> Case:
             reason = skip_reason(exc)
             if reason:
                 raise BuildSkip(reason) from exc
-            fix = _adjustment(exc, _defaults(model_type, config_cls))
-            if fix is None or fix[0] in notes or len(adjustments) >= 3:
+            fix = _adjustment(exc, _defaults(model_type, config_cls), notes)
+            if fix is None or fix[0] in notes or len(adjustments) >= 5:
                 raise
+            if fix[0].startswith("widths kept") and _parameters(model_cls, config_cls, model_type, adjustments, fix):
+                raise  # the defaults' widths would not make a tiny model
             notes.append(fix[0])
             adjustments.append(fix[1])
+
+
+#: the most parameters a model built with its default widths (layers shrunk) may have
+MAX_PARAMETERS = 60_000_000
+
+
+def _parameters(model_cls: Any, config_cls: Any, model_type: str, adjustments: list[Any], fix: Any) -> bool:
+    """Whether the model with ``fix`` applied has more than :data:`MAX_PARAMETERS` (built on the meta device)."""
+    import torch
+
+    try:
+        config = tiny_config(model_type, [*adjustments, fix[1]], config_cls)
+        with torch.device("meta"):
+            model = model_cls(config)
+        return sum(p.numel() for p in model.parameters()) > MAX_PARAMETERS
+    except Exception:  # noqa: BLE001 - the back-off does not even build: not worth trying
+        return True
 
 
 _BUILDABLE = {
