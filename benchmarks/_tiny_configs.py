@@ -300,7 +300,7 @@ _HIDDEN = re.compile(
     r".*_hidden_size)$"
 )
 _FFN = re.compile(
-    r"^(intermediate_size|ffn_dim|d_ff|n_inner|mlp_dim|linear_units|encoder_ffn_dim|decoder_ffn_dim|ffn_hidden_size|"
+    r"^(intermediate_size|ffn_dim|d_ff|dim_ff|n_inner|mlp_dim|linear_units|encoder_ffn_dim|decoder_ffn_dim|ffn_hidden_size|"
     r"hidden_dim|decoder_intermediate_size|encoder_intermediate_size|dim_feedforward|encoder_ffn_size|"
     r"vision_intermediate_size|text_intermediate_size|.*_intermediate_size|.*_ffn_dim|inner_dim|d_inner|"
     r"feed_forward_size|feedforward_dim|mlp_hidden_dim|projector_intermediate_size)$"

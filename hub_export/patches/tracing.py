@@ -2,6 +2,8 @@
 
 * :func:`size_one_dims_stay_dynamic` — 0/1 specialization (pytorch/pytorch#106289).
 * :func:`decode_attention_without_kv_copies` — transformers' SDPA repeats the KV cache in traced GQA decode steps.
+* :func:`~hub_export.patches.modeling.symbolic_sizes` — transformers' modeling code that pins a dynamic axis
+  (a Python list or loop over a size), rewritten on tensors for the models that use it.
 * :func:`experts_as_standard_ops` — transformers' mixture-of-experts layers (``@use_experts_implementation``)
   default to ``grouped_mm``: ``torch.histc`` + ``empty_permuted`` + the custom op
   ``transformers::grouped_mm_fallback``, which no backend but PyTorch itself can run (no ONNX function, no
@@ -18,6 +20,7 @@ from typing import Any
 
 from ..errors import PatchTargetMissing
 from ._base import patch_attribute
+from .modeling import symbolic_sizes
 
 __all__ = [
     "ExpertsChoice",
@@ -183,5 +186,7 @@ def tracing_patches(dynamic: bool, model: Any = None, experts: ExpertsChoice | N
             stack.enter_context(size_one_dims_stay_dynamic())
         if model is not None:
             stack.enter_context(experts_as_standard_ops(model, experts))
+            if dynamic:
+                stack.enter_context(symbolic_sizes(model))
         stack.enter_context(decode_attention_without_kv_copies())
         yield

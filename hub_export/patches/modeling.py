@@ -1,0 +1,135 @@
+"""Patches of transformers' modeling code that pins a dynamic axis while tracing, without changing a number.
+
+torch.export specializes an axis when the model's code turns its size into a Python value: a list built from
+``range(size)``, a Python loop over the rows of a batch. Each patch below replaces one such method with the same
+computation written on tensors, so the axis stays symbolic; eager results are bit-identical (the same ops on the
+same values, in the same order). A patch applies only while a model holding an instance of its class is traced
+(:func:`symbolic_sizes`); its class is looked up in the modeling module the model already imported, so a model
+type that is not used costs nothing, and a class or method that is gone raises ``PatchTargetMissing``.
+
+* ``CpmAntModel._prepare_attention_mask`` (transformers/models/cpmant/modeling_cpmant.py): the left-padding mask
+  is built from ``torch.tensor(list(range(seqlen - prompt_length))[::-1])``, which pins the sequence length.
+* ``ReformerAxialPositionEmbeddings.forward`` (transformers/models/reformer/modeling_reformer.py), in eval mode:
+  the position encodings are gathered row by row (``for i in range(batch_size)``), which pins the batch, after
+  cutting the table to ``position_ids.max().item() + 1`` positions, a data-dependent size. Gathering every row at
+  once from the whole table returns the same encodings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import PatchTargetMissing
+from ._base import patch_attribute
+
+__all__ = ["ModelingPatch", "MODELING_PATCHES", "symbolic_sizes"]
+
+
+@dataclass(frozen=True)
+class ModelingPatch:
+    """One method of transformers' modeling code replaced while tracing.
+
+    Attributes:
+        module: The modeling module holding the class (``transformers.models.<type>.modeling_<type>``).
+        owner: The class whose method pins an axis.
+        name: The method.
+        replacement: ``replacement(original) -> method``: the method to trace (it may call ``original``).
+        reason: What in the upstream code pins which axis.
+    """
+
+    module: str
+    owner: str
+    name: str
+    replacement: Callable[[Callable[..., Any]], Callable[..., Any]]
+    reason: str
+
+
+def _cpmant_attention_mask(original: Callable[..., Any]) -> Callable[..., Any]:
+    def prepare_attention_mask(self: Any, input_ids: Any, span: Any, context: Any, length: Any) -> Any:
+        import torch
+
+        batch, seqlen = input_ids.shape[0], input_ids.shape[1]
+        device = input_ids.device
+        steps = torch.arange(seqlen, device=device)
+        causal = (steps <= steps.view(-1, 1)).view(1, seqlen, seqlen)
+        mask = context[:, None, :] | (context[:, :, None].logical_not() & causal)
+        mask = mask & (span[:, None, :] == span[:, :, None])
+        # upstream: torch.tensor(list(range(seqlen - prompt_length))[::-1]) -- the same descending int64 range
+        descending = torch.arange(seqlen - self.prompt_length - 1, -1, -1, device=device)
+        mask_1d = descending[None, :].repeat(batch, 1) < length[:, None]
+        prompt = torch.ones(batch, self.prompt_length, device=device).bool()
+        mask_1d = torch.cat((prompt, mask_1d), dim=1)
+        return mask_1d.view(batch, seqlen, 1) & mask_1d.view(batch, 1, seqlen) & mask
+
+    return prepare_attention_mask
+
+
+def _reformer_axial_positions(original: Callable[..., Any]) -> Callable[..., Any]:
+    def forward(self: Any, position_ids: Any) -> Any:
+        import torch
+
+        if self.training:  # the training path has no loop: upstream's own
+            return original(self, position_ids)
+        batch_size, sequence_length = position_ids.shape
+        axial_h, axial_w = self.axial_pos_shape
+        torch._check(sequence_length <= axial_h * axial_w)
+        table = torch.cat([weight.expand(*self.axial_pos_shape, weight.shape[-1]) for weight in self.weights], -1)
+        table = table.reshape(1, axial_h * axial_w, table.shape[-1]).expand(batch_size, -1, -1)
+        index = position_ids[:, :, None].expand(-1, -1, table.shape[-1])
+        return torch.gather(table, 1, index)
+
+    return forward
+
+
+#: every modeling patch, applied by :func:`symbolic_sizes` to the models that hold its class
+MODELING_PATCHES: tuple[ModelingPatch, ...] = (
+    ModelingPatch(
+        "transformers.models.cpmant.modeling_cpmant",
+        "CpmAntModel",
+        "_prepare_attention_mask",
+        _cpmant_attention_mask,
+        "CPM-Ant's left-padding mask built from a Python list of range(sequence) pins the sequence length",
+    ),
+    ModelingPatch(
+        "transformers.models.reformer.modeling_reformer",
+        "AxialPositionEmbeddings",
+        "forward",
+        _reformer_axial_positions,
+        "Reformer's axial position encodings gathered row by row (a Python loop over the batch) pin the batch",
+    ),
+)
+
+
+@contextlib.contextmanager
+def symbolic_sizes(model: Any, patches: tuple[ModelingPatch, ...] = MODELING_PATCHES) -> Iterator[int]:
+    """Apply the patches whose class ``model`` holds an instance of; yields how many were applied.
+
+    Raises:
+        PatchTargetMissing: A patched class or method is gone from its (imported) modeling module.
+    """
+    classes = {type(module) for module in model.modules()} if hasattr(model, "modules") else set()
+    with contextlib.ExitStack() as stack:
+        applied = 0
+        for patch in patches:
+            module = sys.modules.get(patch.module)
+            if module is None:  # no model of this type was built in this process
+                continue
+            owner = getattr(module, patch.owner, None)
+            if owner is None:
+                raise PatchTargetMissing(
+                    f"Patch target {patch.module}.{patch.owner} is gone; the workaround for {patch.reason} needs review."
+                )
+            if not any(issubclass(cls, owner) for cls in classes):
+                continue
+            original = getattr(owner, patch.name, None)
+            if original is None:
+                raise PatchTargetMissing(
+                    f"Patch target {patch.owner}.{patch.name} is gone; the workaround for {patch.reason} needs review."
+                )
+            stack.enter_context(patch_attribute(owner, patch.name, patch.replacement(original), reason=patch.reason))
+            applied += 1
+        yield applied

@@ -1,0 +1,106 @@
+"""hub_export.patches.modeling: transformers' modeling code that pins a dynamic axis while tracing (a Python list
+or loop over a size) is traced from a tensor rewrite, so the export accepts other sizes with eager's numbers; the
+patches are restored after tracing and refuse to run silently when their target is gone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hub_export import DynamoConfig, DynamoExporter
+from hub_export.errors import PatchTargetMissing
+from hub_export.patches.modeling import MODELING_PATCHES, ModelingPatch, symbolic_sizes
+
+
+def _ids(batch: int, length: int, vocab: int = 64) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(batch * 100 + length)
+    ids = torch.randint(3, vocab, (batch, length), generator=generator)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+def _tiny(config_cls: type, model_cls: type, **sizes: object) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return model_cls(config_cls(**sizes)).eval()
+
+
+def _export_and_compare(model: torch.nn.Module, sample: dict, others: list[dict]) -> dict:
+    exported = DynamoExporter().export(model, sample, config=DynamoConfig(dynamic=True))
+    with torch.no_grad():
+        for inputs in [sample, *others]:
+            torch.testing.assert_close(exported(**inputs)["logits"], model(**inputs)["logits"], rtol=0, atol=1e-5)
+    return exported.components["model"].metadata.signature.dims
+
+
+def test_cpmant_sequence_stays_dynamic() -> None:
+    """CpmAntModel._prepare_attention_mask builds its padding mask from list(range(sequence)): pinned before."""
+    from transformers import CpmAntConfig, CpmAntForCausalLM
+    from transformers.models.cpmant.modeling_cpmant import CpmAntModel
+
+    original = CpmAntModel._prepare_attention_mask
+    model = _tiny(
+        CpmAntConfig,
+        CpmAntForCausalLM,
+        vocab_size=64,
+        hidden_size=32,
+        num_attention_heads=2,
+        dim_head=16,
+        dim_ff=64,
+        num_hidden_layers=1,
+        prompt_length=4,
+        prompt_types=4,
+        segment_types=4,
+        position_bias_num_buckets=32,
+        position_bias_max_distance=64,
+    )
+    dims = _export_and_compare(model, _ids(2, 7), [_ids(3, 11), _ids(2, 16)])
+    assert dims["sequence"].min != dims["sequence"].max and dims["sequence"].multiple_of == 1
+    assert CpmAntModel._prepare_attention_mask is original  # restored after tracing
+
+
+def test_reformer_batch_stays_dynamic() -> None:
+    """Reformer's axial position encodings were gathered row by row (a loop over the batch): pinned before. The
+    sequence stays bounded by the axial table (8 x 8 positions), which the dims say."""
+    from transformers import ReformerConfig, ReformerForMaskedLM
+
+    model = _tiny(
+        ReformerConfig,
+        ReformerForMaskedLM,
+        vocab_size=64,
+        hidden_size=32,
+        num_attention_heads=2,
+        attention_head_size=16,
+        feed_forward_size=64,
+        attn_layers=["local", "lsh"],
+        axial_pos_shape=[8, 8],
+        axial_pos_embds_dim=[16, 16],
+        local_attn_chunk_length=16,
+        lsh_attn_chunk_length=16,
+        num_buckets=4,
+        max_position_embeddings=64,
+        is_decoder=False,
+        hidden_dropout_prob=0.0,
+        local_attention_probs_dropout_prob=0.0,
+    )
+    dims = _export_and_compare(model, _ids(2, 7), [_ids(3, 11), _ids(4, 7)])
+    assert dims["batch"].max is None
+    assert dims["sequence"].max is not None and dims["sequence"].max <= 64
+
+
+def test_patches_apply_only_to_models_holding_their_class() -> None:
+    class Plain(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x
+
+    with symbolic_sizes(Plain()) as applied:
+        assert applied == 0
+
+
+def test_a_missing_target_is_refused() -> None:
+    import transformers.models.cpmant.modeling_cpmant  # noqa: F401 - the patch's module is imported
+
+    gone = ModelingPatch(
+        "transformers.models.cpmant.modeling_cpmant", "NoSuchClass", "forward", lambda f: f, "a test reason"
+    )
+    with pytest.raises(PatchTargetMissing, match="a test reason"), symbolic_sizes(torch.nn.Linear(1, 1), (gone,)):
+        pass
+    assert {p.owner for p in MODELING_PATCHES} == {"CpmAntModel", "AxialPositionEmbeddings"}
