@@ -205,7 +205,16 @@ class BuildSkip(Exception):
 
 # ---- enumeration ---------------------------------------------------------------------------------------------
 #: main input names :func:`build_case` knows how to build
-MAIN_INPUTS = ("input_ids", "pixel_values", "input_features", "input_values", "inputs")
+MAIN_INPUTS = (
+    "input_ids",
+    "pixel_values",
+    "input_features",
+    "input_values",
+    "inputs",
+    "past_values",
+    "states",
+    "pixel_values_videos",
+)
 
 
 def _heads() -> list[tuple[str, dict[str, Any]]]:
@@ -770,6 +779,8 @@ def _shrink(d: dict[str, Any], keep_layers: bool = False) -> dict[str, Any]:
                 out[k] = MOE_FFN
             elif k in ("n_shared_experts", "num_shared_experts") and out[k] is None:
                 out[k] = 1
+    if "prediction_length" in out and out["prediction_length"] is None:  # time series: set by the checkpoint
+        out["prediction_length"] = 4
     layers = out.get("num_hidden_layers")
     if "mlp_layer_types" in out and out["mlp_layer_types"] is None and _int(layers) and layers > 0:
         out["mlp_layer_types"] = ["dense"] + ["sparse"] * (layers - 1)  # the checkpoint sets it: both kinds
@@ -1500,9 +1511,19 @@ _BUILDABLE = {
 
 def _find_inputs(case: Case, ids: _Ids) -> None:
     """Fill ``case.sample`` / ``case.other``: the first candidate inputs eager runs (the oracle)."""
+    from _sample_inputs import special_inputs
+
     model, head = case.model, case.head
     main = getattr(model, "main_input_name", "input_ids")
     required = _required(model)
+    special = special_inputs(model, _params(model), required, lambda b, n, s: _text(model, ids, b, n, s))
+    if special is not None:
+        case.sample, case.other, note = special
+        for inputs in (case.sample, case.other):
+            _eager(model, inputs)
+        if note:
+            case.notes.append(note)
+        return
     unknown = [n for n in required if n not in _BUILDABLE and not n.endswith("_mask")]
     if unknown:
         raise BuildSkip(
