@@ -169,6 +169,10 @@ SKIPS: dict[str, str] = {
     "checkpoint's tokenizer; the default config has none",
     "emu3": "checkpoint-only component: the image-token vocabulary map (vocabulary_map) comes from the "
     "checkpoint's tokenizer; the default config has none",
+    "sam2_video": "stateful video tracking: its forward takes an inference_session object (frames, prompts and "
+    "memories kept across calls), not tensors; the image model (sam2) and its vision tower are covered",
+    "edgetam_video": "stateful video tracking: its forward takes an inference_session object (frames, prompts and "
+    "memories kept across calls), not tensors; the image model (edgetam) and its vision tower are covered",
     "gemma4_assistant": "not constructible in transformers 5.23: the config makes every layer share the target "
     "model's keys/values, which the text config's kv_sharing_modes refuses; its forward also needs the target "
     "model's shared_kv_states (a draft model of assisted generation)",
@@ -1638,21 +1642,26 @@ def _find_inputs(case: Case, ids: _Ids) -> None:
                 break
         if other is None:
             raise _err
-    elif main == "input_values":
+    elif main == "input_values" or main == "inputs":  # waveforms (a speech encoder-decoder names them inputs)
+
+        def waves(batch: int, samples: int, seed: int) -> list[dict[str, Any]]:
+            return [
+                {(main if k == "input_values" else k): v for k, v in c.items()}
+                for c in _waveform_inputs(model, batch, samples, seed)
+            ]
+
         sample = other = None
         error = None
         for samples in (4000, 8000, 16000):
-            sample, error = _first_running(
-                model, _with_decoder(model, ids, _waveform_inputs(model, 2, samples, 0), 2, 3, 0)
-            )
+            sample, error = _first_running(model, _with_decoder(model, ids, waves(2, samples, 0), 2, 3, 0))
             if sample is not None:
                 break
         if sample is None:
             raise error
-        rank = sample["input_values"].dim()
-        length = sample["input_values"].shape[-1]
+        rank = sample[main].dim()
+        length = sample[main].shape[-1]
         for more in (length + length // 2, length):
-            cands = [c for c in _waveform_inputs(model, 3, more, 1) if c["input_values"].dim() == rank]
+            cands = [c for c in waves(3, more, 1) if c[main].dim() == rank]
             other, _err = _first_running(model, _with_decoder(model, ids, cands, 3, 5, 1))
             if other is not None:
                 if more == length:
