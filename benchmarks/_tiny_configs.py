@@ -1373,6 +1373,14 @@ def _adjustment(exc: BaseException, default: dict[str, Any], notes: list[str] = 
                     level["head_dim"] = 4 * HEAD_DIM
 
         return f"head_dim={4 * HEAD_DIM}", wider
+    if "is not finite (the tiny random model" in text:  # activations vanished (or overflowed) through the stack
+
+        def init(d: dict[str, Any]) -> None:
+            for level in _walk(d):
+                if isinstance(level.get("initializer_range"), float):
+                    level["initializer_range"] *= 5
+
+        return "initializer_range x5 (the random model's outputs were not finite)", init
     missing = _MISSING_ID.search(text)
     if missing:  # the modeling code reads a token id its config class does not declare (the checkpoint's does)
         name = missing.group(1)
@@ -1463,6 +1471,7 @@ def build_case(model_type: str, head: str | None = None) -> Case:
             model = _seeded_model(model_cls, config)
             case = Case(model_type, model, {}, {}, head=arch.head, notes=config_notes + notes)
             _find_inputs(case, _Ids(config))
+            _check_finite(model, case.sample)
             return case
         except Exception as exc:
             reason = skip_reason(exc)
@@ -1672,6 +1681,17 @@ def _find_inputs(case: Case, ids: _Ids) -> None:
     else:
         raise BuildSkip(f"main input {main!r} (no sample-input builder for it)")
     case.sample, case.other = sample, other
+
+
+def _check_finite(model: Any, inputs: dict[str, Any]) -> None:
+    """Raise when eager's floating outputs on ``inputs`` are not all finite (a degenerate reference)."""
+    import torch
+
+    out = _eager(model, inputs)
+    values = out.values() if isinstance(out, dict) else (out if isinstance(out, (tuple, list)) else [out])
+    for value in values:
+        if torch.is_tensor(value) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise ValueError("eager output is not finite (the tiny random model overflows or vanishes)")
 
 
 def _same_layout(candidate: dict[str, Any], sample: dict[str, Any], frames_axis: int) -> bool:
