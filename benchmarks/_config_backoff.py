@@ -149,6 +149,8 @@ def construct(
                 notes.append(note)
                 continue
             keys = _named_keys(shrunk, text)
+            if any(re.search(r"ind(ex|ices|exes)", k) for k in keys) and unshrunk is not None and not kept_layers:
+                keys = []  # layer indices: keep the layers they index rather than indices past the last layer
             if default is not None and keys and _restore(shrunk, default, keys):
                 notes.append(f"{', '.join(keys)} kept at the defaults (validator)")
                 continue

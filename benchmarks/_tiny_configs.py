@@ -628,8 +628,9 @@ def _shrink_value(k: str, v: Any, d: dict[str, Any]) -> Any:
             return [_channels(x) if x > 0 else x for x in v]
         if k in ("tdnn_dim",):
             return [min(x, 16) for x in v]
-        if _IMAGE.match(k):
-            return [min(x, IMAGE) for x in v]
+        if _IMAGE.match(k):  # (height, width): the aspect ratio kept
+            scale = min(1.0, IMAGE / max(max(v), 1))
+            return [max(PATCH, int(x * scale)) for x in v]
         if _PATCH.match(k):
             return [min(x, PATCH) for x in v]
         if _WINDOW.match(k):
@@ -1051,6 +1052,7 @@ def _image_inputs(model: Any, batch: int, seed: int) -> list[dict[str, Any]]:
     if _int(frames):  # video: (batch, frames, channels, height, width)
         layouts.insert(0, (batch, frames, channels, *size))
     layouts.append((batch, 2, channels, *size))  # keypoint matchers: a pair of images per row
+    layouts.append((batch, channels, size[0] // 2, size[1]))  # half the height: the model stacks a prompt on it
     return [{"pixel_values": torch.randn(*shape, generator=gen)} for shape in layouts]
 
 
@@ -1274,6 +1276,11 @@ def _placeholders(
     return {}, error
 
 
+def _image_like(name: str) -> bool:
+    """A forward input shaped like the image (another view, a prompt image, a segmentation mask of it)."""
+    return name.endswith("pixel_values") or name in ("prompt_masks", "pixel_masks", "prompt_pixel_values")
+
+
 def _extras(model: Any, ids: _Ids, inputs: dict[str, Any], seed: int) -> dict[str, Any]:
     """``inputs`` plus the other modalities the forward takes (dual encoders: text + image; layout: boxes)."""
     import torch
@@ -1287,6 +1294,10 @@ def _extras(model: Any, ids: _Ids, inputs: dict[str, Any], seed: int) -> dict[st
         out.update(_image_inputs(model, batch, seed)[0])
     if "input_ids" in params and "input_ids" not in out:
         out.update(_text(model, ids, batch, 7, seed))
+    if "pixel_values" in out:  # required images besides the main one (SegGPT's prompt image and its mask)
+        for name in _required(model):
+            if _image_like(name) and name not in out:
+                out[name] = torch.randn(out["pixel_values"].shape, generator=gen)
     required = _required(model)
     if "input_values" in required and "input_values" not in out:  # audio-text dual encoders
         out["input_values"] = torch.randn(batch, 1, 4000, generator=gen)
@@ -1537,7 +1548,7 @@ def _find_inputs(case: Case, ids: _Ids) -> None:
         if note:
             case.notes.append(note)
         return
-    unknown = [n for n in required if n not in _BUILDABLE and not n.endswith("_mask")]
+    unknown = [n for n in required if n not in _BUILDABLE and not n.endswith("_mask") and not _image_like(n)]
     if unknown:
         raise BuildSkip(
             f"forward requires {', '.join(map(repr, unknown))}, which the sample-input builder cannot build"
