@@ -1,0 +1,78 @@
+"""benchmarks/_tiny_configs.py (the harness of ``coverage.py --all``): tiny configs that the config classes' own
+validators accept (refusals read and fixed by rule, or backed off), and sample inputs for the families whose main
+input is neither text, image nor audio. Config-only and one tiny model, so it stays fast."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from _config_backoff import construct, fix_from_message  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    ("message", "before", "after"),
+    [
+        (
+            "num_attention_heads (4) must be the same as num_key_value_heads (2).",
+            {"num_attention_heads": 4, "num_key_value_heads": 2},
+            {"num_attention_heads": 2, "num_key_value_heads": 2},
+        ),
+        (
+            "index_topk (4) must be divisible by index_kpool (16).",
+            {"index_topk": 4, "index_kpool": 16},
+            {"index_topk": 4, "index_kpool": 4},
+        ),
+        (
+            "`adaptor_config.intermediate_size` (64) must equal `text_config.hidden_size // 4` (8).",
+            {"adaptor_config": {"intermediate_size": 64}, "text_config": {"hidden_size": 32}},
+            {"adaptor_config": {"intermediate_size": 8}, "text_config": {"hidden_size": 32}},
+        ),
+        (
+            "hidden_size_per_layer_input must be 0, got 256",
+            {"text_config": {"hidden_size_per_layer_input": 256}},
+            {"text_config": {"hidden_size_per_layer_input": 0}},
+        ),
+    ],
+)
+def test_validator_messages_are_fixed_by_rule(message: str, before: dict, after: dict) -> None:
+    assert fix_from_message(before, message) is not None
+    assert before == after
+
+
+def test_an_unread_refusal_backs_off_to_the_defaults_then_keeps_the_layers() -> None:
+    def build(d: dict) -> dict:
+        if d["layers"] < 4:
+            raise ValueError("merge_index must be less than the smallest of intermediate_indices")
+        return d
+
+    notes: list[str] = []
+    shrunk = {"layers": 2, "merge_index": 2, "intermediate_indices": [1]}
+    default = {"layers": 24, "merge_index": 2, "intermediate_indices": [5, 11]}
+    built = construct(
+        build, shrunk, default, lambda: {"layers": 24, "merge_index": 2, "intermediate_indices": [5]}, notes
+    )
+    assert built["layers"] == 24 and notes == ["layer counts kept (validator)"]
+
+
+def test_tiny_configs_pass_their_own_validators() -> None:
+    import _tiny_configs as tiny
+
+    notes: list[str] = []
+    glm = tiny.tiny_config("glm5_next_text", notes=notes)  # kv heads kept equal to the heads; kpool divides topk
+    assert glm.num_attention_heads == glm.num_key_value_heads and glm.index_topk % glm.index_kpool == 0
+    hrm = tiny.tiny_config("hrm_text")  # the per-stack layer count is derived again from the shrunk count
+    assert hrm.num_hidden_layers == hrm.num_layers_per_stack * hrm.H_cycles * (hrm.L_cycles + 1)
+    assert hrm.num_layers_per_stack <= 4
+
+
+def test_decision_transformer_inputs_are_built() -> None:
+    import _tiny_configs as tiny
+
+    case = tiny.build_case("decision_transformer")
+    assert {"states", "actions", "returns_to_go", "timesteps"} <= set(case.sample)
+    assert case.other["states"].shape[:2] == (3, 9)  # another batch and another number of steps
