@@ -1483,6 +1483,7 @@ def build_case(model_type: str, head: str | None = None) -> Case:
             case = Case(model_type, model, {}, {}, head=arch.head, notes=config_notes + notes)
             _find_inputs(case, _Ids(config))
             _check_finite(model, case.sample)
+            _fixed_canvas(case, _Ids(config))
             return case
         except Exception as exc:
             reason = skip_reason(exc)
@@ -1692,6 +1693,20 @@ def _find_inputs(case: Case, ids: _Ids) -> None:
     else:
         raise BuildSkip(f"main input {main!r} (no sample-input builder for it)")
     case.sample, case.other = sample, other
+
+
+def _fixed_canvas(case: Case, ids: _Ids) -> None:
+    """A forward that samples its decoder canvas when ``decoder_input_ids`` is missing (block diffusion) gets one
+    (``canvas_length`` random ids, seeded), so eager is a deterministic reference."""
+    import torch
+
+    length = _get(case.model.config, "canvas_length", default=None)
+    if "decoder_input_ids" not in _params(case.model) or not _int(length):
+        return
+    for seed, inputs in enumerate((case.sample, case.other)):
+        first = next(v for v in inputs.values() if torch.is_tensor(v))
+        inputs.setdefault("decoder_input_ids", ids(first.shape[0], length, seed + 11))
+    _eager(case.model, case.sample)
 
 
 def _check_finite(model: Any, inputs: dict[str, Any]) -> None:
