@@ -1442,7 +1442,7 @@ _SIZE_BACKOFFS: list[tuple[str, Any]] = [
 
 _MISSING_ID = re.compile(r"object has no attribute '(\w+_token_id)'")
 _SIZE_MISMATCH = re.compile(
-    r"must match the size of tensor|is invalid for input of size|shapes cannot be multiplied|"
+    r"must match the size of tensor|is invalid for input of size|shapes cannot be multiplied|Sizes of tensors must match|"
     r"expected input with shape|to have \d+ channels"
 )
 
