@@ -13,6 +13,9 @@ type that is not used costs nothing, and a class or method that is gone raises `
   the position encodings are gathered row by row (``for i in range(batch_size)``), which pins the batch, after
   cutting the table to ``position_ids.max().item() + 1`` positions, a data-dependent size. Gathering every row at
   once from the whole table returns the same encodings.
+* ``ClvpRotaryPositionalEmbedding.forward`` (transformers/models/clvp/modeling_clvp.py): the embedding is cached
+  under the last sequence length seen (``sequence_length == self.cached_sequence_length``); tracing compares the
+  symbolic length with that Python int and pins it. The patch computes the embedding every call (no cache).
 """
 
 from __future__ import annotations
@@ -85,6 +88,17 @@ def _reformer_axial_positions(original: Callable[..., Any]) -> Callable[..., Any
     return forward
 
 
+def _clvp_rotary(original: Callable[..., Any]) -> Callable[..., Any]:
+    def forward(self: Any, hidden_states: Any) -> Any:
+        import torch
+
+        steps = torch.arange(hidden_states.shape[1], device=hidden_states.device).type_as(self.inv_freq)
+        freqs = steps[:, None] * self.inv_freq
+        return torch.cat((freqs, freqs), dim=-1).unsqueeze(0)
+
+    return forward
+
+
 #: every modeling patch, applied by :func:`symbolic_sizes` to the models that hold its class
 MODELING_PATCHES: tuple[ModelingPatch, ...] = (
     ModelingPatch(
@@ -100,6 +114,14 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
         "forward",
         _reformer_axial_positions,
         "Reformer's axial position encodings gathered row by row (a Python loop over the batch) pin the batch",
+    ),
+    ModelingPatch(
+        "transformers.models.clvp.modeling_clvp",
+        "ClvpRotaryPositionalEmbedding",
+        "forward",
+        _clvp_rotary,
+        "CLVP's rotary embedding is cached under the last Python sequence length it saw: comparing the traced "
+        "length with it pins the sequence",
     ),
 )
 
