@@ -11,7 +11,8 @@ what torch writes for our exports and nothing else:
   (:data:`SYMPY_HEADS`), nested at most :data:`MAX_DEPTH` deep, with small exponents;
 * a guard is a Python expression whose syntax tree holds only integer comparisons and arithmetic over sources
   ``L['name'][0].size()[1]``, with ``max``/``min``/``abs``/``math.floor``/``math.ceil`` and ``and``/``or``/``not``;
-* names are identifiers, qualified names are dotted identifiers, node targets are in an allow-list.
+* names are identifiers, qualified names are dotted identifiers, node targets are in an allow-list (with the
+  functorch calls one ``torch.vmap`` writes, checked by :mod:`._vmap`).
 
 Every check is linear in the length of its string, and the strings are bounded.
 """
@@ -23,6 +24,7 @@ import re
 from typing import Any
 
 from ..._bounded import json_depth
+from ._vmap import VMAP_TARGETS
 
 __all__ = [
     "MAX_DEPTH",
@@ -391,8 +393,8 @@ def check_target(target: Any) -> bool:
     """
     if not isinstance(target, str):
         raise ValueError("a node target is a string")
-    if target in _OPERATOR_TARGETS or target in _TORCH_TARGETS or target in _MATH_TARGETS:
-        return False
+    if target in _OPERATOR_TARGETS or target in _TORCH_TARGETS or target in _MATH_TARGETS or target in VMAP_TARGETS:
+        return False  # torch.vmap's calls: their arguments and nesting are checked per graph (._vmap)
     if target.startswith("torch.ops.higher_order."):
         name = target[len("torch.ops.higher_order.") :]
         if name in HIGHER_ORDER:
