@@ -9,7 +9,11 @@
   ``-inf`` to the dtype's lowest value, which silently undid microsoft/onnxscript#2479: a query row that masks every
   key (left padding) now averages the values instead of returning zeros like ATen's ``_safe_softmax``. Our
   translation runs torchlib's and zeroes those rows (boolean masks, and float masks that are ``-inf`` everywhere).
-  The table also translates our custom op ``hub_export::moe`` (traced for ``ort_fusions="cuda"``) into
+  The table also translates ``aten._is_all_true`` / ``aten._is_any_true``, which torchlib lacks (no ONNX function
+  registered, microsoft/onnxscript torch_lib): ``torch._check_tensor_all(cond)`` (transformers'
+  ``torch_compilable_check`` while tracing, e.g. "image tokens match image features") records one; it becomes a
+  ``ReduceMin`` / ``ReduceMax`` of the condition (an empty tensor is all-true and not any-true, as in ATen).
+  It also translates our custom op ``hub_export::moe`` (traced for ``ort_fusions="cuda"``) into
   ``com.microsoft::MoE`` (:mod:`hub_export.backends.onnx._moe`).
 """
 
@@ -82,13 +86,39 @@ def _safe_sdpa(
     return op.Where(nothing, zero, output)
 
 
+def _reduce_bool(condition: Any, reduce: str) -> Any:
+    """A 0-d boolean: ``reduce`` (ReduceMin: all, ReduceMax: any) of ``condition`` as 0/1 integers."""
+    import onnx_ir as ir
+    from onnxscript.onnx_opset import opset18
+
+    op: Any = opset18
+    as_int = op.Cast(condition, to=ir.DataType.INT32)
+    # ONNX reduces an empty tensor to the type's largest (Min) or smallest (Max) value: True for all, False for any
+    return op.Cast(getattr(op, reduce)(as_int, keepdims=0), to=ir.DataType.BOOL)
+
+
+def _is_all_true(condition: Any) -> Any:
+    """``aten._is_all_true``: a 0-d boolean, True when every element is nonzero."""
+    return _reduce_bool(condition, "ReduceMin")
+
+
+def _is_any_true(condition: Any) -> Any:
+    """``aten._is_any_true``: a 0-d boolean, True when some element is nonzero."""
+    return _reduce_bool(condition, "ReduceMax")
+
+
 def translation_table() -> dict[Any, Any]:
     """``custom_translation_table`` for ``torch.onnx.export`` (see this module's docstring)."""
     import torch
 
     from ._moe import moe_op, translate_moe
 
-    return {torch.ops.aten.scaled_dot_product_attention.default: _safe_sdpa, moe_op(): translate_moe}
+    return {
+        torch.ops.aten.scaled_dot_product_attention.default: _safe_sdpa,
+        torch.ops.aten._is_all_true.default: _is_all_true,
+        torch.ops.aten._is_any_true.default: _is_any_true,
+        moe_op(): translate_moe,
+    }
 
 
 @contextlib.contextmanager

@@ -1,0 +1,35 @@
+"""Operators torchlib has no ONNX function for, translated by ``backends/onnx/patches.translation_table``.
+
+Each test exports a tiny model that records the operator the way transformers models do, runs the ONNX export on
+inputs where the answer differs, and compares with eager.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hub_export import OnnxConfig, OnnxExporter
+
+
+class Checks(torch.nn.Module):
+    """``torch._check_tensor_all`` (as transformers' ``torch_compilable_check`` does while tracing) and both
+    reductions as outputs."""
+
+    def forward(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        torch._check_tensor_all(input_ids >= 0)
+        large = input_ids > 2
+        return {"all": torch.ops.aten._is_all_true(large), "any": torch.ops.aten._is_any_true(large)}
+
+
+@pytest.fixture(scope="module")
+def checks() -> object:
+    sample = {"input_ids": torch.tensor([[1, 3, 2, 3], [3, 1, 1, 1]])}
+    return OnnxExporter().export(Checks().eval(), sample, config=OnnxConfig(dynamic=True))
+
+
+@pytest.mark.parametrize("ids", [[[3, 4], [5, 6]], [[1, 1, 0]], [[1, 7, 1]]])
+def test_is_all_true_and_is_any_true_match_eager(checks: object, ids: list[list[int]]) -> None:
+    inputs = {"input_ids": torch.tensor(ids)}
+    got, expected = checks(**inputs), Checks()(**inputs)  # type: ignore[operator]
+    assert {k: bool(v) for k, v in got.items()} == {k: bool(v) for k, v in expected.items()}
