@@ -57,6 +57,7 @@ class FlatModule:
                 self.model = model
                 self.output_names: list[str] = []
                 self.output_structure: dict[str, Any] | None = None
+                self.sizes: set[str] = set()  # outputs that are sizes of dynamic dims: returned as tensors
 
             def forward(self, *tensors: Any) -> tuple[Any, ...]:
                 kwargs = {name: unflatten(node, list(tensors)) for name, node in input_structure}
@@ -64,7 +65,7 @@ class FlatModule:
                 leaves: list[tuple[str, Any]] = []
                 # a ModelOutput's tensors are named after its fields; a bare tensor or tuple is `output`, `output.0`
                 path = () if is_model_output(outputs) else ("output",)
-                self.output_structure = flatten_value(outputs, path, leaves)
+                self.output_structure = flatten_value(outputs, path, leaves, self.sizes)
                 self.output_names = [name for name, _ in leaves]
                 return tuple(tensor for _, tensor in leaves)
 
@@ -327,6 +328,11 @@ def trace(
                 "Try attn_implementation='sdpa' or 'eager', dynamic=False, or explicit dynamic_shapes with "
                 "prefer_deferred_runtime_asserts_over_guards=True."
             ) from exc
+        if wrapper.sizes and len(expected) != len(program.graph_signature.user_outputs):
+            # the trace returned sizes of dynamic dims as tensors where eager returned ints: eager again, alike
+            with torch.no_grad():
+                expected = [t.detach().clone() for t in wrapper(*[t.clone() for t in sample])]
+            output_names, output_structure = list(wrapper.output_names), wrapper.output_structure
     finally:
         model.train(was_training)
     _detach_weights(program)
