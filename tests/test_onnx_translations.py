@@ -33,3 +33,26 @@ def test_is_all_true_and_is_any_true_match_eager(checks: object, ids: list[list[
     inputs = {"input_ids": torch.tensor(ids)}
     got, expected = checks(**inputs), Checks()(**inputs)  # type: ignore[operator]
     assert {k: bool(v) for k, v in got.items()} == {k: bool(v) for k, v in expected.items()}
+
+
+class Squeezes(torch.nn.Module):
+    """``squeeze`` of axes that are not 1 (a no-op in ATen, as an RNN-T joint's ``logits.squeeze(2)`` over a
+    decoder length above 1), of axes that are, and of a mix."""
+
+    def forward(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        grid = input_ids[:, :, None, None].float() * torch.ones(1, 1, 3, 1)  # [batch, sequence, 3, 1]
+        return {
+            "not_one": grid.squeeze(2),
+            "one": grid.squeeze(-1),
+            "mixed": grid.squeeze((1, 2, 3)),
+            "first": input_ids[:, :1].squeeze(1),
+        }
+
+
+def test_squeeze_of_an_axis_that_is_not_one_does_nothing() -> None:
+    sample = {"input_ids": torch.tensor([[1, 3, 2, 3], [3, 1, 1, 1]])}
+    exported = OnnxExporter().export(Squeezes().eval(), sample, config=OnnxConfig(dynamic=True))
+    inputs = {"input_ids": torch.arange(9).reshape(3, 3)}
+    got, expected = exported(**inputs), Squeezes()(**inputs)
+    for name, value in expected.items():
+        torch.testing.assert_close(got[name], value, check_dtype=False)

@@ -13,6 +13,10 @@
   registered, microsoft/onnxscript torch_lib): ``torch._check_tensor_all(cond)`` (transformers'
   ``torch_compilable_check`` while tracing, e.g. "image tokens match image features") records one; it becomes a
   ``ReduceMin`` / ``ReduceMax`` of the condition (an empty tensor is all-true and not any-true, as in ATen).
+  ``aten.squeeze.dim`` / ``.dims`` follow ATen, where squeezing an axis whose size is not 1 does nothing: torchlib
+  emits ``Squeeze`` on that axis regardless, which ONNX Runtime refuses when it loads the model ("Dimension of input
+  2 must be 1 instead of 3", an RNN-T joint's ``logits.squeeze(2)`` over a decoder length of 3). Our translation
+  squeezes only the axes the traced shape says are 1 (a dynamic dim was traced as not 1, so it stays).
   It also translates our custom op ``hub_export::moe`` (traced for ``ort_fusions="cuda"``) into
   ``com.microsoft::MoE`` (:mod:`hub_export.backends.onnx._moe`).
 """
@@ -107,6 +111,26 @@ def _is_any_true(condition: Any) -> Any:
     return _reduce_bool(condition, "ReduceMax")
 
 
+def _squeeze_dims(self: Any, dims: Any) -> Any:
+    """``aten.squeeze.dims``: squeeze the axes of ``dims`` whose traced size is 1; the others stay (as in ATen)."""
+    from onnxscript.onnx_opset import opset18
+
+    op: Any = opset18
+    shape = self.shape
+    if shape is None:  # rank unknown: ONNX's Squeeze, as torchlib does
+        return op.Squeeze(self, op.Constant(value_ints=list(dims)))
+    rank = len(shape)
+    if rank == 0:
+        return op.Identity(self)
+    axes = sorted({d % rank for d in dims if isinstance(shape[d % rank], int) and shape[d % rank] == 1})
+    return op.Squeeze(self, op.Constant(value_ints=axes)) if axes else op.Identity(self)
+
+
+def _squeeze_dim(self: Any, dim: int) -> Any:
+    """``aten.squeeze.dim``: see :func:`_squeeze_dims`."""
+    return _squeeze_dims(self, [dim])
+
+
 def translation_table() -> dict[Any, Any]:
     """``custom_translation_table`` for ``torch.onnx.export`` (see this module's docstring)."""
     import torch
@@ -117,6 +141,8 @@ def translation_table() -> dict[Any, Any]:
         torch.ops.aten.scaled_dot_product_attention.default: _safe_sdpa,
         torch.ops.aten._is_all_true.default: _is_all_true,
         torch.ops.aten._is_any_true.default: _is_any_true,
+        torch.ops.aten.squeeze.dim: _squeeze_dim,
+        torch.ops.aten.squeeze.dims: _squeeze_dims,
         moe_op(): translate_moe,
     }
 
