@@ -56,3 +56,29 @@ def test_squeeze_of_an_axis_that_is_not_one_does_nothing() -> None:
     got, expected = exported(**inputs), Squeezes()(**inputs)
     for name, value in expected.items():
         torch.testing.assert_close(got[name], value, check_dtype=False)
+
+
+class TwoClamps(torch.nn.Module):
+    """Two clamps of one tensor with other bounds, written as min/max (onnxscript fuses each into a ``Clip`` whose
+    bounds it names after the tensor: the second used to replace the first's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(16, 8)
+
+    def forward(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        hidden = self.embed(input_ids) * 3.0
+        narrow = torch.minimum(torch.maximum(hidden, torch.tensor(-0.5)), torch.tensor(0.5))
+        wide = torch.maximum(torch.minimum(hidden, torch.tensor(2.0)), torch.tensor(-2.0))
+        return {"logits": narrow * 10.0 + wide}
+
+
+def test_two_clip_fusions_of_one_tensor_keep_their_bounds() -> None:
+    model = TwoClamps().eval()
+    sample = {"input_ids": torch.tensor([[1, 3, 2, 3], [3, 1, 1, 1]])}
+    exported = OnnxExporter().export(model, sample, config=OnnxConfig(dynamic=True))
+    program = exported.components["model"].program
+    assert sum(node.op_type == "Clip" for node in program.graph) == 2  # the fusion this guards happened
+    inputs = {"input_ids": torch.arange(15).reshape(3, 5)}
+    torch.testing.assert_close(exported(**inputs)["logits"], model(**inputs)["logits"])

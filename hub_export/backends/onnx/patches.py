@@ -19,6 +19,12 @@
   squeezes only the axes the traced shape says are 1 (a dynamic dim was traced as not 1, so it stays).
   It also translates our custom op ``hub_export::moe`` (traced for ``ort_fusions="cuda"``) into
   ``com.microsoft::MoE`` (:mod:`hub_export.backends.onnx._moe`).
+* :func:`register_orphan_constants` — onnxscript 0.7's rewriter (``RewriteRuleSet._apply_to_graph_or_function``)
+  stores each new initializer of a rewrite under its name, replacing one of the same name (its "already exists" check
+  skips nothing). The Min/Max-to-Clip rules name their bounds ``<input>_min`` / ``<input>_max``, so two clamps of one
+  tensor (an audio conformer's) leave the first ``Clip`` reading a constant that is no longer in the graph: ONNX
+  Runtime refuses the model ("Node input 'x_min_1' is not a graph input, initializer, or output of a previous
+  node"). After optimizing, such constants are registered again, under unique names.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from typing import Any
 
 from ...patches import patch_attribute
 
-__all__ = ["onnx_export_patches", "translation_table", "views_as_reshapes"]
+__all__ = ["onnx_export_patches", "register_orphan_constants", "translation_table", "views_as_reshapes"]
 
 
 @contextlib.contextmanager
@@ -145,6 +151,33 @@ def translation_table() -> dict[Any, Any]:
         torch.ops.aten.squeeze.dims: _squeeze_dims,
         moe_op(): translate_moe,
     }
+
+
+def register_orphan_constants(model: Any) -> int:
+    """Register the constants nodes read that no graph holds (onnxscript's rewriter dropped them; see above).
+
+    Returns:
+        How many were registered.
+    """
+    import onnx_ir as ir
+
+    graph = model.graph
+    registered = 0
+    for node in ir.traversal.RecursiveGraphIterator(graph):
+        for value in node.inputs:
+            if value is None or value.const_value is None or value.producer() is not None:
+                continue
+            if value.is_graph_input() or value.is_initializer():
+                continue
+            base, index = value.name or "constant", 0
+            name = base
+            while name in graph.initializers:  # a subgraph's node may read the main graph's initializers
+                index += 1
+                name = f"{base}_{index}"
+            value.name = name
+            graph.register_initializer(value)
+            registered += 1
+    return registered
 
 
 @contextlib.contextmanager
