@@ -1,7 +1,8 @@
 """Valid programs the strict ``.pt2`` reader must load: ``torch.vmap`` and ``torch.no_grad()`` inside ``forward``.
 
 The reader (``backends/dynamo/_pt2.py``) refuses what it cannot vouch for; these are the shapes of valid exports it
-used to refuse (coverage matrix: gemma4_audio's ``vmap``, phi4_multimodal's unused ``no_grad`` mask), each
+used to refuse (coverage matrix: gemma4_audio's ``vmap``, phi4_multimodal's unused ``no_grad`` mask, the float
+guards of vision models that take the square root of a patch count: dinov3_vit, cohere2_vision), each
 saved, loaded back and compared with eager, and the rules that admit them shown to still refuse their abuse.
 """
 
@@ -17,6 +18,7 @@ import pytest
 import torch
 
 from hub_export import DynamoConfig, DynamoExporter, ExportedModel
+from hub_export.backends.dynamo._grammar import check_guard
 from hub_export.backends.dynamo._program_schema import validate_document
 from hub_export.backends.dynamo._vmap import PREDISPATCH
 
@@ -142,3 +144,43 @@ def test_vmap_calls_must_nest_and_take_their_arguments(vmap_program: dict[str, A
     edit(changed)
     with pytest.raises(ValueError, match=message):
         validate_document(changed, "ExportedProgram")
+
+
+class SquarePatches(torch.nn.Module):
+    """Takes the side of a square grid of 8x8 patches (``int(n ** 0.5)``), as ViT position embeddings do: torch
+    guards the export with ``math.trunc(torch.sym_float(...) ** 0.5) == side``."""
+
+    def forward(self, pixel_values: torch.Tensor) -> dict[str, torch.Tensor]:
+        patches = (pixel_values.shape[2] // 8) * (pixel_values.shape[3] // 8)
+        side = int(patches**0.5)
+        return {"logits": pixel_values.mean((2, 3)) * side}
+
+
+def test_a_program_guarded_by_float_arithmetic_loads(tmp_path: Path) -> None:
+    model = SquarePatches().eval()
+    sample = {"pixel_values": torch.randn(1, 3, 64, 64)}
+    path = DynamoExporter().export(model, sample, config=DynamoConfig(dynamic=True)).save_pretrained(tmp_path / "e")
+    assert any("torch.sym_float" in guard and "** 0.5" in guard for guard in _program_json(Path(path))["guards_code"])
+    other = {"pixel_values": torch.randn(2, 3, 64, 64)}
+    torch.testing.assert_close(ExportedModel.from_pretrained(path)(**other)["logits"], model(**other)["logits"])
+
+
+def test_guards_admit_finite_floats_and_torch_number_helpers_only() -> None:
+    for guard in (
+        "math.trunc(torch.sym_float((L['t'][2].size()[3] // 8)*(L['t'][2].size()[2] // 8)) ** 0.5) == 8",
+        "1 + (L['t'][0].size()[3] // 8) + ((-1)*math.ceil((((-0.5) + torch.sym_float(L['t'][0].size()[3] // 8))"
+        " / 1.0))) >= 0",
+        "torch.sym_max(L['t'][0].size()[0], 2) == torch.sym_int(torch.sym_sqrt(4.0)) + 0",
+    ):
+        check_guard(guard)
+    for guard in (
+        "torch.load('f') == 1",
+        "torch.sym_float.__globals__ == 1",
+        "torch.sym_float(L['t'][0].size()[0], x=1) == 1.0",
+        "L['t'][0].size()[0] == 1e999",
+        "L['t'][0].size()[0] ** 1e6 > 1",
+        "L['t'][0].size()[0] == 'a'",
+        "os.sym_float(1) == 1",
+    ):
+        with pytest.raises(ValueError):
+            check_guard(guard)

@@ -9,8 +9,9 @@ what torch writes for our exports and nothing else:
 * a symbolic expression is sympy's ``srepr`` of an integer expression: ``Symbol('s0', positive=True,
   integer=True)``, ``Integer(n)``, ``Add``/``Mul``/``Pow`` and the integer functions and relations torch uses
   (:data:`SYMPY_HEADS`), nested at most :data:`MAX_DEPTH` deep, with small exponents;
-* a guard is a Python expression whose syntax tree holds only integer comparisons and arithmetic over sources
-  ``L['name'][0].size()[1]``, with ``max``/``min``/``abs``/``math.floor``/``math.ceil`` and ``and``/``or``/``not``;
+* a guard is a Python expression whose syntax tree holds only comparisons and arithmetic of numbers over sources
+  ``L['name'][0].size()[1]``, with ``max``/``min``/``abs``/``math.floor``/``math.ceil``, torch's ``sym_float``
+  family and ``and``/``or``/``not``;
 * names are identifiers, qualified names are dotted identifiers, node targets are in an allow-list (with the
   functorch calls one ``torch.vmap`` writes, checked by :mod:`._vmap`).
 
@@ -271,8 +272,9 @@ def check_guard(text: Any) -> None:
     """Check one ``guards_code`` entry: a boolean combination of integer comparisons over input sizes.
 
     The entry is parsed with :func:`ast.parse` (which never runs anything) and every node of the tree must be one of:
-    ``and``/``or``/``not``, a comparison, ``+ - * / // %``, a power with a small integer exponent, an integer, a
-    call of ``max``/``min``/``abs``/``math.floor``/``math.ceil``/``math.trunc``, or a source
+    ``and``/``or``/``not``, a comparison, ``+ - * / // %``, a power with a small constant exponent, an integer or a
+    finite float, a call of ``max``/``min``/``abs``/``math.floor``/``math.ceil``/``math.trunc`` or of torch's
+    ``sym_float``/``sym_int``/``sym_max``/``sym_min``/``sym_sqrt``, or a source
     ``L['name'][0]['key'].size()[1]`` (also ``.stride()[i]``, ``.storage_offset()``). This is exactly what Python
     evaluates when ``ExportedProgram.module()`` compiles the guards.
 
@@ -304,7 +306,24 @@ def check_guard(text: Any) -> None:
 
 
 _GUARD_CALLS = frozenset({"max", "min", "abs"})
-_GUARD_MATH = frozenset({"floor", "ceil", "trunc"})
+#: ``module.function`` calls a guard may make: math's roundings, and torch's symbolic-number helpers (pure
+#: arithmetic on ints and floats: a size as a float for a float division or a square root, and back).
+_GUARD_MODULE_CALLS = {
+    "math": frozenset({"floor", "ceil", "trunc"}),
+    "torch": frozenset({"sym_float", "sym_int", "sym_max", "sym_min", "sym_sqrt"}),
+}
+_MAX_FLOAT_TEXT = 32
+
+
+def _is_number(value: Any) -> bool:
+    """An int of at most :data:`_MAX_DIGITS` digits or a finite float (bools and other constants are not)."""
+    import math
+
+    if type(value) is int:
+        return len(str(abs(value))) <= _MAX_DIGITS
+    return type(value) is float and math.isfinite(value) and len(repr(value)) <= _MAX_FLOAT_TEXT
+
+
 _GUARD_METHODS = frozenset({"size", "stride"})
 
 
@@ -318,8 +337,8 @@ def _guard_children(node: Any, ast: Any) -> list[Any] | None:
         return [node.left, *node.comparators]
     if isinstance(node, ast.BinOp):
         if isinstance(node.op, ast.Pow):
-            exponent = node.right
-            if not (isinstance(exponent, ast.Constant) and type(exponent.value) is int):
+            exponent = node.right  # an int, or a float such as the 0.5 of a square root of sizes
+            if not (isinstance(exponent, ast.Constant) and _is_number(exponent.value)):
                 return None
             if abs(exponent.value) > _MAX_EXPONENT:
                 return None
@@ -328,8 +347,7 @@ def _guard_children(node: Any, ast: Any) -> list[Any] | None:
             return [node.left, node.right]
         return None
     if isinstance(node, ast.Constant):
-        value = node.value
-        return [] if type(value) is int and len(str(abs(value))) <= _MAX_DIGITS else None
+        return [] if _is_number(node.value) else None
     if isinstance(node, ast.Call):
         func = node.func
         if not node.args:
@@ -337,13 +355,12 @@ def _guard_children(node: Any, ast: Any) -> list[Any] | None:
         if node.keywords:
             return None
         named = isinstance(func, ast.Name) and func.id in _GUARD_CALLS
-        math_call = (
+        module_call = (
             isinstance(func, ast.Attribute)
-            and func.attr in _GUARD_MATH
             and isinstance(func.value, ast.Name)
-            and func.value.id == "math"
+            and func.attr in _GUARD_MODULE_CALLS.get(func.value.id, ())
         )
-        return list(node.args) if named or math_call else None
+        return list(node.args) if named or module_call else None
     if isinstance(node, ast.Subscript):
         return [] if _is_source(node, ast) else None
     return None
