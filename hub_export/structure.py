@@ -97,7 +97,7 @@ def flatten_value(
         return {"type": "tensor", "index": len(leaves) - 1}
     if sizes is not None and (isinstance(value, torch.SymInt) or (type(value) is int and _join(path) in sizes)):
         sizes.add(_join(path))
-        leaves.append((_join(path), torch.scalar_tensor(value, dtype=torch.int64)))
+        leaves.append((_join(path), torch.scalar_tensor(value, dtype=torch.int64)))  # type: ignore[arg-type]
         return {"type": "tensor", "index": len(leaves) - 1}
     if value is None:
         return {"type": "none"}

@@ -418,20 +418,24 @@ def _drop_empty_regions(program: Any) -> int:
         graph = getattr(module, "graph", None)
         if graph is None:
             continue
+        here = 0
         for node in list(graph.nodes):
             name = getattr(node.target, "__name__", "")
             if node.op != "call_function" or name not in _REGION_OPS or node.users:
                 continue
-            body = next((arg for arg in node.args if getattr(arg, "op", None) == "get_attr"), None)
+            body: Any = next((arg for arg in node.args if getattr(arg, "op", None) == "get_attr"), None)
             subgraph = getattr(module, body.target, None) if body is not None else None
-            outputs = next((n.args[0] for n in subgraph.graph.nodes if n.op == "output"), None) if subgraph else None
-            if subgraph is None or outputs is None or len(outputs) > 0:
+            if subgraph is None:
+                continue
+            outputs = next((n.args[0] for n in subgraph.graph.nodes if n.op == "output"), None)
+            if outputs is None or len(outputs) > 0:
                 continue
             graph.erase_node(node)
             if not body.users:
                 graph.erase_node(body)
                 module.delete_submodule(body.target)
-            removed += 1
-        if removed:
+            here += 1
+        if here:
             module.recompile()
+            removed += here
     return removed
