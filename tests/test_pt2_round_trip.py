@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from hub_export import DynamoConfig, DynamoExporter, ExportedModel
-from hub_export.backends.dynamo._grammar import check_guard
+from hub_export.backends.dynamo._grammar import check_guard, check_sym_expr
 from hub_export.backends.dynamo._program_schema import validate_document
 from hub_export.backends.dynamo._vmap import PREDISPATCH
 
@@ -148,21 +148,43 @@ def test_vmap_calls_must_nest_and_take_their_arguments(vmap_program: dict[str, A
 
 class SquarePatches(torch.nn.Module):
     """Takes the side of a square grid of 8x8 patches (``int(n ** 0.5)``), as ViT position embeddings do: torch
-    guards the export with ``math.trunc(torch.sym_float(...) ** 0.5) == side``."""
+    guards the export with ``math.trunc(torch.sym_float(...) ** 0.5) == side``; and patch centres
+    ``arange(0.5, rows)`` (DINOv3's RoPE), whose length is ``CeilToInt(FloatTrueDiv(... Float('-0.5') ...))``."""
 
     def forward(self, pixel_values: torch.Tensor) -> dict[str, torch.Tensor]:
-        patches = (pixel_values.shape[2] // 8) * (pixel_values.shape[3] // 8)
-        side = int(patches**0.5)
-        return {"logits": pixel_values.mean((2, 3)) * side}
+        rows = pixel_values.shape[2] // 8
+        side = int((rows * (pixel_values.shape[3] // 8)) ** 0.5)
+        centres = torch.arange(0.5, rows, 1.0)
+        return {"logits": pixel_values.mean((2, 3)) * side + centres.mean()}
 
 
 def test_a_program_guarded_by_float_arithmetic_loads(tmp_path: Path) -> None:
     model = SquarePatches().eval()
     sample = {"pixel_values": torch.randn(1, 3, 64, 64)}
     path = DynamoExporter().export(model, sample, config=DynamoConfig(dynamic=True)).save_pretrained(tmp_path / "e")
-    assert any("torch.sym_float" in guard and "** 0.5" in guard for guard in _program_json(Path(path))["guards_code"])
-    other = {"pixel_values": torch.randn(2, 3, 64, 64)}
-    torch.testing.assert_close(ExportedModel.from_pretrained(path)(**other)["logits"], model(**other)["logits"])
+    program = _program_json(Path(path))
+    assert any("torch.sym_float" in guard and "** 0.5" in guard for guard in program["guards_code"])
+    assert "FloatTrueDiv" in json.dumps(program["graph_module"])  # the size of arange(0.5, rows)
+    loaded = ExportedModel.from_pretrained(path)
+    for other in ({"pixel_values": torch.randn(2, 3, 64, 64)}, {"pixel_values": torch.randn(1, 3, 32, 128)}):
+        for name, expected in model(**other).items():
+            torch.testing.assert_close(loaded(**other)[name], expected)
+
+
+def test_symbolic_sizes_admit_float_literals_and_torch_float_functions_only() -> None:
+    check_sym_expr(
+        "CeilToInt(FloatTrueDiv(Add(ToFloat(FloorDiv(Symbol('s68', positive=True, integer=True), Integer(8))), "
+        "Float('-0.5', precision=53)), Float('1.0', precision=53)))"
+    )
+    for expr in (
+        "Float('__import__', precision=53)",
+        "Float('1.0', precision=100000)",
+        "Float('1.0', dps=53)",
+        "Float(Integer(1))",
+        "Function('os')(Integer(1))",
+    ):
+        with pytest.raises(ValueError):
+            check_sym_expr(expr)
 
 
 def test_guards_admit_finite_floats_and_torch_number_helpers_only() -> None:

@@ -7,8 +7,9 @@ attributes of ``torch``, ``operator`` or ``math``. Each such string is checked h
 what torch writes for our exports and nothing else:
 
 * a symbolic expression is sympy's ``srepr`` of an integer expression: ``Symbol('s0', positive=True,
-  integer=True)``, ``Integer(n)``, ``Add``/``Mul``/``Pow`` and the integer functions and relations torch uses
-  (:data:`SYMPY_HEADS`), nested at most :data:`MAX_DEPTH` deep, with small exponents;
+  integer=True)``, ``Integer(n)``, ``Float('-0.5', precision=53)``, ``Add``/``Mul``/``Pow`` and the integer and
+  float functions and relations torch uses (:data:`SYMPY_HEADS`), nested at most :data:`MAX_DEPTH` deep, with small
+  exponents;
 * a guard is a Python expression whose syntax tree holds only comparisons and arithmetic of numbers over sources
   ``L['name'][0].size()[1]``, with ``max``/``min``/``abs``/``math.floor``/``math.ceil``, torch's ``sym_float``
   family and ``and``/``or``/``not``;
@@ -47,6 +48,9 @@ _MAX_GUARD = 8192
 _MAX_EXPONENT = 64
 _MAX_POWERS = 4
 _MAX_DIGITS = 20  # |n| < 10**20: a 64-bit size, or 2**64
+#: A sympy ``Float`` literal (float arithmetic on sizes: ``ceil((w // 8 - 0.5) / 1.0)``): a bounded decimal.
+_FLOAT_LITERAL = re.compile(r"-?[0-9]{1,20}(?:\.[0-9]{0,20})?(?:[eE]-?[0-9]{1,3})?")
+_MAX_PRECISION = 113  # bits: a float128 at most
 
 #: The sympy constructors a symbolic expression may call (sympy's own, and torch's integer functions).
 SYMPY_HEADS = frozenset(
@@ -70,6 +74,12 @@ SYMPY_HEADS = frozenset(
         "FloorToInt",
         "TruncToInt",
         "IntTrueDiv",
+        "ToFloat",
+        "FloatTrueDiv",
+        "FloatPow",
+        "TruncToFloat",
+        "RoundToInt",
+        "Float",
         "floor",
         "ceiling",
         "Equality",
@@ -227,6 +237,16 @@ class _SreprParser:
             self.symbol()
         elif head == "Integer":
             _check_int(self.take(kind="int")[1])
+        elif head == "Float":  # Float('-0.5', precision=53): a decimal literal and its precision in bits
+            literal = self.take(kind="str")[1][1:-1]
+            if _FLOAT_LITERAL.fullmatch(literal) is None:
+                raise ValueError(f"{literal[:40]!r} is not a decimal number")
+            if self.peek() == ",":
+                self.take(",")
+                self.take("precision")
+                self.take("=")
+                if not 1 <= _check_int(self.take(kind="int")[1]) <= _MAX_PRECISION:
+                    raise ValueError(f"a Float's precision is at most {_MAX_PRECISION} bits")
         elif head == "Rational":
             _check_int(self.take(kind="int")[1])
             self.take(",")
