@@ -82,3 +82,30 @@ def test_two_clip_fusions_of_one_tensor_keep_their_bounds() -> None:
     assert sum(node.op_type == "Clip" for node in program.graph) == 2  # the fusion this guards happened
     inputs = {"input_ids": torch.arange(15).reshape(3, 5)}
     torch.testing.assert_close(exported(**inputs)["logits"], model(**inputs)["logits"])
+
+
+class ComplexRotary(torch.nn.Module):
+    """Rotary embedding in complex numbers, as DeepSeek-V2 writes it: ``freqs_cis.unsqueeze(...)`` of a complex
+    tensor (torchlib has no complex ``unsqueeze``), then ``view_as_complex`` / ``view_as_real`` around a product."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(16, 16)
+        angles = torch.outer(torch.arange(32).float(), 1.0 / (100.0 ** (torch.arange(4).float() / 4)))
+        self.register_buffer("freqs_cis", torch.polar(torch.ones_like(angles), angles), persistent=False)
+
+    def forward(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        batch, length = input_ids.shape
+        hidden = self.embed(input_ids).reshape(batch, length, 2, 4, 2)  # two heads of four complex numbers
+        cis = self.freqs_cis[:length].unsqueeze(0).unsqueeze(-2)  # [1, length, 1, 4]
+        rotated = torch.view_as_real(torch.view_as_complex(hidden) * cis)
+        return {"logits": rotated.flatten(2)}
+
+
+def test_complex_rotary_embeddings_export() -> None:
+    model = ComplexRotary().eval()
+    sample = {"input_ids": torch.tensor([[1, 3, 2, 3], [3, 1, 1, 1]])}
+    exported = OnnxExporter().export(model, sample, config=OnnxConfig(dynamic=True))
+    inputs = {"input_ids": torch.arange(15).reshape(3, 5)}
+    torch.testing.assert_close(exported(**inputs)["logits"], model(**inputs)["logits"], rtol=1e-5, atol=1e-5)

@@ -52,9 +52,14 @@ def views_as_reshapes() -> Iterator[None]:
         for module in graph_module.modules():
             if isinstance(module, torch.fx.GraphModule):
                 changed = False
-                for node in module.graph.nodes:
-                    if node.op == "call_function" and node.target in views:
+                for node in list(module.graph.nodes):
+                    if node.op != "call_function" or not node.args:
+                        continue
+                    if node.target in views and not _is_complex(node.args[0]):  # torchlib views complex ones
                         node.target = torch.ops.aten.reshape.default
+                        changed = True
+                    elif node.target == torch.ops.aten.unsqueeze.default and _is_complex(node.args[0]):
+                        _unsqueeze_as_real(module.graph, node)
                         changed = True
                 if changed:
                     module.recompile()
@@ -65,6 +70,34 @@ def views_as_reshapes() -> Iterator[None]:
         _fx_passes, "insert_type_promotion_nodes", insert_type_promotion_nodes, reason="pytorch/pytorch#141107"
     ):
         yield
+
+
+def _is_complex(node: Any) -> bool:
+    value = getattr(node, "meta", {}).get("val")
+    return hasattr(value, "is_complex") and bool(value.is_complex())
+
+
+def _unsqueeze_as_real(graph: Any, node: Any) -> None:
+    """Replace ``unsqueeze(z, d)`` of a complex ``z`` by ``view_as_complex(unsqueeze(view_as_real(z), d))``: torchlib
+    has no complex ``unsqueeze`` ("No decompositions registered for the complex-valued input": complex rotary
+    embeddings, DeepSeek-V2's ``freqs_cis.unsqueeze(1)``), and complex tensors are real ones with a last axis of 2
+    in its ONNX graphs, so the axis is counted from the front."""
+    import torch
+
+    aten = torch.ops.aten
+    source, dim = node.args[0], node.args[1]
+    value = source.meta["val"]
+    dim = dim if dim >= 0 else dim + value.dim() + 1
+    mode = getattr(value, "fake_mode", None)
+    with graph.inserting_before(node), mode if mode is not None else contextlib.nullcontext():
+        real = graph.call_function(aten.view_as_real.default, (source,))
+        real.meta["val"] = aten.view_as_real.default(value)
+        widened = graph.call_function(aten.unsqueeze.default, (real, dim))
+        widened.meta["val"] = aten.unsqueeze.default(real.meta["val"], dim)
+        back = graph.call_function(aten.view_as_complex.default, (widened,))
+        back.meta.update(node.meta)
+    node.replace_all_uses_with(back)
+    graph.erase_node(node)
 
 
 def _safe_sdpa(
