@@ -73,7 +73,7 @@ def views_as_reshapes() -> Iterator[None]:
 
 
 def _is_complex(node: Any) -> bool:
-    value = getattr(node, "meta", {}).get("val")
+    value: Any = getattr(node, "meta", {}).get("val")
     return hasattr(value, "is_complex") and bool(value.is_complex())
 
 
