@@ -16,7 +16,7 @@
   ``aten.squeeze.dim`` / ``.dims`` follow ATen, where squeezing an axis whose size is not 1 does nothing: torchlib
   emits ``Squeeze`` on that axis regardless, which ONNX Runtime refuses when it loads the model ("Dimension of input
   2 must be 1 instead of 3", an RNN-T joint's ``logits.squeeze(2)`` over a decoder length of 3). Our translation
-  squeezes only the axes the traced shape says are 1 (a dynamic dim was traced as not 1, so it stays).
+  squeezes only the axes the traced shape says are 1 or does not know (a dynamic dim was traced as not 1: it stays).
   It also translates our custom op ``hub_export::moe`` (traced for ``ort_fusions="cuda"``) into
   ``com.microsoft::MoE`` (:mod:`hub_export.backends.onnx._moe`).
 * :func:`register_orphan_constants` — onnxscript 0.7's rewriter (``RewriteRuleSet._apply_to_graph_or_function``)
@@ -161,8 +161,15 @@ def _squeeze_dims(self: Any, dims: Any) -> Any:
     rank = len(shape)
     if rank == 0:
         return op.Identity(self)
-    axes = sorted({d % rank for d in dims if isinstance(shape[d % rank], int) and shape[d % rank] == 1})
+    axes = sorted({d % rank for d in dims if _may_be_one(shape[d % rank])})
     return op.Squeeze(self, op.Constant(value_ints=axes)) if axes else op.Identity(self)
+
+
+def _may_be_one(size: Any) -> bool:
+    """A traced size of 1, or an unknown one (squeezed as torchlib does); a named dynamic dim was traced as not 1."""
+    if isinstance(size, int):
+        return size == 1
+    return getattr(size, "value", None) is None
 
 
 def _squeeze_dim(self: Any, dim: int) -> Any:
