@@ -11,6 +11,11 @@
   translation runs torchlib's and zeroes those rows (boolean masks, and float masks that are ``-inf`` everywhere).
   The table also translates our custom op ``hub_export::moe`` (traced for ``ort_fusions="cuda"``) into
   ``com.microsoft::MoE`` (:mod:`hub_export.backends.onnx._moe`).
+* :func:`single_output_rewrite_rules` — onnxscript 0.7: a rewrite rule whose pattern has several output nodes is
+  matched by rebuilding an index of the whole graph for every node tried (``SimplePatternMatcher.match``,
+  ``onnxscript/rewriter/_matcher.py``), so it costs nodes x nodes. The optimizer's one such default rule,
+  ``SlicesSplit`` (two ``Slice`` halves of a value -> one ``Split``), took 18 of the 49 s of a Qwen2.5-0.5B export
+  (6,000 nodes) and fired on none of them; the optimizer runs without it.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any
 
 from ...patches import patch_attribute
 
-__all__ = ["onnx_export_patches", "translation_table", "views_as_reshapes"]
+__all__ = ["onnx_export_patches", "single_output_rewrite_rules", "translation_table", "views_as_reshapes"]
 
 
 @contextlib.contextmanager
@@ -89,6 +94,24 @@ def translation_table() -> dict[Any, Any]:
     from ._moe import moe_op, translate_moe
 
     return {torch.ops.aten.scaled_dot_product_attention.default: _safe_sdpa, moe_op(): translate_moe}
+
+
+@contextlib.contextmanager
+def single_output_rewrite_rules() -> Iterator[None]:
+    """onnxscript's default rewrite rules without those matching several output nodes, which cost nodes x nodes
+    (see this module's docstring)."""
+    from onnxscript import rewriter
+
+    rules = tuple(rule for rule in rewriter._DEFAULT_REWRITE_RULES if _single_output(rule))
+    reason = "onnxscript's multi-output pattern matching, quadratic in the graph's nodes (onnxscript 0.7)"
+    with patch_attribute(rewriter, "_DEFAULT_REWRITE_RULES", rules, reason=reason):
+        yield
+
+
+def _single_output(rule: Any) -> bool:
+    """Whether ``rule``'s pattern has one output node (a rule that does not say counts as one)."""
+    target = getattr(rule, "_target_pattern", None)
+    return bool(getattr(target, "has_single_output_node", True))
 
 
 @contextlib.contextmanager
