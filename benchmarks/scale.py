@@ -367,6 +367,8 @@ def _child(args: argparse.Namespace) -> None:
     model_name, dtype_name, tool, fmt = args.cell
     row = run_cell(model_name, dtype_name, tool, fmt, Path(args.workdir), args.generation, args.layers, args.one_load)
     row.update(load_average=os.getloadavg(), versions=versions(), measured=time.strftime("%Y-%m-%d %H:%M"))
+    commit = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    row["commit"] = commit.stdout.strip() or None  # the hub_export code measured (uncommitted edits aside)
     with open(args.results, "a") as handle:
         handle.write(json.dumps(row) + "\n")
     status = row.get("error") or "ok"
