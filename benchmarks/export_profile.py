@@ -30,6 +30,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # the hub_export of this checkout, not an installed one
 
 #: (module, attribute path, label): calls timed while exporting, when their module is importable.
 TIMED = [

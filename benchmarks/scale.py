@@ -51,6 +51,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # the hub_export of this checkout, not an installed one
 
 FORMATS = ["dynamo", "onnx", "openvino", "executorch"]
 DEFAULT_RESULTS = HERE / "scale-results.jsonl"
@@ -367,7 +368,10 @@ def _child(args: argparse.Namespace) -> None:
     model_name, dtype_name, tool, fmt = args.cell
     row = run_cell(model_name, dtype_name, tool, fmt, Path(args.workdir), args.generation, args.layers, args.one_load)
     row.update(load_average=os.getloadavg(), versions=versions(), measured=time.strftime("%Y-%m-%d %H:%M"))
-    commit = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    import hub_export
+
+    where = str(Path(hub_export.__file__).parent)
+    commit = subprocess.run(["git", "-C", where, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     row["commit"] = commit.stdout.strip() or None  # the hub_export code measured (uncommitted edits aside)
     with open(args.results, "a") as handle:
         handle.write(json.dumps(row) + "\n")
