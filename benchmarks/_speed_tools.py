@@ -85,12 +85,14 @@ TOOLS: dict[str, Tool] = {
         Tool("hub-onnx", "ONNX Runtime", "fp32", False, "onnxruntime"),
         Tool("genai", "ONNX Runtime", "fp32", True, "onnxruntime_genai"),
         Tool("hub-onnx-int4", "ONNX Runtime", "int4", False, "onnxruntime"),
+        Tool("hub-onnx-int4-1t", "ONNX Runtime", "int4", False, "onnxruntime"),
         Tool("genai-int4", "ONNX Runtime", "int4", True, "onnxruntime_genai"),
         Tool("hub-openvino", "OpenVINO", "fp32", False, "openvino"),
         Tool("optimum", "OpenVINO", "fp32", True, "optimum.intel"),
         Tool("hub-openvino-int8", "OpenVINO", "int8", False, "nncf"),
         Tool("optimum-int8", "OpenVINO", "int8", True, "optimum.intel"),
         Tool("hub-openvino-int4", "OpenVINO", "int4", False, "nncf"),
+        Tool("hub-openvino-int4-1t", "OpenVINO", "int4", False, "nncf"),
         Tool("optimum-int4", "OpenVINO", "int4", True, "optimum.intel"),
         Tool("hub-executorch", "ExecuTorch", "fp32", False, "executorch"),
     )
@@ -99,6 +101,8 @@ TOOLS: dict[str, Tool] = {
 #: Rows that load another row's export with runner options of their own: row -> (the export's row, options).
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "hub-dynamo-aoti-1t": ("hub-dynamo-aoti", {"num_threads": 1}),
+    "hub-onnx-int4-1t": ("hub-onnx-int4", {"intra_op_num_threads": 1}),
+    "hub-openvino-int4-1t": ("hub-openvino-int4", {"num_threads": 1}),
 }
 
 #: int4 settings shared by our OpenVINO export and optimum-intel's (asymmetric, one scale per 128 weights, all layers).
