@@ -19,7 +19,18 @@ from ..configs import ExportConfig
 from ..dims import Dim
 from ..errors import ConfigError, ExportError
 from ..patches.tracing import ExpertsChoice, tracing_patches
-from ..signature import Signature, TensorSpec, dtype_name, pair_names, split_kwargs
+from ..patches.values import fixed_values_fold
+from ..signature import (
+    MAX_FIXED_NUMEL,
+    Signature,
+    TensorSpec,
+    dtype_name,
+    fixed_constant,
+    fixed_tensor,
+    is_fixed,
+    pair_names,
+    split_kwargs,
+)
 from ..structure import flatten_value, unflatten
 from ._guards import bound_dims
 
@@ -60,7 +71,9 @@ class FlatModule:
 
             def forward(self, *tensors: Any) -> tuple[Any, ...]:
                 kwargs = {name: unflatten(node, list(tensors)) for name, node in input_structure}
-                outputs = self.model(**kwargs, **constants)
+                # an input fixed to values is rebuilt here from Python data: a constant the tracer folds
+                flags = {k: fixed_tensor(v) if is_fixed(v) else v for k, v in constants.items()}
+                outputs = self.model(**kwargs, **flags)
                 leaves: list[tuple[str, Any]] = []
                 # a ModelOutput's tensors are named after its fields; a bare tensor or tuple is `output`, `output.0`
                 path = () if is_model_output(outputs) else ("output",)
@@ -289,46 +302,22 @@ def trace(
         ExportError: Training-only inputs, untraceable values, or ``torch.export`` failed.
         ConfigError: ``dynamic_shapes`` names inputs that are not traced.
     """
-    import torch
-
     if not isinstance(sample_inputs, dict) or not sample_inputs:
         raise ExportError("sample_inputs must be a non-empty dict of the model's kwargs (e.g. a tokenizer's output).")
     traced_kwargs, constants = split_kwargs(dict(sample_inputs))
-    leaves: list[tuple[str, Any]] = []
-    input_structure = [(name, flatten_value(value, (name,), leaves)) for name, value in traced_kwargs.items()]
-    if not leaves:
-        raise ExportError(
-            "sample_inputs hold no tensor: pass the model's tensor inputs (input_ids, pixel_values, ...)."
-        )
-    sample = [tensor.detach().clone() for _, tensor in leaves]  # a view would bound dims by its base storage
-    was_training = model.training
-    model.eval()
     try:
-        wrapper = FlatModule(model, input_structure, constants)
-        with torch.no_grad():
-            # on copies: a graph that updates its inputs in place (a StaticCache) must not change the sample
-            expected = [t.detach().clone() for t in wrapper(*[t.clone() for t in sample])]
-        output_names, output_structure = list(wrapper.output_names), wrapper.output_structure
-        dynamic_shapes = _dynamic_shapes(config, leaves, input_structure, bounds)
-        try:
-            with tracing_patches(config.dynamic, model, experts):
-                program = torch.export.export(
-                    wrapper,
-                    tuple(sample),
-                    dynamic_shapes=dynamic_shapes,
-                    strict=config.strict,
-                    prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
-                )
-        except (ConfigError, ExportError):
+        attempt = _export_flat(model, traced_kwargs, constants, config, bounds, experts)
+    except ExportError as exc:
+        fixed = _value_inputs(traced_kwargs) if _data_dependent(exc) else {}
+        if not fixed:
             raise
-        except Exception as exc:  # torch raises many types; the message says what to try
-            raise ExportError(
-                f"torch.export failed for {type(model).__name__}: {type(exc).__name__}: {str(exc)[:2000]}\n"
-                "Try attn_implementation='sdpa' or 'eager', dynamic=False, or explicit dynamic_shapes with "
-                "prefer_deferred_runtime_asserts_over_guards=True."
-            ) from exc
-    finally:
-        model.train(was_training)
+        # The model derives sizes from integer inputs' values (an image grid, image sizes): export for these values
+        traced_kwargs = {name: value for name, value in traced_kwargs.items() if name not in fixed}
+        constants = {**constants, **{name: fixed_constant(value) for name, value in fixed.items()}}
+        attempt = _export_flat(model, traced_kwargs, constants, config, bounds, experts)
+        _drop_folded_reads(attempt[0])
+        _warn_fixed(model, fixed)
+    program, leaves, input_structure, sample, expected, output_names, output_structure, dynamic_shapes = attempt
     _detach_weights(program)
     input_names = [name for name, _ in leaves]
     shapes, symbols, dims = _name_dims(program, input_names)
@@ -361,6 +350,109 @@ def trace(
         dtype=dtype,
         device=device,
     )
+
+
+#: Inputs whose values are tokens, positions or masks: never fixed to values (the export would then run one text).
+_NOT_FIXED = ("input_ids", "attention_mask", "position_ids", "cache_position", "token_type_ids")
+
+
+def _data_dependent(exc: BaseException) -> bool:
+    """Whether torch.export failed on a guard or size over a tensor's values (``GuardOnDataDependentSymNode``)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if "DataDependent" in type(seen).__name__ or "data-dependent" in str(seen):
+            return True
+        seen = seen.__cause__
+    return False
+
+
+def _value_inputs(traced_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The integer inputs a model may derive sizes from (``image_grid_thw``, ``image_sizes``, a features mask):
+    small integer tensors that are not tokens, positions or attention masks."""
+    import torch
+
+    return {
+        name: value
+        for name, value in traced_kwargs.items()
+        if isinstance(value, torch.Tensor)
+        and not value.is_floating_point()
+        and not value.is_complex()
+        and value.dtype != torch.bool
+        and value.numel() <= MAX_FIXED_NUMEL
+        and not name.endswith(_NOT_FIXED)
+    }
+
+
+def _warn_fixed(model: Any, fixed: dict[str, Any]) -> None:
+    import warnings
+
+    names = ", ".join(f"{name!r}" for name in fixed)
+    warnings.warn(
+        f"{type(model).__name__} derives sizes from the values of {names} (a Python loop or size over them: a "
+        "limitation of the model's implementation): the export is built for the sample's values there, and a "
+        "call with other values is refused. Export with a sample holding the values you will run.",
+        UserWarning,
+        stacklevel=5,  # _warn_fixed < trace < export_component < export < the caller
+    )
+
+
+def _drop_folded_reads(program: Any) -> None:
+    """Remove the unused nodes a fixed input's folded reads leave (``aten.item`` whose value became a Python int,
+    which ``torch.export``'s serializer cannot write back: "Failed deserializing node ... aten.item")."""
+    graph = program.graph_module.graph
+    if graph.eliminate_dead_code():
+        program.graph_module.recompile()
+
+
+def _export_flat(
+    model: Any,
+    traced_kwargs: dict[str, Any],
+    constants: dict[str, Any],
+    config: ExportConfig,
+    bounds: DimBounds | None,
+    experts: ExpertsChoice | None,
+) -> tuple[Any, list[tuple[str, Any]], list[tuple[str, dict]], list[Any], list[Any], list[str], Any, Any]:
+    """One ``torch.export`` of ``model`` wrapped in :class:`FlatModule`: the program, the flat leaves, the input
+    structure, the flat sample, eager's outputs, the output names and structure, and the dynamic shapes used."""
+    import torch
+
+    leaves: list[tuple[str, Any]] = []
+    input_structure = [(name, flatten_value(value, (name,), leaves)) for name, value in traced_kwargs.items()]
+    if not leaves:
+        raise ExportError(
+            "sample_inputs hold no tensor: pass the model's tensor inputs (input_ids, pixel_values, ...)."
+        )
+    sample = [tensor.detach().clone() for _, tensor in leaves]  # a view would bound dims by its base storage
+    fold = max((len(v["values"]) for v in constants.values() if is_fixed(v)), default=0)
+    was_training = model.training
+    model.eval()
+    try:
+        wrapper = FlatModule(model, input_structure, constants)
+        with torch.no_grad():
+            # on copies: a graph that updates its inputs in place (a StaticCache) must not change the sample
+            expected = [t.detach().clone() for t in wrapper(*[t.clone() for t in sample])]
+        output_names, output_structure = list(wrapper.output_names), wrapper.output_structure
+        dynamic_shapes = _dynamic_shapes(config, leaves, input_structure, bounds)
+        try:
+            with tracing_patches(config.dynamic, model, experts), fixed_values_fold(fold):
+                program = torch.export.export(
+                    wrapper,
+                    tuple(sample),
+                    dynamic_shapes=dynamic_shapes,
+                    strict=config.strict,
+                    prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
+                )
+        except (ConfigError, ExportError):
+            raise
+        except Exception as exc:  # torch raises many types; the message says what to try
+            raise ExportError(
+                f"torch.export failed for {type(model).__name__}: {type(exc).__name__}: {str(exc)[:2000]}\n"
+                "Try attn_implementation='sdpa' or 'eager', dynamic=False, or explicit dynamic_shapes with "
+                "prefer_deferred_runtime_asserts_over_guards=True."
+            ) from exc
+    finally:
+        model.train(was_training)
+    return program, leaves, input_structure, sample, expected, output_names, output_structure, dynamic_shapes
 
 
 def _user_output_values(program: Any) -> list[Any]:

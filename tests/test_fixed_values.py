@@ -1,0 +1,102 @@
+"""Integer inputs whose values drive shapes (an image grid): the export is built for the sample's values.
+
+Vision encoders of the Qwen-VL family (``grid_thw``), GLM-4V, LLaVA-Next (``image_sizes``) split their tokens by
+sizes read from an integer input's values (``grid_thw.tolist()``), which ``torch.export`` cannot trace
+(``GuardOnDataDependentSymNode``). The trace then fixes those inputs to the sample's values (``constants`` of the
+signature), and a call with other values is refused with one :class:`~hub_export.errors.InputBoundsError`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from hub_export import DynamoConfig, DynamoExporter, ExportedModel
+from hub_export.errors import InputBoundsError, InputError
+from hub_export.signature import fixed_tensor, is_fixed
+
+
+class _SplitByGrid(torch.nn.Module):
+    """Pools each image's tokens over its width, the images' ``(h, w)`` read from ``grid``'s values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 3)
+
+    def forward(self, hidden_states: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+        sizes = grid.tolist()
+        parts = torch.split(self.proj(hidden_states), [h * w for h, w in sizes])
+        pooled = []
+        for (h, w), part in zip(sizes, parts):
+            image = part.reshape(h, w, -1)
+            pooled.append(image.mean(1) if w > 1 else image[:, 0])  # a branch on a value: a data-dependent guard
+        return torch.cat(pooled)
+
+
+class _UsesLengthsAsData(torch.nn.Module):
+    """Reads an integer input only as data: it stays a graph input."""
+
+    def forward(self, hidden_states: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        return hidden_states * lengths[:, None].float()
+
+
+def _grid_sample() -> dict[str, torch.Tensor]:
+    return {"hidden_states": torch.randn(10, 4), "grid": torch.tensor([[2, 3], [1, 4]])}
+
+
+def _export(model: torch.nn.Module, sample: dict[str, torch.Tensor]) -> ExportedModel:
+    return DynamoExporter().export(model, sample, config=DynamoConfig(dynamic=True))
+
+
+def test_values_that_drive_shapes_are_fixed(tmp_path: Path) -> None:
+    model = _SplitByGrid().eval()
+    sample = _grid_sample()
+    with pytest.warns(UserWarning, match=r"derives sizes from the values of 'grid'"):
+        exported = _export(model, sample)
+    signature = exported.components["model"].metadata.signature
+    assert signature.input_names == ["hidden_states"]
+    assert is_fixed(signature.constants["grid"])
+    assert torch.equal(fixed_tensor(signature.constants["grid"]), sample["grid"])
+    exported.save_pretrained(tmp_path)
+    loaded = ExportedModel.from_pretrained(tmp_path)  # the fixed values survive export.json
+    assert loaded.components["model"].metadata.signature.constants == signature.constants
+    for runner in (exported, loaded):
+        with torch.no_grad():
+            torch.testing.assert_close(runner(**sample), model(**sample), rtol=0, atol=1e-6)
+        with pytest.raises(InputBoundsError, match=r"holds \[\[1, 4\], \[2, 3\]\], but this export was built for"):
+            runner(hidden_states=sample["hidden_states"], grid=torch.tensor([[1, 4], [2, 3]]))
+        with pytest.raises(InputError, match="Missing input 'grid'"):
+            runner(hidden_states=sample["hidden_states"])
+
+
+def test_integer_inputs_read_as_data_stay_inputs() -> None:
+    model = _UsesLengthsAsData()
+    sample = {"hidden_states": torch.randn(3, 4), "lengths": torch.tensor([1, 2, 3])}
+    exported = _export(model, sample)
+    signature = exported.components["model"].metadata.signature
+    assert signature.input_names == ["hidden_states", "lengths"] and not signature.constants
+    other = {"hidden_states": torch.randn(5, 4), "lengths": torch.tensor([4, 1, 2, 0, 7])}
+    torch.testing.assert_close(exported(**other), model(**other))
+
+
+def test_vision_encoder_grid_fixed_glm4v() -> None:
+    """A real architecture of the class: GLM-4V's vision encoder reads ``grid_thw`` to place and split tokens."""
+    from transformers import Glm4vVisionConfig, Glm4vVisionModel
+
+    torch.manual_seed(0)
+    config = Glm4vVisionConfig(
+        depth=1, hidden_size=32, num_heads=4, intermediate_size=64, out_hidden_size=32, image_size=64, patch_size=8
+    )
+    model = Glm4vVisionModel(config).eval()
+    grid = torch.tensor([[1, 4, 4], [1, 4, 4]])
+    sample = {"hidden_states": torch.randn(32, 3 * 2 * 8 * 8), "grid_thw": grid}
+    with pytest.warns(UserWarning, match="grid_thw"):
+        exported = _export(model, sample)
+    assert is_fixed(exported.components["model"].metadata.signature.constants["grid_thw"])
+    with torch.no_grad():
+        expected = model(**sample).last_hidden_state
+        torch.testing.assert_close(exported(**sample).last_hidden_state, expected, rtol=1e-4, atol=1e-5)
+    with pytest.raises(InputBoundsError, match="re-export with a sample holding the values you will run"):
+        exported(hidden_states=sample["hidden_states"], grid_thw=torch.tensor([[1, 2, 8], [1, 4, 4]]))
