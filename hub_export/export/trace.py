@@ -8,6 +8,7 @@ data (:mod:`hub_export.signature`) so runners can rebuild the model's own ``Mode
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 from collections.abc import Callable
@@ -352,8 +353,9 @@ def trace(
     )
 
 
-#: Inputs whose values are tokens, positions or masks: never fixed to values (the export would then run one text).
-_NOT_FIXED = ("input_ids", "attention_mask", "position_ids", "cache_position", "token_type_ids")
+#: Inputs whose values are tokens, positions or attention masks: never fixed to values (the export would run one
+#: text); token-type maps of multimodal models (``mm_token_type_ids``: where the image tokens are) may be.
+_NOT_FIXED = frozenset({"input_ids", "attention_mask", "position_ids", "cache_position", "token_type_ids"})
 
 
 def _data_dependent(exc: BaseException) -> bool:
@@ -379,7 +381,8 @@ def _value_inputs(traced_kwargs: dict[str, Any]) -> dict[str, Any]:
         and not value.is_complex()
         and value.dtype != torch.bool
         and value.numel() <= MAX_FIXED_NUMEL
-        and not name.endswith(_NOT_FIXED)
+        and name not in _NOT_FIXED
+        and not name.endswith(("input_ids", "attention_mask", "position_ids"))
     }
 
 
@@ -423,7 +426,8 @@ def _export_flat(
             "sample_inputs hold no tensor: pass the model's tensor inputs (input_ids, pixel_values, ...)."
         )
     sample = [tensor.detach().clone() for _, tensor in leaves]  # a view would bound dims by its base storage
-    fold = max((len(v["values"]) for v in constants.values() if is_fixed(v)), default=0)
+    # inputs fixed to values: the tracer keeps the values of what is computed from them alone
+    fold = fixed_values_fold() if any(is_fixed(v) for v in constants.values()) else contextlib.nullcontext()
     was_training = model.training
     model.eval()
     try:
@@ -434,7 +438,7 @@ def _export_flat(
         output_names, output_structure = list(wrapper.output_names), wrapper.output_structure
         dynamic_shapes = _dynamic_shapes(config, leaves, input_structure, bounds)
         try:
-            with tracing_patches(config.dynamic, model, experts), fixed_values_fold(fold):
+            with tracing_patches(config.dynamic, model, experts), fold:
                 program = torch.export.export(
                     wrapper,
                     tuple(sample),

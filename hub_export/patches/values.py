@@ -9,31 +9,77 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 from ._base import patch_attribute
 
-__all__ = ["fixed_values_fold"]
+__all__ = ["FOLD_NUMEL", "fixed_values_fold"]
+
+#: The most elements a tensor computed from fixed values may hold and still be folded while tracing (a grid's
+#: window index, rotary positions of one image: thousands; the computation runs for real, on the CPU, once).
+FOLD_NUMEL = 1 << 16
 
 
 @contextlib.contextmanager
-def fixed_values_fold(numel: int) -> Iterator[None]:
-    """Let FakeTensorMode fold constant tensors of up to ``numel`` elements inside the block.
+def fixed_values_fold(numel: int = FOLD_NUMEL) -> Iterator[None]:
+    """Inside the block, FakeTensorMode keeps the values of tensors of up to ``numel`` elements computed from
+    constants only: the export's fixed inputs, Python literals and factories (``arange``, ``zeros``...) of
+    concrete sizes.
 
     ``torch.export`` traces under a FakeTensorMode that keeps the real values of a tensor built from Python data
     (``torch.tensor([...])``) and of every op on such tensors only when the result has at most
-    ``torch._subclasses.fake_tensor.CONSTANT_NUMEL_LIMIT`` elements (1): a ``(2, 3)`` grid built from the export's
-    fixed values loses them, and ``.tolist()`` on it creates unbacked symbols whose guards fail
-    (``GuardOnDataDependentSymNode``). Raising the limit to the fixed inputs' size keeps their values known while
-    tracing, so the model's shape arithmetic over them folds to the integers the export was built for. Tensors
-    computed from graph inputs are never folded (folding needs every input of an op to be a constant).
+    ``torch._subclasses.fake_tensor.CONSTANT_NUMEL_LIMIT`` elements (1), and never for factories: a ``(2, 3)`` grid
+    built from the export's fixed values loses them, and ``.tolist()`` on it, or on a window index computed from
+    ``torch.arange(h * w)``, creates unbacked symbols whose guards fail (``GuardOnDataDependentSymNode``). Raising
+    the limit and folding factories of concrete sizes keeps those values known while tracing, so the model's
+    shape arithmetic over them folds to the integers the export was built for. The graph keeps every op (the
+    values only inform the tracer); tensors computed from graph inputs are never folded (folding needs every
+    input of an op to be a constant). Outside a fixed-values trace the limit stays torch's.
     """
+    import torch
     import torch._subclasses.fake_tensor as fake_tensor
 
-    limit = max(int(numel), fake_tensor.CONSTANT_NUMEL_LIMIT)
-    with patch_attribute(
-        fake_tensor,
-        "CONSTANT_NUMEL_LIMIT",
-        limit,
-        reason="FakeTensorMode folds only one-element constants (torch/_subclasses/fake_tensor.py)",
+    mode = fake_tensor.FakeTensorMode
+    dispatch = mode._dispatch_impl
+    factories = {
+        torch.ops.aten.arange.default,
+        torch.ops.aten.arange.start,
+        torch.ops.aten.arange.start_step,
+        torch.ops.aten.zeros.default,
+        torch.ops.aten.ones.default,
+        torch.ops.aten.full.default,
+    }
+
+    def folding_dispatch(self: Any, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        if func in factories and _concrete(args, kwargs):
+            from torch.utils._mode_utils import no_dispatch
+
+            with no_dispatch():
+                value = func(*args, **{k: v for k, v in kwargs.items() if k != "device"}, device="cpu")
+            if value.numel() <= numel:
+                target = kwargs.get("device")
+                value = value if target is None else value.to(target)
+                return self.fake_tensor_converter.from_real_tensor(self, value, make_constant=True)
+        return dispatch(self, func, types, args, kwargs)
+
+    reason = "FakeTensorMode folds only one-element constants and no factories (torch/_subclasses/fake_tensor.py)"
+    with (
+        patch_attribute(
+            fake_tensor, "CONSTANT_NUMEL_LIMIT", max(numel, fake_tensor.CONSTANT_NUMEL_LIMIT), reason=reason
+        ),
+        patch_attribute(mode, "_dispatch_impl", folding_dispatch, reason=reason),
     ):
         yield
+
+
+def _concrete(args: Any, kwargs: Any) -> bool:
+    """Whether a factory's arguments are all plain Python values (no SymInt, no tensor) on the CPU or meta."""
+    import torch
+
+    values = [*args, *kwargs.values()]
+    if any(isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool, torch.Tensor)) for v in values):
+        return False
+    if any(isinstance(v, (list, tuple)) and any(not isinstance(x, int) for x in v) for v in values):
+        return False
+    device = kwargs.get("device")
+    return device is None or torch.device(device).type == "cpu"
