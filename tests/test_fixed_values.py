@@ -32,7 +32,19 @@ class _SplitByGrid(torch.nn.Module):
         for (h, w), part in zip(sizes, parts):
             image = part.reshape(h, w, -1)
             pooled.append(image.mean(1) if w > 1 else image[:, 0])  # a branch on a value: a data-dependent guard
+            if int(torch.arange(h * w).reshape(h, w)[:, -1].max()) > 4:  # a factory sized by a value (window index)
+                pooled[-1] = pooled[-1] * 2
         return torch.cat(pooled)
+
+
+class _MaskedLengths(torch.nn.Module):
+    """Averages each row's first ``n`` frames, ``n`` read from a mask viewed by the batch size (an audio encoder's
+    chunk lengths): the mask's values are fixed only at the sample's sizes."""
+
+    def forward(self, input_features: torch.Tensor, features_mask: torch.Tensor) -> torch.Tensor:
+        lengths = features_mask.view(input_features.shape[0], -1).sum(-1).tolist()
+        rows = [input_features[i, :n].mean(0) if n > 1 else input_features[i, 0] for i, n in enumerate(lengths)]
+        return torch.stack(rows)
 
 
 class _UsesLengthsAsData(torch.nn.Module):
@@ -100,3 +112,30 @@ def test_vision_encoder_grid_fixed_glm4v() -> None:
         torch.testing.assert_close(exported(**sample).last_hidden_state, expected, rtol=1e-4, atol=1e-5)
     with pytest.raises(InputBoundsError, match="re-export with a sample holding the values you will run"):
         exported(hidden_states=sample["hidden_states"], grid_thw=torch.tensor([[1, 2, 8], [1, 4, 4]]))
+
+
+def test_values_read_through_symbolic_sizes_fix_the_sample_sizes() -> None:
+    model = _MaskedLengths()
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    sample = {"input_features": torch.randn(2, 5, 3), "features_mask": mask}
+    with pytest.warns(UserWarning, match="features_mask"):
+        exported = _export(model, sample)
+    signature = exported.components["model"].metadata.signature
+    assert signature.input_names == ["input_features"] and is_fixed(signature.constants["features_mask"])
+    assert signature.dims["batch"].pinned  # the batch the mask's values were read at
+    torch.testing.assert_close(exported(**sample), model(**sample))
+    with pytest.raises(InputBoundsError, match="outside the exported bounds"):
+        exported(input_features=torch.randn(3, 5, 3), features_mask=torch.ones(3, 5, dtype=torch.long))
+
+
+def test_fixed_values_on_onnx() -> None:
+    from hub_export import OnnxConfig, OnnxExporter
+
+    model = _SplitByGrid().eval()
+    sample = _grid_sample()
+    with pytest.warns(UserWarning, match="grid"):
+        exported = OnnxExporter().export(model, sample, config=OnnxConfig(dynamic=True))
+    with torch.no_grad():
+        torch.testing.assert_close(exported(**sample), model(**sample), rtol=1e-4, atol=1e-5)
+    with pytest.raises(InputBoundsError, match="this export was built for"):
+        exported(hidden_states=sample["hidden_states"], grid=torch.tensor([[1, 4], [2, 3]]))

@@ -315,7 +315,13 @@ def trace(
         # The model derives sizes from integer inputs' values (an image grid, image sizes): export for these values
         traced_kwargs = {name: value for name, value in traced_kwargs.items() if name not in fixed}
         constants = {**constants, **{name: fixed_constant(value) for name, value in fixed.items()}}
-        attempt = _export_flat(model, traced_kwargs, constants, config, bounds, experts)
+        try:
+            attempt = _export_flat(model, traced_kwargs, constants, config, bounds, experts)
+        except ExportError as again:
+            # sizes still symbolic stop the folding (a fixed mask viewed by the batch size): trace the sample's sizes
+            if not (config.dynamic or config.dynamic_shapes) or not _data_dependent(again):
+                raise
+            attempt = _export_flat(model, traced_kwargs, constants, config, bounds, experts, static=True)
         _drop_folded_reads(attempt[0])
         _warn_fixed(model, fixed)
     program, leaves, input_structure, sample, expected, output_names, output_structure, dynamic_shapes = attempt
@@ -414,9 +420,11 @@ def _export_flat(
     config: ExportConfig,
     bounds: DimBounds | None,
     experts: ExpertsChoice | None,
+    static: bool = False,
 ) -> tuple[Any, list[tuple[str, Any]], list[tuple[str, dict]], list[Any], list[Any], list[str], Any, Any]:
     """One ``torch.export`` of ``model`` wrapped in :class:`FlatModule`: the program, the flat leaves, the input
-    structure, the flat sample, eager's outputs, the output names and structure, and the dynamic shapes used."""
+    structure, the flat sample, eager's outputs, the output names and structure, and the dynamic shapes asked
+    (``static``: traced at the sample's sizes, the axes asked to be dynamic then pinned by the caller)."""
     import torch
 
     leaves: list[tuple[str, Any]] = []
@@ -442,7 +450,7 @@ def _export_flat(
                 program = torch.export.export(
                     wrapper,
                     tuple(sample),
-                    dynamic_shapes=dynamic_shapes,
+                    dynamic_shapes=None if static else dynamic_shapes,
                     strict=config.strict,
                     prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
                 )
