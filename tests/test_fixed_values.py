@@ -139,3 +139,16 @@ def test_fixed_values_on_onnx() -> None:
         torch.testing.assert_close(exported(**sample), model(**sample), rtol=1e-4, atol=1e-5)
     with pytest.raises(InputBoundsError, match="this export was built for"):
         exported(hidden_states=sample["hidden_states"], grid=torch.tensor([[1, 4], [2, 3]]))
+
+
+def test_the_fold_is_reversible() -> None:
+    import torch._subclasses.fake_tensor as fake_tensor
+
+    from hub_export.patches.values import fixed_values_fold
+
+    limit, dispatch = fake_tensor.CONSTANT_NUMEL_LIMIT, fake_tensor.FakeTensorMode._dispatch_impl
+    with fixed_values_fold():
+        assert fake_tensor.CONSTANT_NUMEL_LIMIT > limit
+        assert fake_tensor.FakeTensorMode._dispatch_impl is not dispatch
+    assert fake_tensor.CONSTANT_NUMEL_LIMIT == limit
+    assert fake_tensor.FakeTensorMode._dispatch_impl is dispatch

@@ -22,7 +22,6 @@ from ..errors import ConfigError, ExportError
 from ..patches.tracing import ExpertsChoice, tracing_patches
 from ..patches.values import fixed_values_fold
 from ..signature import (
-    MAX_FIXED_NUMEL,
     Signature,
     TensorSpec,
     dtype_name,
@@ -33,6 +32,7 @@ from ..signature import (
     split_kwargs,
 )
 from ..structure import flatten_value, unflatten
+from ._fixed import data_dependent, drop_folded_reads, value_inputs, warn_fixed
 from ._guards import bound_dims
 
 __all__ = ["DimBounds", "FlatModule", "Traced", "trace"]
@@ -309,7 +309,7 @@ def trace(
     try:
         attempt = _export_flat(model, traced_kwargs, constants, config, bounds, experts)
     except ExportError as exc:
-        fixed = _value_inputs(traced_kwargs) if _data_dependent(exc) else {}
+        fixed = value_inputs(traced_kwargs) if data_dependent(exc) else {}
         if not fixed:
             raise
         # The model derives sizes from integer inputs' values (an image grid, image sizes): export for these values
@@ -319,11 +319,11 @@ def trace(
             attempt = _export_flat(model, traced_kwargs, constants, config, bounds, experts)
         except ExportError as again:
             # sizes still symbolic stop the folding (a fixed mask viewed by the batch size): trace the sample's sizes
-            if not (config.dynamic or config.dynamic_shapes) or not _data_dependent(again):
+            if not (config.dynamic or config.dynamic_shapes) or not data_dependent(again):
                 raise
             attempt = _export_flat(model, traced_kwargs, constants, config, bounds, experts, static=True)
-        _drop_folded_reads(attempt[0])
-        _warn_fixed(model, fixed)
+        drop_folded_reads(attempt[0])
+        warn_fixed(model, fixed)
     program, leaves, input_structure, sample, expected, output_names, output_structure, dynamic_shapes = attempt
     _detach_weights(program)
     input_names = [name for name, _ in leaves]
@@ -357,60 +357,6 @@ def trace(
         dtype=dtype,
         device=device,
     )
-
-
-#: Inputs whose values are tokens, positions or attention masks: never fixed to values (the export would run one
-#: text); token-type maps of multimodal models (``mm_token_type_ids``: where the image tokens are) may be.
-_NOT_FIXED = frozenset({"input_ids", "attention_mask", "position_ids", "cache_position", "token_type_ids"})
-
-
-def _data_dependent(exc: BaseException) -> bool:
-    """Whether torch.export failed on a guard or size over a tensor's values (``GuardOnDataDependentSymNode``)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if "DataDependent" in type(seen).__name__ or "data-dependent" in str(seen):
-            return True
-        seen = seen.__cause__
-    return False
-
-
-def _value_inputs(traced_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The integer inputs a model may derive sizes from (``image_grid_thw``, ``image_sizes``, a features mask):
-    small integer tensors that are not tokens, positions or attention masks."""
-    import torch
-
-    return {
-        name: value
-        for name, value in traced_kwargs.items()
-        if isinstance(value, torch.Tensor)
-        and not value.is_floating_point()
-        and not value.is_complex()
-        and value.dtype != torch.bool
-        and value.numel() <= MAX_FIXED_NUMEL
-        and name not in _NOT_FIXED
-        and not name.endswith(("input_ids", "attention_mask", "position_ids"))
-    }
-
-
-def _warn_fixed(model: Any, fixed: dict[str, Any]) -> None:
-    import warnings
-
-    names = ", ".join(f"{name!r}" for name in fixed)
-    warnings.warn(
-        f"{type(model).__name__} derives sizes from the values of {names} (a Python loop or size over them: a "
-        "limitation of the model's implementation): the export is built for the sample's values there, and a "
-        "call with other values is refused. Export with a sample holding the values you will run.",
-        UserWarning,
-        stacklevel=5,  # _warn_fixed < trace < export_component < export < the caller
-    )
-
-
-def _drop_folded_reads(program: Any) -> None:
-    """Remove the unused nodes a fixed input's folded reads leave (``aten.item`` whose value became a Python int,
-    which ``torch.export``'s serializer cannot write back: "Failed deserializing node ... aten.item")."""
-    graph = program.graph_module.graph
-    if graph.eliminate_dead_code():
-        program.graph_module.recompile()
 
 
 def _export_flat(
