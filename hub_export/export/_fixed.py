@@ -58,7 +58,7 @@ def warn_fixed(model: Any, fixed: dict[str, Any]) -> None:
         "limitation of the model's implementation): the export is built for the sample's values there, and a "
         "call with other values is refused. Export with a sample holding the values you will run.",
         UserWarning,
-        stacklevel=5,  # warn_fixed < trace < export_component < export < the caller
+        stacklevel=6,  # warn_fixed < _export_folded < trace < export_component < export < the caller
     )
 
 

@@ -309,21 +309,9 @@ def trace(
     try:
         attempt = _export_flat(model, traced_kwargs, constants, config, bounds, experts)
     except ExportError as exc:
-        fixed = value_inputs(traced_kwargs) if data_dependent(exc) else {}
-        if not fixed:
+        if not data_dependent(exc):
             raise
-        # The model derives sizes from integer inputs' values (an image grid, image sizes): export for these values
-        traced_kwargs = {name: value for name, value in traced_kwargs.items() if name not in fixed}
-        constants = {**constants, **{name: fixed_constant(value) for name, value in fixed.items()}}
-        try:
-            attempt = _export_flat(model, traced_kwargs, constants, config, bounds, experts)
-        except ExportError as again:
-            # sizes still symbolic stop the folding (a fixed mask viewed by the batch size): trace the sample's sizes
-            if not (config.dynamic or config.dynamic_shapes) or not data_dependent(again):
-                raise
-            attempt = _export_flat(model, traced_kwargs, constants, config, bounds, experts, static=True)
-        drop_folded_reads(attempt[0])
-        warn_fixed(model, fixed)
+        attempt, constants = _export_folded(model, traced_kwargs, constants, config, bounds, experts, exc)
     program, leaves, input_structure, sample, expected, output_names, output_structure, dynamic_shapes = attempt
     _detach_weights(program)
     input_names = [name for name, _ in leaves]
@@ -359,6 +347,45 @@ def trace(
     )
 
 
+def _export_folded(
+    model: Any,
+    traced_kwargs: dict[str, Any],
+    constants: dict[str, Any],
+    config: ExportConfig,
+    bounds: DimBounds | None,
+    experts: ExpertsChoice | None,
+    failure: ExportError,
+) -> tuple[Any, dict[str, Any]]:
+    """Trace again after a data-dependent guard, the tracer keeping the values of what is computed from constants.
+
+    First with the integer inputs the model may turn into sizes fixed to the sample's values (an image grid: the
+    other axes stay dynamic), then, when sizes still symbolic stop the folding (a fixed mask viewed by the batch
+    size, a mask the model builds from the input's shape), at the sample's sizes (the axes asked to be dynamic are
+    then pinned, and say so). Returns the attempt and the constants, fixed inputs included.
+
+    Raises:
+        ExportError: Every attempt failed (the last failure; a guard on the values of a token, a mask or a
+            hidden state cannot be folded).
+    """
+    fixed = value_inputs(traced_kwargs)
+    traced_kwargs = {name: value for name, value in traced_kwargs.items() if name not in fixed}
+    constants = {**constants, **{name: fixed_constant(value) for name, value in fixed.items()}}
+    attempts = ([False] if fixed else []) + ([True] if config.dynamic or config.dynamic_shapes else [])
+    for static in attempts:
+        try:
+            attempt = _export_flat(model, traced_kwargs, constants, config, bounds, experts, static=static, fold=True)
+        except ExportError as again:
+            if not data_dependent(again):
+                raise
+            failure = again
+            continue
+        drop_folded_reads(attempt[0])
+        if fixed:
+            warn_fixed(model, fixed)
+        return attempt, constants
+    raise failure
+
+
 def _export_flat(
     model: Any,
     traced_kwargs: dict[str, Any],
@@ -367,10 +394,12 @@ def _export_flat(
     bounds: DimBounds | None,
     experts: ExpertsChoice | None,
     static: bool = False,
+    fold: bool = False,
 ) -> tuple[Any, list[tuple[str, Any]], list[tuple[str, dict]], list[Any], list[Any], list[str], Any, Any]:
     """One ``torch.export`` of ``model`` wrapped in :class:`FlatModule`: the program, the flat leaves, the input
     structure, the flat sample, eager's outputs, the output names and structure, and the dynamic shapes asked
-    (``static``: traced at the sample's sizes, the axes asked to be dynamic then pinned by the caller)."""
+    (``static``: traced at the sample's sizes, the axes asked to be dynamic then pinned by the caller; ``fold``:
+    under :func:`~hub_export.patches.values.fixed_values_fold`)."""
     import torch
 
     leaves: list[tuple[str, Any]] = []
@@ -380,8 +409,7 @@ def _export_flat(
             "sample_inputs hold no tensor: pass the model's tensor inputs (input_ids, pixel_values, ...)."
         )
     sample = [tensor.detach().clone() for _, tensor in leaves]  # a view would bound dims by its base storage
-    # inputs fixed to values: the tracer keeps the values of what is computed from them alone
-    fold = fixed_values_fold() if any(is_fixed(v) for v in constants.values()) else contextlib.nullcontext()
+    folding = fixed_values_fold() if fold else contextlib.nullcontext()
     was_training = model.training
     model.eval()
     try:
@@ -392,7 +420,7 @@ def _export_flat(
         output_names, output_structure = list(wrapper.output_names), wrapper.output_structure
         dynamic_shapes = _dynamic_shapes(config, leaves, input_structure, bounds)
         try:
-            with tracing_patches(config.dynamic, model, experts), fold:
+            with tracing_patches(config.dynamic, model, experts), folding:
                 program = torch.export.export(
                     wrapper,
                     tuple(sample),

@@ -34,7 +34,8 @@ def fixed_values_fold(numel: int = FOLD_NUMEL) -> Iterator[None]:
     the limit and folding factories of concrete sizes keeps those values known while tracing, so the model's
     shape arithmetic over them folds to the integers the export was built for. The graph keeps every op (the
     values only inform the tracer); tensors computed from graph inputs are never folded (folding needs every
-    input of an op to be a constant). Outside a fixed-values trace the limit stays torch's.
+    input of an op to be a constant), nor uninitialized ones (``new_empty`` of a constant: torch would fold its
+    garbage). Outside a fixed-values trace the limit stays torch's.
     """
     import torch
     import torch._subclasses.fake_tensor as fake_tensor
@@ -60,7 +61,10 @@ def fixed_values_fold(numel: int = FOLD_NUMEL) -> Iterator[None]:
                 target = kwargs.get("device")
                 value = value if target is None else value.to(target)
                 return self.fake_tensor_converter.from_real_tensor(self, value, make_constant=True)
-        return dispatch(self, func, types, args, kwargs)
+        out = dispatch(self, func, types, args, kwargs)
+        if "empty" in str(func) and getattr(out, "constant", None) is not None:
+            out.constant = None  # uninitialized memory is no value: `new_empty` on a constant would fold garbage
+        return out
 
     reason = "FakeTensorMode folds only one-element constants and no factories (torch/_subclasses/fake_tensor.py)"
     with (
