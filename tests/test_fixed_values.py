@@ -146,9 +146,50 @@ def test_the_fold_is_reversible() -> None:
 
     from hub_export.patches.values import fixed_values_fold
 
-    limit, dispatch = fake_tensor.CONSTANT_NUMEL_LIMIT, fake_tensor.FakeTensorMode._dispatch_impl
+    limit, dispatch, build = fake_tensor.CONSTANT_NUMEL_LIMIT, fake_tensor.FakeTensorMode._dispatch_impl, torch.tensor
     with fixed_values_fold():
         assert fake_tensor.CONSTANT_NUMEL_LIMIT > limit
         assert fake_tensor.FakeTensorMode._dispatch_impl is not dispatch
+        assert torch.tensor([torch.tensor(3), 4]).tolist() == [3, 4]
     assert fake_tensor.CONSTANT_NUMEL_LIMIT == limit
-    assert fake_tensor.FakeTensorMode._dispatch_impl is dispatch
+    assert fake_tensor.FakeTensorMode._dispatch_impl is dispatch and torch.tensor is build
+
+
+class _MaskFromShape(torch.nn.Module):
+    """Builds a pixel mask from the input's shape and reads sizes from it (ViLT's ``visual_embed``)."""
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        mask = torch.ones(pixel_values.shape[0], pixel_values.shape[1], dtype=torch.long)
+        height = int(mask[0].sum())
+        return pixel_values[:, : height - 1] if height > 2 else pixel_values
+
+
+class _GlobalAttentionBranch(torch.nn.Module):
+    """Branches on the attention mask's values (Longformer/LED's ``is_global_attn``)."""
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = input_ids.float() * attention_mask
+        return hidden * 2 if bool((attention_mask > 1).any()) else hidden
+
+
+def test_sizes_from_a_mask_built_inside_fix_the_sample_sizes() -> None:
+    model = _MaskFromShape()
+    sample = {"pixel_values": torch.randn(2, 5, 3)}
+    exported = _export(model, sample)
+    signature = exported.components["model"].metadata.signature
+    assert not signature.constants and signature.dims["batch"].pinned
+    torch.testing.assert_close(exported(**sample), model(**sample))
+    with pytest.raises(InputBoundsError, match="outside the exported bounds"):
+        exported(pixel_values=torch.randn(3, 5, 3))
+
+
+def test_a_branch_on_the_attention_mask_fixes_the_mask() -> None:
+    model = _GlobalAttentionBranch()
+    sample = {"input_ids": torch.arange(8).reshape(2, 4), "attention_mask": torch.ones(2, 4, dtype=torch.long)}
+    with pytest.warns(UserWarning, match="'attention_mask'"):
+        exported = _export(model, sample)
+    assert is_fixed(exported.components["model"].metadata.signature.constants["attention_mask"])
+    torch.testing.assert_close(exported(**sample), model(**sample))
+    global_attention = torch.tensor([[2, 1, 1, 1], [1, 1, 1, 1]])
+    with pytest.raises(InputBoundsError, match="this export was built for attention_mask"):
+        exported(input_ids=sample["input_ids"], attention_mask=global_attention)

@@ -30,11 +30,13 @@ def data_dependent(exc: BaseException) -> bool:
     return False
 
 
-def value_inputs(traced_kwargs: dict[str, Any]) -> dict[str, Any]:
+def value_inputs(traced_kwargs: dict[str, Any], masks: bool = False) -> dict[str, Any]:
     """The integer inputs a model may derive sizes from (``image_grid_thw``, ``image_sizes``, a features mask):
-    small integer tensors that are not tokens, positions or attention masks."""
+    small integer tensors that are not tokens, positions or (unless ``masks``) attention masks."""
     import torch
 
+    skipped = _NOT_FIXED - ({"attention_mask"} if masks else set())
+    suffixes = ("input_ids", "position_ids") + (() if masks else ("attention_mask",))
     return {
         name: value
         for name, value in traced_kwargs.items()
@@ -43,8 +45,8 @@ def value_inputs(traced_kwargs: dict[str, Any]) -> dict[str, Any]:
         and not value.is_complex()
         and value.dtype != torch.bool
         and value.numel() <= MAX_FIXED_NUMEL
-        and name not in _NOT_FIXED
-        and not name.endswith(("input_ids", "attention_mask", "position_ids"))
+        and name not in skipped
+        and not name.endswith(suffixes)
     }
 
 

@@ -359,21 +359,24 @@ def _export_folded(
     """Trace again after a data-dependent guard, the tracer keeping the values of what is computed from constants.
 
     First with the integer inputs the model may turn into sizes fixed to the sample's values (an image grid: the
-    other axes stay dynamic), then, when sizes still symbolic stop the folding (a fixed mask viewed by the batch
+    other axes stay dynamic); then, when sizes still symbolic stop the folding (a fixed mask viewed by the batch
     size, a mask the model builds from the input's shape), at the sample's sizes (the axes asked to be dynamic are
-    then pinned, and say so). Returns the attempt and the constants, fixed inputs included.
+    then pinned, and say so); last, with the attention masks fixed too (a rotary index computed over the tokens the
+    mask keeps, a global-attention branch on the mask: the export then takes that one mask). Returns the attempt and
+    the constants, fixed inputs included.
 
     Raises:
         ExportError: Every attempt failed (the last failure; a guard on the values of a token, a mask or a
             hidden state cannot be folded).
     """
-    fixed = value_inputs(traced_kwargs)
-    traced_kwargs = {name: value for name, value in traced_kwargs.items() if name not in fixed}
-    constants = {**constants, **{name: fixed_constant(value) for name, value in fixed.items()}}
-    attempts = ([False] if fixed else []) + ([True] if config.dynamic or config.dynamic_shapes else [])
-    for static in attempts:
+    base, masks = value_inputs(traced_kwargs), value_inputs(traced_kwargs, masks=True)
+    dynamic = bool(config.dynamic or config.dynamic_shapes)
+    plans = ([(base, False)] if base and dynamic else []) + [(base, True)] + ([(masks, True)] if masks != base else [])
+    for fixed, static in plans:
+        kwargs = {name: value for name, value in traced_kwargs.items() if name not in fixed}
+        folded = {**constants, **{name: fixed_constant(value) for name, value in fixed.items()}}
         try:
-            attempt = _export_flat(model, traced_kwargs, constants, config, bounds, experts, static=static, fold=True)
+            attempt = _export_flat(model, kwargs, folded, config, bounds, experts, static=static, fold=True)
         except ExportError as again:
             if not data_dependent(again):
                 raise
@@ -382,7 +385,7 @@ def _export_folded(
         drop_folded_reads(attempt[0])
         if fixed:
             warn_fixed(model, fixed)
-        return attempt, constants
+        return attempt, folded
     raise failure
 
 

@@ -61,10 +61,19 @@ def fixed_values_fold(numel: int = FOLD_NUMEL) -> Iterator[None]:
                 target = kwargs.get("device")
                 value = value if target is None else value.to(target)
                 return self.fake_tensor_converter.from_real_tensor(self, value, make_constant=True)
-        out = dispatch(self, func, types, args, kwargs)
+        out: Any = dispatch(self, func, types, args, kwargs)
         if "empty" in str(func) and getattr(out, "constant", None) is not None:
             out.constant = None  # uninitialized memory is no value: `new_empty` on a constant would fold garbage
         return out
+
+    build = torch.tensor
+
+    def tensor(data: Any, *args: Any, **kwargs: Any) -> Any:
+        # torch.tensor reads the storage of the 0-d tensors a list holds, which a fake tensor has none of ("The
+        # tensor has a non-zero number of elements, but its data is not allocated yet"): read their values instead
+        if isinstance(data, (list, tuple)) and any(isinstance(x, torch.Tensor) and x.dim() == 0 for x in data):
+            data = [x.item() if isinstance(x, torch.Tensor) and x.dim() == 0 else x for x in data]
+        return build(data, *args, **kwargs)
 
     reason = "FakeTensorMode folds only one-element constants and no factories (torch/_subclasses/fake_tensor.py)"
     with (
@@ -72,6 +81,7 @@ def fixed_values_fold(numel: int = FOLD_NUMEL) -> Iterator[None]:
             fake_tensor, "CONSTANT_NUMEL_LIMIT", max(numel, fake_tensor.CONSTANT_NUMEL_LIMIT), reason=reason
         ),
         patch_attribute(mode, "_dispatch_impl", folding_dispatch, reason=reason),
+        patch_attribute(torch, "tensor", tensor, reason="torch.tensor over a list of 0-d fake tensors"),
     ):
         yield
 
