@@ -243,7 +243,14 @@ class Signature:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str = "$") -> Signature:
-        """Rebuild from validated JSON data (a component of ``export.json``)."""
+        """Rebuild from validated JSON data (a component of ``export.json``).
+
+        Raises:
+            ManifestError: A fixed input's values do not fill its shape.
+        """
+        for value in data["constants"].values():
+            if is_fixed(value):
+                fixed_tensor(value)  # its values fill its shape, or ManifestError now rather than at the first call
         return cls(
             inputs=tuple(TensorSpec.from_json(s) for s in data["inputs"]),
             outputs=tuple(TensorSpec.from_json(s) for s in data["outputs"]),
@@ -307,7 +314,10 @@ def fixed_tensor(value: Mapping[str, Any]) -> Any:
             f"A fixed input holds {len(value['values'])} {value['dtype']} values for shape {shape}; expected "
             f"{math.prod(shape)} integers of {_FIXED_DTYPES}. Re-export the model."
         )
-    return torch.tensor(list(value["values"]), dtype=torch_dtype(value["dtype"])).reshape(shape)
+    try:
+        return torch.tensor(list(value["values"]), dtype=torch_dtype(value["dtype"])).reshape(shape)
+    except (OverflowError, RuntimeError, TypeError) as exc:
+        raise ManifestError(f"A fixed input's values do not fit {value['dtype']}: {exc}. Re-export the model.") from exc
 
 
 def _show(value: Mapping[str, Any]) -> str:

@@ -193,3 +193,17 @@ def test_a_branch_on_the_attention_mask_fixes_the_mask() -> None:
     global_attention = torch.tensor([[2, 1, 1, 1], [1, 1, 1, 1]])
     with pytest.raises(InputBoundsError, match="this export was built for attention_mask"):
         exported(input_ids=sample["input_ids"], attention_mask=global_attention)
+
+
+def test_a_fixed_input_that_does_not_fill_its_shape_is_refused(tmp_path: Path) -> None:
+    from hub_export.errors import ManifestError
+    from hub_export.signature import Signature
+
+    exported = _export(_SplitByGrid().eval(), _grid_sample())
+    data = exported.components["model"].metadata.signature.to_json()
+    data["constants"]["grid"] = {"dtype": "int64", "shape": [2, 2], "values": [2, 3, 1]}
+    with pytest.raises(ManifestError, match="3 int64 values for shape"):
+        Signature.from_json(data)
+    data["constants"]["grid"] = {"dtype": "int8", "shape": [1], "values": [1000]}
+    with pytest.raises(ManifestError, match="do not fit int8"):
+        Signature.from_json(data)
