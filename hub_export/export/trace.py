@@ -99,6 +99,9 @@ class Traced:
         architecture: The model class name.
         dtype: The model's dtype.
         device: The model's device type.
+        folded: Whether the trace kept the values of tensors computed from constants (a data-dependent model:
+            :func:`~hub_export.patches.values.fixed_values_fold`); a backend that traces the program again while
+            lowering (``run_decompositions``) needs the same fold.
     """
 
     program: Any
@@ -109,10 +112,15 @@ class Traced:
     architecture: str | None
     dtype: str
     device: str
+    folded: bool = False
 
     def replace(self, **changes: Any) -> Traced:
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)
+
+    def lowering_patches(self) -> contextlib.AbstractContextManager[None]:
+        """The patches a backend lowers this trace under: the fold of a folded trace, else none."""
+        return fixed_values_fold() if self.folded else contextlib.nullcontext()
 
 
 def _pin_axes(
@@ -306,12 +314,14 @@ def trace(
     if not isinstance(sample_inputs, dict) or not sample_inputs:
         raise ExportError("sample_inputs must be a non-empty dict of the model's kwargs (e.g. a tokenizer's output).")
     traced_kwargs, constants = split_kwargs(dict(sample_inputs))
+    folded = False
     try:
         attempt = _export_flat(model, traced_kwargs, constants, config, bounds, experts)
     except ExportError as exc:
         if not data_dependent(exc):
             raise
         attempt, constants = _export_folded(model, traced_kwargs, constants, config, bounds, experts, exc)
+        folded = True
     program, leaves, input_structure, sample, expected, output_names, output_structure, dynamic_shapes = attempt
     _detach_weights(program)
     input_names = [name for name, _ in leaves]
@@ -344,6 +354,7 @@ def trace(
         architecture=type(model).__name__,
         dtype=dtype,
         device=device,
+        folded=folded,
     )
 
 
