@@ -69,6 +69,7 @@ class FlatModule:
                 self.model = model
                 self.output_names: list[str] = []
                 self.output_structure: dict[str, Any] | None = None
+                self.sizes: set[str] = set()  # outputs that are sizes of dynamic dims: returned as tensors
 
             def forward(self, *tensors: Any) -> tuple[Any, ...]:
                 kwargs = {name: unflatten(node, list(tensors)) for name, node in input_structure}
@@ -78,7 +79,7 @@ class FlatModule:
                 leaves: list[tuple[str, Any]] = []
                 # a ModelOutput's tensors are named after its fields; a bare tensor or tuple is `output`, `output.0`
                 path = () if is_model_output(outputs) else ("output",)
-                self.output_structure = flatten_value(outputs, path, leaves)
+                self.output_structure = flatten_value(outputs, path, leaves, self.sizes)
                 self.output_names = [name for name, _ in leaves]
                 return tuple(tensor for _, tensor in leaves)
 
@@ -324,6 +325,7 @@ def trace(
         folded = True
     program, leaves, input_structure, sample, expected, output_names, output_structure, dynamic_shapes = attempt
     _detach_weights(program)
+    _drop_empty_regions(program)
     input_names = [name for name, _ in leaves]
     shapes, symbols, dims = _name_dims(program, input_names)
     dims = bound_dims(program, symbols, dims)  # size guards through `//`, `%`, `min`: multiples, maxima
@@ -450,6 +452,11 @@ def _export_flat(
                 "Try attn_implementation='sdpa' or 'eager', dynamic=False, or explicit dynamic_shapes with "
                 "prefer_deferred_runtime_asserts_over_guards=True."
             ) from exc
+        if wrapper.sizes and len(expected) != len(program.graph_signature.user_outputs):
+            # the trace returned sizes of dynamic dims as tensors where eager returned ints: eager again, alike
+            with torch.no_grad():
+                expected = [t.detach().clone() for t in wrapper(*[t.clone() for t in sample])]
+            output_names, output_structure = list(wrapper.output_names), wrapper.output_structure
     finally:
         model.train(was_training)
     return program, leaves, input_structure, sample, expected, output_names, output_structure, dynamic_shapes
@@ -478,3 +485,49 @@ def _detach_weights(program: Any) -> None:
     """
     for name, value in list(program.constants.items()):
         program.constants[name] = value.detach().clone() if hasattr(value, "detach") else value
+
+
+#: Higher-order operators that only run their subgraph under a grad or autocast mode: with no outputs, nothing.
+_REGION_OPS = ("wrap_with_set_grad_enabled", "wrap_with_autocast")
+
+
+def _drop_empty_regions(program: Any) -> int:
+    """Remove the ``torch.no_grad()`` / autocast regions whose results the model never uses.
+
+    ``torch.export`` keeps a ``with torch.no_grad():`` block as a ``wrap_with_set_grad_enabled`` node even when
+    nothing reads what it computes (a mask computed for a branch the sample inputs do not take): its subgraph then
+    returns nothing. ``torch.export.save`` writes such a node with no outputs, and ``torch.export.load`` cannot read
+    it back: its deserializer gives the node no ``val`` and the verifier refuses the program ("Node.meta
+    wrap_with_set_grad_enabled is missing val field", torch/_export/serde/serialize.py ``deserialize_outputs`` and
+    torch/_export/verifier.py ``_check_val``; torch 2.13). The program is functional (a mutation is an output), so
+    a region with no outputs and no users computes nothing observable: it is removed with its subgraph.
+
+    Returns:
+        The number of regions removed.
+    """
+    removed = 0
+    for module in list(program.graph_module.modules()):
+        graph = getattr(module, "graph", None)
+        if graph is None:
+            continue
+        here = 0
+        for node in list(graph.nodes):
+            name = getattr(node.target, "__name__", "")
+            if node.op != "call_function" or name not in _REGION_OPS or node.users:
+                continue
+            body: Any = next((arg for arg in node.args if getattr(arg, "op", None) == "get_attr"), None)
+            subgraph = getattr(module, body.target, None) if body is not None else None
+            if subgraph is None:
+                continue
+            outputs = next((n.args[0] for n in subgraph.graph.nodes if n.op == "output"), None)
+            if outputs is None or len(outputs) > 0:
+                continue
+            graph.erase_node(node)
+            if not body.users:
+                graph.erase_node(body)
+                module.delete_submodule(body.target)
+            here += 1
+        if here:
+            module.recompile()
+            removed += here
+    return removed
