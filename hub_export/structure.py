@@ -77,8 +77,15 @@ def _join(path: tuple[str, ...]) -> str:
     return ".".join(path)
 
 
-def flatten_value(value: Any, path: tuple[str, ...], leaves: list[tuple[str, Any]]) -> dict[str, Any]:
+def flatten_value(
+    value: Any, path: tuple[str, ...], leaves: list[tuple[str, Any]], sizes: set[str] | None = None
+) -> dict[str, Any]:
     """Encode ``value`` as a structure node, appending its tensors to ``leaves``.
+
+    ``sizes`` (a model's outputs only): a size the traced code computed from a dynamic dim (a ``SymInt``, such as
+    the feature-map height and width some vision models return) is returned as a 0-d int64 tensor, since a graph
+    returns tensors; its path is added to ``sizes``, and a plain ``int`` at a path already in ``sizes`` becomes a
+    tensor too, so that eager outputs and the traced graph's have the same leaves. Other ints stay constants.
 
     Raises:
         ExportError: The value holds something that is neither a tensor, a cache, a container nor a constant.
@@ -88,12 +95,16 @@ def flatten_value(value: Any, path: tuple[str, ...], leaves: list[tuple[str, Any
     if isinstance(value, torch.Tensor):
         leaves.append((_join(path), value))
         return {"type": "tensor", "index": len(leaves) - 1}
+    if sizes is not None and (isinstance(value, torch.SymInt) or (type(value) is int and _join(path) in sizes)):
+        sizes.add(_join(path))
+        leaves.append((_join(path), torch.scalar_tensor(value, dtype=torch.int64)))  # type: ignore[arg-type]
+        return {"type": "tensor", "index": len(leaves) - 1}
     if value is None:
         return {"type": "none"}
     if isinstance(value, CONSTANT_TYPES):
         return {"type": "constant", "value": value}
     if is_model_output(value):
-        fields = [[key, flatten_value(item, (*path, key), leaves)] for key, item in value.items()]
+        fields = [[key, flatten_value(item, (*path, key), leaves, sizes)] for key, item in value.items()]
         return {"type": "model_output", "class": type(value).__name__, "fields": fields}
     cls_name = type(value).__name__
     if cls_name == "EncoderDecoderCache":
@@ -113,12 +124,12 @@ def flatten_value(value: Any, path: tuple[str, ...], leaves: list[tuple[str, Any
         _refuse_dropped_state(value, {"layers"}, path)
         return _flatten_dynamic_cache(value, path, leaves)
     if isinstance(value, (tuple, list)):
-        items = [flatten_value(item, (*path, str(i)), leaves) for i, item in enumerate(value)]
+        items = [flatten_value(item, (*path, str(i)), leaves, sizes) for i, item in enumerate(value)]
         return {"type": type(value).__name__ if type(value) in (tuple, list) else "tuple", "items": items}
     if isinstance(value, dict):
         return {
             "type": "dict",
-            "items": [[str(k), flatten_value(v, (*path, str(k)), leaves)] for k, v in value.items()],
+            "items": [[str(k), flatten_value(v, (*path, str(k)), leaves, sizes)] for k, v in value.items()],
         }
     raise ExportError(
         f"{_join(path) or 'value'}: cannot export a {cls_name}; exports take and return tensors, "

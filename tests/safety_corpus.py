@@ -345,6 +345,12 @@ def _pt2_code_variants() -> list[Variant]:  # noqa: C901 - one list of small edi
     add("target-extension-operator", target("#evil:run"))
     add("target-higher-order-unknown", target("torch.ops.higher_order.triton_kernel_wrapper_mutation"))
     add("target-math-any-attribute", target("math.__loader__"))
+    # torch.vmap's functorch calls are admitted by name; one that opens a level and never closes it would leave
+    # every later torch call of the process batched, and the other functorch wrappers (forward-mode AD) are refused
+    predispatch = "torch._functorch.predispatch."
+    add("vmap-level-left-open", target(predispatch + "_vmap_increment_nesting", [{"as_int": 2}, {"s": "error"}]))
+    add("vmap-close-unopened", target(predispatch + "_vmap_decrement_nesting", []))
+    add("functorch-jvp-nesting", target(predispatch + "_jvp_increment_nesting", []))
 
     def custom_obj(value: Any) -> None:
         nodes(value)[0]["inputs"].append(

@@ -198,6 +198,8 @@ def test_a_renamed_archive_is_not_a_program(base: Path, tmp_path: Path) -> None:
         "Equality(Symbol('s0', integer=True), Integer(1))",
         "And(StrictGreaterThan(Symbol('s0', integer=True), Integer(1)), LessThan(Symbol('s0'), Integer(8)))",
         "Max(Integer(3), Symbol('u0', integer=True))",
+        "CeilToInt(FloatTrueDiv(Add(ToFloat(Symbol('s1', positive=True, integer=True)), Float('-0.5', precision=53)), "
+        "Float('1.0', precision=53)))",
         "true",
     ],
 )
@@ -215,7 +217,8 @@ def test_symbolic_expressions_torch_writes_parse(text: str) -> None:
         "Pow(Integer(10), Integer(1000000000))",
         "Integer(" + "9" * 40 + ")",
         "Add(" * 100 + "Integer(1)" + ")" * 100,
-        "Float('1.0', precision=53)",
+        "Float('1.0', precision=1000000000)",  # a Float literal is data torch writes; this precision is not
+        "Float('nan', precision=53)",
         "S.Reals",
         "Lambda(Symbol('s0'), Symbol('s0'))",
     ],

@@ -251,3 +251,33 @@ def test_a_model_with_cacheless_layers_exports_saves_and_loads_its_cache(tmp_pat
     assert torch.allclose(got.logits, expected.logits, atol=1e-4)
     assert torch.equal(got.past_key_values.layers[0].keys, expected.past_key_values.layers[0].keys)
     assert json.loads(schema_path().read_text())["$defs"]["layer_class"]["enum"] == list(LAYER_CLASSES)
+
+
+class _SpatialSizes(torch.nn.Module):
+    """Returns the feature map with its height and width (Python ints in eager, sizes of dynamic dims when traced),
+    as MaskFormer's Swin backbone returns ``hidden_states_spatial_dimensions``, and its channel count (fixed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 4, 2, stride=2)
+
+    def forward(self, pixel_values: torch.Tensor) -> dict[str, object]:
+        features = self.conv(pixel_values)
+        return {"features": features, "spatial": ((features.shape[2], features.shape[3]),), "channels": 4}
+
+
+def test_sizes_of_dynamic_dims_are_returned_as_int_tensors(tmp_path) -> None:
+    model = _SpatialSizes().eval()
+    exported = DynamoExporter().export(
+        model, {"pixel_values": torch.randn(2, 3, 8, 12)}, config=DynamoConfig(dynamic=True)
+    )
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "export"))
+    other = {"pixel_values": torch.randn(1, 3, 16, 6)}
+    for export in (exported, loaded):
+        out = export(**other)
+        ((height, width),) = out["spatial"]
+        assert height.dtype == torch.int64 and height.dim() == 0
+        assert (int(height), int(width)) == model(**other)["spatial"][0] == (8, 3)
+        assert out["channels"] == 4  # a plain constant stays one
+        torch.testing.assert_close(out["features"], model(**other)["features"])

@@ -190,7 +190,7 @@ class HfExporter:
                 traced = traced.replace(signature=_with_lower_mins(traced.signature, lower_mins))
             if config.quantizer is not None:  # an "fx"-stage quantizer (PT2E) rewrites the traced program
                 traced = quantize_traced(traced, config)
-        with stage(f"lowering{suffix} to {self.export_format.value}"):
+        with stage(f"lowering{suffix} to {self.export_format.value}"), traced.lowering_patches():
             lowered = self.export_program(traced, config)
         if not isinstance(lowered, Lowered):
             lowered = Lowered(lowered)

@@ -7,11 +7,14 @@ attributes of ``torch``, ``operator`` or ``math``. Each such string is checked h
 what torch writes for our exports and nothing else:
 
 * a symbolic expression is sympy's ``srepr`` of an integer expression: ``Symbol('s0', positive=True,
-  integer=True)``, ``Integer(n)``, ``Add``/``Mul``/``Pow`` and the integer functions and relations torch uses
-  (:data:`SYMPY_HEADS`), nested at most :data:`MAX_DEPTH` deep, with small exponents;
-* a guard is a Python expression whose syntax tree holds only integer comparisons and arithmetic over sources
-  ``L['name'][0].size()[1]``, with ``max``/``min``/``abs``/``math.floor``/``math.ceil`` and ``and``/``or``/``not``;
-* names are identifiers, qualified names are dotted identifiers, node targets are in an allow-list.
+  integer=True)``, ``Integer(n)``, ``Float('-0.5', precision=53)``, ``Add``/``Mul``/``Pow`` and the integer and
+  float functions and relations torch uses (:data:`SYMPY_HEADS`), nested at most :data:`MAX_DEPTH` deep, with small
+  exponents;
+* a guard is a Python expression whose syntax tree holds only comparisons and arithmetic of numbers over sources
+  ``L['name'][0].size()[1]``, with ``max``/``min``/``abs``/``math.floor``/``math.ceil``, torch's ``sym_float``
+  family and ``and``/``or``/``not``;
+* names are identifiers, qualified names are dotted identifiers, node targets are in an allow-list (with the
+  functorch calls one ``torch.vmap`` writes, checked by :mod:`._vmap`).
 
 Every check is linear in the length of its string, and the strings are bounded.
 """
@@ -23,6 +26,7 @@ import re
 from typing import Any
 
 from ..._bounded import json_depth
+from ._vmap import VMAP_TARGETS
 
 __all__ = [
     "MAX_DEPTH",
@@ -44,6 +48,9 @@ _MAX_GUARD = 8192
 _MAX_EXPONENT = 64
 _MAX_POWERS = 4
 _MAX_DIGITS = 20  # |n| < 10**20: a 64-bit size, or 2**64
+#: A sympy ``Float`` literal (float arithmetic on sizes: ``ceil((w // 8 - 0.5) / 1.0)``): a bounded decimal.
+_FLOAT_LITERAL = re.compile(r"-?[0-9]{1,20}(?:\.[0-9]{0,20})?(?:[eE]-?[0-9]{1,3})?")
+_MAX_PRECISION = 113  # bits: a float128 at most
 
 #: The sympy constructors a symbolic expression may call (sympy's own, and torch's integer functions).
 SYMPY_HEADS = frozenset(
@@ -67,6 +74,12 @@ SYMPY_HEADS = frozenset(
         "FloorToInt",
         "TruncToInt",
         "IntTrueDiv",
+        "ToFloat",
+        "FloatTrueDiv",
+        "FloatPow",
+        "TruncToFloat",
+        "RoundToInt",
+        "Float",
         "floor",
         "ceiling",
         "Equality",
@@ -224,6 +237,16 @@ class _SreprParser:
             self.symbol()
         elif head == "Integer":
             _check_int(self.take(kind="int")[1])
+        elif head == "Float":  # Float('-0.5', precision=53): a decimal literal and its precision in bits
+            literal = self.take(kind="str")[1][1:-1]
+            if _FLOAT_LITERAL.fullmatch(literal) is None:
+                raise ValueError(f"{literal[:40]!r} is not a decimal number")
+            if self.peek() == ",":
+                self.take(",")
+                self.take("precision")
+                self.take("=")
+                if not 1 <= _check_int(self.take(kind="int")[1]) <= _MAX_PRECISION:
+                    raise ValueError(f"a Float's precision is at most {_MAX_PRECISION} bits")
         elif head == "Rational":
             _check_int(self.take(kind="int")[1])
             self.take(",")
@@ -269,8 +292,9 @@ def check_guard(text: Any) -> None:
     """Check one ``guards_code`` entry: a boolean combination of integer comparisons over input sizes.
 
     The entry is parsed with :func:`ast.parse` (which never runs anything) and every node of the tree must be one of:
-    ``and``/``or``/``not``, a comparison, ``+ - * / // %``, a power with a small integer exponent, an integer, a
-    call of ``max``/``min``/``abs``/``math.floor``/``math.ceil``/``math.trunc``, or a source
+    ``and``/``or``/``not``, a comparison, ``+ - * / // %``, a power with a small constant exponent, an integer or a
+    finite float, a call of ``max``/``min``/``abs``/``math.floor``/``math.ceil``/``math.trunc`` or of torch's
+    ``sym_float``/``sym_int``/``sym_max``/``sym_min``/``sym_sqrt``, or a source
     ``L['name'][0]['key'].size()[1]`` (also ``.stride()[i]``, ``.storage_offset()``). This is exactly what Python
     evaluates when ``ExportedProgram.module()`` compiles the guards.
 
@@ -302,7 +326,24 @@ def check_guard(text: Any) -> None:
 
 
 _GUARD_CALLS = frozenset({"max", "min", "abs"})
-_GUARD_MATH = frozenset({"floor", "ceil", "trunc"})
+#: ``module.function`` calls a guard may make: math's roundings, and torch's symbolic-number helpers (pure
+#: arithmetic on ints and floats: a size as a float for a float division or a square root, and back).
+_GUARD_MODULE_CALLS = {
+    "math": frozenset({"floor", "ceil", "trunc"}),
+    "torch": frozenset({"sym_float", "sym_int", "sym_max", "sym_min", "sym_sqrt"}),
+}
+_MAX_FLOAT_TEXT = 32
+
+
+def _is_number(value: Any) -> bool:
+    """An int of at most :data:`_MAX_DIGITS` digits or a finite float (bools and other constants are not)."""
+    import math
+
+    if type(value) is int:
+        return len(str(abs(value))) <= _MAX_DIGITS
+    return type(value) is float and math.isfinite(value) and len(repr(value)) <= _MAX_FLOAT_TEXT
+
+
 _GUARD_METHODS = frozenset({"size", "stride"})
 
 
@@ -316,8 +357,8 @@ def _guard_children(node: Any, ast: Any) -> list[Any] | None:
         return [node.left, *node.comparators]
     if isinstance(node, ast.BinOp):
         if isinstance(node.op, ast.Pow):
-            exponent = node.right
-            if not (isinstance(exponent, ast.Constant) and type(exponent.value) is int):
+            exponent = node.right  # an int, or a float such as the 0.5 of a square root of sizes
+            if not (isinstance(exponent, ast.Constant) and _is_number(exponent.value)):
                 return None
             if abs(exponent.value) > _MAX_EXPONENT:
                 return None
@@ -326,8 +367,7 @@ def _guard_children(node: Any, ast: Any) -> list[Any] | None:
             return [node.left, node.right]
         return None
     if isinstance(node, ast.Constant):
-        value = node.value
-        return [] if type(value) is int and len(str(abs(value))) <= _MAX_DIGITS else None
+        return [] if _is_number(node.value) else None
     if isinstance(node, ast.Call):
         func = node.func
         if not node.args:
@@ -335,13 +375,12 @@ def _guard_children(node: Any, ast: Any) -> list[Any] | None:
         if node.keywords:
             return None
         named = isinstance(func, ast.Name) and func.id in _GUARD_CALLS
-        math_call = (
+        module_call = (
             isinstance(func, ast.Attribute)
-            and func.attr in _GUARD_MATH
             and isinstance(func.value, ast.Name)
-            and func.value.id == "math"
+            and func.attr in _GUARD_MODULE_CALLS.get(func.value.id, ())
         )
-        return list(node.args) if named or math_call else None
+        return list(node.args) if named or module_call else None
     if isinstance(node, ast.Subscript):
         return [] if _is_source(node, ast) else None
     return None
@@ -391,8 +430,8 @@ def check_target(target: Any) -> bool:
     """
     if not isinstance(target, str):
         raise ValueError("a node target is a string")
-    if target in _OPERATOR_TARGETS or target in _TORCH_TARGETS or target in _MATH_TARGETS:
-        return False
+    if target in _OPERATOR_TARGETS or target in _TORCH_TARGETS or target in _MATH_TARGETS or target in VMAP_TARGETS:
+        return False  # torch.vmap's calls: their arguments and nesting are checked per graph (._vmap)
     if target.startswith("torch.ops.higher_order."):
         name = target[len("torch.ops.higher_order.") :]
         if name in HIGHER_ORDER:

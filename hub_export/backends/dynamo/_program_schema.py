@@ -28,6 +28,7 @@ from ._grammar import (
     is_module_path,
     is_symbol,
 )
+from ._vmap import check_vmap_nodes
 
 __all__ = ["MAX_SYMBOLIC_EXPRESSIONS", "validate_document"]
 
@@ -205,6 +206,7 @@ _HOOKS: dict[tuple[str, str], Callable[[Any], None]] = {
     ("Graph", "sym_bool_values"): _keys(is_identifier, "an identifier"),
     ("Graph", "sym_float_values"): _keys(is_identifier, "an identifier"),
     ("Graph", "custom_obj_values"): _empty,
+    ("Graph", "nodes"): check_vmap_nodes,
     ("InputToParameterSpec", "parameter_name"): _fqn,
     ("InputToBufferSpec", "buffer_name"): _fqn,
     ("InputToTensorConstantSpec", "tensor_constant_name"): _fqn,

@@ -39,7 +39,7 @@ from ._fusions import fuse_for_ort as _fuse_for_ort
 from ._moe import fused_experts_forward, moe_plan
 from ._weights import fold_weight_transposes, keep_large_weights
 from .config import FORMAT, OnnxConfig
-from .patches import onnx_export_patches, single_output_rewrite_rules, translation_table
+from .patches import onnx_export_patches, register_orphan_constants, single_output_rewrite_rules, translation_table
 from .runner import OnnxRunner
 
 __all__ = ["OnnxExporter"]
@@ -156,6 +156,7 @@ def _optimize(model: Any) -> None:
 
     with single_output_rewrite_rules():
         optimizer.optimize_ir(model, should_fold=keep_large_weights)
+    register_orphan_constants(model)  # onnxscript's rewriter may drop a rewrite's constants (patches.py)
     onnx_fusions.fuse(model)
     fold_weight_transposes(model)
 

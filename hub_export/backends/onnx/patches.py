@@ -9,13 +9,27 @@
   ``-inf`` to the dtype's lowest value, which silently undid microsoft/onnxscript#2479: a query row that masks every
   key (left padding) now averages the values instead of returning zeros like ATen's ``_safe_softmax``. Our
   translation runs torchlib's and zeroes those rows (boolean masks, and float masks that are ``-inf`` everywhere).
-  The table also translates our custom op ``hub_export::moe`` (traced for ``ort_fusions="cuda"``) into
+  The table also translates ``aten._is_all_true`` / ``aten._is_any_true``, which torchlib lacks (no ONNX function
+  registered, microsoft/onnxscript torch_lib): ``torch._check_tensor_all(cond)`` (transformers'
+  ``torch_compilable_check`` while tracing, e.g. "image tokens match image features") records one; it becomes a
+  ``ReduceMin`` / ``ReduceMax`` of the condition (an empty tensor is all-true and not any-true, as in ATen).
+  ``aten.squeeze.dim`` / ``.dims`` follow ATen, where squeezing an axis whose size is not 1 does nothing: torchlib
+  emits ``Squeeze`` on that axis regardless, which ONNX Runtime refuses when it loads the model ("Dimension of input
+  2 must be 1 instead of 3", an RNN-T joint's ``logits.squeeze(2)`` over a decoder length of 3). Our translation
+  squeezes only the axes the traced shape says are 1 or does not know (a dynamic dim was traced as not 1: it stays).
+  It also translates our custom op ``hub_export::moe`` (traced for ``ort_fusions="cuda"``) into
   ``com.microsoft::MoE`` (:mod:`hub_export.backends.onnx._moe`).
 * :func:`single_output_rewrite_rules` — onnxscript 0.7: a rewrite rule whose pattern has several output nodes is
   matched by rebuilding an index of the whole graph for every node tried (``SimplePatternMatcher.match``,
   ``onnxscript/rewriter/_matcher.py``), so it costs nodes x nodes. The optimizer's one such default rule,
   ``SlicesSplit`` (two ``Slice`` halves of a value -> one ``Split``), took 18 of the 49 s of a Qwen2.5-0.5B export
   (6,000 nodes) and fired on none of them; the optimizer runs without it.
+* :func:`register_orphan_constants` — onnxscript 0.7's rewriter (``RewriteRuleSet._apply_to_graph_or_function``)
+  stores each new initializer of a rewrite under its name, replacing one of the same name (its "already exists" check
+  skips nothing). The Min/Max-to-Clip rules name their bounds ``<input>_min`` / ``<input>_max``, so two clamps of one
+  tensor (an audio conformer's) leave the first ``Clip`` reading a constant that is no longer in the graph: ONNX
+  Runtime refuses the model ("Node input 'x_min_1' is not a graph input, initializer, or output of a previous
+  node"). After optimizing, such constants are registered again, under unique names.
 """
 
 from __future__ import annotations
@@ -26,7 +40,13 @@ from typing import Any
 
 from ...patches import patch_attribute
 
-__all__ = ["onnx_export_patches", "single_output_rewrite_rules", "translation_table", "views_as_reshapes"]
+__all__ = [
+    "onnx_export_patches",
+    "register_orphan_constants",
+    "single_output_rewrite_rules",
+    "translation_table",
+    "views_as_reshapes",
+]
 
 
 @contextlib.contextmanager
@@ -43,9 +63,14 @@ def views_as_reshapes() -> Iterator[None]:
         for module in graph_module.modules():
             if isinstance(module, torch.fx.GraphModule):
                 changed = False
-                for node in module.graph.nodes:
-                    if node.op == "call_function" and node.target in views:
+                for node in list(module.graph.nodes):
+                    if node.op != "call_function" or not node.args:
+                        continue
+                    if node.target in views and not _is_complex(node.args[0]):  # torchlib views complex ones
                         node.target = torch.ops.aten.reshape.default
+                        changed = True
+                    elif node.target == torch.ops.aten.unsqueeze.default and _is_complex(node.args[0]):
+                        _unsqueeze_as_real(module.graph, node)
                         changed = True
                 if changed:
                     module.recompile()
@@ -56,6 +81,34 @@ def views_as_reshapes() -> Iterator[None]:
         _fx_passes, "insert_type_promotion_nodes", insert_type_promotion_nodes, reason="pytorch/pytorch#141107"
     ):
         yield
+
+
+def _is_complex(node: Any) -> bool:
+    value: Any = getattr(node, "meta", {}).get("val")
+    return hasattr(value, "is_complex") and bool(value.is_complex())
+
+
+def _unsqueeze_as_real(graph: Any, node: Any) -> None:
+    """Replace ``unsqueeze(z, d)`` of a complex ``z`` by ``view_as_complex(unsqueeze(view_as_real(z), d))``: torchlib
+    has no complex ``unsqueeze`` ("No decompositions registered for the complex-valued input": complex rotary
+    embeddings, DeepSeek-V2's ``freqs_cis.unsqueeze(1)``), and complex tensors are real ones with a last axis of 2
+    in its ONNX graphs, so the axis is counted from the front."""
+    import torch
+
+    aten = torch.ops.aten
+    source, dim = node.args[0], node.args[1]
+    value = source.meta["val"]
+    dim = dim if dim >= 0 else dim + value.dim() + 1
+    mode = getattr(value, "fake_mode", None)
+    with graph.inserting_before(node), mode if mode is not None else contextlib.nullcontext():
+        real = graph.call_function(aten.view_as_real.default, (source,))
+        real.meta["val"] = aten.view_as_real.default(value)
+        widened = graph.call_function(aten.unsqueeze.default, (real, dim))
+        widened.meta["val"] = aten.unsqueeze.default(real.meta["val"], dim)
+        back = graph.call_function(aten.view_as_complex.default, (widened,))
+        back.meta.update(node.meta)
+    node.replace_all_uses_with(back)
+    graph.erase_node(node)
 
 
 def _safe_sdpa(
@@ -87,13 +140,95 @@ def _safe_sdpa(
     return op.Where(nothing, zero, output)
 
 
+def _reduce_bool(condition: Any, reduce: str) -> Any:
+    """A 0-d boolean: ``reduce`` (ReduceMin: all, ReduceMax: any) of ``condition`` as 0/1 integers."""
+    import onnx_ir as ir
+    from onnxscript.onnx_opset import opset18
+
+    op: Any = opset18
+    as_int = op.Cast(condition, to=ir.DataType.INT32)
+    # ONNX reduces an empty tensor to the type's largest (Min) or smallest (Max) value: True for all, False for any
+    return op.Cast(getattr(op, reduce)(as_int, keepdims=0), to=ir.DataType.BOOL)
+
+
+def _is_all_true(condition: Any) -> Any:
+    """``aten._is_all_true``: a 0-d boolean, True when every element is nonzero."""
+    return _reduce_bool(condition, "ReduceMin")
+
+
+def _is_any_true(condition: Any) -> Any:
+    """``aten._is_any_true``: a 0-d boolean, True when some element is nonzero."""
+    return _reduce_bool(condition, "ReduceMax")
+
+
+def _squeeze_dims(self: Any, dims: Any) -> Any:
+    """``aten.squeeze.dims``: squeeze the axes of ``dims`` whose traced size is 1; the others stay (as in ATen)."""
+    from onnxscript.onnx_opset import opset18
+
+    op: Any = opset18
+    shape = self.shape
+    if shape is None:  # rank unknown: ONNX's Squeeze, as torchlib does
+        return op.Squeeze(self, op.Constant(value_ints=list(dims)))
+    rank = len(shape)
+    if rank == 0:
+        return op.Identity(self)
+    axes = sorted({d % rank for d in dims if _may_be_one(shape[d % rank])})
+    return op.Squeeze(self, op.Constant(value_ints=axes)) if axes else op.Identity(self)
+
+
+def _may_be_one(size: Any) -> bool:
+    """A traced size of 1, or an unknown one (squeezed as torchlib does); a named dynamic dim was traced as not 1."""
+    if isinstance(size, int):
+        return size == 1
+    return getattr(size, "value", None) is None
+
+
+def _squeeze_dim(self: Any, dim: int) -> Any:
+    """``aten.squeeze.dim``: see :func:`_squeeze_dims`."""
+    return _squeeze_dims(self, [dim])
+
+
 def translation_table() -> dict[Any, Any]:
     """``custom_translation_table`` for ``torch.onnx.export`` (see this module's docstring)."""
     import torch
 
     from ._moe import moe_op, translate_moe
 
-    return {torch.ops.aten.scaled_dot_product_attention.default: _safe_sdpa, moe_op(): translate_moe}
+    return {
+        torch.ops.aten.scaled_dot_product_attention.default: _safe_sdpa,
+        torch.ops.aten._is_all_true.default: _is_all_true,
+        torch.ops.aten._is_any_true.default: _is_any_true,
+        torch.ops.aten.squeeze.dim: _squeeze_dim,
+        torch.ops.aten.squeeze.dims: _squeeze_dims,
+        moe_op(): translate_moe,
+    }
+
+
+def register_orphan_constants(model: Any) -> int:
+    """Register the constants nodes read that no graph holds (onnxscript's rewriter dropped them; see above).
+
+    Returns:
+        How many were registered.
+    """
+    import onnx_ir as ir
+
+    graph = model.graph
+    registered = 0
+    for node in ir.traversal.RecursiveGraphIterator(graph):
+        for value in node.inputs:
+            if value is None or value.const_value is None or value.producer() is not None:
+                continue
+            if value.is_graph_input() or value.is_initializer():
+                continue
+            base, index = value.name or "constant", 0
+            name = base
+            while name in graph.initializers:  # a subgraph's node may read the main graph's initializers
+                index += 1
+                name = f"{base}_{index}"
+            value.name = name
+            graph.register_initializer(value)
+            registered += 1
+    return registered
 
 
 @contextlib.contextmanager
