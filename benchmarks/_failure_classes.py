@@ -25,7 +25,8 @@ CLASSES: dict[str, str] = {
     "data-dependent-guard": "torch.export hit control flow or a size that depends on tensor values "
     "(GuardOnDataDependentSymNode, data-dependent expressions)",
     "pinned-sequence": "dynamic axes asked, but the model's code restricts one (pinned to the traced size, capped, "
-    "or a multiple of N: the export's dims say so and the other shape is refused with InputBoundsError; or an "
+    "or a multiple of N: the export's dims say so and the other shape is refused with InputBoundsError; an integer "
+    "input whose values the model turns into sizes, such as an image grid, fixed to the sample's values; or an "
     "undeclared guard / constraint violation)",
     "unsupported-op": "the backend has no conversion for an operator (ONNX function, OpenVINO conversion "
     "rule, a custom op of transformers)",
@@ -76,7 +77,7 @@ RULES: list[tuple[str, re.Pattern[str], Any]] = [
             r"fixed to \d+|fixed this axis|Constraints violated|specialized to|were specialized|is static there|"
             r"Guard failed: .*size\(\)|Expected input at .* to be equal to|"
             r"inferred to be a constant|marked as dynamic but|Not all values of .* satisfy|"
-            r"static there|pinned|outside the exported bounds",
+            r"static there|pinned|outside the exported bounds|this export was built for",
             re.IGNORECASE,
         ),
         None,

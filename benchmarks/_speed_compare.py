@@ -251,6 +251,27 @@ def hardware() -> str:
     return f"{model}, {cores} cores available"
 
 
+def _append_results(path: Path, size: str, rows: dict[str, Row], args: Any, loads: tuple[float, float]) -> None:
+    """One JSON line per row: what the table is computed from (every run's tokens/s, CPU time, load, tokens)."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    with path.open("a", encoding="utf-8") as handle:
+        for row in rows.values():
+            record = {
+                "date": stamp,
+                "size": size,
+                "contention": bool(args.contention),
+                "tool": row.tool.name,
+                "runtime": row.tool.runtime,
+                "precision": row.tool.precision,
+                "prepare_s": row.prepare_s,
+                "skipped": row.skipped,
+                "load_before": loads[0],
+                "load_after": loads[1],
+                "runs": row.runs,
+            }
+            handle.write(json.dumps(record) + "\n")
+
+
 def run(args: Any) -> None:
     """Prepare, measure and print the tables of every requested size."""
     workdir = Path(args.workdir)
@@ -270,6 +291,8 @@ def run(args: Any) -> None:
         finally:
             _stop(burners)
         outputs.append(table(size, info, rows, args, (before, after)))
+        if getattr(args, "results", None):
+            _append_results(Path(args.results), size, rows, args, (before, after))
     print()
     print(f"hardware: {hardware()}")
     print(f"versions: {versions(args.peer_python)}")

@@ -81,18 +81,28 @@ TOOLS: dict[str, Tool] = {
         Tool("eager", "PyTorch", "fp32", False, "transformers"),
         Tool("hub-dynamo", "PyTorch", "fp32", False, "hub_export"),
         Tool("hub-dynamo-aoti", "PyTorch", "fp32", False, "hub_export"),
+        Tool("hub-dynamo-aoti-1t", "PyTorch", "fp32", False, "hub_export"),
         Tool("hub-onnx", "ONNX Runtime", "fp32", False, "onnxruntime"),
         Tool("genai", "ONNX Runtime", "fp32", True, "onnxruntime_genai"),
         Tool("hub-onnx-int4", "ONNX Runtime", "int4", False, "onnxruntime"),
+        Tool("hub-onnx-int4-1t", "ONNX Runtime", "int4", False, "onnxruntime"),
         Tool("genai-int4", "ONNX Runtime", "int4", True, "onnxruntime_genai"),
         Tool("hub-openvino", "OpenVINO", "fp32", False, "openvino"),
         Tool("optimum", "OpenVINO", "fp32", True, "optimum.intel"),
         Tool("hub-openvino-int8", "OpenVINO", "int8", False, "nncf"),
         Tool("optimum-int8", "OpenVINO", "int8", True, "optimum.intel"),
         Tool("hub-openvino-int4", "OpenVINO", "int4", False, "nncf"),
+        Tool("hub-openvino-int4-1t", "OpenVINO", "int4", False, "nncf"),
         Tool("optimum-int4", "OpenVINO", "int4", True, "optimum.intel"),
         Tool("hub-executorch", "ExecuTorch", "fp32", False, "executorch"),
     )
+}
+
+#: Rows that load another row's export with runner options of their own: row -> (the export's row, options).
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "hub-dynamo-aoti-1t": ("hub-dynamo-aoti", {"num_threads": 1}),
+    "hub-onnx-int4-1t": ("hub-onnx-int4", {"intra_op_num_threads": 1}),
+    "hub-openvino-int4-1t": ("hub-openvino-int4", {"num_threads": 1}),
 }
 
 #: int4 settings shared by our OpenVINO export and optimum-intel's (asymmetric, one scale per 128 weights, all layers).
@@ -133,7 +143,13 @@ def prompt(folder: Path) -> dict[str, Any]:
 
 
 def prepare(tool: str, size_dir: Path, out: Path) -> None:
-    """Export or build ``tool``'s artifacts from ``size_dir/hf`` into ``out``."""
+    """Export or build ``tool``'s artifacts from ``size_dir/hf`` into ``out`` (a variant: its export's row's)."""
+    if tool in VARIANTS:
+        source = VARIANTS[tool][0]
+        if not (size_dir / source).is_dir():
+            _PREPARE[source](size_dir, size_dir / source)
+        out.mkdir(parents=True, exist_ok=True)
+        return
     _PREPARE[tool](size_dir, out)
 
 
@@ -259,7 +275,8 @@ def load(tool: str, size_dir: Path, folder: Path) -> Callable[[list[int], int], 
         return _load_genai(folder)
     if tool.startswith("optimum"):
         return _load_optimum(folder, tool)
-    return _load_ours(folder, trusted=tool == "hub-dynamo-aoti")
+    source, options = VARIANTS.get(tool, (tool, {}))
+    return _load_ours(size_dir / source, trusted=source == "hub-dynamo-aoti", options=options)
 
 
 def _load_eager(size_dir: Path) -> Callable[[list[int], int], list[int]]:
@@ -283,13 +300,12 @@ def _load_eager(size_dir: Path) -> Callable[[list[int], int], list[int]]:
     return generate
 
 
-def _load_ours(folder: Path, trusted: bool) -> Callable[[list[int], int], list[int]]:
+def _load_ours(folder: Path, trusted: bool, options: dict[str, Any]) -> Callable[[list[int], int], list[int]]:
     import torch
 
     from hub_export import ExportedModel
 
-    options = {"trust_native_code": True} if trusted else {}
-    model = ExportedModel.from_pretrained(folder, **options)
+    model = ExportedModel.from_pretrained(folder, trust_native_code=trusted, **options)
     # transformers' GenerationMixin (min_new_tokens) where the export has it, else the plain loop (no EOS stop)
     stop = {"min_new_tokens": None} if hasattr(model, "can_generate") else {"eos_token_id": []}
 

@@ -131,6 +131,7 @@ def main() -> None:
     parser.add_argument("--peer-python", default=os.environ.get("PEER_PYTHON", sys.executable))
     parser.add_argument("--workdir", default=None, help="with --compare: where exports are kept (default: temporary)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--results", default=None, help="with --compare: append each row's runs to this jsonl file")
     args = parser.parse_args()
     if args.compare or args.contention:
         _compare(args)

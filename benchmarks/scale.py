@@ -51,6 +51,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # the hub_export of this checkout, not an installed one
 
 FORMATS = ["dynamo", "onnx", "openvino", "executorch"]
 DEFAULT_RESULTS = HERE / "scale-results.jsonl"
@@ -77,6 +78,36 @@ class RssSampler:
     def reset(self) -> int:
         self.peak = self.now()
         return self.peak
+
+
+class _StageSeconds:
+    """A stage listener (``hub_export._progress``): each stage's seconds and the RSS peak it reached above
+    ``base`` (the sampler's peak is reset when a stage starts)."""
+
+    def __init__(self, sampler: RssSampler, base: int) -> None:
+        self.sampler, self.base = sampler, base
+        self.seconds: dict[str, float] = {}
+        self.peaks: dict[str, int] = {}
+
+    def started(self, name: str) -> None:
+        self.outer_peak = self.sampler.peak
+        self.sampler.peak = self.sampler.now()
+
+    def finished(self, name: str, seconds: float, failed: bool) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+        self.peaks[name] = max(self.peaks.get(name, 0), self.sampler.peak - self.base)
+        self.sampler.peak = max(self.sampler.peak, self.outer_peak)
+
+
+def _listening(tool: str, listener: Any) -> Any:
+    """``hub_export._progress.listen(listener)`` for our exports; nothing for the peer's."""
+    import contextlib
+
+    if tool != "hub":
+        return contextlib.nullcontext()
+    from hub_export._progress import listen
+
+    return listen(listener)
 
 
 def _dir_mb(folder: Path) -> float:
@@ -162,9 +193,17 @@ def _load(tool: str, folder: Path) -> Any:
 
 
 def run_cell(
-    model_name: str, dtype_name: str, tool: str, fmt: str, workdir: Path, generation: bool, layers: Any
+    model_name: str,
+    dtype_name: str,
+    tool: str,
+    fmt: str,
+    workdir: Path,
+    generation: bool,
+    layers: Any,
+    one_load: bool = False,
 ) -> dict:
-    """One cell; returns its row (``error`` set when a stage failed)."""
+    """One cell; returns its row (``error`` set when a stage failed). ``one_load``: only the ``from_pretrained``
+    load that the first call runs on (no runtime's own load, no load hashing every byte)."""
     import torch
     from _models import build, unique_weight_bytes
 
@@ -196,8 +235,12 @@ def run_cell(
         stage = "export"
         base = sampler.reset()
         start = time.perf_counter()
-        exported = _export(tool, fmt, model, sample, generation)
+        stages = _StageSeconds(sampler, base)
+        with _listening(tool, stages):
+            exported = _export(tool, fmt, model, sample, generation)
         row["export_s"] = time.perf_counter() - start
+        row["export_stages"] = stages.seconds  # hub_export's stages: seconds, and the RSS peak above the model
+        row["export_stage_peaks"] = {name: peak / weights for name, peak in stages.peaks.items()}
         row["export_extra_peak"] = (sampler.peak - base) / weights
         row["export_extra_after"] = (sampler.now() - base) / weights
         stage = "save"
@@ -213,7 +256,7 @@ def run_cell(
         del exported, model
         gc.collect()
         libraries = row["rss_libraries_mb"] * MB
-        if tool == "hub" and not generation:
+        if tool == "hub" and not generation and not one_load:
             stage = "runtime load"
             row["runtime_load_s"] = _runtime_load(fmt, folder)
             stage = "load (hashing)"
@@ -323,8 +366,13 @@ def fresh_generate(folder: Path) -> None:
 
 def _child(args: argparse.Namespace) -> None:
     model_name, dtype_name, tool, fmt = args.cell
-    row = run_cell(model_name, dtype_name, tool, fmt, Path(args.workdir), args.generation, args.layers)
+    row = run_cell(model_name, dtype_name, tool, fmt, Path(args.workdir), args.generation, args.layers, args.one_load)
     row.update(load_average=os.getloadavg(), versions=versions(), measured=time.strftime("%Y-%m-%d %H:%M"))
+    import hub_export
+
+    where = str(Path(hub_export.__file__).parent)
+    commit = subprocess.run(["git", "-C", where, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    row["commit"] = commit.stdout.strip() or None  # the hub_export code measured (uncommitted edits aside)
     with open(args.results, "a") as handle:
         handle.write(json.dumps(row) + "\n")
     status = row.get("error") or "ok"
@@ -355,6 +403,7 @@ def drive(args: argparse.Namespace) -> None:
                     ]
                     command += ["--generation"] if args.generation else []
                     command += ["--layers", str(args.layers)] if args.layers else []
+                    command += ["--one-load"] if args.one_load else []
                     print(f"{model_name} {dtype_name} {tool} {fmt} (load average {os.getloadavg()[0]:.1f})", flush=True)
                     try:
                         subprocess.run(command, timeout=args.timeout, check=False)
@@ -539,6 +588,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tools", nargs="+", default=["hub", "peer"], choices=["hub", "peer"])
     parser.add_argument("--generation", action="store_true", help="export_for_generation cells (hub_export only)")
     parser.add_argument("--layers", type=int, default=None, help="fewer layers (a quick check of the benchmark)")
+    parser.add_argument(
+        "--one-load", action="store_true", help="skip the runtime's own load and the load hashing every byte"
+    )
     parser.add_argument("--keep", default=None, help="keep the saved exports in this folder")
     parser.add_argument("--tmp", default=None, help="where temporary exports go (default: the system's)")
     parser.add_argument("--timeout", type=int, default=7200, help="seconds per cell")

@@ -7,6 +7,7 @@ from typing import Any
 
 from .errors import ConfigError
 from .manifest import ComponentEntry
+from .signature import is_fixed
 
 __all__ = ["ModelRunner"]
 
@@ -64,7 +65,8 @@ class ModelRunner:
             InputError: A traced input is missing or does not match the signature.
         """
         signature = self.signature
-        ignored = sorted(set(kwargs) - set(signature.input_names))
+        fixed = {name for name, value in signature.constants.items() if is_fixed(value)}  # checked, not ignored
+        ignored = sorted(set(kwargs) - set(signature.input_names) - fixed)
         changed = [k for k in ignored if k in signature.constants and kwargs[k] != signature.constants[k]]
         key = frozenset(ignored)
         if ignored and key not in self._warned:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .dims import Dim, dims_from_json, dims_to_json
-from .errors import ExportError, InputError, ManifestError
+from .errors import ExportError, InputBoundsError, InputError, ManifestError
 from .structure import CONSTANT_TYPES, count_tensors, flatten_value, unflatten
 
 __all__ = [
@@ -26,6 +26,9 @@ __all__ = [
     "Signature",
     "TensorSpec",
     "dtype_name",
+    "fixed_constant",
+    "fixed_tensor",
+    "is_fixed",
     "pair_names",
     "split_kwargs",
     "torch_dtype",
@@ -34,6 +37,11 @@ __all__ = [
 TRAINING_ONLY_INPUTS = frozenset(
     {"labels", "start_positions", "end_positions", "next_sentence_label", "mc_labels", "return_loss", "decoder_labels"}
 )
+
+#: The most elements an integer input fixed by the export may hold (``export.json``'s schema says the same).
+MAX_FIXED_NUMEL = 4096
+_FIXED_KEYS = frozenset({"dtype", "shape", "values"})
+_FIXED_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
 
 
 @dataclass(frozen=True)
@@ -128,8 +136,37 @@ class Signature:
         return pairs
 
     def describe(self) -> str:
-        """``name: dtype[shape], ...`` of the inputs (for error messages)."""
-        return ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in self.inputs)
+        """``name: dtype[shape], ...`` of the inputs (for error messages), then the inputs fixed to values."""
+        fixed = [f"{name} = {_show(value)}" for name, value in self.constants.items() if is_fixed(value)]
+        return ", ".join([f"{s.name}: {s.dtype}{list(s.shape)}" for s in self.inputs] + fixed)
+
+    def check_fixed(self, kwargs: Mapping[str, Any]) -> None:
+        """Check the inputs whose values the export fixed (``constants`` from :func:`fixed_constant`).
+
+        Raises:
+            InputError: A fixed input is missing.
+            InputBoundsError: A fixed input holds other values than the export was built for.
+        """
+        import torch
+
+        for name, value in self.constants.items():
+            if not is_fixed(value):
+                continue
+            given = kwargs.get(name)
+            if given is None:
+                raise InputError(f"Missing input {name!r}; this export expects: {self.describe()}.")
+            given = torch.as_tensor(given)
+            if (
+                given.is_floating_point()
+                or given.is_complex()
+                or given.shape != tuple(value["shape"])
+                or (given.flatten().tolist() != list(value["values"]))
+            ):
+                raise InputBoundsError(
+                    f"Input {name!r} holds {_show(fixed_constant(given))}, but this export was built for {name} = "
+                    f"{_show(value)}: the model's code derives sizes from these values, so the export fixed them. "
+                    "Pass these values, or re-export with a sample holding the values you will run."
+                )
 
     def flatten_inputs(self, kwargs: Mapping[str, Any]) -> list[Any]:
         """Map the model's kwargs to the flat, validated graph inputs (kwargs the export did not trace are ignored:
@@ -157,6 +194,7 @@ class Signature:
                 )
             flat.extend(t for _, t in leaves)
         self.check_inputs(flat)
+        self.check_fixed(kwargs)
         return flat
 
     def check_inputs(self, tensors: list[Any]) -> None:
@@ -205,7 +243,14 @@ class Signature:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str = "$") -> Signature:
-        """Rebuild from validated JSON data (a component of ``export.json``)."""
+        """Rebuild from validated JSON data (a component of ``export.json``).
+
+        Raises:
+            ManifestError: A fixed input's values do not fill its shape.
+        """
+        for value in data["constants"].values():
+            if is_fixed(value):
+                fixed_tensor(value)  # its values fill its shape, or ManifestError now rather than at the first call
         return cls(
             inputs=tuple(TensorSpec.from_json(s) for s in data["inputs"]),
             outputs=tuple(TensorSpec.from_json(s) for s in data["outputs"]),
@@ -241,3 +286,43 @@ def pair_names(input_names: list[str], output_names: list[str]) -> tuple[list[st
         [f"input.{n}" if n in shared else n for n in input_names],
         [f"output.{n}" if n in shared else n for n in output_names],
     )
+
+
+def fixed_constant(tensor: Any) -> dict[str, Any]:
+    """The ``constants`` entry of an integer input whose values the export fixes: dtype, shape, flat values."""
+    return {"dtype": dtype_name(tensor.dtype), "shape": list(tensor.shape), "values": tensor.flatten().tolist()}
+
+
+def is_fixed(value: Any) -> bool:
+    """Whether a ``constants`` entry is an input fixed to values (:func:`fixed_constant`), not a flag."""
+    return isinstance(value, Mapping) and set(value) == _FIXED_KEYS
+
+
+def fixed_tensor(value: Mapping[str, Any]) -> Any:
+    """The tensor of a :func:`fixed_constant` entry.
+
+    Raises:
+        ManifestError: The entry's dtype is not an integer type or its values do not fill its shape.
+    """
+    import math
+
+    import torch
+
+    shape = [int(size) for size in value["shape"]]
+    if value["dtype"] not in _FIXED_DTYPES or len(value["values"]) != math.prod(shape):
+        raise ManifestError(
+            f"A fixed input holds {len(value['values'])} {value['dtype']} values for shape {shape}; expected "
+            f"{math.prod(shape)} integers of {_FIXED_DTYPES}. Re-export the model."
+        )
+    try:
+        return torch.tensor(list(value["values"]), dtype=torch_dtype(value["dtype"])).reshape(shape)
+    except (OverflowError, RuntimeError, TypeError) as exc:
+        raise ManifestError(f"A fixed input's values do not fit {value['dtype']}: {exc}. Re-export the model.") from exc
+
+
+def _show(value: Mapping[str, Any]) -> str:
+    """A fixed input's values as nested lists (cut after 64 values)."""
+    values = list(value["values"])
+    if len(values) > 64:
+        return f"{value['dtype']}{list(value['shape'])} [{', '.join(map(str, values[:64]))}, ...]"
+    return str(fixed_tensor(value).tolist())

@@ -121,3 +121,29 @@ def test_compile_option_is_checked() -> None:
     with pytest.raises(ConfigError, match="compile must be None or 'aoti'"):
         DynamoConfig(compile="tvm")
     assert DynamoConfig.from_dict(DynamoConfig(compile="aoti").to_dict()).compile == "aoti"
+
+
+def test_num_threads_applies_to_each_call_and_is_restored(compiled: Any) -> None:
+    case, _, folder = compiled
+    loaded = ExportedModel.from_pretrained(folder, trust_native_code=True, num_threads=1)
+    seen: list[int] = []
+    for runner in loaded.runners.values():
+        assert runner.num_threads == 1
+        module = runner.module
+        runner.module = lambda *inputs, _module=module: (seen.append(torch.get_num_threads()), _module(*inputs))[1]
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        out = loaded.generate(**case.sample, max_new_tokens=4, eos_token_id=[])
+        assert torch.get_num_threads() == 2  # the process keeps its own count
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(out, _eager(case, case.sample, 4))
+    assert seen and set(seen) == {1}  # every call (prompt and steps) ran on one thread
+
+
+@pytest.mark.parametrize("bad", [0, 1.5, True, "2"])
+def test_num_threads_is_checked(compiled: Any, bad: Any) -> None:
+    _, _, folder = compiled
+    with pytest.raises(ConfigError, match="num_threads must be an int >= 1"):
+        _ = ExportedModel.from_pretrained(folder, trust_native_code=True, num_threads=bad).runners

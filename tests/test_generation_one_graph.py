@@ -33,14 +33,23 @@ def llama():
 
 @pytest.fixture(scope="module")
 def saved(llama, tmp_path_factory):
-    """Each format's one-graph export of the tiny Llama, saved and loaded back."""
+    """Each format's one-graph export of the tiny Llama, saved and loaded back (and the runners its export built)."""
     cache: dict = {}
 
     def get(fmt: str):
         if fmt not in cache:
-            exported = _export(fmt, llama)
+            exporter_class = backend_for(fmt).exporter_class
+            original, built = exporter_class.parity_runner, []
+
+            def counted(self, program, metadata):
+                built.append(metadata)
+                return original(self, program, metadata)
+
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(exporter_class, "parity_runner", counted)
+                exported = _export(fmt, llama)
             folder = exported.save_pretrained(tmp_path_factory.mktemp(fmt) / "export")
-            cache[fmt] = (exported, ExportedModel.from_pretrained(folder), folder)
+            cache[fmt] = (exported, ExportedModel.from_pretrained(folder), folder, built)
         return cache[fmt]
 
     return get
@@ -48,7 +57,7 @@ def saved(llama, tmp_path_factory):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_the_decode_graph_serves_the_prompt_and_every_step(saved, llama, fmt):
-    exported, loaded, folder = saved(fmt)
+    exported, loaded, folder, _ = saved(fmt)
     plan = json.loads((folder / "export.json").read_text())["generation"]
     assert list(loaded.components) == ["decode"] and plan == loaded.generation
     assert plan["stages"] == {"prefill": "decode", "decode": "decode"} and plan["one_graph"] is True
@@ -64,8 +73,17 @@ def test_the_decode_graph_serves_the_prompt_and_every_step(saved, llama, fmt):
     assert len(loaded.runners) == 1  # one ONNX Runtime session / one OpenVINO compiled model holds the weights
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_export_compiles_the_graph_once(saved, fmt):
+    """The one-graph check runs on the parity runner: one ONNX Runtime session / OpenVINO compilation of the
+    weights while exporting, not a second one for the check (at 0.5B, seconds and a copy of the weights)."""
+    exported, _, _, built = saved(fmt)
+    assert exported.generation["one_graph"] is True
+    assert len(built) == 1 and built[0].parity is None  # built once, for the parity check
+
+
 def test_the_graph_keeps_the_last_positions_logits_only(saved):
-    _, loaded, _ = saved("onnx")
+    _, loaded, _, _ = saved("onnx")
     prompt = text_inputs(2, 9, seed=3)
     from hub_export.generation.loop import _empty_cache
 
@@ -80,18 +98,19 @@ def test_the_graph_keeps_the_last_positions_logits_only(saved):
 
 
 def test_the_check_refuses_a_graph_that_differs_from_eager(saved, llama):
-    exported, _, _ = saved("onnx")
+    exported, _, _, _ = saved("onnx")
     components, capture = decompose_with_capture(llama, text_inputs(2, 7), multi_token_decode=True)
     prompt, plan = components["prefill"][1], exported.generation
     step = one_token_step(capture, "input_ids")
     backend = backend_for("onnx")
     exporter = backend.exporter_class()
     component = exported.components["decode"]
-    assert check_one_graph(exporter, component, llama, prompt, step, plan) is None
+    runner = exporter.parity_runner(component.program, component.metadata)
+    assert check_one_graph(runner, component.metadata, llama, prompt, step, plan) is None
     other = copy.deepcopy(llama)
     with torch.no_grad():
         other.model.layers[0].mlp.down_proj.weight.mul_(3.0)
-    why = check_one_graph(exporter, component, other, prompt, step, plan)
+    why = check_one_graph(runner, component.metadata, other, prompt, step, plan)
     assert why is not None and "differs from eager on the sample prompt" in why
 
 

@@ -302,6 +302,29 @@ def test_patches_are_restored_after_export(exports: Any) -> None:
     assert _fx_passes.insert_type_promotion_nodes.__module__ == "torch.onnx._internal.exporter._fx_passes"
 
 
+def test_the_optimizer_runs_no_quadratic_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """onnxscript matches a multi-output pattern in nodes x nodes (SlicesSplit: 18 s of a 0.5B export); the
+    optimizer runs every default rule but those, and the default set is restored after the export."""
+    from onnxscript import rewriter
+
+    defaults = rewriter._DEFAULT_REWRITE_RULES
+    multi = [r.name for r in defaults if not r._target_pattern.has_single_output_node]
+    assert multi == ["SlicesSplit"]  # what the patch is for: if onnxscript adds one, check its cost
+    used: list[list[str]] = []
+    original = rewriter.RewritePass.__init__
+
+    def recorded(self: Any, rules: Any) -> None:
+        original(self, rules)
+        used.append([r.name for r in self.rules.rules])
+
+    monkeypatch.setattr(rewriter.RewritePass, "__init__", recorded)
+    case = build("llama")
+    exported = OnnxExporter().export(case.model, case.sample, config=OnnxConfig(dynamic=True))
+    assert exported.components["model"].metadata.parity["max_abs_diff"] <= ATOL
+    assert used and all(set(names) == {r.name for r in defaults} - set(multi) for names in used)
+    assert rewriter._DEFAULT_REWRITE_RULES is defaults
+
+
 def test_io_binding_path_matches_numpy_path(exports: Any) -> None:
     # the path CUDA sessions take (and CPU graphs with dtypes numpy lacks), run here on CPU buffers
     case, _, loaded = exports("llama")

@@ -170,11 +170,15 @@ class HfExporter:
         config: ExportConfig,
         *,
         lower_mins: dict[str, int] | None = None,
+        also_check: Callable[[Any, ComponentEntry], None] | None = None,
     ) -> Any:
         """Trace, lower and parity-check one component.
 
         ``lower_mins`` lowers the minimum of traced dims before lowering (``{"sequence": 1}``: a query axis that
-        ``torch.export`` bounded below by 2); the caller checks the program at those sizes.
+        ``torch.export`` bounded below by 2); the caller checks the program at those sizes, with ``also_check``:
+        it is called with the parity runner and the component's metadata (parity recorded) once parity is
+        measured, so that further checks run on the runner already built (one ONNX Runtime session, one OpenVINO
+        compilation of the weights per component) before it is freed.
         """
         suffix = "" if name == "model" else f" {name}"
         self.check_model(module, sample_inputs, config)
@@ -186,7 +190,7 @@ class HfExporter:
                 traced = traced.replace(signature=_with_lower_mins(traced.signature, lower_mins))
             if config.quantizer is not None:  # an "fx"-stage quantizer (PT2E) rewrites the traced program
                 traced = quantize_traced(traced, config)
-        with stage(f"lowering{suffix} to {self.export_format.value}"):
+        with stage(f"lowering{suffix} to {self.export_format.value}"), traced.lowering_patches():
             lowered = self.export_program(traced, config)
         if not isinstance(lowered, Lowered):
             lowered = Lowered(lowered)
@@ -203,7 +207,8 @@ class HfExporter:
         with stage(f"checking parity{suffix}"):
             runner = self.parity_runner(lowered.program, metadata)
             produced = runner.run_flat([t.clone() for t in traced.sample])
-            del runner  # its memory (a compiled copy of the weights, for some runtimes) goes before the next stage
+            if also_check is None:
+                del runner  # its memory (a compiled copy of the weights, for some runtimes) goes before the next stage
         magnitude = _max_abs(traced.expected)
         precision = self.parity_precision(traced.dtype, config)
         parity = {
@@ -215,6 +220,10 @@ class HfExporter:
         if precision in PARITY_RTOL:
             parity.update(rtol=PARITY_RTOL[precision], max_abs_expected=magnitude)
         metadata = dataclasses.replace(metadata, parity=parity)
+        if also_check is not None:
+            with stage(f"checking{suffix} further"):
+                also_check(runner, metadata)
+                del runner
         return ExportedComponent(name, self.export_format, lowered.program, metadata)
 
     # -- backend hooks ----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ data (:mod:`hub_export.signature`) so runners can rebuild the model's own ``Mode
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 from collections.abc import Callable
@@ -19,8 +20,19 @@ from ..configs import ExportConfig
 from ..dims import Dim
 from ..errors import ConfigError, ExportError
 from ..patches.tracing import ExpertsChoice, tracing_patches
-from ..signature import Signature, TensorSpec, dtype_name, pair_names, split_kwargs
+from ..patches.values import fixed_values_fold
+from ..signature import (
+    Signature,
+    TensorSpec,
+    dtype_name,
+    fixed_constant,
+    fixed_tensor,
+    is_fixed,
+    pair_names,
+    split_kwargs,
+)
 from ..structure import flatten_value, unflatten
+from ._fixed import data_dependent, drop_folded_reads, value_inputs, warn_fixed
 from ._guards import bound_dims
 
 __all__ = ["DimBounds", "FlatModule", "Traced", "trace"]
@@ -61,7 +73,9 @@ class FlatModule:
 
             def forward(self, *tensors: Any) -> tuple[Any, ...]:
                 kwargs = {name: unflatten(node, list(tensors)) for name, node in input_structure}
-                outputs = self.model(**kwargs, **constants)
+                # an input fixed to values is rebuilt here from Python data: a constant the tracer folds
+                flags = {k: fixed_tensor(v) if is_fixed(v) else v for k, v in constants.items()}
+                outputs = self.model(**kwargs, **flags)
                 leaves: list[tuple[str, Any]] = []
                 # a ModelOutput's tensors are named after its fields; a bare tensor or tuple is `output`, `output.0`
                 path = () if is_model_output(outputs) else ("output",)
@@ -86,6 +100,9 @@ class Traced:
         architecture: The model class name.
         dtype: The model's dtype.
         device: The model's device type.
+        folded: Whether the trace kept the values of tensors computed from constants (a data-dependent model:
+            :func:`~hub_export.patches.values.fixed_values_fold`); a backend that traces the program again while
+            lowering (``run_decompositions``) needs the same fold.
     """
 
     program: Any
@@ -96,10 +113,15 @@ class Traced:
     architecture: str | None
     dtype: str
     device: str
+    folded: bool = False
 
     def replace(self, **changes: Any) -> Traced:
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)
+
+    def lowering_patches(self) -> contextlib.AbstractContextManager[None]:
+        """The patches a backend lowers this trace under: the fold of a folded trace, else none."""
+        return fixed_values_fold() if self.folded else contextlib.nullcontext()
 
 
 def _pin_axes(
@@ -290,51 +312,18 @@ def trace(
         ExportError: Training-only inputs, untraceable values, or ``torch.export`` failed.
         ConfigError: ``dynamic_shapes`` names inputs that are not traced.
     """
-    import torch
-
     if not isinstance(sample_inputs, dict) or not sample_inputs:
         raise ExportError("sample_inputs must be a non-empty dict of the model's kwargs (e.g. a tokenizer's output).")
     traced_kwargs, constants = split_kwargs(dict(sample_inputs))
-    leaves: list[tuple[str, Any]] = []
-    input_structure = [(name, flatten_value(value, (name,), leaves)) for name, value in traced_kwargs.items()]
-    if not leaves:
-        raise ExportError(
-            "sample_inputs hold no tensor: pass the model's tensor inputs (input_ids, pixel_values, ...)."
-        )
-    sample = [tensor.detach().clone() for _, tensor in leaves]  # a view would bound dims by its base storage
-    was_training = model.training
-    model.eval()
+    folded = False
     try:
-        wrapper = FlatModule(model, input_structure, constants)
-        with torch.no_grad():
-            # on copies: a graph that updates its inputs in place (a StaticCache) must not change the sample
-            expected = [t.detach().clone() for t in wrapper(*[t.clone() for t in sample])]
-        output_names, output_structure = list(wrapper.output_names), wrapper.output_structure
-        dynamic_shapes = _dynamic_shapes(config, leaves, input_structure, bounds)
-        try:
-            with tracing_patches(config.dynamic, model, experts):
-                program = torch.export.export(
-                    wrapper,
-                    tuple(sample),
-                    dynamic_shapes=dynamic_shapes,
-                    strict=config.strict,
-                    prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
-                )
-        except (ConfigError, ExportError):
+        attempt = _export_flat(model, traced_kwargs, constants, config, bounds, experts)
+    except ExportError as exc:
+        if not data_dependent(exc):
             raise
-        except Exception as exc:  # torch raises many types; the message says what to try
-            raise ExportError(
-                f"torch.export failed for {type(model).__name__}: {type(exc).__name__}: {str(exc)[:2000]}\n"
-                "Try attn_implementation='sdpa' or 'eager', dynamic=False, or explicit dynamic_shapes with "
-                "prefer_deferred_runtime_asserts_over_guards=True."
-            ) from exc
-        if wrapper.sizes and len(expected) != len(program.graph_signature.user_outputs):
-            # the trace returned sizes of dynamic dims as tensors where eager returned ints: eager again, alike
-            with torch.no_grad():
-                expected = [t.detach().clone() for t in wrapper(*[t.clone() for t in sample])]
-            output_names, output_structure = list(wrapper.output_names), wrapper.output_structure
-    finally:
-        model.train(was_training)
+        attempt, constants = _export_folded(model, traced_kwargs, constants, config, bounds, experts, exc)
+        folded = True
+    program, leaves, input_structure, sample, expected, output_names, output_structure, dynamic_shapes = attempt
     _detach_weights(program)
     _drop_empty_regions(program)
     input_names = [name for name, _ in leaves]
@@ -367,7 +356,110 @@ def trace(
         architecture=type(model).__name__,
         dtype=dtype,
         device=device,
+        folded=folded,
     )
+
+
+def _export_folded(
+    model: Any,
+    traced_kwargs: dict[str, Any],
+    constants: dict[str, Any],
+    config: ExportConfig,
+    bounds: DimBounds | None,
+    experts: ExpertsChoice | None,
+    failure: ExportError,
+) -> tuple[Any, dict[str, Any]]:
+    """Trace again after a data-dependent guard, the tracer keeping the values of what is computed from constants.
+
+    First with the integer inputs the model may turn into sizes fixed to the sample's values (an image grid: the
+    other axes stay dynamic); then, when sizes still symbolic stop the folding (a fixed mask viewed by the batch
+    size, a mask the model builds from the input's shape), at the sample's sizes (the axes asked to be dynamic are
+    then pinned, and say so); last, with the attention masks fixed too (a rotary index computed over the tokens the
+    mask keeps, a global-attention branch on the mask: the export then takes that one mask). Returns the attempt and
+    the constants, fixed inputs included.
+
+    Raises:
+        ExportError: Every attempt failed (the last failure; a guard on the values of a token, a mask or a
+            hidden state cannot be folded).
+    """
+    base, masks = value_inputs(traced_kwargs), value_inputs(traced_kwargs, masks=True)
+    dynamic = bool(config.dynamic or config.dynamic_shapes)
+    plans = ([(base, False)] if base and dynamic else []) + [(base, True)] + ([(masks, True)] if masks != base else [])
+    for fixed, static in plans:
+        kwargs = {name: value for name, value in traced_kwargs.items() if name not in fixed}
+        folded = {**constants, **{name: fixed_constant(value) for name, value in fixed.items()}}
+        try:
+            attempt = _export_flat(model, kwargs, folded, config, bounds, experts, static=static, fold=True)
+        except ExportError as again:
+            if not data_dependent(again):
+                raise
+            failure = again
+            continue
+        drop_folded_reads(attempt[0])
+        if fixed:
+            warn_fixed(model, fixed)
+        return attempt, folded
+    raise failure
+
+
+def _export_flat(
+    model: Any,
+    traced_kwargs: dict[str, Any],
+    constants: dict[str, Any],
+    config: ExportConfig,
+    bounds: DimBounds | None,
+    experts: ExpertsChoice | None,
+    static: bool = False,
+    fold: bool = False,
+) -> tuple[Any, list[tuple[str, Any]], list[tuple[str, dict]], list[Any], list[Any], list[str], Any, Any]:
+    """One ``torch.export`` of ``model`` wrapped in :class:`FlatModule`: the program, the flat leaves, the input
+    structure, the flat sample, eager's outputs, the output names and structure, and the dynamic shapes asked
+    (``static``: traced at the sample's sizes, the axes asked to be dynamic then pinned by the caller; ``fold``:
+    under :func:`~hub_export.patches.values.fixed_values_fold`)."""
+    import torch
+
+    leaves: list[tuple[str, Any]] = []
+    input_structure = [(name, flatten_value(value, (name,), leaves)) for name, value in traced_kwargs.items()]
+    if not leaves:
+        raise ExportError(
+            "sample_inputs hold no tensor: pass the model's tensor inputs (input_ids, pixel_values, ...)."
+        )
+    sample = [tensor.detach().clone() for _, tensor in leaves]  # a view would bound dims by its base storage
+    folding = fixed_values_fold() if fold else contextlib.nullcontext()
+    was_training = model.training
+    model.eval()
+    try:
+        wrapper = FlatModule(model, input_structure, constants)
+        with torch.no_grad():
+            # on copies: a graph that updates its inputs in place (a StaticCache) must not change the sample
+            expected = [t.detach().clone() for t in wrapper(*[t.clone() for t in sample])]
+        output_names, output_structure = list(wrapper.output_names), wrapper.output_structure
+        dynamic_shapes = _dynamic_shapes(config, leaves, input_structure, bounds)
+        try:
+            with tracing_patches(config.dynamic, model, experts), folding:
+                program = torch.export.export(
+                    wrapper,
+                    tuple(sample),
+                    dynamic_shapes=None if static else dynamic_shapes,
+                    strict=config.strict,
+                    prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
+                )
+        except (ConfigError, ExportError):
+            raise
+        except Exception as exc:  # torch raises many types; the message says what to try
+            raise ExportError(
+                f"torch.export failed for {type(model).__name__}: {type(exc).__name__}: {str(exc)[:2000]}\n"
+                "Try attn_implementation='sdpa' or 'eager', dynamic=False, or explicit dynamic_shapes with "
+                "prefer_deferred_runtime_asserts_over_guards=True."
+            ) from exc
+        if wrapper.sizes and len(expected) != len(program.graph_signature.user_outputs):
+            # the trace returned sizes of dynamic dims as tensors where eager returned ints: eager again, alike
+            with torch.no_grad():
+                expected = [t.detach().clone() for t in wrapper(*[t.clone() for t in sample])]
+            output_names, output_structure = list(wrapper.output_names), wrapper.output_structure
+    finally:
+        model.train(was_training)
+    return program, leaves, input_structure, sample, expected, output_names, output_structure, dynamic_shapes
 
 
 def _user_output_values(program: Any) -> list[Any]:

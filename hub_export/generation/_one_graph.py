@@ -56,15 +56,16 @@ def prompt_step_refusal(components: dict[str, Any], capture: Any, cache: str) ->
 
 
 def check_one_graph(
-    exporter: Any,
-    component: Any,
+    runner: Any,
+    metadata: Any,
     model: Any,
     prompt: dict[str, Any],
     step: dict[str, Any],
     plan: dict[str, Any],
 ) -> str | None:
-    """Run the exported decode graph on the sample prompt with an empty cache and on a one-token step; None when
-    both give eager's last-position logits, else why not.
+    """Run the exported decode graph (``runner``: the export's parity runner, ``metadata``: its component's entry)
+    on the sample prompt with an empty cache and on a one-token step; None when both give eager's last-position
+    logits, else why not.
 
     The tolerance is ten times the component's own parity difference, at least ``1e-3`` of the logits' scale.
     """
@@ -73,34 +74,30 @@ def check_one_graph(
     from .loop import _empty_cache, _select
 
     token_input, cache = plan["token_input"], plan["cache"]
-    spec = next((s for s in component.metadata.signature.inputs if s.name == token_input), None)
+    spec = next((s for s in metadata.signature.inputs if s.name == token_input), None)
     query = spec.shape[1] if spec is not None and len(spec.shape) > 1 else None
-    dims = component.metadata.signature.dims
+    dims = metadata.signature.dims
     if not isinstance(query, str) or query not in dims or dims[query].min > 1:
         return f"the decode graph's {token_input} axis 1 does not take one token (traced as {query!r})"
-    runner = exporter.parity_runner(component.program, component.metadata)
-    noise = float((component.metadata.parity or {}).get("max_abs_diff") or 0.0)
+    noise = float((metadata.parity or {}).get("max_abs_diff") or 0.0)
     batch = int(prompt[token_input].shape[0])
     cases = (("the sample prompt on an empty cache", prompt, True), ("a one-token decode step", step, False))
-    try:
-        for label, kwargs, empty in cases:
-            with torch.no_grad():
-                expected = model(**copy.deepcopy(kwargs)).logits[:, -1].float()
-            given = copy.deepcopy(kwargs)
-            if empty:
-                given[cache] = _empty_cache(runner, cache, batch)
-            try:
-                got = runner(**_select(runner, given))[plan["logits"]][:, -1].float()
-            except Exception as exc:  # noqa: BLE001 - whatever the runtime raises: the graph does not serve this
-                return f"the decode graph failed on {label}: {type(exc).__name__}: {str(exc)[:300]}"
-            if got.shape != expected.shape:
-                return f"the decode graph returned logits of shape {tuple(got.shape)} on {label}, eager {tuple(expected.shape)}"
-            diff = float((got - expected).abs().max())
-            limit = max(10 * noise, 1e-3 * max(1.0, float(expected.abs().max())))
-            if not diff <= limit:
-                return f"the decode graph differs from eager on {label} (max abs diff {diff:.3g} > {limit:.3g})"
-    finally:
-        del runner  # its memory (a compiled copy of the weights, for some runtimes) goes now
+    for label, kwargs, empty in cases:
+        with torch.no_grad():
+            expected = model(**copy.deepcopy(kwargs)).logits[:, -1].float()
+        given = copy.deepcopy(kwargs)
+        if empty:
+            given[cache] = _empty_cache(runner, cache, batch)
+        try:
+            got = runner(**_select(runner, given))[plan["logits"]][:, -1].float()
+        except Exception as exc:  # noqa: BLE001 - whatever the runtime raises: the graph does not serve this
+            return f"the decode graph failed on {label}: {type(exc).__name__}: {str(exc)[:300]}"
+        if got.shape != expected.shape:
+            return f"the decode graph returned logits of shape {tuple(got.shape)} on {label}, eager {tuple(expected.shape)}"
+        diff = float((got - expected).abs().max())
+        limit = max(10 * noise, 1e-3 * max(1.0, float(expected.abs().max())))
+        if not diff <= limit:
+            return f"the decode graph differs from eager on {label} (max abs diff {diff:.3g} > {limit:.3g})"
     return None
 
 

@@ -243,8 +243,10 @@ def _export_components(
     generation_config: Any,
     multi_token_decode: bool,
     lower_mins: dict[str, int] | None = None,
+    also_check: Any = None,
 ) -> dict[str, Any]:
-    """Export each captured stage with its config (``lower_mins``: see ``HfExporter.export_component``)."""
+    """Export each captured stage with its config (``lower_mins``, ``also_check``: see
+    ``HfExporter.export_component``)."""
     configs = {
         name: exporter._check_config(_component_config(config, name)) if isinstance(config, dict) else main
         for name in components
@@ -256,7 +258,9 @@ def _export_components(
         if capture.full_length_cache and "past_key_values" not in kwargs and name in ("prefill", "language_model"):
             module = _with_full_length_cache(module)
         module = _batch_tied(module) if component_config.dynamic else module
-        exported[name] = exporter.export_component(name, module, kwargs, component_config, lower_mins=lower_mins)
+        exported[name] = exporter.export_component(
+            name, module, kwargs, component_config, lower_mins=lower_mins, also_check=also_check
+        )
     return exported
 
 
@@ -285,10 +289,24 @@ def _export_one_graph(
     if not multi_token_decode and "logits_to_keep" in prompt:
         decode = {**decode, "logits_to_keep": prompt["logits_to_keep"]}  # the last position, as the prefill's
     only = {"decode": (module, decode)}
+    checked: list[str | None] = []
+
+    def check(runner: Any, metadata: Any) -> None:  # on the parity runner: one compilation of the weights
+        checked.append(check_one_graph(runner, metadata, model, prompt, step, plan))
+
     exported = _export_components(
-        exporter, model, only, capture, config, main, generation_config, True, lower_mins={QUERY_DIM: 1}
+        exporter,
+        model,
+        only,
+        capture,
+        config,
+        main,
+        generation_config,
+        True,
+        lower_mins={QUERY_DIM: 1},
+        also_check=check,
     )
-    why_not = check_one_graph(exporter, exported["decode"], model, prompt, step, plan)
+    why_not = checked[0] if checked else "the decode graph was not checked"
     if why_not is not None:
         return why_not
     plan.update(stages={"prefill": "decode", "decode": "decode"}, stateful=_stateful(exported), one_graph=True)

@@ -39,7 +39,7 @@ from ._fusions import fuse_for_ort as _fuse_for_ort
 from ._moe import fused_experts_forward, moe_plan
 from ._weights import fold_weight_transposes, keep_large_weights
 from .config import FORMAT, OnnxConfig
-from .patches import onnx_export_patches, register_orphan_constants, translation_table
+from .patches import onnx_export_patches, register_orphan_constants, single_output_rewrite_rules, translation_table
 from .runner import OnnxRunner
 
 __all__ = ["OnnxExporter"]
@@ -149,11 +149,13 @@ class OnnxExporter(HfExporter):
 def _optimize(model: Any) -> None:
     """What ``torch.onnx.export(optimize=True)`` runs (onnxscript's optimizer, then its ONNX fusions), except that a
     ``Transpose`` of a large weight is folded lazily (:func:`._weights.fold_weight_transposes`) instead of into a
-    numpy copy of every linear weight held in memory until saving."""
+    numpy copy of every linear weight held in memory until saving, and that the rewrite rules matching several
+    output nodes are left out (:func:`.patches.single_output_rewrite_rules`: quadratic in the graph's size)."""
     from onnxscript import optimizer
     from onnxscript.rewriter import onnx_fusions
 
-    optimizer.optimize_ir(model, should_fold=keep_large_weights)
+    with single_output_rewrite_rules():
+        optimizer.optimize_ir(model, should_fold=keep_large_weights)
     register_orphan_constants(model)  # onnxscript's rewriter may drop a rewrite's constants (patches.py)
     onnx_fusions.fuse(model)
     fold_weight_transposes(model)

@@ -19,6 +19,11 @@
   squeezes only the axes the traced shape says are 1 or does not know (a dynamic dim was traced as not 1: it stays).
   It also translates our custom op ``hub_export::moe`` (traced for ``ort_fusions="cuda"``) into
   ``com.microsoft::MoE`` (:mod:`hub_export.backends.onnx._moe`).
+* :func:`single_output_rewrite_rules` — onnxscript 0.7: a rewrite rule whose pattern has several output nodes is
+  matched by rebuilding an index of the whole graph for every node tried (``SimplePatternMatcher.match``,
+  ``onnxscript/rewriter/_matcher.py``), so it costs nodes x nodes. The optimizer's one such default rule,
+  ``SlicesSplit`` (two ``Slice`` halves of a value -> one ``Split``), took 18 of the 49 s of a Qwen2.5-0.5B export
+  (6,000 nodes) and fired on none of them; the optimizer runs without it.
 * :func:`register_orphan_constants` — onnxscript 0.7's rewriter (``RewriteRuleSet._apply_to_graph_or_function``)
   stores each new initializer of a rewrite under its name, replacing one of the same name (its "already exists" check
   skips nothing). The Min/Max-to-Clip rules name their bounds ``<input>_min`` / ``<input>_max``, so two clamps of one
@@ -35,7 +40,13 @@ from typing import Any
 
 from ...patches import patch_attribute
 
-__all__ = ["onnx_export_patches", "register_orphan_constants", "translation_table", "views_as_reshapes"]
+__all__ = [
+    "onnx_export_patches",
+    "register_orphan_constants",
+    "single_output_rewrite_rules",
+    "translation_table",
+    "views_as_reshapes",
+]
 
 
 @contextlib.contextmanager
@@ -218,6 +229,24 @@ def register_orphan_constants(model: Any) -> int:
             graph.register_initializer(value)
             registered += 1
     return registered
+
+
+@contextlib.contextmanager
+def single_output_rewrite_rules() -> Iterator[None]:
+    """onnxscript's default rewrite rules without those matching several output nodes, which cost nodes x nodes
+    (see this module's docstring)."""
+    from onnxscript import rewriter
+
+    rules = tuple(rule for rule in rewriter._DEFAULT_REWRITE_RULES if _single_output(rule))
+    reason = "onnxscript's multi-output pattern matching, quadratic in the graph's nodes (onnxscript 0.7)"
+    with patch_attribute(rewriter, "_DEFAULT_REWRITE_RULES", rules, reason=reason):
+        yield
+
+
+def _single_output(rule: Any) -> bool:
+    """Whether ``rule``'s pattern has one output node (a rule that does not say counts as one)."""
+    target = getattr(rule, "_target_pattern", None)
+    return bool(getattr(target, "has_single_output_node", True))
 
 
 @contextlib.contextmanager

@@ -9,8 +9,9 @@ reads like the model's own signature. Weights stay float32 unless ``compress_to_
 Under ``export_for_generation`` with ``stateful=True`` (the default), every component that takes a KV cache
 (``decode``) keeps it as internal OpenVINO state: each ``input.past_key_values.N.key`` Parameter and its
 ``output.past_key_values.N.key`` Result become a ``ReadValue``/``Assign`` pair on one variable (OpenVINO's
-MakeStateful transformation; the variable id is the two names joined). The runner then feeds only the other
-inputs and keeps the cache inside its infer request between calls (see :class:`~hub_export.backends.openvino.runner.OpenVINORunner`).
+MakeStateful transformation; the variable id is the two names joined), laid out so that the CPU plugin fuses
+attention with the state (a ``beam_idx`` input and state initializers, see :mod:`._stateful`). The runner then feeds
+only the other inputs and keeps the cache inside its infer request between calls (see :class:`~hub_export.backends.openvino.runner.OpenVINORunner`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ...manifest import ComponentEntry
 from ...quantization.base import calibration_for, find_quantizer
 from ...quantization.pt2e import PT2EQuantizer
 from ...signature import Signature, TensorSpec
+from ._stateful import fuse_state_attention
 from .config import FORMAT, OpenVINOConfig
 from .io import COMPRESS_KEY, PRECISION_KEY
 from .patches import conversion_patches
@@ -110,6 +112,8 @@ class OpenVINOExporter(HfExporter):
             from openvino._offline_transformations import apply_make_stateful_transformation
 
             apply_make_stateful_transformation(model, dict(pairs))
+            first = next(spec for spec in signature.inputs if spec.name == pairs[0][0])
+            fuse_state_attention(model, list(first.shape).index("batch") if "batch" in first.shape else 0)
         compress = bool(getattr(config, "compress_to_fp16", False))
         if compress:
             from openvino._offline_transformations import compress_model_transformation

@@ -23,6 +23,7 @@ from ...manifest import ComponentEntry
 from ...runner import ModelRunner
 from ...signature import torch_dtype
 from ...structure import unflatten
+from ._stateful import BEAM_INPUT
 from .io import PRECISION_KEY, core
 
 __all__ = ["OpenVINORunner", "openvino_device"]
@@ -80,12 +81,16 @@ def _compile_properties(
     cpu_pinning: bool = False,
 ) -> dict[str, Any]:
     """Compile properties: float32 inference unless the export stored fp16 weights (CPUs with bf16 support default
-    to bf16), the latency hint, the CPU's threads unpinned (pinned threads cannot move off a core another process
+    to bf16) and then a float32 KV cache on CPU, the latency hint, the CPU's threads unpinned (pinned threads cannot move off a core another process
     keeps busy) and ``num_threads`` when given; ``options`` (the runner's ``config``) apply last."""
     per_device: dict[str, Any] = {}
     if program.has_rt_info(PRECISION_KEY):
         per_device["INFERENCE_PRECISION_HINT"] = program.get_rt_info(PRECISION_KEY).astype(str)
-    cpu = {"PERFORMANCE_HINT": "LATENCY", "ENABLE_CPU_PINNING": bool(cpu_pinning)}
+    cpu: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "ENABLE_CPU_PINNING": bool(cpu_pinning)}
+    if per_device.get("INFERENCE_PRECISION_HINT") == "f32":
+        # the CPU plugin's fused attention over the cache state (see _stateful.py) stores the cache in u8 by
+        # default, which moves float32 logits by ~1e-3: a float32 export keeps its cache in float32
+        cpu["KV_CACHE_PRECISION"] = "f32"
     if num_threads is not None:
         cpu["INFERENCE_NUM_THREADS"] = int(num_threads)
     properties: dict[str, Any] = {}
@@ -134,6 +139,9 @@ class OpenVINORunner(ModelRunner):
         self.request = compiled.create_infer_request()
         ports = {name: port for port in compiled.inputs for name in port.get_names()}
         self._inputs = [(i, ports[s.name]) for i, s in enumerate(metadata.signature.inputs) if s.name in ports]
+        # a stateful export's batch rows to keep (see _stateful.py): fed as 0..batch-1, batch read from the main input
+        self._beam = ports.get(BEAM_INPUT)
+        self._main = next((ports[n] for n in ("input_ids", "inputs_embeds") if n in ports), None)
         outputs = {name: port for port in compiled.outputs for name in port.get_names()}
         self._state = _state_slots(metadata, {state.name for state in self.request.query_state()})
         state_outputs = {j for _, j, _ in self._state}
@@ -286,6 +294,8 @@ class OpenVINORunner(ModelRunner):
         # change between calls (generation) that corrupted the heap (seen on T5 decode), so inputs are copied. An
         # openvino.Tensor in the feed would be kept the same way (whatever share_inputs says): bfloat16 inputs too
         # corrupted the heap on T5 decode, so they are written into the request's tensors above.
+        if self._beam is not None and self._main is not None and self._main in feed:
+            arrays[self._beam] = np.arange(feed[self._main].shape[0], dtype=np.int32)
         results = self.request.infer(arrays, share_inputs=False, share_outputs=False)
         specs = self.metadata.signature.outputs
         outputs: list[Any] = [None] * len(specs)

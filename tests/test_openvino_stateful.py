@@ -1,0 +1,65 @@
+"""An OpenVINO generation export's cache state is laid out so that the CPU plugin fuses attention with it
+(``hub_export/backends/openvino/_stateful.py``), and generation stays token-identical to eager."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from tiny_models import build, text_inputs
+
+from hub_export import ExportedModel, OpenVINOConfig, OpenVINOExporter
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
+    case = build("llama")
+    exported = OpenVINOExporter().export_for_generation(case.model, case.sample, config=OpenVINOConfig(dynamic=True))
+    return case, exported.save_pretrained(tmp_path_factory.mktemp("ov") / "export")
+
+
+def _decode_runner(folder: Path) -> Any:
+    loaded = ExportedModel.from_pretrained(folder, device="cpu")
+    return loaded, loaded.runners["decode"]
+
+
+def test_the_state_has_a_beam_gather_and_an_initializer(saved: Any) -> None:
+    _, folder = saved
+    _, runner = _decode_runner(folder)
+    model = runner.compiled_model
+    assert "beam_idx" in {name for port in model.inputs for name in port.get_names()}
+    import openvino
+
+    ir = openvino.Core().read_model(folder / "openvino_decode.xml")
+    states = [op for op in ir.get_ops() if op.get_type_name() == "ReadValue"]
+    assert states and all(op.get_input_size() == 1 for op in states)  # a zero initializer each
+    concats = [t.get_node() for op in states for t in op.output(0).get_target_inputs()]
+    assert "Concat" not in {n.get_type_name() for n in concats}  # read through the beam Gather
+
+
+def test_the_cpu_plugin_fuses_attention_with_the_state(saved: Any) -> None:
+    _, folder = saved
+    _, runner = _decode_runner(folder)
+    kinds = collections.Counter(
+        str(op.get_rt_info()["layerType"].astype(str)) for op in runner.compiled_model.get_runtime_model().get_ops()
+    )
+    layers = build("llama").model.config.num_hidden_layers
+    assert kinds["ScaledDotProductAttention"] == layers, kinds  # one fused node per layer, no MatMul/Softmax chain
+    assert kinds["Softmax"] == 0
+    precision = str(runner.compiled_model.get_property("KV_CACHE_PRECISION")).lower()
+    assert "f32" in precision or "float32" in precision  # a float32 export keeps a float32 cache
+
+
+def test_fused_generate_equals_eager_and_beam_search_runs(saved: Any) -> None:
+    case, folder = saved
+    loaded, _ = _decode_runner(folder)
+    for inputs in (case.sample, text_inputs(2, 9, pad_left=3, seed=5)):
+        with torch.no_grad():
+            expected = case.model.generate(**inputs, max_new_tokens=6, min_new_tokens=6, do_sample=False)
+        assert torch.equal(loaded.generate(**inputs, max_new_tokens=6, min_new_tokens=6, do_sample=False), expected)
+    with torch.no_grad():
+        beams = case.model.generate(**case.sample, max_new_tokens=5, num_beams=3, do_sample=False)
+    assert torch.equal(loaded.generate(**case.sample, max_new_tokens=5, num_beams=3, do_sample=False), beams)
