@@ -1,8 +1,9 @@
 """Valid programs the strict ``.pt2`` reader must load: ``torch.vmap`` and ``torch.no_grad()`` inside ``forward``.
 
 The reader (``backends/dynamo/_pt2.py``) refuses what it cannot vouch for; these are the shapes of valid exports it
-used to refuse (coverage matrix: gemma4_audio's ``vmap``, phi4_multimodal's unused ``no_grad`` mask, the float
-guards of vision models that take the square root of a patch count: dinov3_vit, cohere2_vision), each
+used to refuse (coverage matrix: gemma4_audio's ``vmap``, phi4_multimodal's unused ``no_grad`` mask, reformer's
+nested ``no_grad`` blocks, the float guards of vision models that take the square root of a patch count: dinov3_vit,
+cohere2_vision, and of a patch count divided by a pooled length: gemma4_vision, diffusion_gemma), each
 saved, loaded back and compared with eager, and the rules that admit them shown to still refuse their abuse.
 """
 
@@ -54,6 +55,31 @@ class DeadNoGradHead(torch.nn.Module):
         return {"logits": self.embed(input_ids) * keep}
 
 
+class NestedNoGradHead(torch.nn.Module):
+    """``no_grad`` blocks that call ``no_grad`` helpers first and last, as Reformer's layer (under ``no_grad``) calls
+    its LSH attention, which sorts buckets under ``no_grad``: ``torch.export`` splits the outer block around the inner
+    ones and keeps the empty pieces as regions with no inputs, no body and no outputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(32, 8)
+
+    def order(self, values: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return torch.argsort(values, dim=-1, stable=True)
+
+    def forward(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        with torch.no_grad():
+            first = self.order(input_ids)
+            second = self.order(input_ids * 2)
+            hidden = self.embed(input_ids) + first.unsqueeze(-1) + second.unsqueeze(-1)
+        with torch.no_grad():
+            hidden = hidden * 2
+            last = self.order(hidden.sum(-1))
+        return {"logits": hidden + last.unsqueeze(-1)}
+
+
 def _round_trip(model: torch.nn.Module, folder: Path) -> tuple[ExportedModel, Path]:
     sample = {"input_ids": torch.tensor([[1, 3, 0, 5, 7], [2, 2, 3, 0, 1]])}
     exported = DynamoExporter().export(model, sample, config=DynamoConfig(dynamic=True))
@@ -61,7 +87,7 @@ def _round_trip(model: torch.nn.Module, folder: Path) -> tuple[ExportedModel, Pa
     return ExportedModel.from_pretrained(path), path
 
 
-@pytest.mark.parametrize("model_class", [VmapHead, DeadNoGradHead])
+@pytest.mark.parametrize("model_class", [VmapHead, DeadNoGradHead, NestedNoGradHead])
 def test_valid_programs_load_back_and_match_eager(model_class: type, tmp_path: Path) -> None:
     model = model_class().eval()
     loaded, _ = _round_trip(model, tmp_path / "export")
@@ -75,6 +101,24 @@ def test_an_unused_no_grad_region_is_not_in_the_program(tmp_path: Path) -> None:
     _, path = _round_trip(DeadNoGradHead().eval(), tmp_path / "export")
     targets = [node["target"] for node in _nodes(_program_json(path))]
     assert targets.count("torch.ops.higher_order.wrap_with_set_grad_enabled") == 1  # the used one stays
+
+
+def test_nested_no_grad_blocks_leave_no_empty_region(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def regions(path: Path) -> list[dict[str, Any]]:
+        nodes = _nodes(_program_json(path))
+        return [node for node in nodes if node["target"] == "torch.ops.higher_order.wrap_with_set_grad_enabled"]
+
+    _, path = _round_trip(NestedNoGradHead().eval(), tmp_path / "export")
+    kept = regions(path)
+    assert kept and all(node["outputs"] for node in kept)
+    # torch.export does write the empty pieces (which torch.export.load cannot read back): the model is the case
+    from hub_export.export import trace
+
+    monkeypatch.setattr(trace, "_drop_empty_regions", lambda program: 0)
+    exported = DynamoExporter().export(
+        NestedNoGradHead().eval(), {"input_ids": torch.tensor([[1, 3, 0, 5, 7]])}, config=DynamoConfig(dynamic=True)
+    )
+    assert any(not node["outputs"] for node in regions(Path(exported.save_pretrained(tmp_path / "raw"))))
 
 
 @pytest.fixture(scope="module")
@@ -171,6 +215,29 @@ def test_a_program_guarded_by_float_arithmetic_loads(tmp_path: Path) -> None:
             torch.testing.assert_close(loaded(**other)[name], expected)
 
 
+class PooledPatches(torch.nn.Module):
+    """Pools a square grid of patches to 3x3 (``k = int((n // length) ** 0.5)`` with ``length = n // 9``), as
+    Gemma 4's vision pooler does: torch guards the export with
+    ``math.trunc(torch.sym_float(n // (n // 9)) ** 0.5) == 3``, a floor division by a size inside a float."""
+
+    def forward(self, patches: torch.Tensor) -> dict[str, torch.Tensor]:
+        count = patches.shape[1]
+        length = count // 9
+        side = int((count // length) ** 0.5)
+        return {"logits": patches.mean(1) * side}
+
+
+def test_a_program_guarded_by_a_floor_division_inside_a_float_loads(tmp_path: Path) -> None:
+    model = PooledPatches().eval()
+    exported = DynamoExporter().export(model, {"patches": torch.randn(1, 36, 4)}, config=DynamoConfig(dynamic=True))
+    path = exported.save_pretrained(tmp_path / "e")
+    guards = _program_json(Path(path))["guards_code"]
+    assert any("torch.sym_float" in guard and "// 9)" in guard and "** 0.5" in guard for guard in guards), guards
+    loaded = ExportedModel.from_pretrained(path)
+    for other in ({"patches": torch.randn(2, 45, 4)}, {"patches": torch.randn(1, 81, 4)}):
+        torch.testing.assert_close(loaded(**other)["logits"], model(**other)["logits"])
+
+
 def test_symbolic_sizes_admit_float_literals_and_torch_float_functions_only() -> None:
     check_sym_expr(
         "CeilToInt(FloatTrueDiv(Add(ToFloat(FloorDiv(Symbol('s68', positive=True, integer=True), Integer(8))), "
@@ -193,6 +260,9 @@ def test_guards_admit_finite_floats_and_torch_number_helpers_only() -> None:
         "1 + (L['t'][0].size()[3] // 8) + ((-1)*math.ceil((((-0.5) + torch.sym_float(L['t'][0].size()[3] // 8))"
         " / 1.0))) >= 0",
         "torch.sym_max(L['t'][0].size()[0], 2) == torch.sym_int(torch.sym_sqrt(4.0)) + 0",
+        "math.trunc(torch.sym_float(L['t'][2].size()[1] // (L['t'][2].size()[1] // 9)) ** 0.5) == 3",
+        "L['t'][0].size()[1] % (L['t'][0].size()[1] // 4) == 0",
+        "(L['t'][0].size()[0] ** 8) ** 8 > 1",
     ):
         check_guard(guard)
     for guard in (
@@ -203,6 +273,9 @@ def test_guards_admit_finite_floats_and_torch_number_helpers_only() -> None:
         "L['t'][0].size()[0] ** 1e6 > 1",
         "L['t'][0].size()[0] == 'a'",
         "os.sym_float(1) == 1",
+        "((L['t'][0].size()[0] ** 64) ** 64) ** 64 > 1",  # an integer of millions of digits at every call
+        "(L['t'][0].size()[0] * (L['t'][0].size()[0] ** 2)) ** 64 > 1",
+        "L['t'][0].size()[0] << 64 > 1",
     ):
         with pytest.raises(ValueError):
             check_guard(guard)

@@ -309,10 +309,10 @@ def check_guard(text: Any) -> None:
         tree = ast.parse(text, mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise ValueError(f"not a Python expression ({type(exc).__name__})") from None
-    stack: list[tuple[Any, int]] = [(tree.body, 0)]
+    stack: list[tuple[Any, int, float]] = [(tree.body, 0, 1.0)]
     powers = 0
     while stack:
-        node, depth = stack.pop()
+        node, depth, scale = stack.pop()
         if depth > MAX_DEPTH:
             raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
         children = _guard_children(node, ast)
@@ -322,7 +322,13 @@ def check_guard(text: Any) -> None:
             powers += 1
             if powers > _MAX_POWERS:
                 raise ValueError(f"more than {_MAX_POWERS} powers")
-        stack.extend((child, depth + 1) for child in children)
+            # Powers of powers multiply their exponents: ((n ** 64) ** 64) ** 64 is an integer of millions of digits
+            # that Python would compute at every call. The product of the exponents over a base stays small.
+            exponent = getattr(node.right, "value", 1)  # a finite int or float: _guard_children checked it
+            scale *= max(1.0, abs(float(exponent)))
+            if scale > _MAX_EXPONENT:
+                raise ValueError(f"powers of powers raise a size to more than the {_MAX_EXPONENT}th power")
+        stack.extend((child, depth + 1, scale) for child in children)
 
 
 _GUARD_CALLS = frozenset({"max", "min", "abs"})
