@@ -57,7 +57,8 @@ def fuse_state_attention(model: Any, batch_axis: int = 0) -> int:
             else:
                 length = dim.get_length() if dim.is_static else 0  # the sequence axis starts empty
                 dims.append(opset13.constant(np.array([length], np.int64)))
-        zero = opset13.constant(np.zeros((), dtype=state.get_output_element_type(0).to_dtype()))
+        # converted, not built in the state's type: numpy has no bfloat16 (to_dtype() gives float16 for it)
+        zero = opset13.convert(opset13.constant(np.zeros((), dtype=np.float32)), state.get_output_element_type(0))
         state.set_arguments([opset13.broadcast(zero, opset13.concat(dims, axis=0))])
         for target in list(state.output(0).get_target_inputs()):
             if target.get_node().get_type_name() == "Concat":

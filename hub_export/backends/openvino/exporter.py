@@ -113,7 +113,8 @@ class OpenVINOExporter(HfExporter):
 
             apply_make_stateful_transformation(model, dict(pairs))
             first = next(spec for spec in signature.inputs if spec.name == pairs[0][0])
-            fuse_state_attention(model, list(first.shape).index("batch") if "batch" in first.shape else 0)
+            if _serves_the_prompt(signature):  # the state is never set from outside: the plugin may own its layout
+                fuse_state_attention(model, list(first.shape).index("batch") if "batch" in first.shape else 0)
         compress = bool(getattr(config, "compress_to_fp16", False))
         if compress:
             from openvino._offline_transformations import compress_model_transformation
@@ -199,6 +200,17 @@ def _ov_type(spec: TensorSpec) -> str:
     if spec.dtype not in _OV_TYPES:
         raise ExportError(f"Input {spec.name!r} has dtype {spec.dtype}, which OpenVINO inputs do not support.")
     return _OV_TYPES[spec.dtype]
+
+
+def _serves_the_prompt(signature: Signature) -> bool:
+    """Whether a stateful graph's token axis is dynamic (it takes the prompt and every step from an empty state).
+
+    Only then is its attention fused with the state (:mod:`._stateful`): the fused node keeps the cache in a layout of
+    the CPU plugin's own, so a graph whose state is set from another graph's outputs (a prefill + decode export, a
+    multimodal decoder fed by its prefill) keeps the plain ``Concat`` layout.
+    """
+    main = next((spec for spec in signature.inputs if spec.name in ("input_ids", "inputs_embeds")), None)
+    return main is not None and len(main.shape) > 1 and isinstance(main.shape[1], str)
 
 
 def _partial_shape(spec: TensorSpec, signature: Signature) -> Any:
