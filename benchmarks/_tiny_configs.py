@@ -29,6 +29,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from _sample_inputs import _get  # the first set field of a config (shared with the sample builders)
+
 __all__ = [
     "HEADS",
     "OVERRIDES",
@@ -970,14 +972,6 @@ def special_token_ids(config: Any) -> set[int]:
 
 
 # ---- models and inputs ---------------------------------------------------------------------------------------
-def _get(config: Any, *names: str, default: Any = None) -> Any:
-    for name in names:
-        value = getattr(config, name, None)
-        if value is not None:
-            return value
-    return default
-
-
 def _size(value: Any) -> tuple[int, int]:
     if isinstance(value, dict):
         return int(value.get("height", value.get("shortest_edge", IMAGE))), int(
