@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.export import Dim
 
 from hub_export import DynamoConfig, DynamoExporter
 from hub_export.errors import PatchTargetMissing
@@ -107,6 +108,62 @@ def test_clvp_rotary_cache_does_not_pin_the_sequence() -> None:
         model(**_ids(2, 9))  # fills the cache with another length
     dims = _export_and_compare(model, _ids(2, 7), [_ids(3, 11)])
     assert dims["sequence"].max is None
+
+
+def test_mamba_selective_scan_keeps_the_sequence_dynamic() -> None:
+    """Mamba's reference selective scan loops over the sequence in Python (FalconMamba here; Mamba, Jamba and Zamba
+    share the function): traced as one scan, the export takes other lengths with eager's numbers, and the module
+    function is restored after tracing."""
+    from transformers import FalconMambaConfig, FalconMambaForCausalLM
+    from transformers.models.falcon_mamba import modeling_falcon_mamba
+
+    original = modeling_falcon_mamba.mamba_selective_scan
+    model = _tiny(
+        FalconMambaConfig,
+        FalconMambaForCausalLM,
+        vocab_size=64,
+        hidden_size=16,
+        state_size=4,
+        num_hidden_layers=1,
+        expand=2,
+        conv_kernel=3,
+        time_step_rank=4,
+    )
+    dims = _export_and_compare(model, _ids(2, 7), [_ids(3, 11), _ids(2, 3)])
+    assert dims["sequence"].max is None and dims["sequence"].min <= 3
+    assert modeling_falcon_mamba.mamba_selective_scan is original
+
+
+def test_recurrences_trace_as_while_loop_where_a_format_asks() -> None:
+    """OpenVINO's frontend converts while_loop, not scan: the same recurrence under ``recurrences_as("while_loop")``
+    gives the same numbers at every length, and an unknown operator is refused."""
+    from hub_export.patches.recurrence import over_time, recurrences_as
+
+    class Cumulative(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            def step(carry: list, xs: list) -> tuple[list, list]:
+                total = carry[0] * 0.5 + xs[0]
+                return [total.clone()], [total * 2]
+
+            final, (ys,) = over_time(step, [torch.zeros_like(x[:, 0])], [x.movedim(1, 0)])
+            return final[0], ys.movedim(0, 1)
+
+    def reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        total, ys = torch.zeros_like(x[:, 0]), []
+        for t in range(x.shape[1]):
+            total = total * 0.5 + x[:, t]
+            ys.append(total * 2)
+        return total, torch.stack(ys, 1)
+
+    sample = torch.randn(2, 5, 3)
+    with recurrences_as("while_loop"):
+        program = torch.export.export(Cumulative(), (sample,), dynamic_shapes=({0: Dim.AUTO, 1: Dim.AUTO},))
+    assert any("while_loop" in str(node.target) for node in program.graph.nodes)
+    for x in (sample, torch.randn(3, 9, 3)):
+        for got, want in zip(program.module()(x), reference(x)):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="scan"), recurrences_as("for"):
+        pass
 
 
 def test_patches_apply_only_to_models_holding_their_class() -> None:

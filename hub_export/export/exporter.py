@@ -22,6 +22,7 @@ from ..errors import BackendUnavailableError, ConfigError, ParityError
 from ..formats import Backend, ExportFormat, backend_for
 from ..manifest import ComponentEntry
 from ..model import ExportedComponent, ExportedModel
+from ..patches.recurrence import recurrences_as
 from ..quantization.base import find_quantizer, stage_for
 from ..quantization.pt2e import quantize_traced
 from ..sample_inputs import implied_inputs
@@ -74,12 +75,16 @@ class HfExporter:
         one_generation_graph: ``export_for_generation`` of a decoder-only model tries one graph for the prompt and
             every step (the decode graph, taking any number of new tokens and an empty cache), so that the runtime
             holds one copy of the weights; it falls back to ``prefill`` + ``decode`` when the check fails.
+        recurrence: The control-flow operator a model's loop over time is traced with, where a patch replaces the
+            loop (:mod:`hub_export.patches.recurrence`): ``"scan"`` or ``"while_loop"`` (what the format's
+            converter reads).
     """
 
     export_format: ClassVar[ExportFormat]
     config_class: ClassVar[type[ExportConfig]]
     parity_atol: ClassVar[float] = 1e-3
     one_generation_graph: ClassVar[bool] = False
+    recurrence: ClassVar[str] = "scan"
 
     def __init__(self) -> None:
         warn_version_drift(("torch", "transformers", *self.backend.distributions))
@@ -182,7 +187,7 @@ class HfExporter:
         """
         suffix = "" if name == "model" else f" {name}"
         self.check_model(module, sample_inputs, config)
-        with stage(f"tracing{suffix}"):
+        with stage(f"tracing{suffix}"), recurrences_as(self.recurrence):
             bounds = self.dynamic_bounds(module, config) if config.dynamic else None
             experts = functools.partial(self.experts_forward, config=config)
             traced = trace(module, sample_inputs, config, bounds=bounds, experts=experts)

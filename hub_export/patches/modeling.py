@@ -16,6 +16,10 @@ type that is not used costs nothing, and a class or method that is gone raises `
 * ``ClvpRotaryPositionalEmbedding.forward`` (transformers/models/clvp/modeling_clvp.py): the embedding is cached
   under the last sequence length seen (``sequence_length == self.cached_sequence_length``); tracing compares the
   symbolic length with that Python int and pins it. The patch computes the embedding every call (no cache).
+* ``mamba_selective_scan`` (a module-level function of transformers/models/{mamba,falcon_mamba,jamba,zamba}/
+  modeling_*.py, patched where the model holds the module's mixer): its reference path loops over the sequence in
+  Python, which pins it; the patch runs the same step under torch's ``scan`` / ``while_loop``
+  (:mod:`hub_export.patches.recurrence`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 
 from ..errors import PatchTargetMissing
 from ._base import patch_attribute
+from .recurrence import mamba_selective_scan
 
 __all__ = ["ModelingPatch", "MODELING_PATCHES", "symbolic_sizes"]
 
@@ -38,10 +43,12 @@ class ModelingPatch:
 
     Attributes:
         module: The modeling module holding the class (``transformers.models.<type>.modeling_<type>``).
-        owner: The class whose method pins an axis.
-        name: The method.
+        owner: The class whose method pins an axis; empty for a function of the module itself.
+        name: The method (or the module's function).
         replacement: ``replacement(original) -> method``: the method to trace (it may call ``original``).
         reason: What in the upstream code pins which axis.
+        holder: For a module function: the module's class whose instances call it (the patch applies to models
+            holding one).
     """
 
     module: str
@@ -49,6 +56,7 @@ class ModelingPatch:
     name: str
     replacement: Callable[[Callable[..., Any]], Callable[..., Any]]
     reason: str
+    holder: str = ""
 
 
 def _cpmant_attention_mask(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -123,6 +131,22 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
         "CLVP's rotary embedding is cached under the last Python sequence length it saw: comparing the traced "
         "length with it pins the sequence",
     ),
+    *(
+        ModelingPatch(
+            f"transformers.models.{kind}.modeling_{kind}",
+            "",
+            "mamba_selective_scan",
+            mamba_selective_scan,
+            f"{mixer}'s selective scan loops over the sequence in Python (its CUDA kernels absent), pinning it",
+            holder=mixer,
+        )
+        for kind, mixer in (
+            ("mamba", "MambaMixer"),
+            ("falcon_mamba", "FalconMambaMixer"),
+            ("jamba", "JambaMambaMixer"),
+            ("zamba", "ZambaMambaMixer"),
+        )
+    ),
 )
 
 
@@ -140,17 +164,19 @@ def symbolic_sizes(model: Any, patches: tuple[ModelingPatch, ...] = MODELING_PAT
             module = sys.modules.get(patch.module)
             if module is None:  # no model of this type was built in this process
                 continue
-            owner = getattr(module, patch.owner, None)
-            if owner is None:
+            holder = getattr(module, patch.holder or patch.owner, None)
+            owner = module if not patch.owner else holder
+            if holder is None or owner is None:
                 raise PatchTargetMissing(
-                    f"Patch target {patch.module}.{patch.owner} is gone; the workaround for {patch.reason} needs review."
+                    f"Patch target {patch.module}.{patch.holder or patch.owner} is gone; the workaround for "
+                    f"{patch.reason} needs review."
                 )
-            if not any(issubclass(cls, owner) for cls in classes):
+            if not any(issubclass(cls, holder) for cls in classes):
                 continue
             original = getattr(owner, patch.name, None)
             if original is None:
                 raise PatchTargetMissing(
-                    f"Patch target {patch.owner}.{patch.name} is gone; the workaround for {patch.reason} needs review."
+                    f"Patch target {patch.owner or patch.module}.{patch.name} is gone; the workaround for {patch.reason} needs review."
                 )
             stack.enter_context(patch_attribute(owner, patch.name, patch.replacement(original), reason=patch.reason))
             applied += 1

@@ -56,6 +56,7 @@ class OpenVINOExporter(HfExporter):
     config_class = OpenVINOConfig
     parity_atol = 1e-4
     one_generation_graph = True  # one compiled model holds the weights once (see HfExporter)
+    recurrence = "while_loop"  # the PyTorch frontend converts while_loop, not scan
 
     _generation: bool = False
 

@@ -1,0 +1,148 @@
+"""Recurrences over time traced as one loop operator instead of a Python loop unrolled at the sample's length.
+
+A reference implementation that steps through the sequence in Python (``for t in range(seq_len)``) makes
+torch.export unroll the loop at the traced length and pin the ``sequence`` axis. :func:`over_time` runs the same
+step function under one of torch's control-flow operators, which torch.export keeps symbolic:
+
+* ``scan`` (``torch._higher_order_ops.scan``): the default; torch.onnx lowers it to the ONNX ``Scan`` operator and
+  ExecuTorch emits it as a loop.
+* ``while_loop`` (``torch._higher_order_ops.while_loop``), every tensor the body reads carried through the loop:
+  OpenVINO's PyTorch frontend converts ``while_loop`` (to its ``Loop``) but not ``scan``, and counts the loop's
+  extra inputs as carried ones. A backend chooses with :func:`recurrences_as` (``HfExporter.recurrence``).
+
+Each step runs the same ops on the same values as the upstream loop: the results are bit-identical in eager and
+the exported programs match eager to float32 rounding.
+
+The step functions here replace these upstream loops while tracing (:mod:`hub_export.patches.modeling` applies
+them to models holding the owning class):
+
+* ``mamba_selective_scan`` (transformers/models/{mamba,falcon_mamba,jamba,zamba}/modeling_*.py): without the CUDA
+  kernels, its "sequential path" loops over the sequence; the associative-scan path is disabled while exporting
+  (``not is_torchdynamo_exporting()``: "There is no onnx translation for this op").
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
+from typing import Any
+
+__all__ = ["LOOP_OPERATORS", "mamba_selective_scan", "over_time", "recurrences_as"]
+
+#: the control-flow operators a recurrence may be traced with
+LOOP_OPERATORS = ("scan", "while_loop")
+_LOOP: ContextVar[str] = ContextVar("hub_export_recurrence", default="scan")
+
+Step = Callable[[list[Any], list[Any]], tuple[list[Any], list[Any]]]
+
+
+@contextlib.contextmanager
+def recurrences_as(operator: str) -> Iterator[None]:
+    """Trace the recurrences of :func:`over_time` with ``operator`` (one of :data:`LOOP_OPERATORS`) in the block."""
+    if operator not in LOOP_OPERATORS:
+        raise ValueError(f"recurrence operator {operator!r} is not one of {LOOP_OPERATORS}")
+    token = _LOOP.set(operator)
+    try:
+        yield
+    finally:
+        _LOOP.reset(token)
+
+
+def over_time(step: Step, init: Sequence[Any], xs: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    """Run ``step(carry, x_t) -> (carry, y_t)`` over axis 0 of every tensor of ``xs``.
+
+    Returns the final carry and the outputs ``y_t`` stacked on a new axis 0, as a Python loop over ``t`` would.
+    """
+    if _LOOP.get() == "scan":
+        from torch._higher_order_ops.scan import scan
+
+        def combine(carry: list[Any], x: list[Any]) -> tuple[list[Any], list[Any]]:
+            return step(list(carry), list(x))
+
+        final, stacked = scan(combine, list(init), list(xs))
+        return list(final), list(stacked)
+    return _while_loop(step, list(init), list(xs))
+
+
+def _while_loop(step: Step, init: list[Any], xs: list[Any]) -> tuple[list[Any], list[Any]]:
+    """:func:`over_time` as a ``while_loop`` carrying every tensor (OpenVINO's frontend needs no extra inputs): the
+    first step runs before the loop, to size the output buffers."""
+    import torch
+    from torch._higher_order_ops.while_loop import while_loop
+
+    carry, first = step(list(init), [x[0] for x in xs])
+    length = xs[0].shape[0]
+    buffers = [y.new_zeros((length, *y.shape)).index_copy(0, _index(0, y.device), y.unsqueeze(0)) for y in first]
+    n_carry, n_out = len(carry), len(buffers)
+
+    def cond_fn(i: Any, *state: Any) -> Any:
+        return i < state[n_carry + n_out].shape[0]
+
+    def body_fn(i: Any, *state: Any) -> tuple[Any, ...]:
+        at = i.reshape(1)
+        inputs = state[n_carry + n_out :]
+        new_carry, ys = step(list(state[:n_carry]), [x.index_select(0, at).squeeze(0) for x in inputs])
+        written = [b.index_copy(0, at, y.unsqueeze(0)) for b, y in zip(state[n_carry : n_carry + n_out], ys)]
+        return (i + 1, *new_carry, *written, *(x.clone() for x in inputs))
+
+    start = torch.ones((), dtype=torch.int64, device=xs[0].device)
+    out = while_loop(cond_fn, body_fn, (start, *carry, *buffers, *xs))
+    return list(out[1 : 1 + n_carry]), list(out[1 + n_carry : 1 + n_carry + n_out])
+
+
+def _index(value: int, device: Any) -> Any:
+    import torch
+
+    return torch.full((1,), value, dtype=torch.int64, device=device)
+
+
+def mamba_selective_scan(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Mamba's selective scan (sequential path) with its loop over time as :func:`over_time`."""
+
+    def selective_scan(
+        hidden_states: Any,
+        dt: Any,
+        A: Any,  # noqa: N803 - upstream's names
+        B: Any,  # noqa: N803
+        C: Any,  # noqa: N803
+        D: Any = None,  # noqa: N803
+        z: Any = None,
+        delta_bias: Any = None,
+        delta_softplus: bool = False,
+        return_last_state: bool = False,
+        **_: Any,
+    ) -> Any:
+        import torch
+        import torch.nn.functional as F  # noqa: N812
+
+        input_dtype = hidden_states.dtype
+        batch, channels = hidden_states.shape[:2]
+        if delta_bias is not None:
+            dt = dt + delta_bias.to(dt.dtype)[..., None]
+        if delta_softplus:
+            dt = F.softplus(dt)
+        # [batch, channels, time, state]: the discretized A and B times the input, as upstream
+        decay = torch.exp(A[None, :, None, :] * dt[:, :, :, None])
+        drive = dt[:, :, :, None] * B.transpose(1, 2)[:, None, :, :].float() * hidden_states[:, :, :, None].float()
+        readout = C.transpose(1, 2)  # [batch, time, state]
+        state_dtype = torch.promote_types(torch.promote_types(decay.dtype, input_dtype), drive.dtype)
+        state = torch.zeros(batch, channels, A.shape[-1], dtype=state_dtype, device=hidden_states.device)
+
+        def step(carry: list[Any], x: list[Any]) -> tuple[list[Any], list[Any]]:
+            a, b, c = x
+            new = a * carry[0] + b
+            # bmm and squeeze: upstream's matmul and [:, :, 0] on these shapes, but a slice inside the scan leaks
+            # a size out of its body when torch.onnx re-traces it (run_decompositions)
+            output = torch.bmm(new.to(input_dtype), c.unsqueeze(-1).to(input_dtype)).squeeze(-1)
+            return [new.clone()], [output]  # a scan's carry may not alias an output
+
+        final, (outputs,) = over_time(step, [state], [decay.movedim(2, 0), drive.movedim(2, 0), readout.movedim(1, 0)])
+        scan_output = outputs.movedim(0, -1)  # [batch, channels, time]
+        if D is not None:
+            scan_output = scan_output + hidden_states * D[None, :, None]
+        if z is not None:
+            scan_output = scan_output * F.silu(z)
+        return (scan_output, final[0]) if return_last_state else scan_output
+
+    return selective_scan
