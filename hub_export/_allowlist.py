@@ -19,7 +19,8 @@ IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CACHE_CLASSES = ("DynamicCache", "EncoderDecoderCache", "StaticCache")
 #: The layer classes of a ``DynamicCache`` an export may name (``transformers.cache_utils``): attention, sliding-window
 #: attention (rebuilt as plain attention layers), state-space / linear attention, both in one layer, and the empty
-#: placeholder of layers that keep no cache (shared key/values, MoE/MLP-only layers). Any other layer class of a
+#: placeholder of layers that keep no cache (shared key/values, MoE/MLP-only layers), attention with the indexer keys
+#: of sparse attention (DeepSeek-V3.2, GLM-MoE-DSA: their ``state``). Any other layer class of a
 #: model's cache is exported as the one of these its parts make (``structure._layer_kind``).
 LAYER_CLASSES = (
     "DynamicLayer",
@@ -27,6 +28,7 @@ LAYER_CLASSES = (
     "LinearAttentionLayer",
     "LinearAttentionAndFullAttentionLayer",
     "DummyLayer",
+    "DynamicIndexedLayer",
 )
 
 

@@ -17,6 +17,11 @@ Structure nodes::
     {"type": "cache", "class": "StaticCache", "max_cache_len": n, "layers": [{"key": node, "value": node, "length": node}, ...]}
     {"type": "cache", "class": "EncoderDecoderCache", "layers": [{"decoder": {...}, "encoder": {...}}, ...]}
     {"type": "cache", "class": "DynamicCache", "layers": [{"conv": node, "recurrent": node}, ...]}  # state-space
+    {"type": "cache", "class": "DynamicCache", "layers": [{"key": node, "value": node, "class": "DynamicIndexedLayer",
+                                                           "state": [["indexer_keys", node], ...]}, ...]}
+
+A layer's ``state`` holds the tensors (and flags) its class keeps beyond attention keys/values and state-space
+conv/recurrent states, by attribute name: the indexer keys of sparse-attention layers, for instance.
 
 Flat tensors are named after their path: ``logits``, ``past_key_values.0.key``, ``hidden_states.2``,
 ``past_key_values.0.encoder.value``.
@@ -27,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ._allowlist import LAYER_CLASSES, cache_class, is_model_output, layer_class, resolve_output_class
+from ._allowlist import IDENTIFIER, LAYER_CLASSES, cache_class, is_model_output, layer_class, resolve_output_class
 from .errors import ExportError, ManifestError
 
 __all__ = ["CONSTANT_TYPES", "children", "count_tensors", "flatten_value", "unflatten", "walk"]
@@ -55,6 +60,7 @@ def children(node: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
             for part, entry in parts:
                 prefix = f"layers[{i}]" + (f".{part}" if part else "")
                 found += [(f"{prefix}.{key}", entry[key]) for key in _LAYER_PARTS if key in entry]
+                found += [(f"{prefix}.state.{name}", child) for name, child in entry.get("state", [])]
         return found
     return []
 
@@ -223,7 +229,7 @@ def _layer_kind(layer: Any, where: tuple[str, ...]) -> str:
             "state-space (linear attention) layers and both in one layer."
         )
     if kind in LAYER_CLASSES:
-        return kind
+        return kind  # its further state is carried (:func:`_layer_state`)
     _refuse_dropped_state(layer, _KEPT_LAYER_STATE, where)
     if attention and state:
         return "LinearAttentionAndFullAttentionLayer"
@@ -253,10 +259,64 @@ def _flatten_dynamic_cache(cache: Any, path: tuple[str, ...], leaves: list[tuple
                 node[part] = flatten_value(state, (*where, part), leaves)
         if hasattr(layer, "keys") or not node:
             node.update(_flatten_layer(cache.layers, i, where, leaves))
-        if kind != _default_layer_class(node):
+        state = _layer_state(layer, where, leaves)
+        if kind != _default_layer_class(node) or state:
             node["class"] = kind
+        if state:
+            node["state"] = state
         layers.append(node)
     return {"type": "cache", "class": "DynamicCache", "layers": layers}
+
+
+#: attributes of a layer's own state a rebuilt layer derives (types and devices)
+_DERIVED_STATE = ("dtype", "device")
+#: the flags of the attention and state-space parts, which the rebuild sets from those parts
+_PART_FLAGS = {"is_initialized", "record_past"}
+
+
+def _layer_state(layer: Any, where: tuple[str, ...], leaves: list[tuple[str, Any]]) -> list[list[Any]]:
+    """The state an allowed layer class keeps beyond its attention and state-space parts, as ``[name, node]``
+    pairs: the attributes holding tensors (``indexer_keys``), and the flags that differ from a fresh layer's
+    (``is_indexer_initialized``), so that the rebuilt layer continues where the graph left it."""
+    extra = {
+        k: v
+        for k, v in vars(layer).items()
+        if k not in _KEPT_LAYER_STATE and _holds_tensor(v) and not k.endswith(_DERIVED_STATE)
+    }
+    if not extra:
+        return []
+    try:
+        fresh = vars(type(layer)())
+    except TypeError:  # a class whose constructor needs settings: its flags are not recorded
+        fresh = {}
+    flags = {
+        k: v
+        for k, v in vars(layer).items()
+        if type(v) is bool and k in fresh and fresh[k] != v and k not in _PART_FLAGS
+    }
+    state = {**extra, **flags}
+    return [[name, flatten_value(state[name], (*where, name), leaves)] for name in sorted(state)]
+
+
+def _set_layer_state(layer: Any, entry: dict[str, Any], tensors: list[Any], where: str) -> None:
+    """Set a rebuilt layer's recorded ``state`` (dicts keyed by state index get their int keys back).
+
+    Raises:
+        ManifestError: A name is not a public data attribute of the layer class (a method, a private name).
+    """
+    for name, child in entry.get("state", []):
+        if (
+            not (isinstance(name, str) and IDENTIFIER.match(name))
+            or name.startswith("_")
+            or name in _KEPT_LAYER_STATE
+            or callable(getattr(type(layer), name, None))
+            or isinstance(getattr(type(layer), name, None), property)
+        ):
+            raise ManifestError(f"{where}.state: {name!r} is not a cache layer attribute an export may set.")
+        value = unflatten(child, tensors)
+        if isinstance(value, dict):
+            value = {int(k) if k.isdigit() else k: v for k, v in value.items()}
+        setattr(layer, name, value)
 
 
 def _default_layer_class(node: dict[str, Any]) -> str:
@@ -291,6 +351,7 @@ def _dynamic_cache_from(node: dict[str, Any], tensors: list[Any], where: str) ->
             if key is not None:
                 layer.dtype, layer.device = key.dtype, key.device
                 layer.keys, layer.values, layer.is_initialized = key, value, True
+        _set_layer_state(layer, entry, tensors, f"{where}.layers[{i}]")
         layers.append(layer)
     cache = DynamicCache()  # layers appended on demand past the recorded ones, as a fresh cache does
     cache.layers[:] = layers

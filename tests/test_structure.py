@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import warnings
 
+import jsonschema
 import pytest
 import torch
 from tiny_models import text_inputs
 from transformers.cache_utils import (
     DummyLayer,
     DynamicCache,
+    DynamicIndexedLayer,
     DynamicLayer,
     DynamicSlidingWindowLayer,
     LinearAttentionAndFullAttentionLayer,
@@ -21,7 +23,7 @@ from transformers.cache_utils import (
 )
 
 from hub_export import DynamoConfig, DynamoExporter, ExportedModel, ExportError, ManifestError
-from hub_export.manifest import Manifest
+from hub_export.manifest import Manifest, schema
 from hub_export.structure import count_tensors, flatten_value, unflatten, walk
 
 
@@ -205,6 +207,38 @@ def test_layer_subclasses_and_placeholders_export_as_the_kind_their_parts_make()
     assert [type(layer) for layer in rebuilt.layers] == [DynamicLayer, DummyLayer, LinearAttentionAndFullAttentionLayer]
     assert rebuilt.layers[0].keys is cache.layers[0].keys
     assert rebuilt.layers[2].recurrent_states[0] is cache.layers[2].recurrent_states[0]
+
+
+def test_a_sparse_attention_layer_carries_its_indexer_keys_and_continues_from_them() -> None:
+    """DeepSeek-V3.2 / GLM-MoE-DSA keep indexer keys next to keys and values (DynamicIndexedLayer): they flatten as
+    ``state`` named after the attribute, and the rebuilt layer appends the next step's indexer keys to them (its
+    ``is_indexer_initialized`` flag comes back too: without it the layer would start over from empty)."""
+    layer = _attention(DynamicIndexedLayer())
+    layer.update_indexer(torch.randn(2, 5, 4))
+    cache = DynamicCache()
+    cache.layers[:] = [layer, _attention(DynamicLayer())]
+    leaves: list = []
+    node = flatten_value(cache, ("past_key_values",), leaves)
+    assert [name for name, _ in leaves] == [
+        "past_key_values.0.key",
+        "past_key_values.0.value",
+        "past_key_values.0.indexer_keys",
+        "past_key_values.1.key",
+        "past_key_values.1.value",
+    ]
+    assert node["layers"][0]["class"] == "DynamicIndexedLayer"
+    assert [name for name, _ in node["layers"][0]["state"]] == ["indexer_keys", "is_indexer_initialized"]
+    assert count_tensors(node) == len(leaves) == len(list(walk(node)))
+    jsonschema.Draft202012Validator({"$defs": schema()["$defs"], "$ref": "#/$defs/node"}).validate(
+        node
+    )  # export.json admits it
+    rebuilt = unflatten(json.loads(json.dumps(node)), [t for _, t in leaves])
+    assert type(rebuilt.layers[0]) is DynamicIndexedLayer and rebuilt.layers[0].indexer_keys is layer.indexer_keys
+    step = torch.randn(2, 1, 4)
+    assert torch.equal(rebuilt.layers[0].update_indexer(step), torch.cat([layer.indexer_keys, step], dim=1))
+    node["layers"][0]["state"][0][0] = "update_indexer"  # a method is not state
+    with pytest.raises(ManifestError, match="update_indexer"):
+        unflatten(node, [t for _, t in leaves])
 
 
 def test_a_cache_layer_holding_state_of_its_own_is_refused_naming_it() -> None:

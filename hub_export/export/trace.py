@@ -236,6 +236,8 @@ def _semantic_name(leaf: str, axis: int, cache_inputs: bool) -> str:
         return "batch"
     if len(parts) > 1 and parts[-1] in ("key", "value") and axis == 2:
         return "encoder_sequence" if "encoder" in parts else "past_sequence"
+    if len(parts) > 1 and parts[-1] == "indexer_keys" and axis == 1:  # [batch, past_sequence, dim]
+        return "past_sequence"
     if (kwarg, axis) in _SEMANTIC:
         return _SEMANTIC[(kwarg, axis)]
     if kwarg in _SEQUENCE_INPUTS and axis == 1:
