@@ -134,6 +134,30 @@ def test_mamba_selective_scan_keeps_the_sequence_dynamic() -> None:
     assert modeling_falcon_mamba.mamba_selective_scan is original
 
 
+def test_an_lstm_keeps_the_sequence_dynamic() -> None:
+    """torch's LSTM decomposes into one cell per step while exporting (the RNN-T prediction network of Parakeet and
+    Nemotron ASR): traced as one loop per layer, with and without a given state, it takes other lengths."""
+
+    class Predictor(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.embed = torch.nn.Embedding(64, 8)
+            self.lstm = torch.nn.LSTM(8, 8, num_layers=2, batch_first=True)
+            self.head = torch.nn.Linear(8, 64)
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+            state = self.lstm(self.embed(input_ids))[1] if input_ids.shape[1] > 3 else None
+            output, (hidden, cell) = self.lstm(self.embed(input_ids), state)
+            return {"logits": self.head(output), "hidden": hidden, "cell": cell}
+
+    model = Predictor().eval()
+    original = torch.nn.LSTM.forward
+    dims = _export_and_compare(model, _ids(2, 7), [_ids(3, 11), _ids(2, 5)])
+    assert dims["sequence"].max is None
+    assert torch.nn.LSTM.forward is original
+
+
 def test_recurrences_trace_as_while_loop_where_a_format_asks() -> None:
     """OpenVINO's frontend converts while_loop, not scan: the same recurrence under ``recurrences_as("while_loop")``
     gives the same numbers at every length, and an unknown operator is refused."""
@@ -141,7 +165,7 @@ def test_recurrences_trace_as_while_loop_where_a_format_asks() -> None:
 
     class Cumulative(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            def step(carry: list, xs: list) -> tuple[list, list]:
+            def step(carry: list, xs: list, consts: list) -> tuple[list, list]:
                 total = carry[0] * 0.5 + xs[0]
                 return [total.clone()], [total * 2]
 

@@ -20,6 +20,8 @@ type that is not used costs nothing, and a class or method that is gone raises `
   modeling_*.py, patched where the model holds the module's mixer): its reference path loops over the sequence in
   Python, which pins it; the patch runs the same step under torch's ``scan`` / ``while_loop``
   (:mod:`hub_export.patches.recurrence`).
+* ``torch.nn.LSTM.forward`` (torch/nn/modules/rnn.py): ``aten.lstm`` is a composite op that torch.export decomposes
+  into one cell per time step at the traced length; the patch runs each layer's cell under ``scan`` / ``while_loop``.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 
 from ..errors import PatchTargetMissing
 from ._base import patch_attribute
-from .recurrence import mamba_selective_scan
+from .recurrence import lstm_forward, mamba_selective_scan
 
 __all__ = ["ModelingPatch", "MODELING_PATCHES", "symbolic_sizes"]
 
@@ -146,6 +148,14 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
             ("jamba", "JambaMambaMixer"),
             ("zamba", "ZambaMambaMixer"),
         )
+    ),
+    ModelingPatch(
+        "torch.nn.modules.rnn",
+        "LSTM",
+        "forward",
+        lstm_forward,
+        "torch's LSTM decomposes into one cell per time step while exporting (the RNN-T prediction networks of "
+        "Parakeet and Nemotron ASR, EnCodec), pinning the sequence",
     ),
 )
 

@@ -19,6 +19,7 @@ them to models holding the owning class):
 * ``mamba_selective_scan`` (transformers/models/{mamba,falcon_mamba,jamba,zamba}/modeling_*.py): without the CUDA
   kernels, its "sequential path" loops over the sequence; the associative-scan path is disabled while exporting
   (``not is_torchdynamo_exporting()``: "There is no onnx translation for this op").
+* ``torch.nn.LSTM.forward``: ``aten.lstm`` is a composite op, decomposed into one cell per time step while tracing.
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["LOOP_OPERATORS", "mamba_selective_scan", "over_time", "recurrences_as"]
+__all__ = ["LOOP_OPERATORS", "lstm_forward", "mamba_selective_scan", "over_time", "recurrences_as"]
 
 #: the control-flow operators a recurrence may be traced with
 LOOP_OPERATORS = ("scan", "while_loop")
 _LOOP: ContextVar[str] = ContextVar("hub_export_recurrence", default="scan")
 
-Step = Callable[[list[Any], list[Any]], tuple[list[Any], list[Any]]]
+Step = Callable[[list[Any], list[Any], list[Any]], tuple[list[Any], list[Any]]]
 
 
 @contextlib.contextmanager
@@ -49,45 +50,50 @@ def recurrences_as(operator: str) -> Iterator[None]:
         _LOOP.reset(token)
 
 
-def over_time(step: Step, init: Sequence[Any], xs: Sequence[Any]) -> tuple[list[Any], list[Any]]:
-    """Run ``step(carry, x_t) -> (carry, y_t)`` over axis 0 of every tensor of ``xs``.
+def over_time(
+    step: Step, init: Sequence[Any], xs: Sequence[Any], consts: Sequence[Any] = ()
+) -> tuple[list[Any], list[Any]]:
+    """Run ``step(carry, x_t, consts) -> (carry, y_t)`` over axis 0 of every tensor of ``xs``.
 
-    Returns the final carry and the outputs ``y_t`` stacked on a new axis 0, as a Python loop over ``t`` would.
+    ``consts`` are the other tensors the step reads (weights): passed explicitly, not captured, since a
+    ``while_loop`` for OpenVINO carries them, and tensors a loop reads may not alias each other (pass copies of
+    views of one tensor). Returns the final carry and the outputs ``y_t`` stacked on a new axis 0, as a Python
+    loop over ``t`` would.
     """
     if _LOOP.get() == "scan":
         from torch._higher_order_ops.scan import scan
 
         def combine(carry: list[Any], x: list[Any]) -> tuple[list[Any], list[Any]]:
-            return step(list(carry), list(x))
+            return step(list(carry), list(x), list(consts))
 
         final, stacked = scan(combine, list(init), list(xs))
         return list(final), list(stacked)
-    return _while_loop(step, list(init), list(xs))
+    return _while_loop(step, list(init), list(xs), list(consts))
 
 
-def _while_loop(step: Step, init: list[Any], xs: list[Any]) -> tuple[list[Any], list[Any]]:
-    """:func:`over_time` as a ``while_loop`` carrying every tensor (OpenVINO's frontend needs no extra inputs): the
+def _while_loop(step: Step, init: list[Any], xs: list[Any], consts: list[Any]) -> tuple[list[Any], list[Any]]:
+    """:func:`over_time` as a ``while_loop`` carrying every tensor (OpenVINO's frontend takes no extra inputs): the
     first step runs before the loop, to size the output buffers."""
     import torch
     from torch._higher_order_ops.while_loop import while_loop
 
-    carry, first = step(list(init), [x[0] for x in xs])
+    carry, first = step(list(init), [x[0] for x in xs], consts)
     length = xs[0].shape[0]
     buffers = [y.new_zeros((length, *y.shape)).index_copy(0, _index(0, y.device), y.unsqueeze(0)) for y in first]
-    n_carry, n_out = len(carry), len(buffers)
+    n_carry, n_out, n_xs = len(carry), len(buffers), len(xs)
 
     def cond_fn(i: Any, *state: Any) -> Any:
         return i < state[n_carry + n_out].shape[0]
 
     def body_fn(i: Any, *state: Any) -> tuple[Any, ...]:
         at = i.reshape(1)
-        inputs = state[n_carry + n_out :]
-        new_carry, ys = step(list(state[:n_carry]), [x.index_select(0, at).squeeze(0) for x in inputs])
+        inputs, read = state[n_carry + n_out : n_carry + n_out + n_xs], state[n_carry + n_out + n_xs :]
+        new_carry, ys = step(list(state[:n_carry]), [x.index_select(0, at).squeeze(0) for x in inputs], list(read))
         written = [b.index_copy(0, at, y.unsqueeze(0)) for b, y in zip(state[n_carry : n_carry + n_out], ys)]
-        return (i + 1, *new_carry, *written, *(x.clone() for x in inputs))
+        return (i + 1, *new_carry, *written, *(x.clone() for x in (*inputs, *read)))
 
     start = torch.ones((), dtype=torch.int64, device=xs[0].device)
-    out = while_loop(cond_fn, body_fn, (start, *carry, *buffers, *xs))
+    out = while_loop(cond_fn, body_fn, (start, *carry, *buffers, *xs, *consts))
     return list(out[1 : 1 + n_carry]), list(out[1 + n_carry : 1 + n_carry + n_out])
 
 
@@ -129,7 +135,7 @@ def mamba_selective_scan(original: Callable[..., Any]) -> Callable[..., Any]:
         state_dtype = torch.promote_types(torch.promote_types(decay.dtype, input_dtype), drive.dtype)
         state = torch.zeros(batch, channels, A.shape[-1], dtype=state_dtype, device=hidden_states.device)
 
-        def step(carry: list[Any], x: list[Any]) -> tuple[list[Any], list[Any]]:
+        def step(carry: list[Any], x: list[Any], _: list[Any]) -> tuple[list[Any], list[Any]]:
             a, b, c = x
             new = a * carry[0] + b
             # bmm and squeeze: upstream's matmul and [:, :, 0] on these shapes, but a slice inside the scan leaks
@@ -146,3 +152,54 @@ def mamba_selective_scan(original: Callable[..., Any]) -> Callable[..., Any]:
         return (scan_output, final[0]) if return_last_state else scan_output
 
     return selective_scan
+
+
+def lstm_forward(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.nn.LSTM.forward`` with the recurrence of each layer as :func:`over_time`; the input projection of
+    every step is one matmul before the loop. Bidirectional, projected (``proj_size``), packed, unbatched and
+    training-with-dropout LSTMs run upstream's forward."""
+
+    def forward(self: Any, input: Any, hx: Any = None) -> Any:  # noqa: A002 - upstream's name
+        import torch
+        import torch.nn.functional as F  # noqa: N812
+
+        if (
+            not isinstance(input, torch.Tensor)
+            or input.dim() != 3
+            or self.bidirectional
+            or self.proj_size
+            or (self.training and self.dropout)
+        ):
+            return original(self, input, hx)
+        steps = input.transpose(0, 1) if self.batch_first else input  # [time, batch, features]
+        if hx is None:
+            size = (self.num_layers, steps.shape[1], self.hidden_size)
+            hx = (steps.new_zeros(size), steps.new_zeros(size))  # two tensors: a scan's initial carries may not alias
+        finals_h, finals_c = [], []
+        for layer in range(self.num_layers):
+            suffix = f"_l{layer}"
+            # per gate (torch's order: input, forget, cell, output), split before the loop: a slice inside the
+            # loop body leaks a size out of it when torch.onnx re-traces the scan (run_decompositions)
+            # (cloned: tensors a loop body reads may not alias each other)
+            w_hh = [w.clone() for w in getattr(self, "weight_hh" + suffix).chunk(4)]
+            b_hh = [b.clone() for b in getattr(self, "bias_hh" + suffix).chunk(4)] if self.bias else [None] * 4
+            w_ih = getattr(self, "weight_ih" + suffix).chunk(4)
+            b_ih = getattr(self, "bias_ih" + suffix).chunk(4) if self.bias else (None,) * 4
+            projected = [F.linear(steps, w, b) for w, b in zip(w_ih, b_ih)]
+
+            def step(carry: list[Any], x: list[Any], weights: list[Any]) -> tuple[list[Any], list[Any]]:
+                i, f, g, o = (
+                    x[k] + F.linear(carry[0], weights[k], weights[4 + k] if self.bias else None) for k in range(4)
+                )
+                cell = torch.sigmoid(f) * carry[1] + torch.sigmoid(i) * torch.tanh(g)
+                hidden = torch.sigmoid(o) * torch.tanh(cell)
+                return [hidden.clone(), cell], [hidden]  # a carry may not alias an output
+
+            consts = [*w_hh, *b_hh] if self.bias else w_hh
+            (h, c), (steps,) = over_time(step, [hx[0][layer], hx[1][layer]], projected, consts)
+            finals_h.append(h)
+            finals_c.append(c)
+        output = steps.transpose(0, 1) if self.batch_first else steps
+        return output, (torch.stack(finals_h), torch.stack(finals_c))
+
+    return forward
