@@ -134,6 +134,28 @@ def test_mamba_selective_scan_keeps_the_sequence_dynamic() -> None:
     assert modeling_falcon_mamba.mamba_selective_scan is original
 
 
+def test_recurrent_gemma_rg_lru_keeps_the_sequence_dynamic() -> None:
+    """RecurrentGemma's RG-LRU loops over the sequence in Python in its linear mode: traced as one loop."""
+    from transformers import RecurrentGemmaConfig, RecurrentGemmaForCausalLM
+
+    model = _tiny(
+        RecurrentGemmaConfig,
+        RecurrentGemmaForCausalLM,
+        vocab_size=64,
+        hidden_size=16,
+        lru_width=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        block_types=["recurrent", "attention"],
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        attention_window_size=8,
+    )
+    dims = _export_and_compare(model, _ids(2, 7), [_ids(3, 11)])
+    assert dims["sequence"].max is None
+
+
 def test_an_lstm_keeps_the_sequence_dynamic() -> None:
     """torch's LSTM decomposes into one cell per step while exporting (the RNN-T prediction network of Parakeet and
     Nemotron ASR): traced as one loop per layer, with and without a given state, it takes other lengths."""

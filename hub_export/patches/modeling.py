@@ -20,6 +20,8 @@ type that is not used costs nothing, and a class or method that is gone raises `
   modeling_*.py, patched where the model holds the module's mixer): its reference path loops over the sequence in
   Python, which pins it; the patch runs the same step under torch's ``scan`` / ``while_loop``
   (:mod:`hub_export.patches.recurrence`).
+* ``RecurrentGemmaRglru._rnn_scan`` (transformers/models/recurrent_gemma/modeling_recurrent_gemma.py): the RG-LRU's
+  linear mode loops over the sequence in Python; the patch runs the same step under ``scan`` / ``while_loop``.
 * ``torch.nn.LSTM.forward`` (torch/nn/modules/rnn.py): ``aten.lstm`` is a composite op that torch.export decomposes
   into one cell per time step at the traced length; the patch runs each layer's cell under ``scan`` / ``while_loop``.
 """
@@ -34,7 +36,7 @@ from typing import Any
 
 from ..errors import PatchTargetMissing
 from ._base import patch_attribute
-from .recurrence import lstm_forward, mamba_selective_scan
+from .recurrence import lstm_forward, mamba_selective_scan, rglru_scan
 
 __all__ = ["ModelingPatch", "MODELING_PATCHES", "symbolic_sizes"]
 
@@ -148,6 +150,13 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
             ("jamba", "JambaMambaMixer"),
             ("zamba", "ZambaMambaMixer"),
         )
+    ),
+    ModelingPatch(
+        "transformers.models.recurrent_gemma.modeling_recurrent_gemma",
+        "RecurrentGemmaRglru",
+        "_rnn_scan",
+        rglru_scan,
+        "RecurrentGemma's RG-LRU loops over the sequence in Python (its linear mode), pinning it",
     ),
     ModelingPatch(
         "torch.nn.modules.rnn",

@@ -20,6 +20,8 @@ them to models holding the owning class):
   kernels, its "sequential path" loops over the sequence; the associative-scan path is disabled while exporting
   (``not is_torchdynamo_exporting()``: "There is no onnx translation for this op").
 * ``torch.nn.LSTM.forward``: ``aten.lstm`` is a composite op, decomposed into one cell per time step while tracing.
+* ``RecurrentGemmaRglru._rnn_scan`` (transformers/models/recurrent_gemma/modeling_recurrent_gemma.py): the RG-LRU's
+  linear mode loops over the sequence.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["LOOP_OPERATORS", "lstm_forward", "mamba_selective_scan", "over_time", "recurrences_as"]
+__all__ = ["LOOP_OPERATORS", "lstm_forward", "mamba_selective_scan", "over_time", "recurrences_as", "rglru_scan"]
 
 #: the control-flow operators a recurrence may be traced with
 LOOP_OPERATORS = ("scan", "while_loop")
@@ -203,3 +205,37 @@ def lstm_forward(original: Callable[..., Any]) -> Callable[..., Any]:
         return output, (torch.stack(finals_h), torch.stack(finals_c))
 
     return forward
+
+
+def rglru_scan(original: Callable[..., Any]) -> Callable[..., Any]:
+    """RecurrentGemma's ``RecurrentGemmaRglru._rnn_scan`` with its linear-mode loop as :func:`over_time`; a one-step
+    call (sampling mode, no loop) runs upstream's."""
+
+    def rnn_scan(
+        self: Any,
+        hidden_states: Any,
+        recurrent_gate: Any,
+        reset: Any,
+        recurrent_states: Any,
+        acc_dtype: Any = None,
+    ) -> Any:
+        import torch
+
+        acc_dtype = torch.float32 if acc_dtype is None else acc_dtype
+        if hidden_states.shape[1] == 1:
+            return original(self, hidden_states, recurrent_gate, reset, recurrent_states, acc_dtype)
+        recurrent_gate = recurrent_gate * ~reset
+        if recurrent_states is None:
+            recurrent_states = torch.zeros(hidden_states[:, 0].shape, dtype=acc_dtype, device=hidden_states.device)
+
+        def step(carry: list[Any], x: list[Any], _: list[Any]) -> tuple[list[Any], list[Any]]:
+            state = x[0].type(acc_dtype) * carry[0]
+            state = state + x[1].type(acc_dtype)
+            return [state.clone()], [state.type(hidden_states.dtype)]  # a carry may not alias an output
+
+        final, (states,) = over_time(
+            step, [recurrent_states.clone()], [recurrent_gate.movedim(1, 0), hidden_states.movedim(1, 0)]
+        )
+        return states.movedim(0, 1), final[0]
+
+    return rnn_scan
