@@ -492,8 +492,8 @@ def test_state_space_model_generates_through_its_conv_and_ssm_states(tmp_path, n
     """Mamba carries no key/value cache but per-layer conv and SSM states (a DynamicCache of LinearAttentionLayer
     passed as cache_params): the prefill returns them, the decode graph updates them (and takes no mask: generate()
     masks only the prompt). Greedy tokens equal eager generate for a left-padded batch of another length and for
-    prompts shorter than the prefill takes (left-padded to it: Mamba-2's kernel, Mamba's pinned length); Mamba's
-    longer prompts run the prefill on the traced length, then the decode graph on each other prompt token."""
+    prompts shorter than the prefill takes (left-padded to it: Mamba-2's kernel); Mamba's scan is traced as one
+    loop, so its prefill takes longer prompts too."""
     from zoo import build as build_zoo
 
     from hub_export.manifest import Manifest

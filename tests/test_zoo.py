@@ -5,7 +5,7 @@ another batch/sequence length; every flattened output (logits, caches, hidden st
 and the output class must be the eager one. The whole zoo runs in ``benchmarks/coverage.py``
 (``docs/support-matrix.md``). Regression tests for the architectures the patches fixed follow the slice: mixtures of
 experts on ONNX/OpenVINO (``patches.dynamo.experts_as_standard_ops``), size arithmetic on OpenVINO (Mamba-2, and
-a tiny module for ``patches.openvino.size_arithmetic_rules``), and Mamba's sequence axis pinned by the model.
+a tiny module for ``patches.openvino.size_arithmetic_rules``), and a sequence axis pinned by the model's code.
 """
 
 from __future__ import annotations
@@ -123,23 +123,42 @@ def test_openvino_size_arithmetic_follows_python() -> None:
         torch.testing.assert_close(exported(x=x), model(x), rtol=0, atol=0)
 
 
+class _StepByStep(torch.nn.Module):
+    """Loops over the sequence in Python (as recurrent reference code does where no patch rewrites it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(64, 8)
+        self.head = torch.nn.Linear(8, 64)
+
+    def forward(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        hidden, state = self.embed(input_ids), torch.zeros(input_ids.shape[0], 8)
+        steps = []
+        for t in range(input_ids.shape[1]):
+            state = 0.5 * state + hidden[:, t]
+            steps.append(state)
+        return {"logits": self.head(torch.stack(steps, 1))}
+
+
 def test_dynamic_axis_pinned_by_the_model_is_named(tmp_path: Path) -> None:
-    """Mamba's reference path loops over the sequence: the export warns once and the run-time error says why,
-    also after a save and load (a pinned axis is a dim with min == max in the manifest)."""
+    """A model looping over the sequence in Python: the export warns once and the run-time error says why, also
+    after a save and load (a pinned axis is a dim with min == max in the manifest)."""
     from hub_export.model import ExportedModel
 
-    case = build("mamba")
+    model = _StepByStep().eval()
+    sample, other = {"input_ids": torch.randint(0, 64, (2, 7))}, {"input_ids": torch.randint(0, 64, (3, 11))}
     config = AutoExportConfig.config_class("dynamo")(dynamic=True)
     with pytest.warns(UserWarning, match=r"'input_ids' axis 1 \(fixed to 7\).*model's code fixed it") as record:
-        exported = exporter_class("dynamo")().export(case.model, case.sample, config=config)
+        exported = exporter_class("dynamo")().export(model, sample, config=config)
     assert len([w for w in record if "fixed to" in str(w.message)]) == 1
     signature = exported.components["model"].metadata.signature
     assert signature.inputs[0].shape == ("batch", "sequence") and signature.dims["sequence"] == Dim("sequence", 7, 7)
     exported.save_pretrained(tmp_path)
-    for model in (exported, ExportedModel.from_pretrained(tmp_path)):
+    for loaded in (exported, ExportedModel.from_pretrained(tmp_path)):
         with pytest.raises(InputError, match="model's code fixed this axis") as error:
-            model(**case.other)
+            loaded(**other)
         assert "Re-export with dynamic=True" not in str(error.value)
-    batch = {"input_ids": case.other["input_ids"][:, :7]}  # another batch at the traced length still runs
+    batch = {"input_ids": other["input_ids"][:, :7]}  # another batch at the traced length still runs
     with torch.no_grad():
-        torch.testing.assert_close(exported(**batch).logits, case.model(**batch).logits, rtol=0, atol=ATOL)
+        torch.testing.assert_close(exported(**batch)["logits"], model(**batch)["logits"], rtol=0, atol=ATOL)

@@ -1,6 +1,7 @@
 """Prompts of a length a state-space prefill graph does not take (the model's code fixed it while tracing).
 
-* Mamba's reference scan loops over the sequence in Python: its prefill takes exactly the traced prompt length.
+* A model whose code loops over the sequence in Python (where no patch of :mod:`hub_export.patches.modeling`
+  rewrites the loop): its prefill takes exactly the traced prompt length.
 * Mamba-2 pads a prompt shorter than its convolution kernel in a Python branch: its prefill takes at least that
   many tokens, and its decode graph (one token against conv/SSM states) cannot take the prompt instead.
 
