@@ -86,6 +86,22 @@ def _adjustment(exc: BaseException, default: dict[str, Any], notes: list[str] = 
             d[name] = _min_vocab(d) - 9 - len(name) % 4  # a free id near the top of the vocab
 
         return f"{name} set", token
+    rate = _MISSING_RATE.search(text)
+    if rate:  # a dropout rate the composite config copies onto its sub-configs (T5Gemma 2's encoder alone): none
+        name = rate.group(1)
+
+        def dropout(d: dict[str, Any]) -> None:
+            for level in _walk(d):
+                level.setdefault(name, 0.0)
+
+        return f"{name}=0.0 set", dropout
+    if _NOTHING_TO_TIE.search(text):  # weights shared by the layers of one kind (Zamba's shared transformer)
+
+        def twice(d: dict[str, Any]) -> None:
+            for level in _walk(d):
+                _repeat_layers(level)
+
+        return "layers repeated (the model ties the weights of the layers of one kind: two of each)", twice
     if _SIZE_MISMATCH.search(text):  # sizes tied in the modeling code: back off, the narrowest first
         for note, keep in _SIZE_BACKOFFS:
             if note not in notes:
@@ -121,6 +137,23 @@ _SIZE_BACKOFFS: list[tuple[str, Any]] = [
 
 
 _MISSING_ID = re.compile(r"object has no attribute '(\w+_token_id)'")
+_MISSING_RATE = re.compile(r"object has no attribute '(\w*dropout\w*)'")
+_NOTHING_TO_TIE = re.compile(r"tie_weights_keys.*to tie into \[\]", re.DOTALL)
+
+
+def _repeat_layers(level: dict[str, Any]) -> None:
+    """Repeat the (shrunk) layer stack of one config level once: its count and every per-layer list."""
+    for key in _LAYER_KEYS:
+        n = level.get(key)
+        if not _int(n) or n <= 0:
+            continue
+        for k, v in list(level.items()):
+            if isinstance(k, str) and k != key and isinstance(v, list) and len(v) == n:
+                level[k] = v + v
+        level[key] = 2 * n
+        return
+
+
 _SIZE_MISMATCH = re.compile(
     r"must match the size of tensor|is invalid for input of size|shapes cannot be multiplied|Sizes of tensors must match|"
     r"expected input with shape|to have \d+ channels"

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from _sample_inputs import _get
-from _tiny_adjust import _adjustment
+from _tiny_adjust import _SIZE_BACKOFFS, _adjustment, _is_size
 from _tiny_enumerate import HEADS, Arch, BuildSkip, _one_line, arch_of, enumerate_architectures, skip_reason
 from _tiny_fields import _LAYER_KEYS, _int
 from _tiny_inputs import (
@@ -140,6 +140,48 @@ def _defaults(model_type: str, config_cls: Any = None, notes: list[str] | None =
             except Exception:  # noqa: BLE001 - a sub-config without usable defaults stays None
                 pass
     return default
+
+
+#: the notes of the size back-offs (a size mismatch): the class's own derivations are tried before them
+_SIZE_NOTES = {note for note, _keep in _SIZE_BACKOFFS}
+
+
+def _none_default_fields(config_cls: Any) -> set[str]:
+    """The dataclass fields of a config class that default to None (the class derives or the checkpoint sets them)."""
+    import dataclasses
+
+    try:
+        return {f.name for f in dataclasses.fields(config_cls) if f.default is None}
+    except TypeError:  # not a dataclass config
+        return set()
+
+
+def _derived_sizes(config_cls: Any, default: dict[str, Any]) -> tuple[str, Any] | None:
+    """An adjustment resetting the sizes the class derives itself in ``__post_init__`` (a size field defaulting to
+    None that the defaults hold as a number: Zamba's ``attention_hidden_size`` = 2 x hidden) to None, at its level
+    and in its sub-configs, so the class derives them from the shrunk sizes; None when there are none."""
+    levels = [((), config_cls, default)]
+    for key, sub_cls in (getattr(config_cls, "sub_configs", {}) or {}).items():
+        if isinstance(default.get(key), dict) and isinstance(sub_cls, type):
+            levels.append(((key,), sub_cls, default[key]))
+    found = [
+        (path, k)
+        for path, cls, level in levels
+        for k in _none_default_fields(cls)
+        if _is_size(k, level.get(k)) and _int(level.get(k)) and level[k] > 0 and k not in _LAYER_KEYS
+    ]
+    if not found:
+        return None
+
+    def derive(d: dict[str, Any]) -> None:
+        for path, k in found:
+            level = d
+            for part in path:
+                level = level.get(part) if isinstance(level, dict) else None
+            if isinstance(level, dict) and k in level:
+                level[k] = None
+
+    return f"sizes the config derives left to it ({', '.join(sorted(k for _p, k in found))})", derive
 
 
 def _derived_layer_counts(config_cls: Any, default: dict[str, Any]) -> list[Any]:
@@ -254,6 +296,9 @@ def build_case(model_type: str, head: str | None = None) -> Case:
             if reason:
                 raise BuildSkip(reason) from exc
             fix = _adjustment(exc, _defaults(model_type, config_cls), notes)
+            derived = _derived_sizes(config_cls or CONFIG_MAPPING[model_type], _defaults(model_type, config_cls))
+            if fix is not None and fix[0] in _SIZE_NOTES and derived is not None and derived[0] not in notes:
+                fix = derived  # before backing widths off: let the class derive the sizes it derives itself
             if fix is None or fix[0] in notes or len(adjustments) >= 5:
                 raise
             if fix[0].startswith("widths kept") and _parameters(model_cls, config_cls, model_type, adjustments, fix):
@@ -407,8 +452,8 @@ def _find_inputs(case: Case, ids: _Ids) -> None:
             error = extra_error if _extras(model, ids, candidates[0], 0).keys() != candidates[0].keys() else error
         if sample is None:
             raise error
-        gen = torch.Generator().manual_seed(1)
-        other = {"pixel_values": torch.randn(3, *sample["pixel_values"].shape[1:], generator=gen)}
+        index = next(i for i, c in enumerate(candidates) if c["pixel_values"] is sample["pixel_values"])
+        other = dict(_image_inputs(model, 3, 1)[index])  # the sample's layout, another batch
         if extra:
             other = _extras(model, ids, other, 1)
         _decoder_inputs(model, ids, other, 3, 5, 1)

@@ -92,7 +92,44 @@ def _image_inputs(model: Any, batch: int, seed: int) -> list[dict[str, Any]]:
         layouts.insert(0, (batch, frames, channels, *size))
     layouts.append((batch, 2, channels, *size))  # keypoint matchers: a pair of images per row
     layouts.append((batch, channels, size[0] // 2, size[1]))  # half the height: the model stacks a prompt on it
-    return [{"pixel_values": torch.randn(*shape, generator=gen)} for shape in layouts]
+    candidates = [{"pixel_values": torch.randn(*shape, generator=gen)} for shape in layouts]
+    return [*candidates, _flat_patches(model, batch, gen)]
+
+
+def _flat_patches(model: Any, batch: int, gen: Any) -> dict[str, Any]:
+    """Images as flattened patches, ``(batch, patches, C*P*P)`` (a processor-free convention of NaFlex towers,
+    Siglip2 and Fuyu: the patch embedding is a Linear), a square grid of up to 4 x 4 patches; with their grid
+    ``spatial_shapes`` and ``pixel_attention_mask`` where the forward takes them."""
+    import torch
+
+    vision = _get(model.config, "vision_config", default=model.config)
+    patch = _get(vision, "patch_size", default=PATCH)
+    patch = patch if _int(patch) else PATCH
+    channels = _get(vision, "num_channels", default=3)
+    channels = channels if _int(channels) else 3
+    image = _size(_get(vision, "image_size", default=IMAGE))[0]
+    side = max(2, min(4, image // patch))
+    inputs = {"pixel_values": torch.randn(batch, side * side, channels * patch * patch, generator=gen)}
+    params = _params(model) | _inner_params(model)
+    if "spatial_shapes" in params:
+        inputs["spatial_shapes"] = torch.tensor([[side, side]] * batch)
+    if "pixel_attention_mask" in params:
+        inputs["pixel_attention_mask"] = torch.ones(batch, side * side, dtype=torch.int64)
+    return inputs
+
+
+def _inner_params(model: Any) -> set[str]:
+    """The forward parameters of the base model and encoder a head passes its ``**kwargs`` on to."""
+    import torch
+
+    inner: set[str] = set()
+    stack = [getattr(model, name, None) for name in ("model", "encoder")]
+    while stack:
+        module = stack.pop()
+        if isinstance(module, torch.nn.Module):
+            inner |= _params(module)
+            stack += [getattr(module, name, None) for name in ("model", "encoder")]
+    return inner
 
 
 def _audio_feature_inputs(model: Any, batch: int, frames: int, seed: int) -> list[dict[str, Any]]:
@@ -170,7 +207,7 @@ def _grid_pixels(model: Any, batch: int, gen: Any, layout: int = 0) -> dict[str,
 
     vision = _get(model.config, "vision_config", default=model.config)
     patch = _get(vision, "patch_size", "spatial_patch_size", default=PATCH)
-    temporal = _get(vision, "temporal_patch_size", default=2 if layout == 1 else 1)
+    temporal = _get(vision, "temporal_patch_size", "patch_temporal", default=2 if layout == 1 else 1)
     merge = _get(vision, "spatial_merge_size", "merge_size", default=2)
     channels = _get(vision, "in_channels", "in_chans", "num_channels", default=3)
     side = 2 * merge
@@ -212,13 +249,7 @@ def _vlm_inputs(model: Any, ids: _Ids, batch: int, text: int, seed: int) -> tupl
     patch = patch if _int(patch) else PATCH
     params = _params(model)
     gen = torch.Generator().manual_seed(seed)
-    inner = set(params)  # a head passing **kwargs on to its base model and encoder (DiffusionGemma)
-    stack = [getattr(model, name, None) for name in ("model", "encoder")]
-    while stack:
-        module = stack.pop()
-        if isinstance(module, torch.nn.Module):
-            inner |= _params(module)
-            stack += [getattr(module, name, None) for name in ("model", "encoder")]
+    inner = params | _inner_params(model)  # a head passing **kwargs on to its base model and encoder (DiffusionGemma)
     positions = next((n for n in ("image_position_ids", "pixel_position_ids") if n in inner), None)
     if "image_grid_thw" in params:
         image_sets = [_grid_pixels(model, batch, gen, layout) for layout in (0, 1, 2)]
@@ -230,6 +261,8 @@ def _vlm_inputs(model: Any, ids: _Ids, batch: int, text: int, seed: int) -> tupl
         channels = _get(vision, "num_channels", default=3)
         pixels = torch.randn(batch, channels if _int(channels) else 3, *size, generator=gen)
         image_sets = [{"pixel_values": pixels}, {"pixel_values": pixels[:, None]}]  # (B, C, H, W), (B, 1, C, H, W)
+        flat = _flat_patches(model, batch, gen)  # (B, patches, C*P*P)
+        image_sets.append(flat)
         high = _get(config, "high_res_vision_config", default=None)
         if "high_res_pixel_values" in params and high is not None:  # DeepSeek-VL hybrid: a second, larger view
             hsize = _size(_get(high, "image_size", default=2 * IMAGE))

@@ -389,7 +389,14 @@ def _fix_windows(d: dict[str, Any], original: dict[str, Any]) -> None:
 
 
 def _fix_rope(d: dict[str, Any]) -> None:
-    """M-RoPE sections must sum to half the (shrunk) rotary head dim."""
+    """M-RoPE sections must sum to half the (shrunk) rotary head dim. Per-layer-type RoPE parameters (a dict keyed by
+    the layer types) that the defaults leave empty (the checkpoint sets them) get default RoPE for every type."""
+    types = d.get("layer_types")
+    rope = d.get("rope_parameters")
+    if isinstance(types, list) and types and all(isinstance(t, str) for t in types) and isinstance(rope, dict):
+        if not rope or (any(t in rope for t in types) and not all(t in rope for t in types)):
+            for kind in dict.fromkeys(types):
+                rope.setdefault(kind, {"rope_type": "default", "rope_theta": 10000.0})
     for holder in (d.get("rope_parameters"), d.get("rope_scaling"), d):
         if not isinstance(holder, dict) or not isinstance(holder.get("mrope_section"), list):
             continue
@@ -463,6 +470,8 @@ def _shrink(d: dict[str, Any], keep_layers: bool = False) -> dict[str, Any]:
     for k in ("mamba_n_heads", "mamba_num_heads"):
         if _int(out.get(k)) and _int(out.get("mamba_d_head")):
             expand = out.get("mamba_expand", 2) or 2
+            if _int(out.get("mamba_d_ssm")):  # an explicit SSM width (Falcon-H1) replaces expand x hidden: scaled
+                out["mamba_d_ssm"] = expand * out.get("hidden_size", HIDDEN)
             out[k] = max(1, expand * out.get("hidden_size", HIDDEN) // out["mamba_d_head"])
     if out.get("model_type") in ("mamba2",) or ("expand" in out and "head_dim" in out and "n_groups" in out):
         if _int(out.get("num_heads")) and _int(out.get("head_dim")):
