@@ -55,6 +55,7 @@ from _tiny_inputs import (
     _with_decoder,
 )
 from _tiny_overrides import OVERRIDES
+from _tiny_random import break_ties, fix_randomness
 from _tiny_shrink import _min_vocab, _remap_ids, _shrink, _special_ids
 
 __all__ = [
@@ -287,7 +288,13 @@ def build_case(model_type: str, head: str | None = None) -> Case:
             config = tiny_config(model_type, adjustments, config_cls, notes=config_notes)
             model = _seeded_model(model_cls, config)
             case = Case(model_type, model, {}, {}, head=arch.head, notes=config_notes + notes)
+            tied = break_ties(model)
+            if tied:
+                case.notes.append(f"constant weights perturbed (ties): {len(tied)}")
             _find_inputs(case, _Ids(config))
+            randomness = fix_randomness(model, case.sample, case.other)
+            if randomness:
+                case.notes.append(randomness)
             _check_finite(model, case.sample)
             _fixed_canvas(case, _Ids(config))
             return case

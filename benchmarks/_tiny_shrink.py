@@ -366,6 +366,21 @@ def _fix_feature_layers(d: dict[str, Any]) -> None:
             d[k] = [clamp(x) for x in d[k]]
 
 
+def _fix_merged_widths(d: dict[str, Any], original: dict[str, Any]) -> None:
+    """A width that was the vision tower's width times merge x merge (the pixel shuffle's output, the projector's
+    input: Muse Glimmer's ``out_hidden_size``) stays so."""
+    vision, old_vision = d.get("vision_config"), original.get("vision_config")
+    if not isinstance(vision, dict) or not isinstance(old_vision, dict):
+        return
+    merge = next((old_vision[k] for k in ("spatial_merge_size", "merge_size") if _int(old_vision.get(k))), None)
+    old_width, width = old_vision.get("hidden_size"), vision.get("hidden_size")
+    if not merge or merge < 2 or not _int(old_width) or not _int(width):
+        return
+    for k, v in original.items():
+        if isinstance(k, str) and _int(v) and v == old_width * merge * merge and _int(d.get(k)):
+            d[k] = width * merge * merge
+
+
 def _fix_windows(d: dict[str, Any], original: dict[str, Any]) -> None:
     """Windows measured in patches scale with the patch grid (Swin: the last stage is one window), windows in
     pixels with the patch size (Qwen2.5-VL); LLaVA-NeXT's resolution grid with the image size."""
@@ -394,7 +409,7 @@ def _fix_rope(d: dict[str, Any]) -> None:
     types = d.get("layer_types")
     rope = d.get("rope_parameters")
     if isinstance(types, list) and types and all(isinstance(t, str) for t in types) and isinstance(rope, dict):
-        if not rope or (any(t in rope for t in types) and not all(t in rope for t in types)):
+        if not rope:
             for kind in dict.fromkeys(types):
                 rope.setdefault(kind, {"rope_type": "default", "rope_theta": 10000.0})
     for holder in (d.get("rope_parameters"), d.get("rope_scaling"), d):
@@ -440,6 +455,7 @@ def _shrink(d: dict[str, Any], keep_layers: bool = False) -> dict[str, Any]:
     _fix_rope(out)
     _fix_windows(out, original)
     _fix_feature_layers(out)
+    _fix_merged_widths(out, original)
     experts = [v for k, v in out.items() if isinstance(k, str) and _EXPERTS.match(k) and _int(v) and v > 1]
     top_k = [v for k, v in out.items() if isinstance(k, str) and _TOP_K.match(k) and _int(v) and v > 0]
     if experts or top_k or "moe_intermediate_size" in out:  # expert counts / top-k the checkpoint sets
