@@ -147,42 +147,50 @@ def _defaults(model_type: str, config_cls: Any = None, notes: list[str] | None =
 _SIZE_NOTES = {note for note, _keep in _SIZE_BACKOFFS}
 
 
-def _none_default_fields(config_cls: Any) -> set[str]:
-    """The dataclass fields of a config class that default to None (the class derives or the checkpoint sets them)."""
+def _derivable(config_cls: Any, level: dict[str, Any]) -> dict[str, bool]:
+    """The keys of a config level the class derives itself, each with whether it is a dataclass field: fields
+    defaulting to None (the class derives or the checkpoint sets them) and attributes that are no field at all (set
+    in ``__post_init__``: Zamba 2's ``mamba_headdim``, which a value passed in would override)."""
     import dataclasses
 
     try:
-        return {f.name for f in dataclasses.fields(config_cls) if f.default is None}
+        fields = dataclasses.fields(config_cls)
     except TypeError:  # not a dataclass config
-        return set()
+        return {}
+    names = {f.name for f in fields}
+    return {**{k: False for k in level if k not in names}, **{f.name: True for f in fields if f.default is None}}
 
 
 def _derived_sizes(config_cls: Any, default: dict[str, Any]) -> tuple[str, Any] | None:
-    """An adjustment resetting the sizes the class derives itself in ``__post_init__`` (a size field defaulting to
-    None that the defaults hold as a number: Zamba's ``attention_hidden_size`` = 2 x hidden) to None, at its level
-    and in its sub-configs, so the class derives them from the shrunk sizes; None when there are none."""
+    """An adjustment handing the sizes the class derives itself in ``__post_init__`` back to it (Zamba's
+    ``attention_hidden_size`` = 2 x hidden): a field defaulting to None is set to None, an attribute that is no
+    field is dropped, at its level and in its sub-configs, so the class derives them from the shrunk sizes; None
+    when there are none."""
     levels = [((), config_cls, default)]
     for key, sub_cls in (getattr(config_cls, "sub_configs", {}) or {}).items():
         if isinstance(default.get(key), dict) and isinstance(sub_cls, type):
             levels.append(((key,), sub_cls, default[key]))
     found = [
-        (path, k)
+        (path, k, is_field)
         for path, cls, level in levels
-        for k in _none_default_fields(cls)
+        for k, is_field in _derivable(cls, level).items()
         if _is_size(k, level.get(k)) and _int(level.get(k)) and level[k] > 0 and k not in _LAYER_KEYS
     ]
     if not found:
         return None
 
     def derive(d: dict[str, Any]) -> None:
-        for path, k in found:
-            level = d
+        for path, k, is_field in found:
+            level: Any = d
             for part in path:
                 level = level.get(part) if isinstance(level, dict) else None
             if isinstance(level, dict) and k in level:
-                level[k] = None
+                if is_field:
+                    level[k] = None
+                else:
+                    del level[k]
 
-    return f"sizes the config derives left to it ({', '.join(sorted(k for _p, k in found))})", derive
+    return f"sizes the config derives left to it ({', '.join(sorted(k for _p, k, _f in found))})", derive
 
 
 def _derived_layer_counts(config_cls: Any, default: dict[str, Any]) -> list[Any]:

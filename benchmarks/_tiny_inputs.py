@@ -187,13 +187,19 @@ def _eager(model: Any, inputs: dict[str, Any]) -> Any:
 
 
 def _first_running(model: Any, candidates: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, BaseException | None]:
-    error = None
+    """The first candidate eager runs; else the error of the candidate that ran furthest (the deepest traceback:
+    a size mismatch inside a layer says more than the forward refusing a layout at its door)."""
+    import traceback
+
+    error, depth = None, -1
     for inputs in candidates:
         try:
             _eager(model, inputs)
             return inputs, None
         except Exception as exc:  # noqa: BLE001 - the oracle: the next candidate
-            error = error or exc
+            frames = len(traceback.extract_tb(exc.__traceback__))
+            if frames > depth:
+                error, depth = exc, frames
     return None, error
 
 

@@ -60,7 +60,7 @@ def _per_layer_keys(d: dict[str, Any], n: int) -> list[str]:
         if _STAGE_HEADS.match(k) or k in ("out_features", "out_indices", "stage_names"):
             continue
         if isinstance(v, (list, str)) and len(v) == n and n > 2:
-            if isinstance(v, str) and not re.fullmatch(r"[A-Za-z\-\*]+", v):
+            if isinstance(v, str) and (not re.fullmatch(r"[A-Za-z\-\*]+", v) or len(set(v)) > 4):  # a word
                 continue
             keys.append(k)
     return keys
@@ -347,6 +347,15 @@ def _keep_relations(d: dict[str, Any], original: dict[str, Any], untouched: list
             if original.get(k) == old and old != new and not k.endswith(("_id", "_index", "positions", "length")):
                 d[k] = new
                 break
+    # a width named *_dim(ension) that equalled another shrunk one stays equal (Mimi: codebook_dim = the quantizer's
+    # vector_quantization_hidden_dimension)
+    dims = {original[k]: d[k] for k in d if _DIM_NAME.search(str(k)) and _int(original.get(k)) and d[k] != original[k]}
+    for k in untouched:
+        if _DIM_NAME.search(k) and _int(d.get(k)) and d[k] == original.get(k) and original[k] in dims:
+            d[k] = dims[original[k]]
+
+
+_DIM_NAME = re.compile(r"(_dim|_dimension)$")
 
 
 def _fix_feature_layers(d: dict[str, Any]) -> None:
