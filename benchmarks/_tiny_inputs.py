@@ -63,7 +63,8 @@ def _text(model: Any, ids: _Ids, batch: int, seq: int, seed: int, pad_left: int 
 
     params = _params(model)
     codebooks = _get(model.config, "num_codebooks", default=1)
-    rows = batch * codebooks if _int(codebooks) and codebooks > 1 else batch  # MusicGen: one row per codebook
+    per_codebook = "batch_size * num_codebooks" in (model.forward.__doc__ or "")  # the forward's documented layout
+    rows = batch * codebooks if _int(codebooks) and codebooks > 1 and per_codebook else batch  # MusicGen: a row each
     inputs: dict[str, Any] = {"input_ids": ids(rows, seq, seed)}
     if "attention_mask" in params:
         mask = torch.ones(batch, seq, dtype=torch.int64)
