@@ -70,14 +70,16 @@ def _adjustment(exc: BaseException, default: dict[str, Any], notes: list[str] = 
                     level["head_dim"] = 4 * HEAD_DIM
 
         return f"head_dim={4 * HEAD_DIM}", wider
-    if "is not finite (the tiny random model" in text:  # activations vanished (or overflowed) through the stack
+    if (
+        "is not finite (the tiny random model" in text or "the tiny random model's activations vanish" in text
+    ):  # activations vanished (or overflowed) through the stack
 
         def init(d: dict[str, Any]) -> None:
             for level in _walk(d):
                 if isinstance(level.get("initializer_range"), float):
                     level["initializer_range"] *= 5
 
-        return "initializer_range x5 (the random model's outputs were not finite)", init
+        return "initializer_range x5 (the random model's outputs were not finite, or vanished)", init
     missing = _MISSING_ID.search(text)
     if missing:  # the modeling code reads a token id its config class does not declare (the checkpoint's does)
         name = missing.group(1)

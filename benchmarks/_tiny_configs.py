@@ -542,15 +542,32 @@ def _fixed_canvas(case: Case, ids: _Ids) -> None:
     _eager(case.model, case.sample)
 
 
+#: a floating output whose largest magnitude is below this (and not exactly zero) has vanished through the stack
+VANISHED = 1e-12
+
+
 def _check_finite(model: Any, inputs: dict[str, Any]) -> None:
-    """Raise when eager's floating outputs on ``inputs`` are not all finite (a degenerate reference)."""
+    """Raise when eager's floating outputs on ``inputs`` are not all finite, or have vanished (all below
+    :data:`VANISHED` but not zero: then every score a top-k ranks is its bias alone, an exact tie): a degenerate
+    reference. The build then retries with a wider ``initializer_range`` (``_tiny_adjust``)."""
     import torch
 
     out = _eager(model, inputs)
-    values = out.values() if isinstance(out, dict) else (out if isinstance(out, (tuple, list)) else [out])
-    for value in values:
-        if torch.is_tensor(value) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            raise ValueError("eager output is not finite (the tiny random model overflows or vanishes)")
+    stack = [out]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack += list(value.values())
+        elif isinstance(value, (tuple, list)):
+            stack += list(value)
+        elif torch.is_tensor(value) and value.is_floating_point() and value.numel():
+            if not bool(torch.isfinite(value).all()):
+                raise ValueError("eager output is not finite (the tiny random model overflows or vanishes)")
+            largest = float(value.abs().max())
+            if 0.0 < largest < VANISHED:
+                raise ValueError(
+                    f"eager output vanishes (max {largest:.1e}: the tiny random model's activations vanish)"
+                )
 
 
 def _probe(types: list[str]) -> None:
