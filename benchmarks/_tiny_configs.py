@@ -27,6 +27,7 @@ Run it directly to probe builds: ``python benchmarks/_tiny_configs.py [model_typ
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -506,15 +507,22 @@ def _find_inputs(case: Case, ids: _Ids) -> None:
 
         sample = other = None
         error = None
-        for samples in (4000, 8000, 16000):
+        step = 1  # a length the model needs a multiple of, read from its refusal ("not a multiple of 1920")
+        lengths = [4000, 8000, 16000]
+        while lengths:
+            samples = lengths.pop(0)
             sample, error = _first_running(model, _with_decoder(model, ids, waves(2, samples, 0), 2, 3, 0))
             if sample is not None:
                 break
+            multiple = _MULTIPLE.search(str(error))
+            if multiple and step == 1:
+                step = int(multiple.group(1))
+                lengths = [step * max(1, -(-4000 // step))]
         if sample is None:
             raise error
         rank = sample[main].dim()
         length = sample[main].shape[-1]
-        for more in (length + length // 2, length):
+        for more in (-(-(length + length // 2) // step) * step, length):
             cands = [c for c in waves(3, more, 1) if c[main].dim() == rank]
             other, _err = _first_running(model, _with_decoder(model, ids, cands, 3, 5, 1))
             if other is not None:
@@ -526,6 +534,9 @@ def _find_inputs(case: Case, ids: _Ids) -> None:
     else:
         raise BuildSkip(f"main input {main!r} (no sample-input builder for it)")
     case.sample, case.other = sample, other
+
+
+_MULTIPLE = re.compile(r"not a multiple of (\d+)")
 
 
 def _fixed_canvas(case: Case, ids: _Ids) -> None:
