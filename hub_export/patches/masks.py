@@ -45,8 +45,10 @@ def _kept(original: Any) -> Any:
             return mask  # with a cache, eager skips only a one-token query, where both agree
         if padding.dim() != 2:
             return mask  # a 4-D mask of the caller's own is used as given
-        unmasked = torch.ones_like(mask) if mask.dtype == torch.bool else torch.zeros_like(mask)
-        return torch.where(padding.bool().all(), unmasked, mask)
+        skip = padding.bool().all()
+        if mask.dtype == torch.bool:  # True attends: the skip attends everywhere (ONNX Runtime has no bool Where)
+            return mask | skip
+        return mask.masked_fill(skip, 0.0)  # an additive mask: the skip adds nothing
 
     create_causal_mask.__wrapped__ = original  # type: ignore[attr-defined]
     return create_causal_mask
