@@ -88,6 +88,14 @@ def _adjustment(exc: BaseException, default: dict[str, Any], notes: list[str] = 
             d[name] = _min_vocab(d) - 9 - len(name) % 4  # a free id near the top of the vocab
 
         return f"{name} set", token
+    if "Could not find a `sliding_window` argument in the config" in text:  # a window the checkpoint sets
+
+        def window(d: dict[str, Any]) -> None:
+            for level in _walk(d):
+                if "sliding_window" in level and level["sliding_window"] is None:
+                    level["sliding_window"] = 4
+
+        return "sliding_window=4 set", window
     rate = _MISSING_RATE.search(text)
     if rate:  # a dropout rate the composite config copies onto its sub-configs (T5Gemma 2's encoder alone): none
         name = rate.group(1)

@@ -345,8 +345,8 @@ def _placeholders(
             _eager(model, inputs)
             return inputs, None
         except Exception as exc:  # noqa: BLE001
-            error = exc
             match = _MISMATCH.search(str(exc))
+            error = exc if match is None or error is None or _MISMATCH.search(str(error)) else error  # the telling one
             if match:  # the feature count is per batch, or of a flattened (rows x hidden) tensor
                 features = int(match.group(2))
                 for div in (batch, 1, batch * hidden, hidden):
