@@ -96,8 +96,12 @@ def _compile_properties(
     properties: dict[str, Any] = {}
     if device.startswith(("AUTO", "MULTI", "HETERO")):
         devices = list(core().available_devices)
+        # a default set per device is overridden by the caller's value of the same property (which AUTO would
+        # otherwise not pass on over the per-device one)
+        given = options or {}
         properties["DEVICE_PROPERTIES"] = {
-            d: {**per_device, **(cpu if d.split(".", 1)[0] == "CPU" else {})} for d in devices
+            d: {k: given.get(k, v) for k, v in {**per_device, **(cpu if d.split(".", 1)[0] == "CPU" else {})}.items()}
+            for d in devices
         }
     else:
         properties.update(per_device)
