@@ -177,7 +177,7 @@ def _place(path: str) -> tuple[str, int, str]:
 def _held(cache: Any, places: list[tuple[str, int, str]], counts: dict[str, int]) -> list[Any] | None:
     """The tensors ``cache`` holds at ``places`` (None when it no longer has that shape: other layer counts)."""
     try:
-        parts = {
+        parts: dict[str, Any] = {
             "": getattr(cache, "layers", None),
             "decoder": getattr(getattr(cache, "self_attention_cache", None), "layers", None),
             "encoder": getattr(getattr(cache, "cross_attention_cache", None), "layers", None),

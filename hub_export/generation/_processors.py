@@ -81,6 +81,7 @@ class _Processors(LogitsProcessorList):
 
 
 def _cheaper_one(processor: Any) -> Any:
+    replaced: Any
     if type(processor) is MinLengthLogitsProcessor:
         replaced = _MinLength.__new__(_MinLength)
     elif type(processor) is MinNewTokensLengthLogitsProcessor:
