@@ -77,7 +77,7 @@ def test_the_kv_cache_precision_comes_from_the_export_and_the_config_overrides_i
     assert entry.extra["kv_cache_precision"] == "f32" and kv_cache_precision(entry) == "f32"
     older = dataclasses.replace(entry, extra={k: v for k, v in entry.extra.items() if k != "kv_cache_precision"})
     assert kv_cache_precision(older) is None  # the inference precision decides (f32)
-    assert kv_cache_precision(dataclasses.replace(older, quantization={"quantizer": "NNCFQuantizer"})) == "u8"
+    assert kv_cache_precision(dataclasses.replace(entry, extra={**entry.extra, "kv_cache_precision": "u8"})) == "u8"
     with pytest.raises(ManifestError, match="kv_cache_precision"):
         kv_cache_precision(dataclasses.replace(entry, extra={**entry.extra, "kv_cache_precision": "CPU_RUNTIME"}))
     program = runner.compiled_model.get_runtime_model()  # any model: only its rt_info is read

@@ -156,7 +156,7 @@ class OpenVINOExporter(HfExporter):
         if pairs:  # [input, output, variable id] of each cache tensor kept as OpenVINO state
             extra["state"] = [[i, o, i + o] for i, o in pairs]
             if extra["inference_precision"] == "f32":  # the cache's precision on CPU (runner.kv_cache_precision)
-                extra["kv_cache_precision"] = "u8" if find_quantizer(config, "openvino") is not None else "f32"
+                extra["kv_cache_precision"] = "f32"
         return extra
 
     def _state_pairs(self, traced: Traced, config: ExportConfig) -> list[tuple[str, str]]:

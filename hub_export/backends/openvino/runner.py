@@ -122,22 +122,22 @@ def kv_cache_precision(metadata: ComponentEntry) -> str | None:
 
     The CPU plugin's attention fused with the cache state (see ``_stateful.py``) stores the cache in u8 by default,
     which moves float32 logits by ~1e-3. The export records its choice in ``extra["kv_cache_precision"]``: ``f32``
-    for a float32 export (its tokens stay eager's), ``u8`` for a weight-compressed one (int8/int4 weights: exactness
-    against eager is given up already, and a u8 cache is the plugin's default, faster and what optimum-intel runs).
-    An export made before the field existed gets the same choice from its ``quantization`` entry; None leaves the
-    plugin's default (an export whose inference precision is not float32).
+    for every export whose inference precision is float32, weight-compressed ones included (a u8 cache was not
+    faster there on a 2-core x86 CPU, see docs/benchmarks.md, and it adds an error of its own to the weights').
+    None (an export made before the field existed, or whose inference precision is not float32): the inference
+    precision decides (float32: an f32 cache; else the plugin's default).
 
     Raises:
         ManifestError: The export names another precision.
     """
     recorded = metadata.extra.get("kv_cache_precision")
-    if recorded is not None:
-        if recorded not in KV_CACHE_PRECISIONS:
-            raise ManifestError(
-                f"extra.kv_cache_precision is {recorded!r}; expected one of {', '.join(KV_CACHE_PRECISIONS)}."
-            )
-        return str(recorded)
-    return "u8" if metadata.quantization else None
+    if recorded is None:
+        return None
+    if recorded not in KV_CACHE_PRECISIONS:
+        raise ManifestError(
+            f"extra.kv_cache_precision is {recorded!r}; expected one of {', '.join(KV_CACHE_PRECISIONS)}."
+        )
+    return str(recorded)
 
 
 def _compiled(program: Any, device: str, properties: dict[str, Any]) -> Any:
