@@ -4,6 +4,8 @@
 * :func:`decode_attention_without_kv_copies` — transformers' SDPA repeats the KV cache in traced GQA decode steps.
 * :func:`~hub_export.patches.modeling.symbolic_sizes` — transformers' modeling code that pins a dynamic axis
   (a Python list or loop over a size), rewritten on tensors for the models that use it.
+* :func:`~hub_export.patches.vision_grid.grid_as_input` — grid-driven vision encoders (the Qwen2-VL family): their
+  position ids, attention segments and windows computed per patch, so the image grid stays an input.
 * :func:`experts_as_standard_ops` — transformers' mixture-of-experts layers (``@use_experts_implementation``)
   default to ``grouped_mm``: ``torch.histc`` + ``empty_permuted`` + the custom op
   ``transformers::grouped_mm_fallback``, which no backend but PyTorch itself can run (no ONNX function, no
@@ -21,6 +23,7 @@ from typing import Any
 from ..errors import PatchTargetMissing
 from ._base import patch_attribute
 from .modeling import symbolic_sizes
+from .vision_grid import grid_as_input
 
 __all__ = [
     "ExpertsChoice",
@@ -188,5 +191,6 @@ def tracing_patches(dynamic: bool, model: Any = None, experts: ExpertsChoice | N
             stack.enter_context(experts_as_standard_ops(model, experts))
             if dynamic:
                 stack.enter_context(symbolic_sizes(model))
+                stack.enter_context(grid_as_input(model))
         stack.enter_context(decode_attention_without_kv_copies())
         yield
