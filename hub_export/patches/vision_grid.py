@@ -43,13 +43,50 @@ _REASON = (
 )
 
 
-def _patch_index(grid_thw: Any) -> tuple[Any, Any, Any]:
-    """For every patch of the packed sequence: its image, its index within that image, and the images' counts."""
+#: ``(grid_thw, packed patches)`` of the encoder calls in progress (innermost last), from :func:`_remember_patches`
+_CALLS: list[tuple[Any, Any]] = []
+
+
+def _remember_patches(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Forward pre-hook of a module taking ``grid_thw``: remember the grid with the number of packed patches its
+    first tensor holds, so the helpers' patch count (read from the grid's values) is known to equal it."""
+    try:
+        bound = inspect.signature(type(module).forward).bind_partial(module, *args, **kwargs).arguments
+    except TypeError:
+        bound = {}
+    grid = bound.get("grid_thw")
+    first = next((v for k, v in bound.items() if k != "self" and hasattr(v, "shape")), None)
+    patches = (
+        first.shape[0] if grid is not None and first is not None and first is not grid and first.dim() >= 2 else None
+    )
+    _CALLS.append((grid, patches))
+
+
+def _forget_patches(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+    if _CALLS:
+        _CALLS.pop()
+
+
+def _count(total: Any, grid_thw: Any, per_patch: int = 1) -> Any:
+    """``total`` (a count read from ``grid_thw``'s values), tied to the encoder's packed patch count when the grid is
+    the one the encoder was called with: the data-dependent size then is the input's, which other ops share."""
+    import torch
+
+    for grid, patches in reversed(_CALLS):
+        if grid is grid_thw and patches is not None:
+            torch._check(total * per_patch == patches)
+            return patches // per_patch
+    return total
+
+
+def _patch_index(grid_thw: Any, source: Any = None, per_patch: int = 1) -> tuple[Any, Any, Any]:
+    """For every patch of the packed sequence: its image, its index within that image, and the images' counts
+    (``source``: the encoder's grid ``grid_thw`` was derived from, ``per_patch`` of its patches in each here)."""
     import torch
 
     counts = grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]
     ends = counts.cumsum(0)
-    total = counts.sum().item()
+    total = _count(counts.sum().item(), grid_thw if source is None else source, per_patch)
     patch = torch.arange(total, device=grid_thw.device)
     image = (patch[:, None] >= ends[None, :]).sum(-1)
     local = patch - (ends - counts)[image]
@@ -70,11 +107,7 @@ def vision_position_ids(
         merge: Any = spatial_merge_size
     else:
         merge = spatial_merge_size.to(grid_thw.device)[image]
-    frame = local // (h * w)
-    within = local % (h * w)
-    blocks_w = w // merge
-    row = (within // (merge * merge * blocks_w)) * merge + (within // merge) % merge
-    col = ((within // (merge * merge)) % blocks_w) * merge + within % merge
+    frame, row, col = _block_order(local, h, w, merge)
     columns = [frame, row, col] if include_temporal else [row, col]
     return torch.stack(columns, dim=-1)
 
@@ -119,7 +152,7 @@ def vision_window_index(
     merged = torch.stack(
         [grid_thw[:, 0], grid_thw[:, 1] // spatial_merge_size, grid_thw[:, 2] // spatial_merge_size], dim=-1
     )
-    image, local, counts = _patch_index(merged)
+    image, local, counts = _patch_index(merged, grid_thw, spatial_merge_size**2)
     lh, lw = merged[image, 1], merged[image, 2]
     frame, within = local // (lh * lw), local % (lh * lw)
     row, col = within // lw, within % lw
@@ -134,6 +167,62 @@ def vision_window_index(
     ends = torch.where(last, order + 1, torch.zeros_like(order)) * spatial_merge_size**2
     cu_window_seqlens = F.pad(torch.sort(ends).values.to(torch.int32), (1, 0), value=0)
     return window_index, cu_window_seqlens
+
+
+def _block_order(local: Any, h: Any, w: Any, merge: Any) -> tuple[Any, Any, Any]:
+    """Frame, row and column of each patch from its index within its image, the frame's patches laid out in
+    ``merge x merge`` blocks (block-major, as transformers' vision encoders order them)."""
+    frame, within = local // (h * w), local % (h * w)
+    blocks_w = w // merge
+    row = (within // (merge * merge * blocks_w)) * merge + (within // merge) % merge
+    col = ((within // (merge * merge)) % blocks_w) * merge + within % merge
+    return frame, row, col
+
+
+def vision_frame_index(grid_thw: Any, kwargs: dict | None = None) -> Any:
+    """``get_vision_frame_index`` (transformers/models/kimi_k25/modeling_kimi_k25.py) without the loop: each
+    patch's frame, +1 in clips of more than one frame."""
+    if kwargs is not None and (frame_index := kwargs.pop("frame_index", None)) is not None:
+        return frame_index
+    image, local, _ = _patch_index(grid_thw)
+    frames, area = grid_thw[image, 0], grid_thw[image, 1] * grid_thw[image, 2]
+    return local // area + (frames > 1).long()
+
+
+def vision_pixel_shuffle_index(grid_thw: Any, merge_size: int, kwargs: dict | None = None) -> Any:
+    """``get_vision_pixel_shuffle_index`` (transformers/models/muse_glimmer/modeling_muse_glimmer.py) without the
+    loop: for each patch in ``merge_size`` block order, the raster index of its source patch."""
+    if kwargs is not None and (index := kwargs.pop("pixel_shuffle_index", None)) is not None:
+        return index
+    image, local, counts = _patch_index(grid_thw)
+    h, w = grid_thw[image, 1], grid_thw[image, 2]
+    frame, row, col = _block_order(local, h, w, merge_size)
+    return (counts.cumsum(0) - counts)[image] + frame * h * w + row * w + col
+
+
+def vision_temporal_merge_index(
+    grid_thw: Any, kernel_height: int, kernel_width: int, kwargs: dict | None = None
+) -> Any:
+    """``get_vision_temporal_merge_index`` (transformers/models/kimi_k25/modeling_kimi_k25.py) without the loop:
+    row ``m`` holds the ``t x kernel_height * kernel_width`` patches that pool into merged token ``m`` (every clip
+    has the same ``t``, as the upstream ``torch.cat`` requires)."""
+    import torch
+
+    if kwargs is not None and (index := kwargs.pop("temporal_merge_index", None)) is not None:
+        return index
+    merged = torch.stack(
+        [torch.ones_like(grid_thw[:, 0]), grid_thw[:, 1] // kernel_height, grid_thw[:, 2] // kernel_width], dim=-1
+    )
+    image, local, _ = _patch_index(merged)
+    counts = grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]
+    h, w, new_w = grid_thw[image, 1], grid_thw[image, 2], merged[image, 2]
+    top, left = (local // new_w) * kernel_height, (local % new_w) * kernel_width
+    frames = torch.arange(grid_thw[0, 0].item(), device=grid_thw.device)
+    inner_h = torch.arange(kernel_height, device=grid_thw.device)
+    inner_w = torch.arange(kernel_width, device=grid_thw.device)
+    offset = (inner_h[:, None] * w[:, None, None] + inner_w[None, :]).reshape(local.shape[0], 1, -1)
+    start = (counts.cumsum(0) - counts)[image] + top * w + left
+    return start[:, None, None] + frames[None, :, None] * (h * w)[:, None, None] + offset
 
 
 def segment_ids(cu_seqlens: Any, length: int) -> Any:
@@ -222,6 +311,14 @@ _HELPERS: dict[str, Callable[..., Any]] = {
     "get_vision_window_index": vision_window_index,
 }
 
+#: the per-model precompute helpers some modeling modules define under these names (same contract: grid in, the
+#: tensor out, popped from ``kwargs`` when precomputed), patched where the module defines its own
+_LOCAL_HELPERS: dict[str, Callable[..., Any]] = {
+    "get_vision_frame_index": vision_frame_index,
+    "get_vision_pixel_shuffle_index": vision_pixel_shuffle_index,
+    "get_vision_temporal_merge_index": vision_temporal_merge_index,
+}
+
 
 @contextlib.contextmanager
 def grid_as_input(model: Any) -> Iterator[int]:
@@ -237,6 +334,17 @@ def grid_as_input(model: Any) -> Iterator[int]:
                 if original is not None and getattr(module, name, None) is original:
                     stack.enter_context(patch_attribute(module, name, replacement, reason=_REASON))
                     applied += 1
+            for name, replacement in _LOCAL_HELPERS.items():
+                local = getattr(module, name, None)
+                if getattr(local, "__module__", None) == module.__name__:
+                    stack.enter_context(patch_attribute(module, name, replacement, reason=_REASON))
+                    applied += 1
+        for module in model.modules():
+            forward = getattr(type(module), "forward", None)
+            if forward is not None and "grid_thw" in inspect.signature(forward).parameters:
+                stack.callback(module.register_forward_pre_hook(_remember_patches, with_kwargs=True).remove)
+                stack.callback(module.register_forward_hook(_forget_patches, with_kwargs=True, always_call=True).remove)
+        stack.callback(_CALLS.clear)
         for cls in sorted(classes, key=lambda c: c.__qualname__):
             if _splits_by_lengths(cls):
                 forward = cls.__dict__["forward"]
