@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from hub_export import DynamoConfig, DynamoExporter
+from hub_export.configs import ExportConfig
+from hub_export.export.trace import trace
 from hub_export.patches.vision_grid import grid_as_input, segment_ids, vision_position_ids, vision_window_index
 
 
@@ -42,17 +43,17 @@ def _images(grid: list[list[int]]) -> dict[str, torch.Tensor]:
 def test_grid_stays_an_input_of_the_export() -> None:
     model = _encoder()
     forward = type(model.blocks[0].attn).forward
-    exported = DynamoExporter().export(model, _images([[1, 4, 4], [1, 4, 8]]), config=DynamoConfig(dynamic=True))
-    signature = exported.components["model"].metadata.signature
-    assert not signature.constants.get("grid_thw")  # not fixed to the sample's values
+    traced = trace(model, _images([[1, 4, 4], [1, 4, 8]]), ExportConfig(dynamic=True))
+    assert not traced.folded and not traced.signature.constants  # the grid is not fixed to the sample's values
+    program = traced.program.module()
     others = [[[1, 4, 4], [1, 4, 4], [1, 4, 4]], [[2, 6, 10]], [[1, 8, 4], [3, 2, 6]]]
     with torch.no_grad():
         for grid in others:
             inputs = _images(grid)
             expected = model(**inputs)
-            got = exported(**inputs)
-            for name in ("last_hidden_state", "pooler_output"):
-                torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-4)
+            got = program(inputs["hidden_states"], inputs["grid_thw"])
+            torch.testing.assert_close(got[0], expected.last_hidden_state, rtol=0, atol=1e-4)
+            torch.testing.assert_close(got[1], expected.pooler_output, rtol=0, atol=1e-4)
     assert type(model.blocks[0].attn).forward is forward  # restored after tracing
 
 
