@@ -305,68 +305,6 @@ def _splits_by_lengths(cls: type) -> bool:
     )
 
 
-class _PendingSizes(list):
-    """What ``tolist()`` of an integer vector returns inside a per-image split: sizes no one may read. ``torch.split``
-    by them keeps the tensor whole (the caller concatenates the chunks again); any other use is refused as the
-    data-dependent read it is (the trace then falls back to fixing the values)."""
-
-    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("data-dependent sizes read from tolist() inside get_image_features")
-
-    __iter__ = __len__ = __getitem__ = __eq__ = __bool__ = _refuse  # type: ignore[assignment]
-    __hash__ = None  # type: ignore[assignment]
-
-
-@contextlib.contextmanager
-def _whole_splits() -> Iterator[None]:
-    """Inside the block, ``split(x, v.tolist())`` of an integer vector ``v`` returns ``(x,)``."""
-    import torch
-
-    def pending(tolist: Callable[..., Any]) -> Callable[..., Any]:
-        def pending_tolist(self: Any) -> Any:
-            if self.dim() == 1 and not self.is_floating_point():
-                return _PendingSizes()
-            return tolist(self)
-
-        return pending_tolist
-
-    def whole(split: Callable[..., Any]) -> Callable[..., Any]:
-        def split_whole(tensor: Any, sizes: Any, *args: Any, **kwargs: Any) -> Any:
-            return (tensor,) if isinstance(sizes, _PendingSizes) else split(tensor, sizes, *args, **kwargs)
-
-        return split_whole
-
-    # the tracer's tensor subclasses (FakeTensor, FunctionalTensor) define their own tolist(), reading every element
-    owners, seen = [torch.Tensor], [torch.Tensor]
-    while seen:
-        for sub in seen.pop().__subclasses__():
-            seen.append(sub)
-            if "tolist" in sub.__dict__:
-                owners.append(sub)
-    with contextlib.ExitStack() as stack:
-        for owner in owners:
-            stack.enter_context(patch_attribute(owner, "tolist", pending(owner.tolist), reason=_REASON))
-        stack.enter_context(patch_attribute(torch, "split", whole(torch.split), reason=_REASON))
-        stack.enter_context(patch_attribute(torch.Tensor, "split", whole(torch.Tensor.split), reason=_REASON))
-        yield
-
-
-def _whole_features(original: Callable[..., Any]) -> Callable[..., Any]:
-    def features(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with _whole_splits():
-            return original(self, *args, **kwargs)
-
-    return features
-
-
-def _splits_per_image(cls: type, name: str) -> bool:
-    """Whether ``cls.<name>`` (``get_image_features``) splits its features per image by sizes read with ``tolist()``
-    into ``pooler_output``, which the model's forward concatenates again (transformers' VLM convention)."""
-    method = cls.__dict__.get(name)
-    code = getattr(inspect.unwrap(method), "__code__", None) if method is not None else None
-    return code is not None and {"split", "tolist", "pooler_output"} <= set(code.co_names)
-
-
 _HELPERS: dict[str, Callable[..., Any]] = {
     "get_vision_position_ids": vision_position_ids,
     "get_vision_cu_seqlens": vision_cu_seqlens,
@@ -408,11 +346,6 @@ def grid_as_input(model: Any) -> Iterator[int]:
                 stack.callback(module.register_forward_hook(_forget_patches, with_kwargs=True, always_call=True).remove)
         stack.callback(_CALLS.clear)
         for cls in sorted(classes, key=lambda c: c.__qualname__):
-            for name in ("get_image_features", "get_video_features"):
-                if _splits_per_image(cls, name):
-                    method = _whole_features(cls.__dict__[name])
-                    stack.enter_context(patch_attribute(cls, name, method, reason=_REASON))
-                    applied += 1
             if _splits_by_lengths(cls):
                 forward = cls.__dict__["forward"]
                 stack.enter_context(
