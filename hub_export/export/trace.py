@@ -444,7 +444,7 @@ def _export_flat(
         output_names, output_structure = list(wrapper.output_names), wrapper.output_structure
         dynamic_shapes = _dynamic_shapes(config, leaves, input_structure, bounds)
         try:
-            with tracing_patches(config.dynamic, model, experts), folding:
+            with tracing_patches(config.dynamic, model, experts, grid=not fold), folding:
                 program = torch.export.export(
                     wrapper,
                     tuple(sample),

@@ -181,9 +181,12 @@ def decode_attention_without_kv_copies() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def tracing_patches(dynamic: bool, model: Any = None, experts: ExpertsChoice | None = None) -> Iterator[None]:
+def tracing_patches(
+    dynamic: bool, model: Any = None, experts: ExpertsChoice | None = None, grid: bool = True
+) -> Iterator[None]:
     """Every patch needed while tracing an export (``model``: the eager model, for the per-module switches;
-    ``experts``: the backend's choice of experts forward, see :func:`experts_as_standard_ops`)."""
+    ``experts``: the backend's choice of experts forward, see :func:`experts_as_standard_ops`; ``grid``: keep image
+    grids inputs, see :func:`~hub_export.patches.vision_grid.grid_as_input`, off when a trace fixes their values)."""
     with contextlib.ExitStack() as stack:
         if dynamic:
             stack.enter_context(size_one_dims_stay_dynamic())
@@ -191,6 +194,7 @@ def tracing_patches(dynamic: bool, model: Any = None, experts: ExpertsChoice | N
             stack.enter_context(experts_as_standard_ops(model, experts))
             if dynamic:
                 stack.enter_context(symbolic_sizes(model))
-                stack.enter_context(grid_as_input(model))
+                if grid:
+                    stack.enter_context(grid_as_input(model))
         stack.enter_context(decode_attention_without_kv_copies())
         yield
