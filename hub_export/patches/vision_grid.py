@@ -15,13 +15,18 @@ the number of patches:
 * ``transformers.vision_utils.get_vision_window_index``: the window order of each merged token (its window's rank
   among the clipped windows of its frame, then its place in the window) scattered into the permutation; the window
   boundaries as a sorted list padded with zeros (empty segments), which replaces ``unique_consecutive``.
+* The per-model helpers of the same contract some modeling modules define (``get_vision_frame_index``,
+  ``get_vision_temporal_merge_index`` in transformers/models/kimi_k25/modeling_kimi_k25.py,
+  ``get_vision_pixel_shuffle_index`` in transformers/models/muse_glimmer/modeling_muse_glimmer.py), likewise.
 * Every attention module whose forward splits the packed sequence by ``cu_seqlens.tolist()`` when no varlen kernel
   is available (``VisionAttention.forward`` in transformers/models/qwen2_vl/modeling_qwen2_vl.py and its ~30 copies)
   takes its varlen branch instead, served by the model's own attention function (SDPA or eager) with a
   block-diagonal mask built from the segment ids (``cu_seqlens`` scattered as boundary marks, summed): the same
   attention within each segment, one call for all.
 
-The helpers are patched in the modeling modules the model's classes come from (they import them by name); eager
+A helper's patch count (read from the grid's values) is tied to the encoder's packed input (a forward pre-hook on
+each module taking ``grid_thw`` remembers it), so the graph's sizes are the input's. The helpers are patched in the
+modeling modules the model's classes come from (they import them by name); eager
 outside tracing is untouched. Numbers equal eager's within float rounding (the masked softmax adds exact zeros).
 """
 
