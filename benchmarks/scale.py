@@ -54,6 +54,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))  # the hub_export of this checkout, not an installed one
 
 FORMATS = ["dynamo", "onnx", "openvino", "executorch"]
+ET_BOUNDS = (2, 128)  # ExecuTorch's dynamic=True bounds here (batch, sequence): the call is 2 x 48
 DEFAULT_RESULTS = HERE / "scale-results.jsonl"
 MB = 1e6
 
@@ -168,6 +169,8 @@ def _export(tool: str, fmt: str, model: Any, sample: dict[str, Any], generation:
 
         config = AutoExportConfig.config_class(fmt)(dynamic=True)
         exporter = AutoHfExporter.from_config(config)
+        if fmt == "executorch":  # memory is planned for the bounds: the defaults (batch 8 x 4096 tokens) would plan
+            exporter.max_batch, exporter.max_sequence_cap = ET_BOUNDS  # 35 GiB of logits for a 150k vocabulary
         if generation:
             return exporter.export_for_generation(model, sample, config=config)
         return exporter.export(model, sample, config=config)
