@@ -507,10 +507,38 @@ def _graph_files(files: dict[str, int]) -> list[str]:
     )
 
 
+def summary(rows: list[dict]) -> list[str]:
+    """One table of hub_export's full-depth cells (no ``--layers``): memory, files, load, parity, or the failure."""
+    latest: dict[tuple, dict] = {}  # the latest measurement of each cell, whatever folder it was saved in
+    for row in sorted(rows, key=lambda r: r.get("measured") or ""):
+        if row.get("kind") == "model" and row.get("tool") == "hub" and not row.get("layers"):
+            latest[(row["model"], row["dtype"], row["format"])] = row
+    cells = list(latest.values())
+    order = {"qwen2.5-0.5b": 0, "llama-3.2-1b": 1, "llama-3.2-3b": 2}
+    cells.sort(key=lambda r: (order.get(r["model"], 9), r["dtype"], FORMATS.index(r["format"])))
+    lines = [
+        "| model | format | weights MB | export s | extra peak / weights | files MB | load s (runtime's own) | "
+        "max abs diff (largest logit) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in cells:
+        head = f"| {row['model']} {row['dtype']} | {row['format']} | {_f(row.get('weights_mb'), '.0f')} |"
+        if row.get("error"):
+            lines.append(f"{head} failed: {row['error'][:160]} | | | | |")
+            continue
+        own = f" ({row['runtime_load_s']:.1f})" if row.get("runtime_load_s") is not None else ""
+        lines.append(
+            f"{head} {_f(row.get('export_s'), '.0f')} | {_f(row.get('export_extra_peak'), '.2f', 'x')} | "
+            f"{_f(row.get('files_mb'), '.0f')} | {_f(row.get('load_s'), '.1f')}{own} | "
+            f"{_f(row.get('max_abs_diff'), '.1e')} ({_f(row.get('logits_scale'), '.1f')}) |"
+        )
+    return lines + [""]
+
+
 def report(results: Path) -> str:
     """Markdown tables of the latest rows."""
     rows = _latest(results)
-    lines: list[str] = []
+    lines: list[str] = summary(rows)
     cells = [r for r in rows if r.get("kind") == "model"]
     peer = {(r["model"], r["dtype"], r["format"], r.get("layers")): r for r in cells if r["tool"] == "peer"}
     for key in dict.fromkeys((r["model"], r["dtype"], r.get("layers")) for r in cells if r["tool"] == "hub"):
