@@ -378,8 +378,8 @@ def _output_bytes(signature: Signature) -> int:
         sizes = []
         for size in signature.concrete_shape(spec):
             try:
-                sizes.append(size if isinstance(size, int) else parse_size(size, set(signature.dims)).evaluate(maxes))
-            except (KeyError, ValueError, ZeroDivisionError):
+                sizes.append(size if isinstance(size, int) else max(0, parse_size(size).evaluate(maxes)))
+            except (KeyError, ValueError, ZeroDivisionError, OverflowError):  # an estimate: never fails the export
                 sizes.append(0)
         itemsize = getattr(torch, spec.dtype, torch.float32).itemsize if isinstance(spec.dtype, str) else 4
         total += math.prod(sizes) * itemsize
