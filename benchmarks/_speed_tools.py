@@ -90,6 +90,8 @@ TOOLS: dict[str, Tool] = {
         Tool("hub-openvino", "OpenVINO", "fp32", False, "openvino"),
         Tool("optimum", "OpenVINO", "fp32", True, "optimum.intel"),
         Tool("hub-openvino-int8", "OpenVINO", "int8", False, "nncf"),
+        Tool("hub-openvino-int8-kvu8", "OpenVINO", "int8", False, "nncf"),
+        Tool("hub-openvino-int8-kvf32", "OpenVINO", "int8", False, "nncf"),
         Tool("optimum-int8", "OpenVINO", "int8", True, "optimum.intel"),
         Tool("hub-openvino-int4", "OpenVINO", "int4", False, "nncf"),
         Tool("hub-openvino-int4-1t", "OpenVINO", "int4", False, "nncf"),
@@ -103,6 +105,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "hub-dynamo-aoti-1t": ("hub-dynamo-aoti", {"num_threads": 1}),
     "hub-onnx-int4-1t": ("hub-onnx-int4", {"intra_op_num_threads": 1}),
     "hub-openvino-int4-1t": ("hub-openvino-int4", {"num_threads": 1}),
+    # the KV cache in OpenVINO's CPU default (u8) and in float32, whatever the runner's default for the export is
+    "hub-openvino-int8-kvu8": ("hub-openvino-int8", {"config": {"KV_CACHE_PRECISION": "u8"}}),
+    "hub-openvino-int8-kvf32": ("hub-openvino-int8", {"config": {"KV_CACHE_PRECISION": "f32"}}),
 }
 
 #: int4 settings shared by our OpenVINO export and optimum-intel's (asymmetric, one scale per 128 weights, all layers).

@@ -13,6 +13,7 @@ When a name is both read and written (a cache updated in place), the pair become
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -168,9 +169,15 @@ class Signature:
                     "Pass these values, or re-export with a sample holding the values you will run."
                 )
 
-    def flatten_inputs(self, kwargs: Mapping[str, Any]) -> list[Any]:
+    def flatten_inputs(self, kwargs: Mapping[str, Any], known: Mapping[str, list[Any]] | None = None) -> list[Any]:
         """Map the model's kwargs to the flat, validated graph inputs (kwargs the export did not trace are ignored:
         the caller decides whether to warn).
+
+        Args:
+            kwargs: The model's kwargs.
+            known: Flat tensors already known for some kwargs, in this signature's order (a runner's own cache fed
+                back to it: see :class:`~hub_export.runner.ModelRunner`); their structure is not walked again, their
+                tensors are still checked.
 
         Raises:
             InputError: A traced input is missing, has another structure, dtype, rank or static size.
@@ -180,6 +187,9 @@ class Signature:
 
         flat: list[Any] = []
         for name, node in self.input_structure:
+            if known is not None and name in known:
+                flat.extend(known[name])
+                continue
             if name not in kwargs or kwargs[name] is None:
                 raise InputError(f"Missing input {name!r}; this export expects: {self.describe()}.")
             leaves: list[tuple[str, Any]] = []
@@ -194,8 +204,31 @@ class Signature:
                 )
             flat.extend(t for _, t in leaves)
         self.check_inputs(flat)
-        self.check_fixed(kwargs)
+        if self._fixed_names:
+            self.check_fixed(kwargs)
         return flat
+
+    @functools.cached_property
+    def _fixed_names(self) -> tuple[str, ...]:
+        return tuple(name for name, value in self.constants.items() if is_fixed(value))
+
+    @functools.cached_property
+    def _input_checks(self) -> list[tuple[Any, int, tuple[tuple[int, Any], ...]]]:
+        """Per input: its torch dtype (None when torch has no such dtype), rank, and the axes to check (a static
+        size or a :class:`Dim`), computed once: a generation loop checks every step."""
+        checks = []
+        for spec in self.inputs:
+            try:
+                dtype = torch_dtype(spec.dtype)
+            except ManifestError:
+                dtype = None
+            axes = tuple(
+                (axis, dim if isinstance(dim, int) else self.dims[dim])
+                for axis, dim in enumerate(spec.shape)
+                if isinstance(dim, int) or dim in self.dims
+            )
+            checks.append((dtype, len(spec.shape), axes))
+        return checks
 
     def check_inputs(self, tensors: list[Any]) -> None:
         """Check flat tensors against the inputs: dtype, rank, static sizes and dim bounds.
@@ -204,27 +237,45 @@ class Signature:
             InputError: A tensor has the wrong dtype, rank or static size.
             InputBoundsError: A size lies outside its dim's bounds.
         """
-        for spec, tensor in zip(self.inputs, tensors):
-            got = dtype_name(tensor.dtype)
-            if got != spec.dtype:
-                raise InputError(
-                    f"Input {spec.name!r} has dtype {got}, expected {spec.dtype}. Expected signature: {self.describe()}."
-                )
-            if tensor.dim() != len(spec.shape):
-                raise InputError(
-                    f"Input {spec.name!r} has rank {tensor.dim()} (shape {list(tensor.shape)}), expected rank "
-                    f"{len(spec.shape)} {list(spec.shape)}. Expected signature: {self.describe()}."
-                )
-            for axis, (size, dim) in enumerate(zip(tensor.shape, spec.shape)):
+        for spec, (dtype, rank, axes), tensor in zip(self.inputs, self._input_checks, tensors):
+            if tensor.dtype != dtype or tensor.dim() != rank:
+                self._refuse(spec, tensor)
+            shape = tensor.shape
+            for axis, dim in axes:
+                size = shape[axis]
                 if isinstance(dim, int):
                     if size != dim:
-                        raise InputError(
-                            f"Input {spec.name!r} has size {size} on axis {axis}, but this export is static there "
-                            f"({dim}). Expected signature: {self.describe()}. Re-export with dynamic=True to accept "
-                            "other sizes."
-                        )
-                elif dim in self.dims:
-                    self.dims[dim].check(int(size), f"Input {spec.name!r}", axis)
+                        self._refuse(spec, tensor)
+                elif not (
+                    size >= dim.min
+                    and (dim.max is None or size <= dim.max)
+                    and (dim.multiple_of == 1 or size % dim.multiple_of == 0)
+                ):
+                    self._refuse(spec, tensor)
+
+    def _refuse(self, spec: TensorSpec, tensor: Any) -> None:
+        """Raise the error that says how ``tensor`` differs from ``spec`` (the checks of :meth:`check_inputs`, one
+        by one, with their messages)."""
+        got = dtype_name(tensor.dtype)
+        if got != spec.dtype:
+            raise InputError(
+                f"Input {spec.name!r} has dtype {got}, expected {spec.dtype}. Expected signature: {self.describe()}."
+            )
+        if tensor.dim() != len(spec.shape):
+            raise InputError(
+                f"Input {spec.name!r} has rank {tensor.dim()} (shape {list(tensor.shape)}), expected rank "
+                f"{len(spec.shape)} {list(spec.shape)}. Expected signature: {self.describe()}."
+            )
+        for axis, (size, dim) in enumerate(zip(tensor.shape, spec.shape)):
+            if isinstance(dim, int):
+                if size != dim:
+                    raise InputError(
+                        f"Input {spec.name!r} has size {size} on axis {axis}, but this export is static there "
+                        f"({dim}). Expected signature: {self.describe()}. Re-export with dynamic=True to accept "
+                        "other sizes."
+                    )
+            elif dim in self.dims:
+                self.dims[dim].check(int(size), f"Input {spec.name!r}", axis)
 
     def unflatten_outputs(self, tensors: list[Any], architecture: str | None = None) -> Any:
         """The model's output object (its ``ModelOutput`` class, caches rebuilt) from the flat outputs."""

@@ -276,8 +276,12 @@ def _dynamic_cache_from(node: dict[str, Any], tensors: list[Any], where: str) ->
     from transformers import DynamicCache
 
     layers = []
+    classes: dict[str, type] = {}  # resolved once per call: a decode step rebuilds the cache each time
     for i, entry in enumerate(node["layers"]):
-        layer = layer_class(entry.get("class", _default_layer_class(entry)), f"{where}.layers[{i}].class")()
+        name = entry.get("class") or _default_layer_class(entry)
+        if name not in classes:
+            classes[name] = layer_class(name, f"{where}.layers[{i}].class")
+        layer = classes[name]()
         if "conv" in entry:
             conv, recurrent = unflatten(entry["conv"], tensors), unflatten(entry["recurrent"], tensors)
             if conv is not None:

@@ -76,3 +76,40 @@ def test_decision_transformer_inputs_are_built() -> None:
     case = tiny.build_case("decision_transformer")
     assert {"states", "actions", "returns_to_go", "timesteps"} <= set(case.sample)
     assert case.other["states"].shape[:2] == (3, 9)  # another batch and another number of steps
+
+
+def test_constant_weights_are_perturbed_and_random_draws_fixed() -> None:
+    import torch
+    from _tiny_random import break_ties, fix_randomness
+
+    class Masked(torch.nn.Module):  # a zero-initialised router and a ViT-MAE-style random masking
+        def __init__(self) -> None:
+            super().__init__()
+            self.router = torch.nn.Linear(4, 3)
+            torch.nn.init.zeros_(self.router.weight)
+            torch.nn.init.zeros_(self.router.bias)
+
+        def forward(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
+            noise = torch.rand(x.shape[0], x.shape[1]) if noise is None else noise
+            return self.router(x) + noise.argsort(-1)[..., None]
+
+    model = Masked()
+    assert break_ties(model) == ["router.weight"]  # the 1-D bias keeps its value
+    assert len(set(model.router.weight.flatten().tolist())) == 12
+    sample, other = {"x": torch.randn(2, 5, 4)}, {"x": torch.randn(3, 6, 4)}
+    assert fix_randomness(model, sample, other) == "random draws fixed: noise"
+    assert sample["noise"].shape == (2, 5) and other["noise"].shape == (3, 6)
+    assert torch.equal(model(**sample), model(**sample))
+
+
+def test_sizes_the_config_derives_are_handed_back_to_it() -> None:
+    import _tiny_configs as tiny
+    from transformers import Zamba2Config
+
+    shrunk = tiny._tiny_dict(tiny._defaults("zamba2"))
+    fix = tiny._derived_sizes(Zamba2Config, tiny._defaults("zamba2"))
+    assert fix is not None and "mamba_headdim" in fix[0]
+    fix[1](shrunk)
+    config = Zamba2Config.from_dict(shrunk)  # the class derives them from the shrunk sizes again
+    assert config.mamba_headdim * config.n_mamba_heads == config.mamba_expand * config.hidden_size
+    assert config.attention_hidden_size == 2 * config.hidden_size

@@ -151,3 +151,66 @@ def test_forward_steps_like_the_model(llama, loaded):
     stateful = loaded.export_format.value == "openvino"
     assert isinstance(second.past_key_values, RunnerState) == stateful
     assert second.past_key_values.get_seq_length() == mask.shape[1]
+
+
+def test_a_returned_cache_is_fed_back_as_is_and_a_changed_one_is_flattened(llama, loaded):
+    """The decode runner feeds its own returned cache back without walking it; a copy, a cropped or reordered cache
+    is flattened as any value, with the same logits."""
+    import copy
+
+    if loaded.export_format.value == "openvino":
+        pytest.skip("the stateful decode keeps its cache inside OpenVINO")
+    model, tokenizer = llama
+    ids = tokenizer(_PROMPTS[:1], return_tensors="pt")["input_ids"]
+    runner = loaded.runners[loaded.generation["stages"]["decode"]]
+    n = ids.shape[1]
+
+    def step(cache, length):
+        return {
+            "input_ids": ids[:, -1:],
+            "attention_mask": torch.ones(1, length + 1, dtype=torch.int64),
+            "position_ids": torch.tensor([[length]]),
+            "past_key_values": cache,
+        }
+
+    cache = runner(**step(loaded(ids).past_key_values, n)).past_key_values  # returned by the decode runner
+    assert set(runner._known(step(cache, n + 1))) == {"past_key_values"}
+    duplicate = copy.deepcopy(cache)
+    assert runner._known(step(duplicate, n + 1)) == {}
+    fed = runner(**step(cache, n + 1)).logits
+    assert torch.equal(fed, runner(**step(duplicate, n + 1)).logits)
+    cropped = runner(**step(duplicate, n + 1)).past_key_values
+    cropped.crop(-1)  # back to n + 1 positions
+    assert runner._known(step(cropped, n + 1)) == {}
+    assert torch.equal(runner(**step(cropped, n + 1)).logits, fed)
+    reordered = runner(**step(copy.deepcopy(cache), n + 1)).past_key_values
+    reordered.reorder_cache(torch.tensor([0]))
+    assert runner._known(step(reordered, n + 2)) == {} and runner(**step(reordered, n + 2)).logits.shape == fed.shape
+
+
+def test_min_length_processors_are_transformers_own_with_the_same_scores():
+    from transformers import LogitsProcessorList
+    from transformers.generation.logits_process import (
+        MinLengthLogitsProcessor,
+        MinNewTokensLengthLogitsProcessor,
+        RepetitionPenaltyLogitsProcessor,
+    )
+
+    from hub_export.generation._processors import cheaper
+
+    eos = torch.tensor([2, 7])
+    given = LogitsProcessorList(
+        [
+            MinLengthLogitsProcessor(6, eos),
+            MinNewTokensLengthLogitsProcessor(2, 5, eos),
+            RepetitionPenaltyLogitsProcessor(1.5),
+        ]
+    )
+    fast = cheaper(given)
+    assert all(isinstance(mine, type(theirs)) for mine, theirs in zip(fast, given)) and len(fast) == len(given)
+    assert type(fast[0]) is not MinLengthLogitsProcessor and type(fast[1]) is not MinNewTokensLengthLogitsProcessor
+    assert fast[2] is given[2]  # other processors kept as they are
+    scores = torch.randn(2, 11)
+    for length in (3, 5, 6, 7, 9):
+        ids = torch.randint(0, 11, (2, length), generator=torch.Generator().manual_seed(length))
+        assert torch.equal(fast(ids, scores), given(ids, scores)), length

@@ -63,3 +63,34 @@ def test_fused_generate_equals_eager_and_beam_search_runs(saved: Any) -> None:
     with torch.no_grad():
         beams = case.model.generate(**case.sample, max_new_tokens=5, num_beams=3, do_sample=False)
     assert torch.equal(loaded.generate(**case.sample, max_new_tokens=5, num_beams=3, do_sample=False), beams)
+
+
+def test_the_kv_cache_precision_comes_from_the_export_and_the_config_overrides_it(saved: Any) -> None:
+    import dataclasses
+
+    from hub_export.backends.openvino.runner import _compile_properties, kv_cache_precision
+    from hub_export.errors import ManifestError
+
+    _, folder = saved
+    loaded, runner = _decode_runner(folder)
+    entry = loaded.components["decode"].metadata
+    assert entry.extra["kv_cache_precision"] == "f32" and kv_cache_precision(entry) == "f32"
+    older = dataclasses.replace(entry, extra={k: v for k, v in entry.extra.items() if k != "kv_cache_precision"})
+    assert kv_cache_precision(older) is None  # the inference precision decides (f32)
+    assert kv_cache_precision(dataclasses.replace(entry, extra={**entry.extra, "kv_cache_precision": "u8"})) == "u8"
+    with pytest.raises(ManifestError, match="kv_cache_precision"):
+        kv_cache_precision(dataclasses.replace(entry, extra={**entry.extra, "kv_cache_precision": "CPU_RUNTIME"}))
+    program = runner.compiled_model.get_runtime_model()  # any model: only its rt_info is read
+    properties = _compile_properties(program, "AUTO", {"KV_CACHE_PRECISION": "u8"}, kv_cache_precision="f32")
+    # on AUTO the caller's value replaces the per-device default (OpenVINO would keep the per-device one)
+    assert properties["DEVICE_PROPERTIES"]["CPU"]["KV_CACHE_PRECISION"] == "u8"
+    assert _compile_properties(program, "CPU", None, kv_cache_precision="u8")["KV_CACHE_PRECISION"] == "u8"
+    _, u8 = _decode_runner_with(folder, {"KV_CACHE_PRECISION": "u8"})
+    import openvino
+
+    assert u8.compiled_model.get_property("KV_CACHE_PRECISION") == openvino.Type.u8
+
+
+def _decode_runner_with(folder: Path, config: dict[str, Any]) -> Any:
+    loaded = ExportedModel.from_pretrained(folder, device="cpu", config=config)
+    return loaded, loaded.runners["decode"]

@@ -41,6 +41,7 @@ import torch
 from transformers import GenerationConfig, GenerationMixin
 
 from ..errors import HubExportError, InputError
+from ._processors import cheaper
 from ._prompt import fit_prompt
 from .decompose import _empty_cache as _holds_nothing
 from .loop import (
@@ -193,6 +194,11 @@ class GenerativeSteps(GenerationMixin):
         asked = [k for k in ("output_attentions", "output_hidden_states") if model_kwargs.get(k)]
         if asked:
             raise ValueError(f"{asked}: the exported graphs return the logits and the cache only.")
+
+    def _get_logits_processor(self, *args: Any, **kwargs: Any) -> Any:
+        """transformers' processors, with the work they redo on every step done once (same scores; see
+        :mod:`hub_export.generation._processors`)."""
+        return cheaper(super()._get_logits_processor(*args, **kwargs))  # type: ignore[misc]
 
     def _valid_auto_compile_criteria(self, model_kwargs: dict[str, Any], generation_config: Any) -> bool:
         return False  # the graphs are compiled already: nothing for torch.compile to do

@@ -4,6 +4,10 @@
 * :func:`decode_attention_without_kv_copies` — transformers' SDPA repeats the KV cache in traced GQA decode steps.
 * :func:`~hub_export.patches.modeling.symbolic_sizes` — transformers' modeling code that pins a dynamic axis
   (a Python list or loop over a size), rewritten on tensors for the models that use it.
+* :func:`~hub_export.patches.masks.causal_mask_skip_kept` — a causal mask that eager skips on an all-ones mask
+  under ``is_causal=False`` attention (a branch on the mask's values), traced as eager's select.
+* :func:`~hub_export.patches.shapes.unsolvable_guards_dropped` — torch's export constraint solver crashes on the
+  guards of nested integer divisions (pytorch/pytorch#131897); they stay guards, read as ``multiple_of`` bounds.
 * :func:`experts_as_standard_ops` — transformers' mixture-of-experts layers (``@use_experts_implementation``)
   default to ``grouped_mm``: ``torch.histc`` + ``empty_permuted`` + the custom op
   ``transformers::grouped_mm_fallback``, which no backend but PyTorch itself can run (no ONNX function, no
@@ -20,7 +24,9 @@ from typing import Any
 
 from ..errors import PatchTargetMissing
 from ._base import patch_attribute
+from .masks import causal_mask_skip_kept
 from .modeling import symbolic_sizes
+from .shapes import unsolvable_guards_dropped
 
 __all__ = [
     "ExpertsChoice",
@@ -184,9 +190,11 @@ def tracing_patches(dynamic: bool, model: Any = None, experts: ExpertsChoice | N
     with contextlib.ExitStack() as stack:
         if dynamic:
             stack.enter_context(size_one_dims_stay_dynamic())
+            stack.enter_context(unsolvable_guards_dropped())
         if model is not None:
             stack.enter_context(experts_as_standard_ops(model, experts))
             if dynamic:
                 stack.enter_context(symbolic_sizes(model))
+            stack.enter_context(causal_mask_skip_kept(model))
         stack.enter_context(decode_attention_without_kv_copies())
         yield

@@ -20,6 +20,7 @@ from ...dims import Dim
 from ...errors import ConfigError, DeviceUnavailableError, ExportError
 from ...export.exporter import HfExporter, Lowered
 from ...export.trace import DimBounds, Traced
+from ...patches.graph import views_after_permutes_as_reshapes
 from ...patches.tracing import gathered_experts_forward
 from ...quantization.nncf_quant import NNCFQuantizationConfig, NNCFQuantizer
 from ...signature import Signature
@@ -172,7 +173,7 @@ class ExecutorchExporter(HfExporter):
             # no autograd: a program updating an input in place (a StaticCache) trips "leaf Variable that requires
             # grad is being used in an in-place operation" while ExecuTorch's passes re-run its ops
             external = self._external_data(program, config)
-            with torch.no_grad():
+            with torch.no_grad(), views_after_permutes_as_reshapes(program):  # layouts the decompositions change
                 manager = _lower(program, config, external)
         except ExportError:
             raise

@@ -155,6 +155,8 @@ class OpenVINOExporter(HfExporter):
         pairs = self._state_pairs(traced, config)
         if pairs:  # [input, output, variable id] of each cache tensor kept as OpenVINO state
             extra["state"] = [[i, o, i + o] for i, o in pairs]
+            if extra["inference_precision"] == "f32":  # the cache's precision on CPU (runner.kv_cache_precision)
+                extra["kv_cache_precision"] = "f32"
         return extra
 
     def _state_pairs(self, traced: Traced, config: ExportConfig) -> list[tuple[str, str]]:

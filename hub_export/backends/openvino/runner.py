@@ -18,7 +18,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from ...errors import ConfigError, DeviceUnavailableError, InputError, UnsafeExportError
+from ...errors import ConfigError, DeviceUnavailableError, InputError, ManifestError, UnsafeExportError
 from ...manifest import ComponentEntry
 from ...runner import ModelRunner
 from ...signature import torch_dtype
@@ -26,7 +26,7 @@ from ...structure import unflatten
 from ._stateful import BEAM_INPUT
 from .io import PRECISION_KEY, core
 
-__all__ = ["OpenVINORunner", "openvino_device"]
+__all__ = ["KV_CACHE_PRECISIONS", "OpenVINORunner", "kv_cache_precision", "openvino_device"]
 
 #: torch-style device type -> OpenVINO device name
 _DEVICES = {"cpu": "CPU", "xpu": "GPU", "npu": "NPU"}
@@ -79,25 +79,31 @@ def _compile_properties(
     options: dict[str, Any] | None,
     num_threads: int | None = None,
     cpu_pinning: bool = False,
+    kv_cache_precision: str | None = None,
 ) -> dict[str, Any]:
     """Compile properties: float32 inference unless the export stored fp16 weights (CPUs with bf16 support default
-    to bf16) and then a float32 KV cache on CPU, the latency hint, the CPU's threads unpinned (pinned threads cannot move off a core another process
-    keeps busy) and ``num_threads`` when given; ``options`` (the runner's ``config``) apply last."""
+    to bf16), the KV cache precision on CPU (``kv_cache_precision``, see :func:`kv_cache_precision`), the latency
+    hint, the CPU's threads unpinned (pinned threads cannot move off a core another process keeps busy) and
+    ``num_threads`` when given; ``options`` (the runner's ``config``) apply last, over the per-device defaults too."""
     per_device: dict[str, Any] = {}
     if program.has_rt_info(PRECISION_KEY):
         per_device["INFERENCE_PRECISION_HINT"] = program.get_rt_info(PRECISION_KEY).astype(str)
     cpu: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "ENABLE_CPU_PINNING": bool(cpu_pinning)}
-    if per_device.get("INFERENCE_PRECISION_HINT") == "f32":
-        # the CPU plugin's fused attention over the cache state (see _stateful.py) stores the cache in u8 by
-        # default, which moves float32 logits by ~1e-3: a float32 export keeps its cache in float32
-        cpu["KV_CACHE_PRECISION"] = "f32"
+    if kv_cache_precision is None and per_device.get("INFERENCE_PRECISION_HINT") == "f32":
+        kv_cache_precision = "f32"
+    if kv_cache_precision is not None:
+        cpu["KV_CACHE_PRECISION"] = kv_cache_precision
     if num_threads is not None:
         cpu["INFERENCE_NUM_THREADS"] = int(num_threads)
     properties: dict[str, Any] = {}
     if device.startswith(("AUTO", "MULTI", "HETERO")):
         devices = list(core().available_devices)
+        # a default set per device is overridden by the caller's value of the same property (which AUTO would
+        # otherwise not pass on over the per-device one)
+        given = options or {}
         properties["DEVICE_PROPERTIES"] = {
-            d: {**per_device, **(cpu if d.split(".", 1)[0] == "CPU" else {})} for d in devices
+            d: {k: given.get(k, v) for k, v in {**per_device, **(cpu if d.split(".", 1)[0] == "CPU" else {})}.items()}
+            for d in devices
         }
     else:
         properties.update(per_device)
@@ -105,6 +111,33 @@ def _compile_properties(
             properties.update(cpu)
     properties.update(options or {})
     return properties
+
+
+#: KV cache precisions an export may name in ``extra["kv_cache_precision"]`` (OpenVINO's element type names).
+KV_CACHE_PRECISIONS = ("f32", "f16", "bf16", "u8")
+
+
+def kv_cache_precision(metadata: ComponentEntry) -> str | None:
+    """The KV cache precision a runner compiles a component with on CPU, unless its ``config`` says otherwise.
+
+    The CPU plugin's attention fused with the cache state (see ``_stateful.py``) stores the cache in u8 by default,
+    which moves float32 logits by ~1e-3. The export records its choice in ``extra["kv_cache_precision"]``: ``f32``
+    for every export whose inference precision is float32, weight-compressed ones included (a u8 cache was not
+    faster there on a 2-core x86 CPU, see docs/benchmarks.md, and it adds an error of its own to the weights').
+    None (an export made before the field existed, or whose inference precision is not float32): the inference
+    precision decides (float32: an f32 cache; else the plugin's default).
+
+    Raises:
+        ManifestError: The export names another precision.
+    """
+    recorded = metadata.extra.get("kv_cache_precision")
+    if recorded is None:
+        return None
+    if recorded not in KV_CACHE_PRECISIONS:
+        raise ManifestError(
+            f"extra.kv_cache_precision is {recorded!r}; expected one of {', '.join(KV_CACHE_PRECISIONS)}."
+        )
+    return str(recorded)
 
 
 def _compiled(program: Any, device: str, properties: dict[str, Any]) -> Any:
@@ -212,8 +245,9 @@ class OpenVINORunner(ModelRunner):
             program: An ``openvino.Model``.
             metadata: The component's manifest entry.
             device: None (``AUTO``), ``cpu``, ``xpu`` (Intel GPU), ``npu`` or an OpenVINO device name.
-            config: OpenVINO compile properties, applied over the defaults (float32 inference precision, the latency
-                hint, unpinned CPU threads).
+            config: OpenVINO compile properties, applied over the defaults (float32 inference precision, the KV
+                cache precision the export records, the latency hint, unpinned CPU threads), e.g.
+                ``{"KV_CACHE_PRECISION": "f32"}`` for a float32 cache in a weight-compressed export.
             num_threads: CPU inference threads (``INFERENCE_NUM_THREADS``; default: OpenVINO's choice, one per
                 physical core).
             cpu_pinning: Pin the CPU inference threads to cores (``ENABLE_CPU_PINNING``). Default False: pinned
@@ -233,7 +267,14 @@ class OpenVINORunner(ModelRunner):
         if config is not None and not isinstance(config, dict):
             raise ConfigError(f"config must be a dict of OpenVINO compile properties, got {type(config).__name__}.")
         name = openvino_device(device)
-        properties = _compile_properties(program, name, config, num_threads=num_threads, cpu_pinning=cpu_pinning)
+        properties = _compile_properties(
+            program,
+            name,
+            config,
+            num_threads=num_threads,
+            cpu_pinning=cpu_pinning,
+            kv_cache_precision=kv_cache_precision(metadata),
+        )
         compiled = _compiled(program, name, properties)
         return cls(compiled, metadata, name)
 

@@ -1,0 +1,401 @@
+"""Candidate sample inputs of a tiny model, built from its config and forward signature (eager is the oracle)."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Any
+
+from _sample_inputs import _get
+from _tiny_fields import HIDDEN, IMAGE, PATCH, VOCAB, _int
+from _tiny_shrink import special_token_ids
+
+
+def _size(value: Any) -> tuple[int, int]:
+    if isinstance(value, dict):
+        return int(value.get("height", value.get("shortest_edge", IMAGE))), int(
+            value.get("width", value.get("shortest_edge", IMAGE))
+        )
+    if isinstance(value, (list, tuple)):
+        return (int(value[0]), int(value[-1])) if value else (IMAGE, IMAGE)
+    return int(value), int(value)
+
+
+def _params(model: Any) -> set[str]:
+    return set(inspect.signature(model.forward).parameters)
+
+
+def _required(model: Any) -> list[str]:
+    """The forward's parameters without a default."""
+    return [
+        name
+        for name, p in inspect.signature(model.forward).parameters.items()
+        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+
+
+class _Ids:
+    """Random token ids that avoid the special ids (placeholders, bos/eos...) of the config."""
+
+    def __init__(self, config: Any) -> None:
+        text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+        vocab = _get(text, "vocab_size", default=None) or _get(config, "vocab_size", default=VOCAB)
+        self.vocab = int(vocab)
+        specials = special_token_ids(config)
+        self.allowed = [i for i in range(3, self.vocab) if i not in specials] or list(range(self.vocab))
+
+    def __call__(self, batch: int, seq: int, seed: int) -> Any:
+        import torch
+
+        gen = torch.Generator().manual_seed(seed)
+        pick = torch.randint(0, len(self.allowed), (batch, seq), generator=gen)
+        return torch.tensor(self.allowed)[pick]
+
+
+def _ones(batch: int, seq: int) -> Any:
+    import torch
+
+    return torch.ones(batch, seq, dtype=torch.int64)
+
+
+def _text(model: Any, ids: _Ids, batch: int, seq: int, seed: int, pad_left: int = 0) -> dict[str, Any]:
+    import torch
+
+    params = _params(model)
+    codebooks = _get(model.config, "num_codebooks", default=1)
+    per_codebook = "batch_size * num_codebooks" in (model.forward.__doc__ or "")  # the forward's documented layout
+    rows = batch * codebooks if _int(codebooks) and codebooks > 1 and per_codebook else batch  # MusicGen: a row each
+    inputs: dict[str, Any] = {"input_ids": ids(rows, seq, seed)}
+    if "attention_mask" in params:
+        mask = torch.ones(batch, seq, dtype=torch.int64)
+        if pad_left:
+            mask[0, :pad_left] = 0
+        inputs["attention_mask"] = mask
+    if "decoder_input_ids" in params and getattr(model.config, "is_encoder_decoder", False):
+        inputs["decoder_input_ids"] = ids(batch, max(2, seq // 2 - 1), seed + 7)
+    return inputs
+
+
+def _image_inputs(model: Any, batch: int, seed: int) -> list[dict[str, Any]]:
+    import torch
+
+    config = model.config
+    vision = _get(config, "vision_config", default=config)
+    size = _size(_get(vision, "image_size", "img_size", default=_get(config, "image_size", default=IMAGE)))
+    channels = _get(vision, "num_channels", "in_channels", default=3)
+    channels = channels if _int(channels) else 3
+    gen = torch.Generator().manual_seed(seed)
+    layouts = [(batch, channels, *size)]
+    if size != (IMAGE, IMAGE):
+        layouts.append((batch, channels, IMAGE, IMAGE))
+    frames = _get(vision, "num_frames", default=_get(config, "num_frames", default=None))
+    if _int(frames):  # video: (batch, frames, channels, height, width)
+        layouts.insert(0, (batch, frames, channels, *size))
+    layouts.append((batch, 2, channels, *size))  # keypoint matchers: a pair of images per row
+    layouts.append((batch, channels, size[0] // 2, size[1]))  # half the height: the model stacks a prompt on it
+    candidates = [{"pixel_values": torch.randn(*shape, generator=gen)} for shape in layouts]
+    return [*candidates, _flat_patches(model, batch, gen)]
+
+
+def _flat_patches(model: Any, batch: int, gen: Any) -> dict[str, Any]:
+    """Images as flattened patches, ``(batch, patches, C*P*P)`` (a processor-free convention of NaFlex towers,
+    Siglip2 and Fuyu: the patch embedding is a Linear), a square grid of up to 4 x 4 patches; with their grid
+    ``spatial_shapes`` and ``pixel_attention_mask`` where the forward takes them."""
+    import torch
+
+    vision = _get(model.config, "vision_config", default=model.config)
+    patch = _get(vision, "patch_size", default=PATCH)
+    patch = patch if _int(patch) else PATCH
+    channels = _get(vision, "num_channels", default=3)
+    channels = channels if _int(channels) else 3
+    image = _size(_get(vision, "image_size", default=IMAGE))[0]
+    side = max(2, min(4, image // patch))
+    inputs = {"pixel_values": torch.randn(batch, side * side, channels * patch * patch, generator=gen)}
+    params = _params(model) | _inner_params(model)
+    if "spatial_shapes" in params:
+        inputs["spatial_shapes"] = torch.tensor([[side, side]] * batch)
+    if "pixel_attention_mask" in params:
+        inputs["pixel_attention_mask"] = torch.ones(batch, side * side, dtype=torch.int64)
+    return inputs
+
+
+def _inner_params(model: Any) -> set[str]:
+    """The forward parameters of the base model and encoder a head passes its ``**kwargs`` on to."""
+    import torch
+
+    inner: set[str] = set()
+    stack = [getattr(model, name, None) for name in ("model", "encoder")]
+    while stack:
+        module = stack.pop()
+        if isinstance(module, torch.nn.Module):
+            inner |= _params(module)
+            stack += [getattr(module, name, None) for name in ("model", "encoder")]
+    return inner
+
+
+def _audio_feature_inputs(model: Any, batch: int, frames: int, seed: int) -> list[dict[str, Any]]:
+    import torch
+
+    config = model.config
+    names = ("feature_projection_input_dim", "num_mel_bins", "feature_size", "input_feat_per_channel", "n_mels")
+    audio = _get(config, "audio_config", "encoder_config", default=config)
+    if _get(audio, *names) is None:  # the mel size held by another tower (CLVP's decoder_config)
+        subs = [v for v in vars(config).values() if hasattr(v, "to_dict") and _get(v, *names) is not None]
+        audio = subs[0] if subs else audio
+    mels = _get(audio, *names, default=16)
+    for factor in ("input_channels", "num_stacked_frames"):  # channels; low-frame-rate stacking (mels x frames)
+        times = _get(audio, factor, default=1)
+        mels = mels * times if _int(times) and times > 1 else mels
+    gen = torch.Generator().manual_seed(seed)
+    candidates = []
+    for shape in ((batch, mels, frames), (batch, frames, mels)):
+        candidates.append({"input_features": torch.randn(*shape, generator=gen)})
+    params = _params(model)
+    masks = [n for n in ("attention_mask", "input_features_mask", "feature_attention_mask") if n in params]
+    for mask in masks:  # some encoders need the frame mask
+        for shape in ((batch, mels, frames), (batch, frames, mels)):
+            features = torch.randn(*shape, generator=gen)
+            candidates.append({"input_features": features, mask: torch.ones(batch, frames, dtype=torch.int64)})
+    return candidates
+
+
+def _waveform_inputs(model: Any, batch: int, samples: int, seed: int) -> list[dict[str, Any]]:
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    candidates = [
+        {"input_values": torch.randn(batch, samples, generator=gen)},
+        {"input_values": torch.randn(batch, 1, samples, generator=gen)},
+    ]
+    mels = _get(model.config, "num_mel_bins", default=None)
+    if _int(mels):  # spectrogram transformers: (batch, frames, mel bins), frames fixed by the config
+        frames = _get(model.config, "max_length", default=64)
+        candidates.append({"input_values": torch.randn(batch, frames, mels, generator=gen)})
+    return candidates
+
+
+def _decoder_inputs(model: Any, ids: _Ids, inputs: dict[str, Any], batch: int, dec: int, seed: int) -> None:
+    params = _params(model)
+    if "decoder_input_ids" in params and getattr(model.config, "is_encoder_decoder", False):
+        inputs["decoder_input_ids"] = ids(batch, dec, seed + 7)
+
+
+def _eager(model: Any, inputs: dict[str, Any]) -> Any:
+    import torch
+
+    with torch.no_grad():
+        return model(**inputs)
+
+
+def _first_running(model: Any, candidates: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, BaseException | None]:
+    """The first candidate eager runs; else the error of the candidate that ran furthest (the deepest traceback:
+    a size mismatch inside a layer says more than the forward refusing a layout at its door)."""
+    import traceback
+
+    error, depth = None, -1
+    for inputs in candidates:
+        try:
+            _eager(model, inputs)
+            return inputs, None
+        except Exception as exc:  # noqa: BLE001 - the oracle: the next candidate
+            frames = len(traceback.extract_tb(exc.__traceback__))
+            if frames > depth:
+                error, depth = exc, frames
+    return None, error
+
+
+_MISMATCH = re.compile(r"tokens:?\s*(\d+),?\s*features:?\s*(\d+)", re.IGNORECASE)
+
+
+def _grid_pixels(model: Any, batch: int, gen: Any, layout: int = 0) -> dict[str, Any]:
+    """Qwen-VL-style images: flattened patches (rows = t*h*w per image, C*T*P*P each) and their (t, h, w) grid.
+    ``layout`` 1: a temporal patch of 2 the config does not state; 2: patches as (C, P, P) images."""
+    import torch
+
+    vision = _get(model.config, "vision_config", default=model.config)
+    patch = _get(vision, "patch_size", "spatial_patch_size", default=PATCH)
+    temporal = _get(vision, "temporal_patch_size", "patch_temporal", default=2 if layout == 1 else 1)
+    merge = _get(vision, "spatial_merge_size", "merge_size", default=2)
+    channels = _get(vision, "in_channels", "in_chans", "num_channels", default=3)
+    side = 2 * merge
+    rows = batch * side * side
+    if layout == 2:
+        pixels = torch.randn(rows, channels, patch, patch, generator=gen)
+    else:
+        pixels = torch.randn(rows, channels * temporal * patch * patch, generator=gen)
+    return {"pixel_values": pixels, "image_grid_thw": torch.tensor([[1, side, side]] * batch)}
+
+
+def _patch_positions(model: Any, batch: int, gen: Any, name: str = "pixel_position_ids") -> dict[str, Any]:
+    """Images as flattened patches (batch, patches, C*P*P) with their (x, y) grid positions under ``name``: a
+    square grid whose side is twice the pooling kernel (Gemma 4 pools k x k patches into one soft token)."""
+    import torch
+
+    vision = _get(model.config, "vision_config", default=model.config)
+    patch = _get(vision, "model_patch_size", "patch_size", default=PATCH)
+    channels = _get(vision, "num_channels", default=3)
+    side = 2 * (_get(vision, "pooling_kernel_size", default=1) or 1)
+    ys, xs = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
+    grid = torch.stack([xs.flatten(), ys.flatten()], dim=-1)
+    return {
+        "pixel_values": torch.rand(batch, side * side, channels * patch * patch, generator=gen),
+        name: grid.expand(batch, -1, -1).clone(),
+    }
+
+
+def _vlm_inputs(model: Any, ids: _Ids, batch: int, text: int, seed: int) -> tuple[dict[str, Any], BaseException | None]:
+    """input_ids with image placeholders (between the vision start/end tokens where the config has them) +
+    the images; the placeholder count is read from the model's mismatch error (tokens: N, features: M) when the
+    first guess is wrong."""
+    import torch
+
+    config = model.config
+    vision = _get(config, "vision_config", default=config)
+    size = _size(_get(vision, "image_size", default=IMAGE))
+    patch = _get(vision, "patch_size", default=PATCH)
+    patch = patch if _int(patch) else PATCH
+    params = _params(model)
+    gen = torch.Generator().manual_seed(seed)
+    inner = params | _inner_params(model)  # a head passing **kwargs on to its base model and encoder (DiffusionGemma)
+    positions = next((n for n in ("image_position_ids", "pixel_position_ids") if n in inner), None)
+    if "image_grid_thw" in params:
+        image_sets = [_grid_pixels(model, batch, gen, layout) for layout in (0, 1, 2)]
+        count = 4
+    elif positions:  # Gemma 4: flattened patches and their (x, y) positions
+        image_sets = [_patch_positions(model, batch, gen, positions)]
+        count = 4
+    else:
+        channels = _get(vision, "num_channels", default=3)
+        pixels = torch.randn(batch, channels if _int(channels) else 3, *size, generator=gen)
+        image_sets = [{"pixel_values": pixels}, {"pixel_values": pixels[:, None]}]  # (B, C, H, W), (B, 1, C, H, W)
+        flat = _flat_patches(model, batch, gen)  # (B, patches, C*P*P)
+        image_sets.append(flat)
+        high = _get(config, "high_res_vision_config", default=None)
+        if "high_res_pixel_values" in params and high is not None:  # DeepSeek-VL hybrid: a second, larger view
+            hsize = _size(_get(high, "image_size", default=2 * IMAGE))
+            image_sets = [
+                {**images, "high_res_pixel_values": torch.randn(batch, 3, *hsize, generator=gen)}
+                for images in image_sets
+            ]
+        if "image_sizes" in params:  # LLaVA-NeXT / Pixtral towers need them; a CLIP tower refuses them
+            sizes = torch.tensor([list(size)] * batch)
+            image_sets += [{**images, "image_sizes": sizes} for images in image_sets]
+        count = _get(config, "image_seq_length", "mm_tokens_per_image", "num_query_tokens", default=None) or (
+            size[0] // patch
+        ) * (size[1] // patch)
+    first_error: BaseException | None = None
+    for images in image_sets:
+        inputs, error = _placeholders(model, ids, images, count, batch, text, seed)
+        if error is None:
+            return inputs, None
+        first_error = first_error or error
+        patches = re.search(r"got split_sizes=\[(\d+)", str(error))
+        if patches and images["pixel_values"].dim() == 4:  # LLaVA-NeXT: (B, patches, C, H, W), patches per image
+            tiles = images["pixel_values"][:, None].expand(-1, int(patches.group(1)), -1, -1, -1).contiguous()
+            image_sets.append({**images, "pixel_values": tiles})
+    return {}, first_error
+
+
+def _placeholders(
+    model: Any, ids: _Ids, images: dict[str, Any], count: int, batch: int, text: int, seed: int
+) -> tuple[dict[str, Any], BaseException | None]:
+    import torch
+
+    config = model.config
+    params = _params(model)
+    token = _get(config, "image_token_id", "image_token_index", default=None)
+    if token is None:  # no placeholders: the image features are prepended (BLIP-2's legacy path) or cross-attended
+        inputs = {**_text(model, ids, batch, text, seed), **images}
+        if "qformer_input_ids" in params:
+            inputs["qformer_input_ids"] = ids(batch, 4, seed + 2)
+            inputs["qformer_attention_mask"] = _ones(batch, 4)
+        try:
+            _eager(model, inputs)
+            return inputs, None
+        except Exception as exc:  # noqa: BLE001
+            return {}, exc
+    start = _get(config, "vision_start_token_id", "image_start_token_id", "boi_token_id", default=None)
+    end = _get(config, "vision_end_token_id", "image_end_token_id", "eoi_token_id", default=None)
+    error: BaseException | None = None
+    hidden = _get(config.get_text_config(decoder=True), "hidden_size", default=HIDDEN)
+    queue, tried = [count], set()
+    while queue and len(tried) < 6:
+        count = queue.pop(0)
+        if count in tried or count <= 0:
+            continue
+        tried.add(count)
+        parts = [ids(batch, 2, seed)]
+        if _int(start):
+            parts.append(torch.full((batch, 1), int(start)))
+        parts.append(torch.full((batch, count), int(token)))
+        if _int(end):
+            parts.append(torch.full((batch, 1), int(end)))
+        parts.append(ids(batch, text, seed + 1))
+        input_ids = torch.cat(parts, dim=1)
+        inputs: dict[str, Any] = {"input_ids": input_ids}
+        if "attention_mask" in params:
+            inputs["attention_mask"] = torch.ones_like(input_ids)
+        inputs.update(images)
+        if "qformer_input_ids" in params:  # InstructBLIP: the Q-Former's own prompt
+            inputs["qformer_input_ids"] = ids(batch, 4, seed + 2)
+            inputs["qformer_attention_mask"] = _ones(batch, 4)
+        if "mm_token_type_ids" in params:  # M-RoPE: 1 marks an image token
+            inputs["mm_token_type_ids"] = (input_ids == int(token)).long()
+        try:
+            _eager(model, inputs)
+            return inputs, None
+        except Exception as exc:  # noqa: BLE001
+            match = _MISMATCH.search(str(exc))
+            error = exc if match is None or error is None or _MISMATCH.search(str(error)) else error  # the telling one
+            if match:  # the feature count is per batch, or of a flattened (rows x hidden) tensor
+                features = int(match.group(2))
+                for div in (batch, 1, batch * hidden, hidden):
+                    if features % div == 0:
+                        queue.append(features // div)
+    return {}, error
+
+
+def _image_like(name: str) -> bool:
+    """A forward input shaped like the image (another view, a prompt image, a segmentation mask of it)."""
+    return name.endswith("pixel_values") or name in ("prompt_masks", "pixel_masks", "prompt_pixel_values")
+
+
+def _extras(model: Any, ids: _Ids, inputs: dict[str, Any], seed: int) -> dict[str, Any]:
+    """``inputs`` plus the other modalities the forward takes (dual encoders: text + image; layout: boxes)."""
+    import torch
+
+    params = _params(model)
+    first = next(iter(inputs.values()))
+    batch = first.shape[0]
+    out = dict(inputs)
+    gen = torch.Generator().manual_seed(seed + 3)
+    if "pixel_values" in params and "pixel_values" not in out:
+        out.update(_image_inputs(model, batch, seed)[0])
+    if "input_ids" in params and "input_ids" not in out:
+        out.update(_text(model, ids, batch, 7, seed))
+    if "pixel_values" in out:  # required images besides the main one (SegGPT's prompt image and its mask)
+        for name in _required(model):
+            if _image_like(name) and name not in out:
+                out[name] = torch.randn(out["pixel_values"].shape, generator=gen)
+    required = _required(model)
+    if "input_values" in required and "input_values" not in out:  # audio-text dual encoders
+        out["input_values"] = torch.randn(batch, 1, 4000, generator=gen)
+    if "input_features" in params and "input_features" not in out:  # audio-text models (CLVP, speech LMs)
+        out.update(_audio_feature_inputs(model, batch, 64, seed)[0])
+    if "bbox" in params and "input_ids" in out:
+        seq = out["input_ids"].shape[1]
+        corners = torch.randint(0, 500, (batch, seq, 2), generator=gen)
+        out["bbox"] = torch.cat([corners, corners + torch.randint(1, 500, (batch, seq, 2), generator=gen)], -1)
+    return out
+
+
+def _same_layout(candidate: dict[str, Any], sample: dict[str, Any], frames_axis: int) -> bool:
+    other_axis = 3 - frames_axis
+    same_mask = ("attention_mask" in candidate) == ("attention_mask" in sample)
+    return same_mask and candidate["input_features"].shape[other_axis] == sample["input_features"].shape[other_axis]
+
+
+def _with_decoder(model: Any, ids: _Ids, candidates: list[dict[str, Any]], batch: int, dec: int, seed: int) -> list:
+    for inputs in candidates:
+        _decoder_inputs(model, ids, inputs, batch, dec, seed)
+    return candidates

@@ -1,0 +1,73 @@
+"""Attention masks whose eager outcome depends on the mask's values, kept as a select in the traced graph.
+
+transformers' ``create_causal_mask`` (masking_utils.py) skips building a mask when SDPA runs and no token is
+padded (``_ignore_causal_mask_sdpa``: ``padding_mask.all()``, a query as long as the keys): it returns None and
+leaves causality to the attention module's ``is_causal`` flag. While tracing it never skips (the values are
+unknown), so the graph always applies the causal mask it built. The two agree for an attention module with
+``is_causal=True``; a model whose attention modules say ``is_causal=False`` yet build a causal mask (AIMv2's text
+tower; the same class of bug as huggingface/transformers#42820 for T5Gemma 2's encoder) runs eager bidirectionally
+on an all-ones mask and causally on a padded one: a branch on the mask's values. :func:`causal_mask_skip_kept`
+traces that branch as ``where(attention_mask.all(), no mask, the causal mask)``, so the export computes what eager
+computes for every mask, padded or not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from ._base import patch_attribute
+
+__all__ = ["causal_mask_skip_kept"]
+
+_REASON = "create_causal_mask skipped on an all-ones mask under is_causal=False (cf. huggingface/transformers#42820)"
+
+
+def _non_causal_sdpa(model: Any) -> bool:
+    """Whether every attention module of ``model`` (a module with a boolean ``is_causal``) is non-causal and runs
+    SDPA: the only case where eager's skip and the traced mask differ."""
+    flags = [m.is_causal for m in model.modules() if isinstance(getattr(m, "is_causal", None), bool)]
+    implementation = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    return bool(flags) and not any(flags) and implementation == "sdpa"
+
+
+def _kept(original: Any) -> Any:
+    def create_causal_mask(*args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        mask = original(*args, **kwargs)
+        names = ("config", "inputs_embeds", "attention_mask", "past_key_values")
+        given = {**dict(zip(names, args, strict=False)), **kwargs}
+        padding = given.get("attention_mask")
+        if given.get("past_key_values") is not None or not torch.is_tensor(mask) or not torch.is_tensor(padding):
+            return mask  # with a cache, eager skips only a one-token query, where both agree
+        if padding.dim() != 2:
+            return mask  # a 4-D mask of the caller's own is used as given
+        skip = padding.bool().all()
+        if mask.dtype == torch.bool:  # True attends: the skip attends everywhere (ONNX Runtime has no bool Where)
+            return mask | skip
+        return mask.masked_fill(skip, 0.0)  # an additive mask: the skip adds nothing
+
+    create_causal_mask.__wrapped__ = original  # type: ignore[attr-defined]
+    return create_causal_mask
+
+
+@contextlib.contextmanager
+def causal_mask_skip_kept(model: Any) -> Iterator[int]:
+    """Inside the block, the modeling modules of ``model`` build their causal mask as eager's select (see the module
+    docstring) when every attention module of ``model`` is non-causal and runs SDPA; yields the number of modeling
+    modules patched (0: nothing to do)."""
+    from transformers import masking_utils
+
+    if not _non_causal_sdpa(model):
+        yield 0
+        return
+    original = masking_utils.create_causal_mask
+    owners = {sys.modules.get(type(m).__module__) for m in model.modules()}
+    targets = [o for o in owners if o is not None and getattr(o, "create_causal_mask", None) is original]
+    with contextlib.ExitStack() as stack:
+        for owner in targets:
+            stack.enter_context(patch_attribute(owner, "create_causal_mask", _kept(original), reason=_REASON))
+        yield len(targets)

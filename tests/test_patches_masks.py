@@ -1,0 +1,51 @@
+"""hub_export.patches.masks: a causal mask that eager skips on an all-ones mask (then the attention module's
+``is_causal=False`` runs bidirectionally) is traced as eager's select, so the export follows eager for an all-ones
+mask and for a padded one."""
+
+from __future__ import annotations
+
+import torch
+
+from hub_export import DynamoConfig, DynamoExporter
+from hub_export.patches.masks import causal_mask_skip_kept
+
+
+def _aimv2_text() -> torch.nn.Module:
+    from transformers import Aimv2TextConfig, Aimv2TextModel
+
+    torch.manual_seed(0)
+    config = Aimv2TextConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        max_position_embeddings=32, eos_token_id=63,
+    )  # fmt: skip
+    return Aimv2TextModel(config).eval()
+
+
+def _inputs(batch: int, length: int, pad: int = 0) -> dict[str, torch.Tensor]:
+    ids = torch.randint(3, 60, (batch, length), generator=torch.Generator().manual_seed(length))
+    mask = torch.ones_like(ids)
+    mask[0, :pad] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def test_all_ones_and_padded_masks_follow_eager() -> None:
+    model = _aimv2_text()
+    sample = _inputs(2, 7)
+    exported = DynamoExporter().export(model, sample, config=DynamoConfig(dynamic=True))
+    with torch.no_grad():
+        for inputs in (sample, _inputs(3, 9), _inputs(3, 9, pad=2)):  # all ones (eager: no mask), then padded
+            got, expected = exported(**inputs).last_hidden_state, model(**inputs).last_hidden_state
+            torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+
+
+def test_only_non_causal_sdpa_models_are_patched() -> None:
+    from transformers import masking_utils
+    from transformers.models.aimv2 import modeling_aimv2
+
+    model = _aimv2_text()
+    with causal_mask_skip_kept(model) as patched:
+        assert patched == 1 and modeling_aimv2.create_causal_mask is not masking_utils.create_causal_mask
+    assert modeling_aimv2.create_causal_mask is masking_utils.create_causal_mask  # restored
+    model.config._attn_implementation = "eager"  # eager attention never skips the mask: nothing to keep
+    with causal_mask_skip_kept(model) as patched:
+        assert patched == 0
