@@ -184,6 +184,21 @@ def test_a_dim_without_upper_bound_is_refused() -> None:
         ExecutorchExporter().export(case.model, case.sample, config=config)
 
 
+def test_outputs_over_the_memory_limit_are_refused_before_lowering(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large vocabulary's logits at the bounds (batch 8 x 4096 tokens x 150k: 20 GB) are refused before the
+    minutes of lowering that the memory plan's check would come after."""
+    from hub_export.backends.executorch import exporter as module
+
+    def lower(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("lowered although the outputs alone exceed the limit")
+
+    monkeypatch.setattr(module, "_lower", lower)
+    exporter = ExecutorchExporter()
+    exporter.max_planned_bytes = 8 * 2 * 4 // 2  # the output at the bounds (batch 8 x 2, float32) is twice that
+    with pytest.raises(ExportError, match=r"its outputs alone.*batch <= 8"):
+        exporter.export(_SplitMul(), {"x": torch.randn(2, 4)}, config=ExecutorchConfig(dynamic=True))
+
+
 class _SplitMul(torch.nn.Module):
     """``split`` returns a ``Tensor[]``: the edge dtype validator used to pin the batch of such outputs."""
 

@@ -1,8 +1,8 @@
 """Integer inputs whose values drive shapes (an image grid): the export is built for the sample's values.
 
-Vision encoders of the Qwen-VL family (``grid_thw``), GLM-4V, LLaVA-Next (``image_sizes``) split their tokens by
-sizes read from an integer input's values (``grid_thw.tolist()``), which ``torch.export`` cannot trace
-(``GuardOnDataDependentSymNode``). The trace then fixes those inputs to the sample's values (``constants`` of the
+Models that split their tokens by sizes read from an integer input's values (LLaVA-Next's ``image_sizes``; the
+Qwen-VL family's ``grid_thw`` before :mod:`hub_export.patches.vision_grid`, tested in test_patches_vision_grid.py)
+hit guards ``torch.export`` cannot trace (``GuardOnDataDependentSymNode``). The trace then fixes those inputs to the sample's values (``constants`` of the
 signature), and a call with other values is refused with one :class:`~hub_export.errors.InputBoundsError`.
 """
 
@@ -91,27 +91,6 @@ def test_integer_inputs_read_as_data_stay_inputs() -> None:
     assert signature.input_names == ["hidden_states", "lengths"] and not signature.constants
     other = {"hidden_states": torch.randn(5, 4), "lengths": torch.tensor([4, 1, 2, 0, 7])}
     torch.testing.assert_close(exported(**other), model(**other))
-
-
-def test_vision_encoder_grid_fixed_glm4v() -> None:
-    """A real architecture of the class: GLM-4V's vision encoder reads ``grid_thw`` to place and split tokens."""
-    from transformers import Glm4vVisionConfig, Glm4vVisionModel
-
-    torch.manual_seed(0)
-    config = Glm4vVisionConfig(
-        depth=1, hidden_size=32, num_heads=4, intermediate_size=64, out_hidden_size=32, image_size=64, patch_size=8
-    )
-    model = Glm4vVisionModel(config).eval()
-    grid = torch.tensor([[1, 4, 4], [1, 4, 4]])
-    sample = {"hidden_states": torch.randn(32, 3 * 2 * 8 * 8), "grid_thw": grid}
-    with pytest.warns(UserWarning, match="grid_thw"):
-        exported = _export(model, sample)
-    assert is_fixed(exported.components["model"].metadata.signature.constants["grid_thw"])
-    with torch.no_grad():
-        expected = model(**sample).last_hidden_state
-        torch.testing.assert_close(exported(**sample).last_hidden_state, expected, rtol=1e-4, atol=1e-5)
-    with pytest.raises(InputBoundsError, match="re-export with a sample holding the values you will run"):
-        exported(hidden_states=sample["hidden_states"], grid_thw=torch.tensor([[1, 2, 8], [1, 4, 4]]))
 
 
 def test_values_read_through_symbolic_sizes_fix_the_sample_sizes() -> None:

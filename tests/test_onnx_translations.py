@@ -109,3 +109,23 @@ def test_complex_rotary_embeddings_export() -> None:
     exported = OnnxExporter().export(model, sample, config=OnnxConfig(dynamic=True))
     inputs = {"input_ids": torch.arange(15).reshape(3, 5)}
     torch.testing.assert_close(exported(**inputs)["logits"], model(**inputs)["logits"], rtol=1e-5, atol=1e-5)
+
+
+class MaskedWrites(torch.nn.Module):
+    """``x[:, mask] = v`` (Qwen3-VL's rope index writes positions of the kept tokens of a row): ``aten.index_put``
+    with a leading ``None`` before a boolean mask, with full values and with values broadcast over the slices."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, values: torch.Tensor) -> dict[str, torch.Tensor]:
+        full, broadcast = x.clone(), x.clone()
+        full[:, mask] = values
+        broadcast[:, mask] = values[0, 0]
+        return {"full": full, "broadcast": broadcast}
+
+
+def test_boolean_index_put_after_a_full_slice() -> None:
+    mask = torch.tensor([True, False, True, True, False])
+    sample = {"x": torch.randn(3, 5, 4), "mask": mask, "values": torch.randn(3, 3, 4)}
+    exported = OnnxExporter().export(MaskedWrites().eval(), sample, config=OnnxConfig(dynamic=False))
+    got, expected = exported(**sample), MaskedWrites()(**sample)
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=0)

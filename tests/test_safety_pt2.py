@@ -289,6 +289,8 @@ def test_the_zip_reader_takes_torch_save_output_and_refuses_what_torch_does_not_
     archive = StoredArchive.from_bytes(buffer.getvalue(), "t", max_entries=100)
     assert archive.root == "archive" and "data.pkl" in archive.entries
     assert archive.read("data/0", 1 << 20) == torch.arange(6).numpy().tobytes()
+    weights = archive.read_into_buffer("data/0")  # read straight into tensor memory (no zero-filled bytearray first)
+    assert isinstance(weights, torch.Tensor) and torch.equal(weights.view(torch.int64), torch.arange(6))
     refused = {
         "compressed": (_zip([("a/x", b"x" * 100)], method=8), "compressed"),
         "two roots": (_zip([("a/x", b"1"), ("b/y", b"2")]), "one root folder"),

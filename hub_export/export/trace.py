@@ -251,6 +251,7 @@ def _name_dims(program: Any, names: list[str]) -> tuple[list[tuple[int | str, ..
     nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     cache_inputs = any(n.endswith((".key", ".value")) for n in names)
     symbols: dict[str, str] = {}
+    hints: dict[str, int | None] = {}  # dim name -> its sample size
     shapes: list[tuple[int | str, ...]] = []
     for leaf, node_name in zip(names, user_inputs):
         shape: list[int | str] = []
@@ -263,7 +264,14 @@ def _name_dims(program: Any, names: list[str]) -> tuple[list[tuple[int | str, ..
             if key not in symbols:
                 # Same role, same name: torch may trace e.g. the mask's batch as its own symbol, but the model
                 # needs it equal to input_ids' batch, which is what a shared name tells a reader and a runtime.
-                symbols[key] = _semantic_name(leaf, axis, cache_inputs)
+                # Sizes that differ in the sample are not one dim (packed patches and their images' grid rows,
+                # both on axis 0): the later one is named after its input.
+                name = _semantic_name(leaf, axis, cache_inputs)
+                hint = getattr(expr, "hint", None)
+                if name in hints and hint is not None and hints[name] is not None and hints[name] != hint:
+                    name = f"{re.sub(r'[^A-Za-z0-9_]', '_', leaf.split('.')[0])}_dim{axis}"
+                hints.setdefault(name, hint)
+                symbols[key] = name
             shape.append(symbols[key])
         shapes.append(tuple(shape))
     dims: dict[str, Dim] = {}
@@ -438,7 +446,7 @@ def _export_flat(
         output_names, output_structure = list(wrapper.output_names), wrapper.output_structure
         dynamic_shapes = _dynamic_shapes(config, leaves, input_structure, bounds)
         try:
-            with tracing_patches(config.dynamic, model, experts), folding:
+            with tracing_patches(config.dynamic, model, experts, grid=not fold), folding:
                 program = torch.export.export(
                     wrapper,
                     tuple(sample),

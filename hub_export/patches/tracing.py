@@ -4,6 +4,8 @@
 * :func:`decode_attention_without_kv_copies` — transformers' SDPA repeats the KV cache in traced GQA decode steps.
 * :func:`~hub_export.patches.modeling.symbolic_sizes` — transformers' modeling code that pins a dynamic axis
   (a Python list or loop over a size), rewritten on tensors for the models that use it.
+* :func:`~hub_export.patches.vision_grid.grid_as_input` — grid-driven vision encoders (the Qwen2-VL family): their
+  position ids, attention segments and windows computed per patch, so the image grid stays an input.
 * :func:`~hub_export.patches.masks.causal_mask_skip_kept` — a causal mask that eager skips on an all-ones mask
   under ``is_causal=False`` attention (a branch on the mask's values), traced as eager's select.
 * :func:`~hub_export.patches.shapes.unsolvable_guards_dropped` — torch's export constraint solver crashes on the
@@ -27,6 +29,7 @@ from ._base import patch_attribute
 from .masks import causal_mask_skip_kept
 from .modeling import symbolic_sizes
 from .shapes import unsolvable_guards_dropped
+from .vision_grid import grid_as_input
 
 __all__ = [
     "ExpertsChoice",
@@ -184,9 +187,12 @@ def decode_attention_without_kv_copies() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def tracing_patches(dynamic: bool, model: Any = None, experts: ExpertsChoice | None = None) -> Iterator[None]:
+def tracing_patches(
+    dynamic: bool, model: Any = None, experts: ExpertsChoice | None = None, grid: bool = True
+) -> Iterator[None]:
     """Every patch needed while tracing an export (``model``: the eager model, for the per-module switches;
-    ``experts``: the backend's choice of experts forward, see :func:`experts_as_standard_ops`)."""
+    ``experts``: the backend's choice of experts forward, see :func:`experts_as_standard_ops`; ``grid``: keep image
+    grids inputs, see :func:`~hub_export.patches.vision_grid.grid_as_input`, off when a trace fixes their values)."""
     with contextlib.ExitStack() as stack:
         if dynamic:
             stack.enter_context(size_one_dims_stay_dynamic())
@@ -195,6 +201,8 @@ def tracing_patches(dynamic: bool, model: Any = None, experts: ExpertsChoice | N
             stack.enter_context(experts_as_standard_ops(model, experts))
             if dynamic:
                 stack.enter_context(symbolic_sizes(model))
+                if grid:
+                    stack.enter_context(grid_as_input(model))
             stack.enter_context(causal_mask_skip_kept(model))
         stack.enter_context(decode_attention_without_kv_copies())
         yield

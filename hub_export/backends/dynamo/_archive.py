@@ -60,7 +60,7 @@ class _Bytes:
     def pread(self, size: int, offset: int) -> bytes:
         return self.data[offset : offset + size]
 
-    def pread_into(self, buffer: bytearray, offset: int) -> int:
+    def pread_into(self, buffer: memoryview, offset: int) -> int:
         chunk = self.data[offset : offset + len(buffer)]
         buffer[: len(chunk)] = chunk
         return len(chunk)
@@ -86,7 +86,7 @@ class _File:
             offset += len(chunk)
         return b"".join(chunks)
 
-    def pread_into(self, buffer: bytearray, offset: int) -> int:
+    def pread_into(self, buffer: memoryview, offset: int) -> int:
         view = memoryview(buffer)
         done = 0
         while done < len(buffer):
@@ -174,17 +174,22 @@ class StoredArchive:
             raise self._refuse(f"entry {name!r} is cut short")
         return data
 
-    def read_into_buffer(self, name: str) -> bytearray:
-        """The bytes of entry ``name`` in a new writable buffer (no intermediate copy: weights are read once).
+    def read_into_buffer(self, name: str) -> Any:
+        """The bytes of entry ``name`` in a new uint8 tensor, read straight into it: no intermediate copy and no
+        zero-fill first (a ``bytearray`` writes every byte once before the read writes it again), so the weights'
+        memory is written once.
 
         Raises:
             UnsafeExportError: No such entry, or it is cut short.
         """
+        import torch
+
         entry = self.entries.get(name)
         if entry is None:
             raise self._refuse(f"no entry {name!r}")
-        buffer = bytearray(entry.size)
-        if self._source.pread_into(buffer, entry.offset) != entry.size:
+        buffer = torch.empty(entry.size, dtype=torch.uint8)
+        view: Any = buffer.numpy()  # the tensor's own memory, writable
+        if entry.size and self._source.pread_into(memoryview(view), entry.offset) != entry.size:
             raise self._refuse(f"entry {name!r} is cut short")
         return buffer
 

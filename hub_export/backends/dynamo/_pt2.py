@@ -349,11 +349,13 @@ def _materialize(archive: StoredArchive, group: dict[str, _Payload], options: Sa
         first = payload.users[0][1]["tensor_meta"]
         dtype = deserialize_scalar_type(first["dtype"])
         storage = archive.read_into_buffer(payload.entry)
-        flat = torch.frombuffer(storage, dtype=dtype) if storage else torch.empty(0, dtype=dtype)
+        if storage.numel() % dtype.itemsize:
+            raise UnsafeExportError(f"{where}: {storage.numel()} bytes is not a whole number of {dtype}; refusing it.")
+        flat = storage.view(dtype)
         for fqn, meta in payload.users:
             tm = meta["tensor_meta"]
             sizes = [s["as_int"] for s in tm["sizes"]]
-            if not storage:
+            if not storage.numel():
                 tensor = torch.empty(sizes, dtype=dtype) if 0 in sizes else None
                 if tensor is None:
                     raise UnsafeExportError(f"{where}: an empty payload viewed as a non-empty tensor; refusing it.")

@@ -164,6 +164,9 @@ class ExecutorchExporter(HfExporter):
                 "export with sample inputs whose dynamic dims (batch, sequence) are at least 2."
             ) from exc
         contiguous_attention_outputs(program)
+        if config.alloc_graph_output:  # the outputs alone already over the limit: refuse before minutes of lowering
+            bounded = signature.replace(dims=_planned_dims(program, signature))
+            self._refuse_plan(_output_bytes(bounded), bounded, "its outputs alone")
         import torch
 
         try:
@@ -219,12 +222,16 @@ class ExecutorchExporter(HfExporter):
         """Refuse a program whose memory plan (every activation at the dims' upper bounds) exceeds
         :attr:`max_planned_bytes`: the runtime would fail to allocate it when loading."""
         plans = manager.executorch_program.execution_plan
-        planned = max((sum(plan.non_const_buffer_sizes) for plan in plans), default=0)
+        self._refuse_plan(max((sum(plan.non_const_buffer_sizes) for plan in plans), default=0), signature)
+
+    def _refuse_plan(self, planned: int, signature: Signature, what: str = "") -> None:
+        """Raise when ``planned`` bytes (the memory plan, or ``what`` part of it) exceed :attr:`max_planned_bytes`."""
         if planned > self.max_planned_bytes:
             bounds = ", ".join(f"{name} <= {dim.max}" for name, dim in signature.dims.items() if dim.max is not None)
             raise ExportError(
-                f"ExecuTorch plans {planned / 2**30:.1f} GiB of activation memory for the largest inputs ({bounds}), "
-                f"over the {self.max_planned_bytes / 2**30:.0f} GiB limit: bound the dims to the sizes you will run, "
+                f"ExecuTorch plans {planned / 2**30:.1f} GiB of activation memory ({what or 'the memory plan'}) for "
+                f"the largest inputs ({bounds}), over the {self.max_planned_bytes / 2**30:.0f} GiB limit: bound the "
+                "dims to the sizes you will run, "
                 "with dynamic_shapes (Dim('sequence', min=1, max=256)) or ExecutorchExporter.max_batch / "
                 "max_sequence_cap (a large vocabulary's logits grow with batch x sequence)."
             )
@@ -358,6 +365,26 @@ def _image_size(model_config: Any, index: int) -> int | None:
     if isinstance(size, (list, tuple)) and len(size) > index:
         size = size[index]
     return size if isinstance(size, int) and size > 0 else None
+
+
+def _output_bytes(signature: Signature) -> int:
+    """Bytes of the program's outputs at the dims' upper bounds (an unbounded or unknown size counts 0)."""
+    import torch
+
+    from ...dims import parse_size
+
+    maxes = {name: dim.max for name, dim in signature.dims.items() if dim.max is not None}
+    total = 0
+    for spec in signature.outputs:
+        sizes = []
+        for size in signature.concrete_shape(spec):
+            try:
+                sizes.append(size if isinstance(size, int) else max(0, parse_size(size).evaluate(maxes)))
+            except (KeyError, ValueError, ZeroDivisionError, OverflowError):  # an estimate: never fails the export
+                sizes.append(0)
+        itemsize = getattr(torch, spec.dtype, torch.float32).itemsize if isinstance(spec.dtype, str) else 4
+        total += math.prod(sizes) * itemsize
+    return total
 
 
 def _planned_dims(lowered: Any, signature: Signature) -> dict[str, Dim]:

@@ -17,6 +17,8 @@
   emits ``Squeeze`` on that axis regardless, which ONNX Runtime refuses when it loads the model ("Dimension of input
   2 must be 1 instead of 3", an RNN-T joint's ``logits.squeeze(2)`` over a decoder length of 3). Our translation
   squeezes only the axes the traced shape says are 1 or does not know (a dynamic dim was traced as not 1: it stays).
+  ``aten.index_put`` handles ``None`` indices around one boolean mask (``x[:, mask] = v``) before torchlib's, whose
+  boolean-mask path refuses them ("Boolean index_put with multiple indices does not support None indices").
   It also translates our custom op ``hub_export::moe`` (traced for ``ort_fusions="cuda"``) into
   ``com.microsoft::MoE`` (:mod:`hub_export.backends.onnx._moe`).
 * :func:`single_output_rewrite_rules` — onnxscript 0.7: a rewrite rule whose pattern has several output nodes is
@@ -188,6 +190,41 @@ def _squeeze_dim(self: Any, dim: int) -> Any:
     return _squeeze_dims(self, [dim])
 
 
+def _index_put(self: Any, indices: Any, values: Any, accumulate: bool = False) -> Any:
+    """``aten.index_put``: torchlib's, with ``None`` indices around one boolean mask handled as ATen does (a full
+    slice): trailing ones dropped, leading ones moved behind the masked axis (``x[:, mask] = v``) by transposing
+    the tensor and the values there and back. Torchlib's boolean-mask path refuses any ``None`` ("Boolean
+    index_put with multiple indices does not support None indices", microsoft/onnxscript torch_lib)."""
+    import onnx_ir as ir
+    from onnxscript.function_libs.torch_lib.ops.core import aten_index_put
+    from onnxscript.onnx_opset import opset18
+
+    op: Any = opset18
+    kept = list(indices)
+    while len(kept) > 1 and kept[-1] is None:
+        kept.pop()
+    lead = len(kept) - 1
+    mask = kept[-1]
+    if lead == 0 or mask is None or mask.dtype != ir.DataType.BOOL or any(i is not None for i in kept[:-1]):
+        return aten_index_put(self, kept, values, accumulate)
+    rank = len(self.shape)
+    axes = len(mask.shape)  # the masked axes follow the leading slices
+    perm = list(range(lead, lead + axes)) + list(range(lead)) + list(range(lead + axes, rank))
+    inverse = [perm.index(axis) for axis in range(rank)]
+    selected = rank - axes + 1  # the rank of x[:, mask]: leading axes, the selected elements, trailing axes
+    if len(values.shape) > rank - lead - axes:  # values reach the leading axes: bring them to selection order
+        dims = list(values.shape)
+        if len(dims) < selected:
+            values = op.Unsqueeze(values, op.Constant(value_ints=list(range(selected - len(dims)))))
+            dims = [1] * (selected - len(dims)) + dims
+        order = [lead] + list(range(lead)) + list(range(lead + 1, selected))
+        values = op.Transpose(values, perm=order)
+        values.shape = ir.Shape([dims[axis] for axis in order])  # torchlib reads the ranks
+    moved = op.Transpose(self, perm=perm)
+    moved.shape = ir.Shape([self.shape[axis] for axis in perm])
+    return op.Transpose(aten_index_put(moved, [mask], values, accumulate), perm=inverse)
+
+
 def translation_table() -> dict[Any, Any]:
     """``custom_translation_table`` for ``torch.onnx.export`` (see this module's docstring)."""
     import torch
@@ -198,6 +235,7 @@ def translation_table() -> dict[Any, Any]:
         torch.ops.aten.scaled_dot_product_attention.default: _safe_sdpa,
         torch.ops.aten._is_all_true.default: _is_all_true,
         torch.ops.aten._is_any_true.default: _is_any_true,
+        torch.ops.aten.index_put.default: _index_put,
         torch.ops.aten.squeeze.dim: _squeeze_dim,
         torch.ops.aten.squeeze.dims: _squeeze_dims,
         moe_op(): translate_moe,

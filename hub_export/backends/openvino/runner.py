@@ -187,6 +187,7 @@ class OpenVINORunner(ModelRunner):
             (j, outputs[s.name]) for j, s in enumerate(metadata.signature.outputs) if j not in state_outputs
         ]
         self._seeded = False
+        self._weight_views: dict[str, Any] = {}  # a parity runner's weight inputs (for_parity)
         self._stateless_view: ModelRunner | None = None
         if self._state:
             self._stateless_view = ModelRunner(_without_state(metadata, self._state))
@@ -277,12 +278,28 @@ class OpenVINORunner(ModelRunner):
         compiled = _compiled(program, name, properties)
         return cls(compiled, metadata, name)
 
+    #: The parity runner feeds floating-point constants of at least this many bytes as inputs (:meth:`for_parity`).
+    parity_weight_input_bytes: int = 1 << 20
+
     @classmethod
     def for_parity(cls, program: Any, metadata: ComponentEntry) -> OpenVINORunner:
-        """A runner on the default device whose compiled model is not cached with the program: its copy of the
-        weights goes with the runner (the export's parity check runs once)."""
+        """A runner for the export's parity check (it runs once), which holds no second copy of the weights.
+
+        The CPU plugin repacks every constant weight of a linear layer into its own layout when it compiles: a full
+        copy of the weights, on top of the model's own that the export still holds. So the check compiles a clone of
+        the program whose large floating-point constants (:attr:`parity_weight_input_bytes`) are inputs of dynamic
+        shape, fed the constants' own memory (which the converted program shares with the PyTorch model): the same
+        graph computed by the same plugin, with the weights read in place instead of repacked (the runtime's
+        matrix multiplications on an input rather than a constant: results within float32 rounding of the
+        repacked ones). The compiled model is not cached with the program and goes with the runner.
+        """
         name = openvino_device(None)
-        return cls(core().compile_model(program, name, _compile_properties(program, name, None)), metadata, name)
+        light, weights = _weights_as_inputs(program, cls.parity_weight_input_bytes)
+        runner = cls(core().compile_model(light, name, _compile_properties(program, name, None)), metadata, name)
+        for port, tensor in weights.items():  # set once: the request reads them in place on every call
+            runner.request.set_tensor(port, tensor)
+        runner._weight_views = weights  # the views keep the constants' memory alive as long as the request
+        return runner
 
     def run_flat(self, tensors: list[Any]) -> list[Any]:
         """Run on flat torch inputs (signature order); returns torch tensors in ``metadata.signature.outputs`` order.
@@ -352,6 +369,35 @@ class OpenVINORunner(ModelRunner):
             value = _to_openvino(tensor)
             states[variable].state = value if isinstance(value, openvino.Tensor) else openvino.Tensor(value)
         self._seeded = True
+
+
+def _weights_as_inputs(program: Any, min_bytes: int) -> tuple[Any, dict[str, Any]]:
+    """A clone of ``program`` (sharing its constants' memory) whose floating-point constants of at least
+    ``min_bytes`` are inputs of dynamic shape instead, and ``{input name: tensor viewing the constant's memory}``."""
+    import openvino
+    import openvino.opset13 as ops
+
+    light = program.clone()
+    floats = {openvino.Type.f32, openvino.Type.f16, openvino.Type.bf16}
+    weights: dict[str, Any] = {}
+    params: list[Any] = []
+    for op in light.get_ordered_ops():
+        if op.get_type_name() != "Constant" or op.get_byte_size() < min_bytes:
+            continue
+        if op.get_output_element_type(0) not in floats:
+            continue
+        name = f"hub_export.parity_weight.{len(params)}"
+        shape = openvino.PartialShape.dynamic(op.get_output_partial_shape(0).rank)
+        param = ops.parameter(shape, op.get_output_element_type(0), name=name)
+        param.output(0).get_tensor().set_names({name})
+        for target in list(op.output(0).get_target_inputs()):
+            target.replace_source_output(param.output(0))
+        weights[name] = op.get_tensor_view()
+        params.append(param)
+    if params:
+        light.add_parameters(params)
+        light.validate_nodes_and_infer_types()
+    return light, weights
 
 
 def _bits(array: Any) -> Any:

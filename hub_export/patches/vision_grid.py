@@ -1,0 +1,360 @@
+"""Grid-driven vision encoders traced with the image grid as a true input (dynamic over patches, grids, images).
+
+The Qwen2-VL family and the encoders built from its modular code (Qwen2.5-VL, Qwen3-VL, GLM-4V, Kimi-K2.5,
+MiniMax-M3-VL, ...) derive their position ids, attention segments and window order from the values of
+``grid_thw`` (one ``(t, h, w)`` row per image) with Python loops over ``grid_thw.tolist()``, and attend within
+each image by splitting the packed patches with ``torch.split(..., lengths.tolist())``. ``torch.export`` cannot
+trace either (``GuardOnDataDependentSymNode``), so the export used to fix the grid to the sample's values. While
+tracing, the patches below compute the same tensors with per-patch index arithmetic whose shapes depend only on
+the number of patches:
+
+* ``transformers.vision_utils.get_vision_position_ids``: each patch's image from the cumulative patch counts, its
+  frame, row and column (in spatial-merge block order) from its index within that image.
+* ``transformers.vision_utils.get_vision_cu_seqlens``: the segment lengths ``repeat_interleave(h * w, t)`` as one
+  length per frame, the frame's image found from the cumulative frame counts.
+* ``transformers.vision_utils.get_vision_window_index``: the window order of each merged token (its window's rank
+  among the clipped windows of its frame, then its place in the window) scattered into the permutation; the window
+  boundaries as a sorted list padded with zeros (empty segments), which replaces ``unique_consecutive``.
+* The per-model helpers of the same contract some modeling modules define (``get_vision_frame_index``,
+  ``get_vision_temporal_merge_index`` in transformers/models/kimi_k25/modeling_kimi_k25.py,
+  ``get_vision_pixel_shuffle_index`` in transformers/models/muse_glimmer/modeling_muse_glimmer.py), likewise.
+* Every attention module whose forward splits the packed sequence by ``cu_seqlens.tolist()`` when no varlen kernel
+  is available (``VisionAttention.forward`` in transformers/models/qwen2_vl/modeling_qwen2_vl.py and its ~30 copies)
+  takes its varlen branch instead, served by the model's own attention function (SDPA or eager) with a
+  block-diagonal mask built from the segment ids (``cu_seqlens`` scattered as boundary marks, summed): the same
+  attention within each segment, one call for all.
+
+A helper's patch count (read from the grid's values) is tied to the encoder's packed input (a forward pre-hook on
+each module taking ``grid_thw`` remembers it), so the graph's sizes are the input's. The helpers are patched in the
+modeling modules the model's classes come from (they import them by name); eager
+outside tracing is untouched. Numbers equal eager's within float rounding (the masked softmax adds exact zeros).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ._base import patch_attribute
+
+__all__ = ["grid_as_input", "segment_ids"]
+
+_REASON = (
+    "transformers.vision_utils loops over grid_thw.tolist() and vision attention splits by cu_seqlens.tolist() "
+    "(data-dependent sizes torch.export cannot trace)"
+)
+
+
+#: ``(grid_thw, packed patches)`` of the encoder calls in progress (innermost last), from :func:`_remember_patches`
+_CALLS: list[tuple[Any, Any]] = []
+
+
+def _remember_patches(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Forward pre-hook of a module taking ``grid_thw``: remember the grid with the number of packed patches its
+    first tensor holds, so the helpers' patch count (read from the grid's values) is known to equal it."""
+    try:
+        bound = inspect.signature(type(module).forward).bind_partial(module, *args, **kwargs).arguments
+    except TypeError:
+        bound = {}
+    grid = bound.get("grid_thw")
+    first = next((v for k, v in bound.items() if k != "self" and hasattr(v, "shape")), None)
+    patches = (
+        first.shape[0] if grid is not None and first is not None and first is not grid and first.dim() >= 2 else None
+    )
+    _CALLS.append((grid, patches))
+
+
+def _forget_patches(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+    if _CALLS:
+        _CALLS.pop()
+
+
+def _count(total: Any, grid_thw: Any, per_patch: int = 1) -> Any:
+    """``total`` (a count read from ``grid_thw``'s values), tied to the encoder's packed patch count when the grid is
+    the one the encoder was called with: the data-dependent size then is the input's, which other ops share."""
+    import torch
+
+    for grid, patches in reversed(_CALLS):
+        if grid is grid_thw and patches is not None:
+            torch._check(total * per_patch == patches)
+            return patches // per_patch
+    return total
+
+
+def _patch_index(grid_thw: Any, source: Any = None, per_patch: int = 1) -> tuple[Any, Any, Any]:
+    """For every patch of the packed sequence: its image, its index within that image, and the images' counts
+    (``source``: the encoder's grid ``grid_thw`` was derived from, ``per_patch`` of its patches in each here)."""
+    import torch
+
+    counts = grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]
+    ends = counts.cumsum(0)
+    total = _count(counts.sum().item(), grid_thw if source is None else source, per_patch)
+    patch = torch.arange(total, device=grid_thw.device)
+    image = (patch[:, None] >= ends[None, :]).sum(-1)
+    local = patch - (ends - counts)[image]
+    return image, local, counts
+
+
+def vision_position_ids(
+    grid_thw: Any, spatial_merge_size: Any, include_temporal: bool = False, kwargs: dict | None = None
+) -> Any:
+    """``get_vision_position_ids`` (transformers/vision_utils.py) without the loop over images."""
+    import torch
+
+    if kwargs is not None and (position_ids := kwargs.pop("position_ids", None)) is not None:
+        return position_ids
+    image, local, _ = _patch_index(grid_thw)
+    h, w = grid_thw[image, 1], grid_thw[image, 2]
+    if isinstance(spatial_merge_size, int):
+        merge: Any = spatial_merge_size
+    else:
+        merge = spatial_merge_size.to(grid_thw.device)[image]
+    frame, row, col = _block_order(local, h, w, merge)
+    columns = [frame, row, col] if include_temporal else [row, col]
+    return torch.stack(columns, dim=-1)
+
+
+def vision_cu_seqlens(grid_thw: Any, merge_temporal: bool = False, kwargs: dict | None = None) -> Any:
+    """``get_vision_cu_seqlens`` (transformers/vision_utils.py) without ``repeat_interleave`` over the grid."""
+    import torch
+    import torch.nn.functional as F
+
+    if kwargs is not None and (cu_seqlens := kwargs.pop("cu_seqlens", None)) is not None:
+        return cu_seqlens
+    dtype = grid_thw.dtype if torch.jit.is_tracing() else torch.int32
+    if merge_temporal:
+        seqlens = grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]
+    else:
+        frames = grid_thw[:, 0]
+        ends = frames.cumsum(0)
+        frame = torch.arange(frames.sum().item(), device=grid_thw.device)
+        image = (frame[:, None] >= ends[None, :]).sum(-1)
+        seqlens = (grid_thw[:, 1] * grid_thw[:, 2])[image]
+    return F.pad(seqlens.cumsum(dim=0, dtype=dtype), (1, 0), value=0)
+
+
+def vision_window_index(
+    grid_thw: Any, spatial_merge_size: int, window_size: int, patch_size: int, kwargs: dict | None = None
+) -> tuple[Any, Any]:
+    """``get_vision_window_index`` (transformers/vision_utils.py) without the loop over images.
+
+    Merged tokens are ordered by image, frame, window (row-major over the windows of the frame, the last row and
+    column of windows clipped at the grid's edge) and position in the window; a token's rank in that order is the
+    tokens of the window rows above it, of the windows left of it in its row, and its offset in its window.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    if kwargs is not None:
+        window_index = kwargs.pop("window_index", None)
+        cu_window_seqlens = kwargs.pop("cu_window_seqlens", None)
+        if window_index is not None and cu_window_seqlens is not None:
+            return window_index, cu_window_seqlens
+    size = window_size // spatial_merge_size // patch_size
+    merged = torch.stack(
+        [grid_thw[:, 0], grid_thw[:, 1] // spatial_merge_size, grid_thw[:, 2] // spatial_merge_size], dim=-1
+    )
+    image, local, counts = _patch_index(merged, grid_thw, spatial_merge_size**2)
+    lh, lw = merged[image, 1], merged[image, 2]
+    frame, within = local // (lh * lw), local % (lh * lw)
+    row, col = within // lw, within % lw
+    band_height = torch.clamp(lh - (row // size) * size, max=size)
+    window_width = torch.clamp(lw - (col // size) * size, max=size)
+    rank = (row // size) * size * lw + (col // size) * size * band_height + (row % size) * window_width + col % size
+    order = (counts.cumsum(0) - counts)[image] + frame * (lh * lw) + rank
+    token = torch.arange(order.shape[0], device=grid_thw.device)
+    window_index = torch.zeros_like(order).scatter(0, order, token)
+    # a window ends after its last token: its rank in the order, +1, in patches (merge unit each)
+    last = ((row % size) == band_height - 1) & ((col % size) == window_width - 1)
+    ends = torch.where(last, order + 1, torch.zeros_like(order)) * spatial_merge_size**2
+    cu_window_seqlens = F.pad(torch.sort(ends).values.to(torch.int32), (1, 0), value=0)
+    return window_index, cu_window_seqlens
+
+
+def _block_order(local: Any, h: Any, w: Any, merge: Any) -> tuple[Any, Any, Any]:
+    """Frame, row and column of each patch from its index within its image, the frame's patches laid out in
+    ``merge x merge`` blocks (block-major, as transformers' vision encoders order them)."""
+    frame, within = local // (h * w), local % (h * w)
+    blocks_w = w // merge
+    row = (within // (merge * merge * blocks_w)) * merge + (within // merge) % merge
+    col = ((within // (merge * merge)) % blocks_w) * merge + within % merge
+    return frame, row, col
+
+
+def vision_frame_index(grid_thw: Any, kwargs: dict | None = None) -> Any:
+    """``get_vision_frame_index`` (transformers/models/kimi_k25/modeling_kimi_k25.py) without the loop: each
+    patch's frame, +1 in clips of more than one frame."""
+    if kwargs is not None and (frame_index := kwargs.pop("frame_index", None)) is not None:
+        return frame_index
+    image, local, _ = _patch_index(grid_thw)
+    frames, area = grid_thw[image, 0], grid_thw[image, 1] * grid_thw[image, 2]
+    return local // area + (frames > 1).long()
+
+
+def vision_pixel_shuffle_index(grid_thw: Any, merge_size: int, kwargs: dict | None = None) -> Any:
+    """``get_vision_pixel_shuffle_index`` (transformers/models/muse_glimmer/modeling_muse_glimmer.py) without the
+    loop: for each patch in ``merge_size`` block order, the raster index of its source patch."""
+    if kwargs is not None and (index := kwargs.pop("pixel_shuffle_index", None)) is not None:
+        return index
+    image, local, counts = _patch_index(grid_thw)
+    h, w = grid_thw[image, 1], grid_thw[image, 2]
+    frame, row, col = _block_order(local, h, w, merge_size)
+    return (counts.cumsum(0) - counts)[image] + frame * h * w + row * w + col
+
+
+def vision_temporal_merge_index(
+    grid_thw: Any, kernel_height: int, kernel_width: int, kwargs: dict | None = None
+) -> Any:
+    """``get_vision_temporal_merge_index`` (transformers/models/kimi_k25/modeling_kimi_k25.py) without the loop:
+    row ``m`` holds the ``t x kernel_height * kernel_width`` patches that pool into merged token ``m`` (every clip
+    has the same ``t``, as the upstream ``torch.cat`` requires)."""
+    import torch
+
+    if kwargs is not None and (index := kwargs.pop("temporal_merge_index", None)) is not None:
+        return index
+    merged = torch.stack(
+        [torch.ones_like(grid_thw[:, 0]), grid_thw[:, 1] // kernel_height, grid_thw[:, 2] // kernel_width], dim=-1
+    )
+    image, local, _ = _patch_index(merged)
+    counts = grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]
+    h, w, new_w = grid_thw[image, 1], grid_thw[image, 2], merged[image, 2]
+    top, left = (local // new_w) * kernel_height, (local % new_w) * kernel_width
+    frames = torch.arange(grid_thw[0, 0].item(), device=grid_thw.device)
+    inner_h = torch.arange(kernel_height, device=grid_thw.device)
+    inner_w = torch.arange(kernel_width, device=grid_thw.device)
+    offset = (inner_h[:, None] * w[:, None, None] + inner_w[None, :]).reshape(local.shape[0], 1, -1)
+    start = (counts.cumsum(0) - counts)[image] + top * w + left
+    return start[:, None, None] + frames[None, :, None] * (h * w)[:, None, None] + offset
+
+
+def segment_ids(cu_seqlens: Any, length: int) -> Any:
+    """The segment of each of ``length`` packed positions, from cumulative boundaries ``cu_seqlens`` (sorted or
+    not, repeated entries allowed): the number of boundaries at or before the position."""
+    import torch
+
+    marks = torch.zeros(length + 1, dtype=torch.int64, device=cu_seqlens.device)
+    marks = marks.scatter_add(0, cu_seqlens.long(), torch.ones_like(cu_seqlens, dtype=torch.int64))
+    return marks.cumsum(0)[:length]
+
+
+class _VarlenFunctions:
+    """Stands in for ``ALL_ATTENTION_FUNCTIONS`` in a modeling module while its vision attention runs: every
+    implementation becomes a varlen one, served by the original function with a block-diagonal mask."""
+
+    def __init__(self, functions: Any) -> None:
+        self._functions = functions
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._functions, name)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._functions[key]
+
+    def get_interface(self, implementation: str, default: Callable[..., Any]) -> Callable[..., Any]:
+        attend = self._functions.get_interface(implementation, default)
+
+        def varlen(module: Any, query: Any, key: Any, value: Any, attention_mask: Any = None, **kwargs: Any) -> Any:
+            import torch
+
+            cu_seqlens = kwargs.pop("cu_seq_lens_q")
+            for name in ("cu_seq_lens_k", "max_length_q", "max_length_k"):
+                kwargs.pop(name, None)
+            segments = segment_ids(cu_seqlens, query.shape[-2])
+            same = segments[:, None] == segments[None, :]
+            zero = torch.zeros((), dtype=query.dtype, device=query.device)
+            mask = torch.where(same, zero, torch.finfo(query.dtype).min)[None, None]
+            return attend(module, query, key, value, mask, **kwargs)
+
+        return varlen
+
+
+def _always(*args: Any, **kwargs: Any) -> bool:
+    return True
+
+
+def _varlen_forward(original: Callable[..., Any], module_name: str) -> Callable[..., Any]:
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        module = sys.modules[module_name]
+        functions = _VarlenFunctions(module.ALL_ATTENTION_FUNCTIONS)
+        with (
+            patch_attribute(module, "is_flash_attention_requested", _always, reason=_REASON),
+            patch_attribute(module, "ALL_ATTENTION_FUNCTIONS", functions, reason=_REASON),
+        ):
+            return original(self, *args, **kwargs)
+
+    return forward
+
+
+def _splits_by_lengths(cls: type) -> bool:
+    """Whether ``cls.forward`` is a packed vision attention that splits by ``cu_seqlens.tolist()`` unless a varlen
+    kernel is requested (the pattern of transformers/models/qwen2_vl/modeling_qwen2_vl.py ``VisionAttention``)."""
+    forward = cls.__dict__.get("forward")
+    code = getattr(inspect.unwrap(forward), "__code__", None) if forward is not None else None
+    if code is None or "cu_seqlens" not in code.co_varnames:
+        return False
+    module = sys.modules.get(cls.__module__)
+    names: set[str] = set()
+    codes = [code]
+    while codes:  # comprehensions are code objects of their own before Python 3.12
+        current = codes.pop()
+        names.update(current.co_names)
+        codes.extend(c for c in current.co_consts if inspect.iscode(c))
+    return (
+        {"is_flash_attention_requested", "ALL_ATTENTION_FUNCTIONS", "split", "tolist"} <= names
+        and module is not None
+        and hasattr(module, "is_flash_attention_requested")
+        and hasattr(module, "ALL_ATTENTION_FUNCTIONS")
+    )
+
+
+_HELPERS: dict[str, Callable[..., Any]] = {
+    "get_vision_position_ids": vision_position_ids,
+    "get_vision_cu_seqlens": vision_cu_seqlens,
+    "get_vision_window_index": vision_window_index,
+}
+
+#: the per-model precompute helpers some modeling modules define under these names (same contract: grid in, the
+#: tensor out, popped from ``kwargs`` when precomputed), patched where the module defines its own
+_LOCAL_HELPERS: dict[str, Callable[..., Any]] = {
+    "get_vision_frame_index": vision_frame_index,
+    "get_vision_pixel_shuffle_index": vision_pixel_shuffle_index,
+    "get_vision_temporal_merge_index": vision_temporal_merge_index,
+}
+
+
+@contextlib.contextmanager
+def grid_as_input(model: Any) -> Iterator[int]:
+    """Apply the patches above to the modeling modules and attention classes ``model`` uses; yields how many."""
+    vision_utils = sys.modules.get("transformers.vision_utils")
+    classes = {type(module) for module in model.modules()} if hasattr(model, "modules") else set()
+    with contextlib.ExitStack() as stack:
+        applied = 0
+        modules = {sys.modules[cls.__module__] for cls in classes if cls.__module__ in sys.modules}
+        for module in sorted(modules, key=lambda m: m.__name__):
+            for name, replacement in _HELPERS.items():
+                original = getattr(vision_utils, name, None) if vision_utils is not None else None
+                if original is not None and getattr(module, name, None) is original:
+                    stack.enter_context(patch_attribute(module, name, replacement, reason=_REASON))
+                    applied += 1
+            for name, replacement in _LOCAL_HELPERS.items():
+                local = getattr(module, name, None)
+                if getattr(local, "__module__", None) == module.__name__:
+                    stack.enter_context(patch_attribute(module, name, replacement, reason=_REASON))
+                    applied += 1
+        for module in model.modules():
+            forward = getattr(type(module), "forward", None)
+            if forward is not None and "grid_thw" in inspect.signature(forward).parameters:
+                stack.callback(module.register_forward_pre_hook(_remember_patches, with_kwargs=True).remove)
+                stack.callback(module.register_forward_hook(_forget_patches, with_kwargs=True, always_call=True).remove)
+        stack.callback(_CALLS.clear)
+        for cls in sorted(classes, key=lambda c: c.__qualname__):
+            if _splits_by_lengths(cls):
+                forward = cls.__dict__["forward"]
+                stack.enter_context(
+                    patch_attribute(cls, "forward", _varlen_forward(forward, cls.__module__), reason=_REASON)
+                )
+                applied += 1
+        yield applied

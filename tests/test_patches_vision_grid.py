@@ -1,0 +1,79 @@
+"""hub_export.patches.vision_grid: a grid-driven vision encoder (Qwen2.5-VL's: rotary positions, full and windowed
+attention over images packed by ``grid_thw``) exports with the grid as an input, and the export runs other image
+counts, grids and frame counts with eager's numbers; the patches are restored after tracing."""
+
+from __future__ import annotations
+
+import torch
+
+from hub_export.configs import ExportConfig
+from hub_export.export.trace import trace
+from hub_export.patches.vision_grid import grid_as_input, segment_ids, vision_position_ids, vision_window_index
+
+
+def _encoder() -> torch.nn.Module:
+    from transformers import Qwen2_5_VLVisionConfig
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
+
+    config = Qwen2_5_VLVisionConfig(
+        depth=2,
+        hidden_size=32,
+        num_heads=2,
+        intermediate_size=48,
+        out_hidden_size=32,
+        in_channels=3,
+        patch_size=2,
+        temporal_patch_size=1,
+        spatial_merge_size=2,
+        window_size=8,  # windows of 2 x 2 merged tokens
+        fullatt_block_indexes=[1],
+    )
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    return Qwen2_5_VisionTransformerPretrainedModel(config).eval()
+
+
+def _images(grid: list[list[int]]) -> dict[str, torch.Tensor]:
+    thw = torch.tensor(grid)
+    patches = int(thw.prod(-1).sum())
+    generator = torch.Generator().manual_seed(patches)
+    return {"hidden_states": torch.randn(patches, 3 * 1 * 2 * 2, generator=generator), "grid_thw": thw}
+
+
+def test_grid_stays_an_input_of_the_export() -> None:
+    model = _encoder()
+    forward = type(model.blocks[0].attn).forward
+    traced = trace(model, _images([[1, 4, 4], [1, 4, 8]]), ExportConfig(dynamic=True))
+    assert not traced.folded and not traced.signature.constants  # the grid is not fixed to the sample's values
+    program = traced.program.module()
+    others = [[[1, 4, 4], [1, 4, 4], [1, 4, 4]], [[2, 6, 10]], [[1, 8, 4], [3, 2, 6]]]
+    with torch.no_grad():
+        for grid in others:
+            inputs = _images(grid)
+            expected = model(**inputs)
+            got = program(inputs["hidden_states"], inputs["grid_thw"])
+            torch.testing.assert_close(got[0], expected.last_hidden_state, rtol=0, atol=1e-4)
+            torch.testing.assert_close(got[1], expected.pooler_output, rtol=0, atol=1e-4)
+    assert type(model.blocks[0].attn).forward is forward  # restored after tracing
+
+
+def test_helpers_match_transformers() -> None:
+    """The per-patch helpers give transformers' values on ragged grids (videos, sizes not a window multiple)."""
+    from transformers import vision_utils
+
+    grid = torch.tensor([[1, 4, 6], [2, 6, 4], [1, 10, 2]])
+    assert torch.equal(vision_position_ids(grid, 2), vision_utils.get_vision_position_ids(grid, 2))
+    assert torch.equal(
+        vision_position_ids(grid, 2, include_temporal=True),
+        vision_utils.get_vision_position_ids(grid, 2, include_temporal=True),
+    )
+    index, cu_windows = vision_window_index(grid, 2, 8, 2)
+    expected_index, expected_cu = vision_utils.get_vision_window_index(grid, 2, 8, 2)
+    assert torch.equal(index, expected_index)
+    patches = int(grid.prod(-1).sum())
+    assert torch.equal(segment_ids(cu_windows, patches).unique_consecutive(return_counts=True)[1], expected_cu.diff())
+
+
+def test_models_without_a_grid_are_untouched() -> None:
+    with grid_as_input(torch.nn.Linear(2, 2)) as applied:
+        assert applied == 0
