@@ -81,7 +81,7 @@ class SizeExpr:
             return frozenset(self.args)
         if self.op == "int":
             return frozenset()
-        return frozenset().union(*(a.names for a in self.args))
+        return frozenset().union(*(a.names for a in self.args if isinstance(a, SizeExpr)))  # a power's exponent: int
 
     def evaluate(self, values: Mapping[str, int]) -> int:
         """The integer value with ``values`` for the names (a fractional result is floored).
