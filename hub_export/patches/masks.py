@@ -9,6 +9,11 @@ tower; the same class of bug as huggingface/transformers#42820 for T5Gemma 2's e
 on an all-ones mask and causally on a padded one: a branch on the mask's values. :func:`causal_mask_skip_kept`
 traces that branch as ``where(attention_mask.all(), no mask, the causal mask)``, so the export computes what eager
 computes for every mask, padded or not.
+
+The select is made where the mask is consumed, in ``sdpa_attention_forward`` (integrations/sdpa_attention.py), which
+reads the call's own ``is_causal`` before the module's: a model whose modules say ``is_causal=False`` but whose
+encoder passes ``is_causal=True`` (CLIP's and OWL-ViT's text towers) runs causally in eager either way, so its
+causal mask is kept as built; only a call that resolves to non-causal takes the select.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ def _non_causal_sdpa(model: Any) -> bool:
     return bool(flags) and not any(flags) and implementation == "sdpa"
 
 
-def _kept(original: Any) -> Any:
+def _kept(original: Any, skips: dict[int, tuple[Any, Any]]) -> Any:
     def create_causal_mask(*args: Any, **kwargs: Any) -> Any:
         import torch
 
@@ -47,11 +52,30 @@ def _kept(original: Any) -> Any:
             return mask  # a 4-D mask of the caller's own is used as given
         skip = padding.bool().all()
         if mask.dtype == torch.bool:  # True attends: the skip attends everywhere (ONNX Runtime has no bool Where)
-            return mask | skip
-        return mask.masked_fill(skip, 0.0)  # an additive mask: the skip adds nothing
+            skips[id(mask)] = (mask, mask | skip)
+        else:
+            skips[id(mask)] = (mask, mask.masked_fill(skip, 0.0))  # an additive mask: the skip adds nothing
+        return mask
 
     create_causal_mask.__wrapped__ = original  # type: ignore[attr-defined]
     return create_causal_mask
+
+
+def _selected(sdpa: Any, skips: dict[int, tuple[Any, Any]]) -> Any:
+    """``sdpa_attention_forward`` taking eager's select for a mask built by :func:`_kept` when the call resolves to
+    non-causal (upstream: ``is_causal if is_causal is not None else module.is_causal``)."""
+
+    def sdpa_attention_forward(
+        module: Any, query: Any, key: Any, value: Any, attention_mask: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        entry = skips.get(id(attention_mask))
+        if entry is not None and entry[0] is attention_mask:
+            is_causal = kwargs.get("is_causal")
+            if not (is_causal if is_causal is not None else getattr(module, "is_causal", True)):
+                attention_mask = entry[1]
+        return sdpa(module, query, key, value, attention_mask, *args, **kwargs)
+
+    return sdpa_attention_forward
 
 
 @contextlib.contextmanager
@@ -60,6 +84,7 @@ def causal_mask_skip_kept(model: Any) -> Iterator[int]:
     docstring) when every attention module of ``model`` is non-causal and runs SDPA; yields the number of modeling
     modules patched (0: nothing to do)."""
     from transformers import masking_utils
+    from transformers.modeling_utils import AttentionInterface
 
     if not _non_causal_sdpa(model):
         yield 0
@@ -67,7 +92,12 @@ def causal_mask_skip_kept(model: Any) -> Iterator[int]:
     original = masking_utils.create_causal_mask
     owners = {sys.modules.get(type(m).__module__) for m in model.modules()}
     targets = [o for o in owners if o is not None and getattr(o, "create_causal_mask", None) is original]
+    skips: dict[int, tuple[Any, Any]] = {}  # id(mask built) -> (that mask, eager's select); held while tracing
+    functions = AttentionInterface._global_mapping
     with contextlib.ExitStack() as stack:
         for owner in targets:
-            stack.enter_context(patch_attribute(owner, "create_causal_mask", _kept(original), reason=_REASON))
+            stack.enter_context(patch_attribute(owner, "create_causal_mask", _kept(original, skips), reason=_REASON))
+        if targets:
+            selected = {**functions, "sdpa": _selected(functions["sdpa"], skips)}
+            stack.enter_context(patch_attribute(AttentionInterface, "_global_mapping", selected, reason=_REASON))
         yield len(targets)

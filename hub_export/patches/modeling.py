@@ -22,6 +22,11 @@ type that is not used costs nothing, and a class or method that is gone raises `
   (:mod:`hub_export.patches.recurrence`).
 * ``RecurrentGemmaRglru._rnn_scan`` (transformers/models/recurrent_gemma/modeling_recurrent_gemma.py): the RG-LRU's
   linear mode loops over the sequence in Python; the patch runs the same step under ``scan`` / ``while_loop``.
+* ``EncodecConv1d.forward`` and its copies in Mimi and PocketTTS (transformers/models/encodec/modeling_encodec.py):
+  the pad widths are computed on int64 tensor buffers and read back as data-dependent values; the patch pads by the
+  convolution's Python integers (:mod:`hub_export.patches.audio_codecs`).
+* ``EncodecModel.encode`` (same module), without chunks: a Python loop over ``range(0, length, length)`` (one
+  chunk) pins the length; the patch runs its one iteration.
 * ``torch.nn.LSTM.forward`` (torch/nn/modules/rnn.py): ``aten.lstm`` is a composite op that torch.export decomposes
   into one cell per time step at the traced length; the patch runs each layer's cell under ``scan`` / ``while_loop``.
 """
@@ -36,6 +41,7 @@ from typing import Any
 
 from ..errors import PatchTargetMissing
 from ._base import patch_attribute
+from .audio_codecs import CONV_PADDING_CLASSES, conv1d_padded_on_integers, encodec_encode_one_chunk
 from .recurrence import lstm_forward, mamba_selective_scan, rglru_scan
 
 __all__ = ["ModelingPatch", "MODELING_PATCHES", "symbolic_sizes"]
@@ -165,6 +171,24 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
         lstm_forward,
         "torch's LSTM decomposes into one cell per time step while exporting (the RNN-T prediction networks of "
         "Parakeet and Nemotron ASR, EnCodec), pinning the sequence",
+    ),
+    *(
+        ModelingPatch(
+            f"transformers.models.{kind}.modeling_{kind}",
+            owner,
+            "forward",
+            conv1d_padded_on_integers,
+            f"{owner} computes its pad widths on int64 tensor buffers: read back while tracing they are "
+            "data-dependent values (GuardOnDataDependentSymNode)",
+        )
+        for kind, owner in CONV_PADDING_CLASSES
+    ),
+    ModelingPatch(
+        "transformers.models.encodec.modeling_encodec",
+        "EncodecModel",
+        "encode",
+        encodec_encode_one_chunk,
+        "EnCodec without chunks loops over range(0, length, length) in Python (one chunk), pinning the length",
     ),
 )
 

@@ -1,0 +1,104 @@
+"""The padded 1-D convolutions of the SEANet audio codecs, with their paddings computed on Python integers.
+
+``EncodecConv1d.forward`` (transformers/models/encodec/modeling_encodec.py) and its copies ``MimiConv1d`` and
+``PocketTTSAudioTokenizerConv1d`` keep their stride, effective kernel size and total padding as int64 tensor buffers
+and compute the right padding with tensor arithmetic (``_get_extra_padding_for_conv1d``:
+``ceil((length - kernel + padding_total) / stride + 1) - 1``...). ``torch.nn.functional.pad`` then reads those
+tensors back as Python integers: while tracing each read is a data-dependent value (``u0``), so the first branch on
+it (``if length <= max_pad`` in ``_pad1d``, or the attention's ``q_len > 1`` further on) raises
+``GuardOnDataDependentSymNode``. The buffers only ever hold the convolution's own stride and kernel size, which the
+wrapped ``nn.Conv1d`` carries as Python integers, and with ``padding_total = kernel - stride`` upstream's extra
+padding reduces to ``ceil(length / stride) * stride - length == (-length) % stride``. The patched ``forward`` pads
+by those integers (the sequence stays symbolic) and then runs upstream's own convolution and normalization: the
+same ops on the same pad widths, so eager results are bit-identical. A call with a streaming ``padding_cache`` runs
+upstream's code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["CONV_PADDING_CLASSES", "conv1d_padded_on_integers", "encodec_encode_one_chunk"]
+
+#: (modeling module's model type, class) of every SEANet convolution computing its padding on tensor buffers
+CONV_PADDING_CLASSES: tuple[tuple[str, str], ...] = (
+    ("encodec", "EncodecConv1d"),
+    ("mimi", "MimiConv1d"),
+    ("pocket_tts_audio_tokenizer", "PocketTTSAudioTokenizerConv1d"),
+)
+
+
+def paddings(conv: Any, causal: bool, length: Any) -> tuple[Any, Any]:
+    """The (left, right) pad widths upstream's ``forward`` computes on its buffers, from ``conv``'s integers.
+
+    Args:
+        conv: The wrapped ``nn.Conv1d`` (its ``stride``, ``kernel_size`` and ``dilation`` are Python integers).
+        causal: Whether the convolution pads on the left only (``config.use_causal_conv``).
+        length: The input's last size (an int or a symbolic size).
+
+    Returns:
+        The left and right pad widths.
+    """
+    stride = conv.stride[0]
+    kernel = (conv.kernel_size[0] - 1) * conv.dilation[0] + 1  # upstream's effective kernel size
+    total = kernel - stride
+    extra = (-length) % stride  # upstream: ceil((length - kernel + total) / stride + 1) * stride ... - length
+    if causal:
+        return total, extra
+    right = total // 2
+    return total - right, right + extra
+
+
+def conv1d_padded_on_integers(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``forward`` of a SEANet ``Conv1d`` padding by Python integers instead of its int64 buffers."""
+
+    def forward(self: Any, hidden_states: Any, padding_cache: Any = None) -> Any:
+        if padding_cache is not None:  # streaming: upstream's own path (concatenates the cached frames)
+            return original(self, hidden_states, padding_cache)
+        widths = paddings(self.conv, self.causal, hidden_states.shape[-1])
+        hidden_states = self.conv(self._pad1d(hidden_states, widths, mode=self.pad_mode))
+        if getattr(self, "norm_type", None) == "time_group_norm":  # EnCodec's optional normalization
+            hidden_states = self.norm(hidden_states)
+        return hidden_states
+
+    return forward
+
+
+def encodec_encode_one_chunk(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``EncodecModel.encode`` without the Python loop over chunks when the whole input is one chunk.
+
+    Upstream (transformers/models/encodec/modeling_encodec.py) loops ``for offset in range(0, input_length,
+    stride)`` with ``stride = input_length`` when ``config.chunk_length`` is None (the 24 kHz model): the loop runs
+    once, at offset 0, but ``range`` over the traced length pins it. The patch runs that one iteration; a model with
+    chunks runs upstream's loop.
+    """
+
+    def encode(
+        self: Any, input_values: Any, padding_mask: Any = None, bandwidth: Any = None, return_dict: Any = None
+    ) -> Any:
+        if self.config.chunk_length is not None:
+            return original(self, input_values, padding_mask, bandwidth, return_dict)
+        import torch
+        from transformers.models.encodec.modeling_encodec import EncodecEncoderOutput
+
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        bandwidth = self.config.target_bandwidths[0] if bandwidth is None else bandwidth
+        if bandwidth not in self.config.target_bandwidths:
+            raise ValueError(
+                f"This model doesn't support the bandwidth {bandwidth}. Select one of {self.config.target_bandwidths}."
+            )
+        channels = input_values.shape[1]
+        if channels < 1 or channels > 2:
+            raise ValueError(f"Number of audio channels must be 1 or 2, but got {channels}")
+        if padding_mask is None:
+            padding_mask = torch.ones_like(input_values).bool()
+        else:
+            padding_mask = padding_mask.view(padding_mask.shape[0], -1, padding_mask.shape[-1])
+        encoded_frame, scale = self._encode_frame(padding_mask.bool() * input_values, bandwidth)
+        encoded_frames, scales = torch.stack([encoded_frame]), [scale]
+        if not return_dict:
+            return (encoded_frames, scales, 0)
+        return EncodecEncoderOutput(encoded_frames, scales, 0)
+
+    return encode
