@@ -194,8 +194,8 @@ def _dynamic_shapes(
         for leaf, t in leaves:
             spec: Any = {}
             for axis in range(t.dim()):
-                if axis != 0 and t.shape[axis] == 1:
-                    continue  # static, as below: a one-token query (decode step) stays 1
+                if axis != 0 and t.shape[axis] in (0, 1):
+                    continue  # static, as below: a one-token query (decode step) stays 1, an empty axis 0
                 limits = bounds(_semantic_name(leaf, axis, cache_inputs), leaf, axis, int(t.shape[axis]))
                 spec[axis] = (
                     torch.export.Dim.AUTO if limits is None else torch.export.Dim.AUTO(min=limits[0], max=limits[1])
@@ -204,10 +204,12 @@ def _dynamic_shapes(
         return (tuple(per_leaf),)
     if config.dynamic:
         # Every axis is dynamic, except size-1 axes past the batch axis: a one-token query (a decode step) is
-        # static by nature, and a symbolic one turns `q_len > 1` checks in attention code into SymBools.
+        # static by nature, and a symbolic one turns `q_len > 1` checks in attention code into SymBools. An empty
+        # axis past the batch (no time features) stays empty: traced symbolic, a layer sized for the other features
+        # fails its shape check (`s + 9 == 9`) instead of pinning it.
         return (
             tuple(
-                {axis: torch.export.Dim.AUTO for axis, size in enumerate(t.shape) if size != 1 or axis == 0}
+                {axis: torch.export.Dim.AUTO for axis, size in enumerate(t.shape) if size > 1 or axis == 0}
                 for _, t in leaves
             ),
         )

@@ -27,6 +27,8 @@ type that is not used costs nothing, and a class or method that is gone raises `
   convolution's Python integers (:mod:`hub_export.patches.audio_codecs`).
 * ``EncodecModel.encode`` (same module), without chunks: a Python loop over ``range(0, length, length)`` (one
   chunk) pins the length; the patch runs its one iteration.
+* ``LongcatFlashExperts.forward`` and ``Step3p7Experts.forward``: loops over the experts hit (``nonzero``), run over
+  every expert instead (:mod:`hub_export.patches.experts`).
 * ``torch.nn.LSTM.forward`` (torch/nn/modules/rnn.py): ``aten.lstm`` is a composite op that torch.export decomposes
   into one cell per time step at the traced length; the patch runs each layer's cell under ``scan`` / ``while_loop``.
 """
@@ -42,6 +44,7 @@ from typing import Any
 from ..errors import PatchTargetMissing
 from ._base import patch_attribute
 from .audio_codecs import CONV_PADDING_CLASSES, conv1d_padded_on_integers, encodec_encode_one_chunk
+from .experts import longcat_experts, step3p7_experts
 from .recurrence import lstm_forward, mamba_selective_scan, rglru_scan
 
 __all__ = ["ModelingPatch", "MODELING_PATCHES", "symbolic_sizes"]
@@ -189,6 +192,20 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
         "encode",
         encodec_encode_one_chunk,
         "EnCodec without chunks loops over range(0, length, length) in Python (one chunk), pinning the length",
+    ),
+    ModelingPatch(
+        "transformers.models.longcat_flash.modeling_longcat_flash",
+        "LongcatFlashExperts",
+        "forward",
+        longcat_experts,
+        "LongCat-Flash's experts loop over the ids hit (nonzero, then .item()): data-dependent values",
+    ),
+    ModelingPatch(
+        "transformers.models.step3p7.modeling_step3p7",
+        "Step3p7Experts",
+        "forward",
+        step3p7_experts,
+        "Step 3.7's experts loop over the ids hit (nonzero, then a compare per id): data-dependent values",
     ),
 )
 

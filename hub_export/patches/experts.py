@@ -1,0 +1,66 @@
+"""Mixture-of-experts layers with their own loop over the experts hit, traced as a loop over every expert.
+
+transformers' ``@use_experts_implementation`` experts are switched to standard ops by
+:func:`~hub_export.patches.tracing.experts_as_standard_ops`. A few experts classes keep a forward of their own that
+iterates ``for idx in (expert_mask.sum(...) > 0).nonzero()`` and turns each id into a Python integer
+(``int(idx.item())``, ``expert_idx == self.num_experts``): a data-dependent value per step, so torch.export raises
+``GuardOnDataDependentSymNode`` (``unbind`` of the ``nonzero`` result). The patches below run the same per-expert
+computation over the static expert count instead, each expert on the tokens routed to it (``torch.where`` on the
+routing), in upstream's order (ascending expert id), so the sums are eager's:
+
+* ``LongcatFlashExperts.forward`` (transformers/models/longcat_flash/modeling_longcat_flash.py): routed experts,
+  then ``zero_expert_num`` identity experts (ids past ``num_routed_experts``) that pass their tokens through.
+* ``Step3p7Experts.forward`` (transformers/models/step3p7/modeling_step3p7.py): its clamped SwiGLU
+  (``_apply_gate``); the id ``num_experts`` is a sentinel no expert serves, as upstream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["longcat_experts", "step3p7_experts"]
+
+
+def _routed(hidden_states: Any, top_k_index: Any, top_k_weights: Any, count: int, expert: Callable[..., Any]) -> Any:
+    """Sum over experts ``0..count-1`` of ``expert(id, its tokens) * routing weight``, scattered to the tokens."""
+    import torch
+
+    output = torch.zeros_like(hidden_states)
+    rows = (-1, hidden_states.shape[-1])
+    for idx in range(count):
+        token_idx, slot = torch.where(top_k_index == idx)
+        states = expert(idx, hidden_states[token_idx]) * top_k_weights[token_idx, slot, None]
+        output = output.scatter_add(0, token_idx[:, None].expand(rows), states.to(output.dtype))
+    return output
+
+
+def longcat_experts(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``LongcatFlashExperts.forward`` over every expert (identity experts included)."""
+
+    def forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
+        import torch.nn.functional as F
+
+        def expert(idx: int, states: Any) -> Any:
+            if idx >= self.num_routed_experts or self.gate_up_proj is None:
+                return self.identity_expert(states)
+            gate, up = F.linear(states, self.gate_up_proj[idx]).chunk(2, dim=-1)
+            return F.linear(self.act_fn(gate) * up, self.down_proj[idx])
+
+        return _routed(hidden_states, top_k_index, top_k_weights, self.total_experts, expert)
+
+    return forward
+
+
+def step3p7_experts(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``Step3p7Experts.forward`` over every expert."""
+
+    def forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
+        import torch.nn.functional as F
+
+        def expert(idx: int, states: Any) -> Any:
+            return F.linear(self._apply_gate(F.linear(states, self.gate_up_proj[idx])), self.down_proj[idx])
+
+        return _routed(hidden_states, top_k_index, top_k_weights, self.num_experts, expert)
+
+    return forward
