@@ -34,6 +34,7 @@ from .vision_grid import grid_as_input
 __all__ = [
     "ExpertsChoice",
     "decode_attention_without_kv_copies",
+    "distribution_checks_skipped",
     "experts_as_standard_ops",
     "experts_per_expert_loop",
     "gathered_experts_forward",
@@ -187,6 +188,23 @@ def decode_attention_without_kv_copies() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def distribution_checks_skipped() -> Iterator[None]:
+    """Trace ``torch.distributions`` without their argument checks.
+
+    ``Distribution.__init__`` (torch/distributions/distribution.py) validates its parameters by default
+    (``constraints.real_vector.check(logits).all()``, then ``if not valid: raise``): a branch on tensor values,
+    which torch.export refuses (``GuardOnDataDependentSymNode``; BLT's entropy patcher builds a
+    ``Categorical(logits=...)``; pytorch/pytorch#135061). The checks only raise on invalid parameters and change no
+    value; the patch turns the class default off (``Distribution.set_default_validate_args(False)``) for the block,
+    as huggingface/transformers#43631 does for Autoformer and Informer.
+    """
+    from torch.distributions import Distribution
+
+    with patch_attribute(Distribution, "_validate_args", False, reason="data-dependent distribution checks"):
+        yield
+
+
+@contextlib.contextmanager
 def tracing_patches(
     dynamic: bool, model: Any = None, experts: ExpertsChoice | None = None, grid: bool = True
 ) -> Iterator[None]:
@@ -205,4 +223,5 @@ def tracing_patches(
                     stack.enter_context(grid_as_input(model))
             stack.enter_context(causal_mask_skip_kept(model))
         stack.enter_context(decode_attention_without_kv_copies())
+        stack.enter_context(distribution_checks_skipped())
         yield
