@@ -96,3 +96,30 @@ def test_onnx_refuses_the_same_size_up_front() -> None:
         )
     with pytest.raises(InputBoundsError, match="multiple of 4"):
         exported(input_ids=_ids(1, 10))
+
+
+class _Features(torch.nn.Module):
+    """A time-series-like head: values concatenated with time features, of which the sample has none."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(3, 2)
+
+    def forward(self, values: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        logits = self.proj(torch.cat([values, features], dim=-1))
+        entropy = torch.distributions.Categorical(logits=logits).entropy()  # checks its arguments in eager
+        return logits.sum(-1) + entropy
+
+
+def test_an_empty_axis_stays_empty_and_distributions_trace() -> None:
+    """An empty axis past the batch was traced symbolic (then `s + 3 == 3` failed the Linear's shape check), and
+    ``torch.distributions`` checked their arguments on tensor values (GuardOnDataDependentSymNode)."""
+    model = _Features().eval()
+    sample = {"values": torch.randn(2, 5, 3), "features": torch.randn(2, 5, 0)}
+    exported = DynamoExporter().export(model, sample, config=DynamoConfig(dynamic=True))
+    spec = {s.name: s for s in exported.components["model"].metadata.signature.inputs}["features"]
+    assert spec.shape[-1] == 0
+    other = {"values": torch.randn(3, 7, 3), "features": torch.randn(3, 7, 0)}
+    with torch.no_grad():
+        torch.testing.assert_close(exported(**other), model(**other), rtol=0, atol=1e-6)
+    assert torch.distributions.Distribution._validate_args is True  # restored after tracing

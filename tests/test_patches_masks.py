@@ -4,6 +4,9 @@ mask and for a padded one."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 import torch
 
 from hub_export import DynamoConfig, DynamoExporter
@@ -21,6 +24,17 @@ def _aimv2_text() -> torch.nn.Module:
     return Aimv2TextModel(config).eval()
 
 
+def _clip_text() -> torch.nn.Module:
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    torch.manual_seed(0)
+    config = CLIPTextConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        max_position_embeddings=32, eos_token_id=63,
+    )  # fmt: skip
+    return CLIPTextModel(config).eval()
+
+
 def _inputs(batch: int, length: int, pad: int = 0) -> dict[str, torch.Tensor]:
     ids = torch.randint(3, 60, (batch, length), generator=torch.Generator().manual_seed(length))
     mask = torch.ones_like(ids)
@@ -28,8 +42,11 @@ def _inputs(batch: int, length: int, pad: int = 0) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask}
 
 
-def test_all_ones_and_padded_masks_follow_eager() -> None:
-    model = _aimv2_text()
+@pytest.mark.parametrize("build", [_aimv2_text, _clip_text], ids=["aimv2", "clip"])
+def test_all_ones_and_padded_masks_follow_eager(build: Any) -> None:
+    """AIMv2's text tower runs bidirectionally on an all-ones mask (its modules say is_causal=False); CLIP's modules
+    say the same but its encoder passes is_causal=True, so it stays causal: the export follows each."""
+    model = build()
     sample = _inputs(2, 7)
     exported = DynamoExporter().export(model, sample, config=DynamoConfig(dynamic=True))
     with torch.no_grad():

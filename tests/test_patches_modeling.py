@@ -10,6 +10,7 @@ from torch.export import Dim
 
 from hub_export import DynamoConfig, DynamoExporter
 from hub_export.errors import PatchTargetMissing
+from hub_export.patches.audio_codecs import encodec_encode_one_chunk
 from hub_export.patches.modeling import MODELING_PATCHES, ModelingPatch, symbolic_sizes
 
 
@@ -165,7 +166,7 @@ def test_an_lstm_keeps_the_sequence_dynamic() -> None:
             super().__init__()
             torch.manual_seed(0)
             self.embed = torch.nn.Embedding(64, 8)
-            self.lstm = torch.nn.LSTM(8, 8, num_layers=2, batch_first=True)
+            self.lstm = torch.nn.LSTM(8, 8, num_layers=1, batch_first=True)  # cheaper: each layer is one more loop
             self.head = torch.nn.Linear(8, 64)
 
         def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -230,3 +231,67 @@ def test_a_missing_target_is_refused() -> None:
     with pytest.raises(PatchTargetMissing, match="a test reason"), symbolic_sizes(torch.nn.Linear(1, 1), (gone,)):
         pass
     assert {p.owner for p in MODELING_PATCHES} >= {"CpmAntModel", "AxialPositionEmbeddings"}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_seanet_codec_padding_keeps_the_length_dynamic(causal: bool) -> None:
+    """EnCodec's convolutions (shared with Mimi and PocketTTS) pad by int64 buffers read back as data-dependent values
+    (GuardOnDataDependentSymNode): padded by the convolution's integers, the export takes other lengths with eager's
+    numbers; EnCodec's one-chunk encode (a loop over range(0, length, length) before) returns eager's codes."""
+    from transformers import EncodecConfig, EncodecModel
+    from transformers.models.encodec.modeling_encodec import EncodecConv1d
+
+    original = EncodecConv1d.forward
+    config = EncodecConfig(
+        use_causal_conv=causal, pad_mode="reflect", norm_type="time_group_norm" if not causal else "weight_norm",
+        hidden_size=8, num_filters=4, num_residual_layers=1, upsampling_ratios=[2], codebook_size=16,
+        num_lstm_layers=1, kernel_size=3, last_kernel_size=3, residual_kernel_size=3, target_bandwidths=[1.0],
+        sampling_rate=200,  # one quantizer at 100 frames a second
+    )  # fmt: skip
+    torch.manual_seed(0)
+    conv = EncodecConv1d(config, 2, 3, kernel_size=5, stride=3, dilation=1).eval()
+    with symbolic_sizes(conv) as applied, torch.no_grad():
+        program = torch.export.export(conv, (torch.randn(2, 2, 10),), dynamic_shapes=({0: Dim.AUTO, 2: Dim.AUTO},))
+    assert applied == 1 and EncodecConv1d.forward is original  # restored after tracing
+    with torch.no_grad():
+        for size in (10, 17, 8, 33):
+            audio = torch.randn(1, 2, size)
+            torch.testing.assert_close(program.module()(audio), conv(audio), rtol=0, atol=0)
+        model = EncodecModel(config).eval()
+        audio = torch.randn(2, 1, 21)
+        codes = encodec_encode_one_chunk(EncodecModel.encode)(model, audio).audio_codes
+        assert torch.equal(codes, model.encode(audio).audio_codes)
+
+
+@pytest.mark.parametrize("kind", ["longcat_flash"])
+def test_experts_loops_over_the_ids_hit_trace_per_expert(kind: str) -> None:
+    """LongCat-Flash's and Step 3.7's experts iterate over the ids hit (nonzero, then .item()): data-dependent.
+    Traced per expert, they add the same contributions in the same order (identity experts and the sentinel id
+    included)."""
+    if kind == "longcat_flash":
+        from transformers import LongcatFlashConfig as Config
+        from transformers.models.longcat_flash.modeling_longcat_flash import LongcatFlashExperts as Experts
+
+        config, top = Config(hidden_size=8, expert_ffn_hidden_size=6, n_routed_experts=3, zero_expert_num=2), 4
+    else:
+        from transformers.models.step3p7.configuration_step3p7 import Step3p7TextConfig as Config
+        from transformers.models.step3p7.modeling_step3p7 import Step3p7Experts as Experts
+
+        config, top = Config(hidden_size=8, moe_intermediate_size=6, num_local_experts=3), 3  # 3: the sentinel
+    torch.manual_seed(0)
+    experts = Experts(config).eval()
+    for weight in (experts.gate_up_proj, experts.down_proj):
+        torch.nn.init.normal_(weight, std=0.2)
+    generator = torch.Generator().manual_seed(1)
+
+    def routed(tokens: int) -> tuple[torch.Tensor, ...]:
+        ids = torch.stack([torch.randperm(top + 1, generator=generator)[:2] for _ in range(tokens)])
+        return torch.randn(tokens, 8, generator=generator), ids, torch.rand(tokens, 2, generator=generator)
+
+    tokens = Dim("tokens", min=2, max=64)
+    with symbolic_sizes(experts) as applied, torch.no_grad():
+        program = torch.export.export(experts, routed(7), dynamic_shapes=({0: tokens}, {0: tokens}, {0: tokens}))
+    assert applied == 1
+    with torch.no_grad():
+        for inputs in (routed(7), routed(13)):
+            torch.testing.assert_close(program.module()(*inputs), experts(*inputs), rtol=0, atol=1e-6)

@@ -8,7 +8,8 @@ tensors back as Python integers: while tracing each read is a data-dependent val
 it (``if length <= max_pad`` in ``_pad1d``, or the attention's ``q_len > 1`` further on) raises
 ``GuardOnDataDependentSymNode``. The buffers only ever hold the convolution's own stride and kernel size, which the
 wrapped ``nn.Conv1d`` carries as Python integers, and with ``padding_total = kernel - stride`` upstream's extra
-padding reduces to ``ceil(length / stride) * stride - length == (-length) % stride``. The patched ``forward`` pads
+padding reduces to ``ceil(length / stride) * stride - length`` (floor divisions only: the output sizes stay in the
+grammar of ``export.json``). The patched ``forward`` pads
 by those integers (the sequence stays symbolic) and then runs upstream's own convolution and normalization: the
 same ops on the same pad widths, so eager results are bit-identical. A call with a streaming ``padding_cache`` runs
 upstream's code.
@@ -43,7 +44,7 @@ def paddings(conv: Any, causal: bool, length: Any) -> tuple[Any, Any]:
     stride = conv.stride[0]
     kernel = (conv.kernel_size[0] - 1) * conv.dilation[0] + 1  # upstream's effective kernel size
     total = kernel - stride
-    extra = (-length) % stride  # upstream: ceil((length - kernel + total) / stride + 1) * stride ... - length
+    extra = (length + stride - 1) // stride * stride - length  # ceil(length / stride) * stride - length
     if causal:
         return total, extra
     right = total // 2
