@@ -1,4 +1,7 @@
-"""The padded 1-D convolutions of the SEANet audio codecs, with their paddings computed on Python integers.
+"""The SEANet audio codecs (EnCodec, Mimi, PocketTTS) traced with the length symbolic.
+
+Their padded 1-D convolutions compute the pad widths on Python integers (below), and EnCodec's encode without
+chunks runs its one chunk without a Python loop over the length (:func:`encodec_encode_one_chunk`).
 
 ``EncodecConv1d.forward`` (transformers/models/encodec/modeling_encodec.py) and its copies ``MimiConv1d`` and
 ``PocketTTSAudioTokenizerConv1d`` keep their stride, effective kernel size and total padding as int64 tensor buffers
@@ -100,6 +103,7 @@ def encodec_encode_one_chunk(original: Callable[..., Any]) -> Callable[..., Any]
         encoded_frames, scales = torch.stack([encoded_frame]), [scale]
         if not return_dict:
             return (encoded_frames, scales, 0)
-        return EncodecEncoderOutput(encoded_frames, scales, 0)
+        output: Any = EncodecEncoderOutput  # upstream's own call (a list of scales where its hints say a tensor)
+        return output(encoded_frames, scales, 0)
 
     return encode
