@@ -293,7 +293,7 @@ def check_guard(text: Any) -> None:
 
     The entry is parsed with :func:`ast.parse` (which never runs anything) and every node of the tree must be one of:
     ``and``/``or``/``not``, a comparison, ``+ - * / // %``, a power with a small constant exponent, an integer or a
-    finite float, a call of ``max``/``min``/``abs``/``math.floor``/``math.ceil``/``math.trunc`` or of torch's
+    finite float, ``True``/``False``, a call of ``max``/``min``/``abs``/``math.floor``/``math.ceil``/``math.trunc`` or of torch's
     ``sym_float``/``sym_int``/``sym_max``/``sym_min``/``sym_sqrt``, or a source
     ``L['name'][0]['key'].size()[1]`` (also ``.stride()[i]``, ``.storage_offset()``). This is exactly what Python
     evaluates when ``ExportedProgram.module()`` compiles the guards.
@@ -372,8 +372,8 @@ def _guard_children(node: Any, ast: Any) -> list[Any] | None:
         if isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod)):
             return [node.left, node.right]
         return None
-    if isinstance(node, ast.Constant):
-        return [] if _is_number(node.value) else None
+    if isinstance(node, ast.Constant):  # a guard torch simplified to a constant (BLT: 'True') runs nothing
+        return [] if _is_number(node.value) or type(node.value) is bool else None
     if isinstance(node, ast.Call):
         func = node.func
         if not node.args:
