@@ -27,7 +27,7 @@ from hub_export import DynamoConfig, DynamoExporter, ExportedModel, ExportError,
 from hub_export.manifest import ComponentEntry, Manifest, schema
 from hub_export.runner import ModelRunner
 from hub_export.signature import Signature, TensorSpec
-from hub_export.structure import count_tensors, flatten_value, unflatten, walk
+from hub_export.structure import count_tensors, flatten_value, held_tensors, unflatten, walk
 
 
 def _state_layer(layer: LinearAttentionLayer, seed: int) -> LinearAttentionLayer:
@@ -68,6 +68,9 @@ def test_a_hybrid_cache_round_trips_layer_by_layer() -> None:
         None,
     ]
     assert count_tensors(node) == len(leaves) == len(list(walk(node)))
+    held = held_tensors(node, cache)  # what the cache holds, read in flat order without flattening it
+    assert held is not None and len(held) == len(leaves) and all(a is b for a, (_, b) in zip(held, leaves))
+    assert held_tensors(node, DynamicCache()) is None  # another layer count: no longer that shape
     rebuilt = unflatten(node, [t for _, t in leaves])
     assert [type(layer) for layer in rebuilt.layers] == [type(layer) for layer in cache.layers]
     for before, after in zip(cache.layers, rebuilt.layers):
