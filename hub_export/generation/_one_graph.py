@@ -2,11 +2,11 @@
 
 A decoder-only model's decode graph, traced on two new tokens against a filled cache (so that its query axis is
 symbolic), also computes the prompt: the prompt's tokens against an empty cache. Where the format's exporter says
-so (``HfExporter.one_generation_graph``: ONNX, OpenVINO), ``export_for_generation`` exports that graph alone with
+so (``HfExporter.one_generation_graph``: Dynamo, ONNX, OpenVINO), ``export_for_generation`` exports that graph alone with
 its query axis admitting one token, then checks it: the graph on the sample prompt with an empty cache must give
 eager's prefill logits, and on a one-token step eager's decode logits. When both hold, the export has one
 component, ``decode``, and the plan maps the ``prefill`` stage to it, so the runtime holds the weights once (one
-ONNX Runtime session, one OpenVINO compiled model) instead of once per graph. Otherwise it exports ``prefill`` and
+torch program, one ONNX Runtime session, one OpenVINO compiled model) instead of once per graph. Otherwise it exports ``prefill`` and
 ``decode`` as before, and the plan's ``one_graph`` says why.
 """
 
