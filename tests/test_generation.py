@@ -443,6 +443,11 @@ def test_static_cache_generate_equals_eager_static_generate(static_llama):
     for inputs in [_prompt(case), *_runs("llama")]:
         expected = case.model.generate(**inputs, max_new_tokens=8, do_sample=False, generation_config=config)
         assert torch.equal(loaded.generate(**inputs, max_new_tokens=8), expected)
+    if (folder / "prefill.pte").exists():  # ExecuTorch: both programs read their weights from one shared.ptd
+        assert [p.name for p in folder.glob("*.ptd")] == ["shared.ptd"]
+        manifest = json.loads((folder / "export.json").read_text())
+        assert [f["path"] for f in manifest["files"]].count("shared.ptd") == 1
+        assert all("shared.ptd" in manifest["components"][name]["files"] for name in ("prefill", "decode"))
     with pytest.raises(InputError, match="max_cache_len=24"):
         loaded.generate(**text_inputs(1, 9, seed=1), max_new_tokens=20)
 

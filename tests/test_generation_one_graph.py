@@ -72,7 +72,9 @@ def test_the_decode_graph_serves_the_prompt_and_every_step(saved, llama, fmt):
     for inputs in (text_inputs(1, 7), text_inputs(2, 1, seed=2), text_inputs(3, 11, pad_left=4, seed=1)):
         expected = llama.generate(**inputs, max_new_tokens=6, do_sample=False)
         assert torch.equal(loaded.generate(**inputs, max_new_tokens=6), expected), inputs["input_ids"].shape
-    assert len(loaded.runners) == 1  # one torch module / ONNX Runtime session / OpenVINO compiled model: the weights once
+    assert (
+        len(loaded.runners) == 1
+    )  # one torch module / ONNX Runtime session / OpenVINO compiled model: the weights once
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -71,6 +71,11 @@ class ExecutorchExporter(HfExporter):
     external_data_min_bytes: ClassVar[int] = 1 << 30
     max_planned_bytes: ClassVar[int] = 8 << 30
 
+    def export_for_generation(self, model: Any, inputs: dict[str, Any], *, config: Any = None, **kwargs: Any) -> Any:
+        """See :meth:`HfExporter.export_for_generation`; the weights go to a ``.ptd`` unless a config says otherwise
+        (``external_data=None``: outside), so that the components share one weights file (``shared.ptd``)."""
+        return super().export_for_generation(model, inputs, config=_weights_outside(config), **kwargs)
+
     # -- backend verbs ----------------------------------------------------------------------------------
     def check_available(self, config: ExportConfig) -> None:
         """Also check the delegate can lower and run here (CUDA device, Apple Silicon for MLX), before tracing.
@@ -235,6 +240,19 @@ class ExecutorchExporter(HfExporter):
                 "with dynamic_shapes (Dim('sequence', min=1, max=256)) or ExecutorchExporter.max_batch / "
                 "max_sequence_cap (a large vocabulary's logits grow with batch x sequence)."
             )
+
+
+def _weights_outside(config: Any) -> Any:
+    """``config`` (one config, a dict of them, or None) with ``external_data=True`` where it is None."""
+    import dataclasses
+
+    if isinstance(config, dict):
+        return {name: _weights_outside(each) for name, each in config.items()}
+    if config is None:
+        return ExecutorchConfig(external_data=True)
+    if isinstance(config, ExecutorchConfig) and config.external_data is None:
+        return dataclasses.replace(config, external_data=True)
+    return config
 
 
 def _unavailable_reason(backend: str) -> str | None:
