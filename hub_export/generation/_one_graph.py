@@ -27,6 +27,10 @@ def one_graph_refusal(exporter: Any, model: Any, config: Any, main: Any, generat
         return f"{exporter.export_format.value} exports a prefill graph and a decode graph"
     if not main.dynamic:
         return "dynamic=False pins the prompt length and the cache length of each graph"
+    refusal = getattr(exporter, "one_graph_refusal", None)  # the format's own reason, for this config
+    why = refusal(main) if callable(refusal) else None
+    if why:
+        return str(why)
     if isinstance(config, dict) and "prefill" in config:
         return "the config dict gives the prefill its own config"
     for each in config.values() if isinstance(config, dict) else (main,):

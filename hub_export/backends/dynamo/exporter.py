@@ -23,6 +23,13 @@ class DynamoExporter(HfExporter):
     parity_atol = 1e-4
     one_generation_graph = True  # one program (one module) holds the weights once (see HfExporter)
 
+    def one_graph_refusal(self, config: ExportConfig) -> str | None:
+        """Why a generation export with ``config`` keeps a prefill program (``generation/_one_graph.py``): one
+        graph is not tried for an AOTInductor-compiled export (a failed check would cost a second compilation)."""
+        if getattr(config, "compile", None) == "aoti":
+            return "compile='aoti' compiles a prefill and a decode package (one graph is not tried)"
+        return None
+
     def export_program(self, traced: Traced, config: ExportConfig) -> Any:
         """The traced program is the Dynamo program; ``compile="aoti"`` compiles it for the traced device and
         records the target in the component's ``extra``. A dim whose minimum the signature lowered below the
