@@ -56,6 +56,14 @@ def prompt_step_refusal(components: dict[str, Any], capture: Any, cache: str) ->
         return f"the model generates through {sorted(components)}"
     if cache != "past_key_values":
         return "a state-space cache (conv and SSM states) whose prefill and decode compute differently"
+    from ..structure import flatten_value
+
+    leaves: list[tuple[str, Any]] = []
+    value = components["decode"][1].get(cache)
+    if value is not None:
+        flatten_value(value, (cache,), leaves)
+    if any(name.endswith((".conv", ".recurrent")) for name, _ in leaves):
+        return "a hybrid cache with state-space layers (conv and SSM states), whose prompt and step compute differently"
     return None
 
 
