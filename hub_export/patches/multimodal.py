@@ -154,7 +154,7 @@ def _splits_features(function: Any) -> Any:
     """The code object of ``function`` when it splits packed features by ``grid.prod(-1).tolist()`` (the pattern
     of ``Qwen2VLModel.get_image_features``), else None."""
     code = getattr(inspect.unwrap(function), "__code__", None) if function is not None else None
-    if code is None or "split_sizes" not in code.co_varnames:
+    if code is None or "split_sizes" not in code.co_varnames + code.co_cellvars:  # a cell when a comprehension reads it
         return None
     return code if {"tolist", "split", "prod", "pooler_output"} <= set(code.co_names) else None
 

@@ -1,0 +1,183 @@
+"""hub_export.patches.multimodal: the text side of the Qwen2-VL family keeps the image count, batch and sequence
+dynamic: M-RoPE positions computed per token equal transformers' ``get_rope_index`` (its three forms) on ragged,
+padded batches of images and videos, a traced rope index and a traced split-then-concatenate of packed features
+run other image counts with eager's numbers, and the patches are restored after tracing."""
+
+from __future__ import annotations
+
+import random
+import types
+
+import pytest
+import torch
+
+from hub_export.configs import ExportConfig
+from hub_export.export.trace import trace
+from hub_export.patches.multimodal import (
+    features_kept_whole,
+    rope_index_qwen2,
+    rope_index_qwen2_5,
+    rope_index_qwen3,
+)
+
+
+def _owner(cls: type) -> types.SimpleNamespace:
+    """What ``get_rope_index`` reads of ``self``: the vision config and ``get_vision_position_ids``."""
+    vision = types.SimpleNamespace(spatial_merge_size=2, tokens_per_second=3)
+    owner = types.SimpleNamespace(config=types.SimpleNamespace(vision_config=vision))
+    owner.get_vision_position_ids = lambda *args, **kwargs: cls.get_vision_position_ids(owner, *args, **kwargs)
+    return owner
+
+
+def _prompts(rng: random.Random, frames_apart: bool) -> tuple[torch.Tensor, ...]:
+    """Rows of text with images (type 1) and videos (type 2), odd rows left-padded; Qwen3-VL prompts put text (a
+    timestamp) between a video's frames."""
+    rows: list[list[int]] = []
+    images: list[list[int]] = []
+    videos: list[list[int]] = []
+    for _ in range(rng.randint(1, 3)):
+        tokens = [0] * rng.randint(1, 3)
+        for _ in range(rng.randint(1, 3)):
+            t, h, w = rng.randint(1, 3), 2 * rng.randint(1, 3), 2 * rng.randint(1, 3)
+            if rng.random() < 0.5:
+                images.append([1, h, w])
+                tokens += [1] * (h * w // 4)
+            else:
+                videos.append([t, h, w])
+                frame = [2] * (h * w // 4)
+                tokens += sum(([*frame, 0] for _ in range(t)), []) if frames_apart else frame * t
+            tokens += [0] * rng.randint(1, 2)
+        rows.append(tokens)
+    length = max(map(len, rows)) + 1
+    types_ = torch.zeros(len(rows), length, dtype=torch.long)
+    mask = torch.zeros_like(types_)
+    for i, tokens in enumerate(rows):
+        pad = length - len(tokens) if i % 2 else 0
+        types_[i, pad : pad + len(tokens)] = torch.tensor(tokens)
+        mask[i, pad : pad + len(tokens)] = 1
+    grids = (torch.tensor(images) if images else None, torch.tensor(videos) if videos else None)
+    return torch.zeros_like(types_), types_, mask, *grids
+
+
+@pytest.mark.parametrize("form", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+def test_rope_index_equals_transformers(form: str) -> None:
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
+
+    cls, replacement = {
+        "qwen2_vl": (Qwen2VLModel, rope_index_qwen2),
+        "qwen2_5_vl": (Qwen2_5_VLModel, rope_index_qwen2_5),
+        "qwen3_vl": (Qwen3VLModel, rope_index_qwen3),
+    }[form]
+    original, owner = cls.get_rope_index, _owner(cls)
+    patched = replacement(original)
+    rng = random.Random(form)
+    for trial in range(12):
+        ids, types_, mask, images, videos = _prompts(rng, frames_apart=form == "qwen3_vl")
+        grids = {"image_grid_thw": images, "video_grid_thw": videos}
+        if form == "qwen2_5_vl" and videos is not None and trial % 2:
+            grids["second_per_grid_ts"] = torch.rand(len(videos)) * 2
+        copies = {k: v.clone() if v is not None else None for k, v in grids.items()}  # Qwen3-VL edits its grid
+        expected = original(owner, ids, mm_token_type_ids=types_, attention_mask=mask, **copies)
+        got = patched(owner, ids, types_, attention_mask=mask, **grids)
+        for value, reference in zip(got, expected):
+            assert value.dtype == reference.dtype and torch.equal(value, reference)
+
+
+class _Features(torch.nn.Module):
+    """The split-then-concatenate of Qwen2-VL's ``get_image_features`` and its caller, on a linear 'encoder'."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(6, 5)
+
+    def get_image_features(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> types.SimpleNamespace:
+        outputs = types.SimpleNamespace(pooler_output=self.proj(pixel_values), deepstack=[pixel_values.sin()])
+        split_sizes = (image_grid_thw.prod(-1) // 4).tolist()
+        outputs.pooler_output = torch.split(outputs.pooler_output, split_sizes)
+        outputs.deepstack = [torch.split(feature, split_sizes) for feature in outputs.deepstack]  # Qwen3-VL's
+        return outputs
+
+    def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
+        outputs = self.get_image_features(pixel_values, image_grid_thw)
+        return torch.cat(outputs.pooler_output, dim=0) + torch.cat(outputs.deepstack[0], dim=0)[:, :5]
+
+
+def _images(count: int) -> dict[str, torch.Tensor]:
+    grid = torch.tensor([[1, 2, 2 * (i + 1)] for i in range(count)])
+    rows = int(grid.prod(-1).sum()) // 4
+    return {
+        "pixel_values": torch.randn(rows, 6, generator=torch.Generator().manual_seed(count)),
+        "image_grid_thw": grid,
+    }
+
+
+def test_features_stay_packed_and_the_image_count_dynamic() -> None:
+    model = _Features().eval()
+    method = _Features.get_image_features
+    traced = trace(model, _images(2), ExportConfig(dynamic=True))
+    program = traced.program.module()
+    with torch.no_grad():
+        for count in (3, 1, 4):
+            inputs = _images(count)
+            torch.testing.assert_close(program(*inputs.values())[0], model(**inputs), rtol=0, atol=0)
+    with features_kept_whole(model) as applied:
+        assert applied == 1
+        assert len(model.get_image_features(**_images(3)).pooler_output) == 1  # one piece: the packed features
+    assert _Features.get_image_features is method  # restored
+    assert len(model.get_image_features(**_images(3)).pooler_output) == 3
+    with features_kept_whole(torch.nn.Linear(2, 2)) as applied:
+        assert applied == 0
+
+
+def _rope_model() -> torch.nn.Module:
+    """A module that is a ``Qwen2VLModel`` (so the rope-index patch applies) and computes only the rope index."""
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
+
+    class RopeOnly(Qwen2VLModel):
+        def __init__(self) -> None:
+            torch.nn.Module.__init__(self)
+            self.config = _owner(Qwen2VLModel).config
+
+        def forward(
+            self,
+            input_ids: torch.Tensor,
+            mm_token_type_ids: torch.Tensor,
+            image_grid_thw: torch.Tensor,
+            attention_mask: torch.Tensor,
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+            return self.get_rope_index(input_ids, mm_token_type_ids, image_grid_thw, attention_mask=attention_mask)
+
+    return RopeOnly().eval()
+
+
+def _image_prompts(batch: int, images_per_row: int, text: int) -> dict[str, torch.Tensor]:
+    row: list[int] = []
+    for i in range(images_per_row):
+        row += [0] * (text + i) + [1] * (i + 1) * 2
+    row += [0] * text
+    types_ = torch.tensor([row] * batch)
+    grid = torch.tensor([[1, 2, 4 * (i + 1)] for i in range(images_per_row)] * batch)
+    mask = torch.ones_like(types_)
+    mask[1:, :2] = 0  # left padding
+    return {
+        "input_ids": torch.zeros_like(types_),
+        "mm_token_type_ids": types_,
+        "image_grid_thw": grid,
+        "attention_mask": mask,
+    }
+
+
+def test_traced_rope_index_runs_other_image_counts_and_batches() -> None:
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
+
+    model, method = _rope_model(), Qwen2VLModel.get_rope_index
+    traced = trace(model, _image_prompts(2, 2, 3), ExportConfig(dynamic=True))
+    assert not traced.signature.constants and all(d.min != d.max for d in traced.signature.dims.values())
+    program = traced.program.module()
+    assert Qwen2VLModel.get_rope_index is method  # restored after tracing
+    for batch, images, text in ((3, 3, 2), (2, 1, 5)):
+        inputs = _image_prompts(batch, images, text)
+        got, expected = program(*inputs.values()), model(**inputs)
+        assert all(torch.equal(g, e) for g, e in zip(got, expected))
