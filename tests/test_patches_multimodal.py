@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import types
+from typing import Any
 
 import pytest
 import torch
@@ -85,74 +86,38 @@ def test_rope_index_equals_transformers(form: str) -> None:
             assert value.dtype == reference.dtype and torch.equal(value, reference)
 
 
-class _Features(torch.nn.Module):
-    """The split-then-concatenate of Qwen2-VL's ``get_image_features`` and its caller, on a linear 'encoder'."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.proj = torch.nn.Linear(6, 5)
-
-    def get_image_features(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> types.SimpleNamespace:
-        outputs = types.SimpleNamespace(pooler_output=self.proj(pixel_values), deepstack=[pixel_values.sin()])
-        split_sizes = (image_grid_thw.prod(-1) // 4).tolist()
-        outputs.pooler_output = torch.split(outputs.pooler_output, split_sizes)
-        outputs.deepstack = [torch.split(feature, split_sizes) for feature in outputs.deepstack]  # Qwen3-VL's
-        return outputs
-
-    def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
-        outputs = self.get_image_features(pixel_values, image_grid_thw)
-        return torch.cat(outputs.pooler_output, dim=0) + torch.cat(outputs.deepstack[0], dim=0)[:, :5]
-
-
-def _images(count: int) -> dict[str, torch.Tensor]:
-    grid = torch.tensor([[1, 2, 2 * (i + 1)] for i in range(count)])
-    rows = int(grid.prod(-1).sum()) // 4
-    return {
-        "pixel_values": torch.randn(rows, 6, generator=torch.Generator().manual_seed(count)),
-        "image_grid_thw": grid,
-    }
-
-
-def test_features_stay_packed_and_the_image_count_dynamic() -> None:
-    model = _Features().eval()
-    method = _Features.get_image_features
-    traced = trace(model, _images(2), ExportConfig(dynamic=True))
-    program = traced.program.module()
-    with torch.no_grad():
-        for count in (3, 1, 4):
-            inputs = _images(count)
-            torch.testing.assert_close(program(*inputs.values())[0], model(**inputs), rtol=0, atol=0)
-    with features_kept_whole(model) as applied:
-        assert applied == 1
-        assert len(model.get_image_features(**_images(3)).pooler_output) == 1  # one piece: the packed features
-    assert _Features.get_image_features is method  # restored
-    assert len(model.get_image_features(**_images(3)).pooler_output) == 3
-    with features_kept_whole(torch.nn.Linear(2, 2)) as applied:
-        assert applied == 0
-
-
-def _rope_model() -> torch.nn.Module:
-    """A module that is a ``Qwen2VLModel`` (so the rope-index patch applies) and computes only the rope index."""
+def _text_side() -> torch.nn.Module:
+    """A ``Qwen2VLModel`` (so the rope-index patch applies) reduced to its text side: the rope index, and packed
+    features split per image and concatenated again (``get_image_features`` and its caller, a linear 'encoder')."""
     from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
 
-    class RopeOnly(Qwen2VLModel):
+    class TextSide(Qwen2VLModel):
         def __init__(self) -> None:
             torch.nn.Module.__init__(self)
             self.config = _owner(Qwen2VLModel).config
+            self.proj = torch.nn.Linear(6, 5)
+
+        def get_image_features(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> Any:
+            outputs = types.SimpleNamespace(pooler_output=self.proj(pixel_values), deepstack=[pixel_values.sin()])
+            split_sizes = (image_grid_thw.prod(-1) // 4).tolist()
+            outputs.pooler_output = torch.split(outputs.pooler_output, split_sizes)
+            outputs.deepstack = [torch.split(feature, split_sizes) for feature in outputs.deepstack]  # Qwen3-VL's
+            return outputs
 
         def forward(
-            self,
-            input_ids: torch.Tensor,
-            mm_token_type_ids: torch.Tensor,
-            image_grid_thw: torch.Tensor,
-            attention_mask: torch.Tensor,
-        ) -> tuple[torch.Tensor, torch.Tensor]:
-            return self.get_rope_index(input_ids, mm_token_type_ids, image_grid_thw, attention_mask=attention_mask)
+            self, input_ids: Any, mm_token_type_ids: Any, image_grid_thw: Any, attention_mask: Any, pixel_values: Any
+        ) -> tuple[torch.Tensor, ...]:
+            outputs = self.get_image_features(pixel_values, image_grid_thw)
+            features = torch.cat(outputs.pooler_output, dim=0) + torch.cat(outputs.deepstack[0], dim=0)[:, :5]
+            positions = self.get_rope_index(input_ids, mm_token_type_ids, image_grid_thw, attention_mask=attention_mask)
+            return (*positions, features)
 
-    return RopeOnly().eval()
+    return TextSide().eval()
 
 
-def _image_prompts(batch: int, images_per_row: int, text: int) -> dict[str, torch.Tensor]:
+def _prompts_with_images(batch: int, images_per_row: int, text: int) -> dict[str, torch.Tensor]:
+    """Rows of text and images (image ``i`` of a row: a 2 x 4(i+1) grid, 2(i+1) tokens), all rows but the first
+    left-padded."""
     row: list[int] = []
     for i in range(images_per_row):
         row += [0] * (text + i) + [1] * (i + 1) * 2
@@ -160,24 +125,32 @@ def _image_prompts(batch: int, images_per_row: int, text: int) -> dict[str, torc
     types_ = torch.tensor([row] * batch)
     grid = torch.tensor([[1, 2, 4 * (i + 1)] for i in range(images_per_row)] * batch)
     mask = torch.ones_like(types_)
-    mask[1:, :2] = 0  # left padding
+    mask[1:, :2] = 0
+    rows = int(grid.prod(-1).sum()) // 4
     return {
         "input_ids": torch.zeros_like(types_),
         "mm_token_type_ids": types_,
         "image_grid_thw": grid,
         "attention_mask": mask,
+        "pixel_values": torch.randn(rows, 6, generator=torch.Generator().manual_seed(rows)),
     }
 
 
-def test_traced_rope_index_runs_other_image_counts_and_batches() -> None:
-    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
-
-    model, method = _rope_model(), Qwen2VLModel.get_rope_index
-    traced = trace(model, _image_prompts(2, 2, 3), ExportConfig(dynamic=True))
+def test_traced_text_side_runs_other_image_counts_and_batches() -> None:
+    model = _text_side()
+    cls = type(model)
+    rope_index, features = cls.get_rope_index, cls.get_image_features
+    traced = trace(model, _prompts_with_images(2, 2, 3), ExportConfig(dynamic=True))
     assert not traced.signature.constants and all(d.min != d.max for d in traced.signature.dims.values())
+    assert cls.get_rope_index is rope_index and cls.get_image_features is features  # restored after tracing
     program = traced.program.module()
-    assert Qwen2VLModel.get_rope_index is method  # restored after tracing
-    for batch, images, text in ((3, 3, 2), (2, 1, 5)):
-        inputs = _image_prompts(batch, images, text)
-        got, expected = program(*inputs.values()), model(**inputs)
-        assert all(torch.equal(g, e) for g, e in zip(got, expected))
+    with torch.no_grad():
+        for batch, images, text in ((3, 3, 2), (1, 1, 5), (2, 4, 2)):
+            inputs = _prompts_with_images(batch, images, text)
+            got, expected = program(*inputs.values()), model(**inputs)
+            assert all(torch.equal(g, e) for g, e in zip(got, expected))
+    with features_kept_whole(model) as applied:
+        assert applied == 1
+        assert len(model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"]).pooler_output) == 1
+    with features_kept_whole(torch.nn.Linear(2, 2)) as applied:
+        assert applied == 0
