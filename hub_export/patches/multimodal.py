@@ -17,7 +17,8 @@ the same models pinned it again in two places, each fixed here while tracing:
   packed output is split per image with ``torch.split(features, (grid.prod(-1) // k).tolist())``, a Python list as
   long as the image count, which pins it; every caller concatenates the pieces again (``torch.cat(pooler_output)``).
   :func:`features_kept_whole` makes that one ``.tolist()`` (in the method's own frame) and the split that consumes it
-  return the packed features as one piece, so the caller's ``torch.cat`` gets them back unchanged.
+  return the packed features as one piece, so the caller's ``torch.cat`` gets them back unchanged. A model that
+  also returns the pieces (``image_hidden_states``, one output per image) is left as it is.
 
 Numbers are eager's exactly (integer arithmetic; the features are the same tensor).
 """
@@ -165,6 +166,16 @@ def _caller_code() -> Any:
     return frame.f_code if frame is not None else None
 
 
+def _returns_pieces(cls: type) -> bool:
+    """Whether ``cls.forward`` returns the per-image pieces themselves (``image_hidden_states=...pooler_output``,
+    transformers/models/minimax_m3_vl/modeling_minimax_m3_vl.py): keeping them whole would change the outputs."""
+    code = getattr(inspect.unwrap(cls.__dict__.get("forward", None) or (lambda: None)), "__code__", None)
+    if code is None or "pooler_output" not in code.co_names:
+        return False
+    keywords = {name for const in code.co_consts if isinstance(const, tuple) for name in const if isinstance(name, str)}
+    return bool(keywords & {"image_hidden_states", "video_hidden_states"})
+
+
 def _tensor_classes() -> list[type]:
     """``torch.Tensor`` and its subclasses that define ``tolist`` again (the fake and functional tensors that
     ``torch.export`` traces with)."""
@@ -214,6 +225,8 @@ def features_kept_whole(model: Any) -> Iterator[int]:
     classes = {type(module) for module in model.modules()} if hasattr(model, "modules") else set()
     with contextlib.ExitStack() as stack:
         applied = 0
+        if any(_returns_pieces(cls) for cls in classes):
+            classes = set()  # one output per image: the image count is part of the output structure
         for cls in sorted(classes, key=lambda c: c.__qualname__):
             for name in ("get_image_features", "get_video_features"):
                 original = cls.__dict__.get(name)
