@@ -181,7 +181,8 @@ def _tensor_classes() -> list[type]:
     ``torch.export`` traces with)."""
     import torch
 
-    found, stack = [torch.Tensor], list(torch.Tensor.__subclasses__())
+    found: list[type] = [torch.Tensor]
+    stack: list[type] = list(torch.Tensor.__subclasses__())
     while stack:
         cls = stack.pop()
         if "tolist" in cls.__dict__ and cls not in found:
@@ -206,7 +207,7 @@ def _whole(original: Callable[..., Any], code: Any) -> Callable[..., Any]:
 
         with contextlib.ExitStack() as stack:
             for cls in _tensor_classes():
-                tolist = cls.tolist
+                tolist = cls.__dict__.get("tolist", torch.Tensor.tolist)
 
                 def marked(tensor: Any, _tolist: Any = tolist) -> Any:
                     return _UNSPLIT if _caller_code() is code else _tolist(tensor)
@@ -231,7 +232,7 @@ def features_kept_whole(model: Any) -> Iterator[int]:
             for name in ("get_image_features", "get_video_features"):
                 original = cls.__dict__.get(name)
                 code = _splits_features(original)
-                if code is not None:
+                if original is not None and code is not None:
                     stack.enter_context(patch_attribute(cls, name, _whole(original, code), reason=_SPLIT_REASON))
                     applied += 1
         yield applied
