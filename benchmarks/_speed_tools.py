@@ -127,6 +127,7 @@ def build_hf_model(size: str, folder: Path, seed: int = 0) -> dict[str, Any]:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     model = model.to_empty(device="cpu")
+    model.tie_weights()  # to_empty unties them: a tied config would otherwise save two different tables
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):

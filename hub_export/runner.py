@@ -9,7 +9,7 @@ from typing import Any
 from .errors import ConfigError
 from .manifest import ComponentEntry
 from .signature import Signature, is_fixed
-from .structure import walk
+from .structure import held_tensors, walk
 
 __all__ = ["ModelRunner"]
 
@@ -96,7 +96,7 @@ class ModelRunner:
         """Note the caches of ``result`` a next call may take back, with the flat tensors they hold (weakly: the
         runner keeps no cache alive)."""
         self._returned.clear()
-        for name, (field, order, _, _) in self._feedback.items():
+        for name, (field, order, _) in self._feedback.items():
             cache = result.get(field) if hasattr(result, "get") else None
             if cache is None:
                 continue
@@ -112,25 +112,18 @@ class ModelRunner:
             cache = kwargs.get(name)
             if cache is None or cache is not ref():
                 continue
-            _, _, places, counts = self._feedback[name]
-            held = _held(cache, places, counts)
+            held = held_tensors(self._feedback[name][2], cache)
             tensors = [r() for r in refs]
             if held is not None and len(held) == len(tensors) and all(a is b for a, b in zip(held, tensors)):
                 known[name] = tensors
         return known
 
 
-#: A layer part of a cache node -> the attribute of a transformers cache layer that holds it.
-_LAYER_ATTRIBUTES = {"key": "keys", "value": "values"}
-
-
-def _feedback(
-    signature: Signature,
-) -> dict[str, tuple[str, list[int], list[tuple[str, int, str]], dict[str, int]]]:
+def _feedback(signature: Signature) -> dict[str, tuple[str, list[int], dict[str, Any]]]:
     """The attention caches a runner returns in the shape it takes them back (a decode graph's ``past_key_values``):
-    ``{input name: (output field, output index of each of its input tensors in input order, where each tensor
-    lives in the cache object (sub-cache, layer, attribute), the layer count of each sub-cache)}``. Caches with
-    other parts (state-space layers, a static cache's lengths) are left out: they are flattened as given."""
+    ``{input name: (output field, output index of each of its input tensors in input order, its input structure
+    node)}``. Caches with other parts (state-space layers, a static cache's lengths) are left out: they are flattened
+    as given."""
     fields = {}
     node = signature.output_structure
     if node.get("type") == "model_output":
@@ -143,47 +136,26 @@ def _feedback(
             continue
         outputs = dict(walk(fields[field]))
         inputs = sorted(walk(given), key=lambda item: item[1]["index"])
-        order = [outputs[path]["index"] for path, _ in inputs]
-        places = [_place(path) for path, _ in inputs]
-        layers = given["layers"]
-        counts = (
-            {"decoder": len(layers), "encoder": len(layers)} if layers and "decoder" in layers[0] else {"": len(layers)}
-        )
-        found[name] = (field, order, places, counts)
+        found[name] = (field, [outputs[path]["index"] for path, _ in inputs], given)
     return found
 
 
-def _cache_shape(node: dict[str, Any]) -> tuple[Any, ...] | None:
-    """A DynamicCache/EncoderDecoderCache node of attention layers without its flat indices, else None."""
+def _cache_shape(node: dict[str, Any]) -> Any:
+    """A DynamicCache/EncoderDecoderCache node of attention layers (with the ``class`` and ``state`` of layers that
+    carry more, such as sparse attention's indexer keys) without its flat indices, else None."""
     if node.get("type") != "cache" or node.get("class") not in ("DynamicCache", "EncoderDecoderCache"):
         return None
-    layers = []
     for layer in node["layers"]:
         parts = [layer[p] for p in ("decoder", "encoder")] if "decoder" in layer else [layer]
-        if any(set(part) - {"key", "value"} for part in parts):
+        if any(set(part) - {"key", "value", "class", "state"} for part in parts):
             return None
-        layers.append(tuple(tuple(sorted((k, v["type"]) for k, v in part.items())) for part in parts))
-    return (node["class"], tuple(layers))
+    return _without_indices(node)
 
 
-def _place(path: str) -> tuple[str, int, str]:
-    """``layers[3].decoder.key`` -> ``("decoder", 3, "keys")``; ``layers[0].value`` -> ``("", 0, "values")``."""
-    head, *rest = path.split(".")
-    index = int(head[len("layers[") : -1])
-    part = rest[0] if len(rest) == 2 else ""
-    return part, index, _LAYER_ATTRIBUTES[rest[-1]]
-
-
-def _held(cache: Any, places: list[tuple[str, int, str]], counts: dict[str, int]) -> list[Any] | None:
-    """The tensors ``cache`` holds at ``places`` (None when it no longer has that shape: other layer counts)."""
-    try:
-        parts: dict[str, Any] = {
-            "": getattr(cache, "layers", None),
-            "decoder": getattr(getattr(cache, "self_attention_cache", None), "layers", None),
-            "encoder": getattr(getattr(cache, "cross_attention_cache", None), "layers", None),
-        }
-        if any(len(parts[part]) != count for part, count in counts.items()):
-            return None
-        return [getattr(parts[part][index], attribute) for part, index, attribute in places]
-    except (AttributeError, IndexError, KeyError, TypeError):
-        return None
+def _without_indices(node: Any) -> Any:
+    """A structure node as a hashable value, its flat indices left out."""
+    if isinstance(node, dict):
+        return tuple(sorted((key, _without_indices(value)) for key, value in node.items() if key != "index"))
+    if isinstance(node, list):
+        return tuple(_without_indices(item) for item in node)
+    return node

@@ -35,7 +35,7 @@ from typing import Any
 from ._allowlist import IDENTIFIER, LAYER_CLASSES, cache_class, is_model_output, layer_class, resolve_output_class
 from .errors import ExportError, ManifestError
 
-__all__ = ["CONSTANT_TYPES", "children", "count_tensors", "flatten_value", "unflatten", "walk"]
+__all__ = ["CONSTANT_TYPES", "children", "count_tensors", "flatten_value", "held_tensors", "unflatten", "walk"]
 
 #: Python values a structure keeps as constants (flags such as ``use_cache``).
 CONSTANT_TYPES = (bool, int, float, str, type(None))
@@ -77,6 +77,65 @@ def walk(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, 
 def count_tensors(node: dict[str, Any]) -> int:
     """How many flat tensors a structure node stands for."""
     return sum(1 for _ in walk(node))
+
+
+#: A layer part of a cache node -> where a transformers cache layer holds its tensor (attribute, state index or None).
+_PART_PLACES: dict[str, tuple[str, int | None]] = {
+    "key": ("keys", None),
+    "value": ("values", None),
+    "length": ("cumulative_length", None),
+    "conv": ("conv_states", 0),
+    "recurrent": ("recurrent_states", 0),
+}
+
+
+def held_tensors(node: dict[str, Any], cache: Any) -> list[Any] | None:
+    """The tensors a cache object holds at the tensor leaves of its structure ``node``, in flat order: what
+    :func:`flatten_value` would give for it, read without walking it (a runner's fast path for the cache it returned).
+
+    Returns None when ``cache`` no longer has the node's shape (another layer count, a part or state missing).
+    """
+    try:
+        if node["class"] == "EncoderDecoderCache":
+            sources = {
+                "decoder": cache.self_attention_cache.layers,
+                "encoder": cache.cross_attention_cache.layers,
+            }
+        else:
+            sources = {"": cache.layers}
+        if any(len(layers) != len(node["layers"]) for layers in sources.values()):
+            return None
+        found: list[tuple[int, Any]] = []
+        for i, entry in enumerate(node["layers"]):
+            parts = [(p, entry[p]) for p in ("decoder", "encoder")] if "decoder" in entry else [("", entry)]
+            for part, layer_node in parts:
+                layer = sources[part][i]
+                for key in _LAYER_PARTS:
+                    if layer_node.get(key, {"type": "none"})["type"] != "none":
+                        attribute, index = _PART_PLACES[key]
+                        held = getattr(layer, attribute)
+                        _held_leaves(layer_node[key], held if index is None else held[index], found)
+                for name, child in layer_node.get("state", []):
+                    _held_leaves(child, getattr(layer, name), found)
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return None
+    return [tensor for _, tensor in sorted(found, key=lambda item: item[0])]
+
+
+def _held_leaves(node: dict[str, Any], value: Any, found: list[tuple[int, Any]]) -> None:
+    """Append ``(flat index, tensor)`` for each tensor leaf of ``node`` in ``value`` (dicts of a layer's state are
+    keyed by int state indices, recorded as strings)."""
+    kind = node.get("type")
+    if kind == "tensor":
+        found.append((node["index"], value))
+    elif kind in ("tuple", "list"):
+        if len(value) != len(node["items"]):
+            raise IndexError
+        for child, item in zip(node["items"], value):
+            _held_leaves(child, item, found)
+    elif kind == "dict":
+        for key, child in node["items"]:
+            _held_leaves(child, value[int(key)] if key.isdigit() and int(key) in value else value[key], found)
 
 
 def _join(path: tuple[str, ...]) -> str:

@@ -7,6 +7,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -16,3 +18,42 @@ os.environ.setdefault("HUB_EXPORT_CACHE", tempfile.mkdtemp(prefix="hub-export-te
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hub_fixtures import HUB_TOKEN, hub_api, hub_env, hub_server  # noqa: E402,F401
+
+#: The test modules that take longest (CPU seconds of a full run, most first). Under ``--dist loadfile`` xdist hands
+#: whole modules to its workers in collection order; these are collected first, so that the last modules handed out
+#: are short ones and the two workers finish together (by default xdist orders modules by their number of tests).
+SLOW_MODULES = (
+    "test_generation.py",
+    "test_weights_once.py",
+    "test_executorch.py",
+    "test_ort_fusions.py",
+    "test_action.py",
+    "test_half_precision.py",
+    "test_generation_mixin.py",
+    "test_generation_multimodal.py",
+    "test_quantization_generation.py",
+    "test_zoo.py",
+    "test_cli.py",
+    "test_sync_tasks.py",
+    "test_dynamo_compiled.py",
+    "test_safety.py",
+    "test_safety_corpus.py",
+    "test_pipelines.py",
+    "test_onnx.py",
+    "test_openvino.py",
+    "test_structure.py",
+    "test_on_the_fly.py",
+    "test_patches_graph.py",
+)
+assert all((Path(__file__).parent / name).is_file() for name in SLOW_MODULES), "a module of SLOW_MODULES was renamed"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep the collection order below
+        config.option.loadscopereorder = False
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture parameters, which it keeps within a module
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOW_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the other modules keep their order

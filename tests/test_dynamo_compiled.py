@@ -1,8 +1,8 @@
 """Compiled Dynamo exports (``DynamoConfig(compile="aoti")``): AOTInductor packages beside the program, loaded only
 with ``trust_native_code=True`` and only on the target they were compiled for.
 
-AOTInductor compiles are slow (a C++ build per component): one generation export of the tiny Llama is compiled once
-for the whole module and every test reads it.
+AOTInductor compiles are slow (a C++ build per component, growing with the graph): one generation export of the tiny
+Llama, with one layer, is compiled once for the whole module and every test reads it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from hub_export.manifest import Manifest
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Path]:
     """(tiny case, the in-memory compiled export, its saved folder)."""
-    case = build("llama")
+    case = build("llama", layers=1)
     config = DynamoConfig(dynamic=True, compile="aoti")
     exported = DynamoExporter().export_for_generation(case.model, case.sample, config=config)
     folder = exported.save_pretrained(tmp_path_factory.mktemp("aoti") / "pt2")

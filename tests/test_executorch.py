@@ -1,8 +1,9 @@
 """ExecuTorch backend: five tiny models through XNNPACK with dynamic shapes, bounds, delegates and the runner.
 
-Lowering a dynamic program with XNNPACK takes 10-60 s per tiny model on two cores, so each model is exported
-once per module (the ``exports`` fixture caches them) and every test of that model shares the export. T5 (45 s
-to lower) is covered by the support-matrix benchmark; here only the bounds it is planned for are checked.
+Lowering a dynamic program with XNNPACK takes 5-30 s per tiny model on two cores (it grows with the graph), so each
+model has one layer per stack and is exported once per module (the ``exports`` fixture caches them); every test of
+that model shares the export. T5 (45 s to lower) is covered by the support-matrix benchmark; here only the bounds
+it is planned for are checked.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Export]
 
     def get(name: str) -> Export:
         if name not in cache:
-            case = build(name)
+            case = build(name, layers=1)
             export = ExecutorchExporter().export(case.model, case.sample, config=ExecutorchConfig(dynamic=True))
             folder = export.save_pretrained(tmp_path_factory.mktemp(name) / "executorch")
             cache[name] = (case, export, folder)
@@ -135,7 +136,7 @@ def test_saving_a_loaded_program_writes_the_same_pte(exports: Callable[[str], Ex
     assert backend_for("executorch").save_program(loaded.program, tmp_path, "model") == ["model.pte"]
     assert (tmp_path / "model.pte").read_bytes() == (folder / "model.pte").read_bytes()
     resaved = loaded.save_pretrained(tmp_path / "again")
-    assert ExportedModel.from_pretrained(resaved)(**build("vit").other).logits.shape == (3, 5)
+    assert ExportedModel.from_pretrained(resaved)(**build("vit", layers=1).other).logits.shape == (3, 5)
 
 
 def test_runner_refuses_another_device(exports: Callable[[str], Export]) -> None:
@@ -163,7 +164,7 @@ def test_unavailable_delegate_raises_before_tracing(backend: str, reason: str) -
 
 
 def test_explicit_dims_are_honoured_exactly() -> None:
-    case = build("vit")
+    case = build("vit", layers=1)
     batch = torch.export.Dim("images", min=1, max=4)
     config = ExecutorchConfig(dynamic_shapes={"pixel_values": {0: batch}})
     export = ExecutorchExporter().export(case.model, case.sample, config=config)
@@ -178,7 +179,7 @@ def test_explicit_dims_are_honoured_exactly() -> None:
 
 
 def test_a_dim_without_upper_bound_is_refused() -> None:
-    case = build("vit")
+    case = build("vit", layers=1)
     config = ExecutorchConfig(dynamic_shapes={"pixel_values": {0: torch.export.Dim("images", min=1)}})
     with pytest.raises(ExportError, match=r"dims \['batch'\] have no upper bound"):
         ExecutorchExporter().export(case.model, case.sample, config=config)

@@ -161,7 +161,7 @@ def test_openvino_bfloat16_seq2seq_generation_runs_batches_of_other_sizes(tmp_pa
     the heap when handed to OpenVINO as a shared tensor)."""
     from hub_export import OpenVINOConfig, OpenVINOExporter
 
-    case = build("t5")
+    case = build("t5", layers=1)  # one layer per stack: T5's OpenVINO conversion grows with the graph
     model = case.model.to(torch.bfloat16)
     prompt = {k: v for k, v in case.sample.items() if not k.startswith("decoder")}
     exported = OpenVINOExporter().export_for_generation(model, prompt, config=OpenVINOConfig(dynamic=True))

@@ -59,10 +59,23 @@ def test_calibration_prompts_are_captured_per_component(monkeypatch, tmp_path):
     assert float((prefill.logits[:, -1] - eager).abs().max()) < 0.05
 
 
+def _tied_llama() -> torch.nn.Module:
+    """The tiny Llama with tied input/output embeddings, its table (288 x 32) large enough that the exporter keeps
+    one copy and transposes it at run time, as at real sizes."""
+    from transformers import LlamaForCausalLM
+
+    config = build("llama").model.config
+    config.vocab_size, config.tie_word_embeddings = 288, True
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).eval()
+
+
 def test_int4_weight_only_generation_export(tmp_path):
     """MatMulNBits int4 on the CPU-fused generation graphs: every MatMul by a weight is quantized (lm_head too), the
-    recipe is recorded per component, and the saved export generates what the in-memory one does."""
+    tied embedding is looked up in the lm_head's quantized weights (the float table is not stored), the recipe is
+    recorded per component, and the saved export generates what the in-memory one does."""
     case = build("llama")
+    case.model = _tied_llama()
     quantizer = OnnxRuntimeQuantizer(OnnxRuntimeWeightOnlyConfig(block_size=16))
     config = OnnxConfig(dynamic=True, ort_fusions="cpu", quantizer=quantizer)
     exported = OnnxExporter().export_for_generation(case.model, case.sample, config=config)
@@ -71,13 +84,20 @@ def test_int4_weight_only_generation_export(tmp_path):
         quantized = [n for n in nodes if n.op_type == "MatMulNBits"]
         assert quantized and all(n.domain == "com.microsoft" for n in quantized)
         assert {(n.attributes["bits"].value, n.attributes["block_size"].value) for n in quantized} == {(4, 16)}
-        weights = [n for n in nodes if n.op_type == "MatMul" and n.inputs[1].const_value is not None]
+        weights = [n for n in nodes if n.op_type in ("MatMul", "FusedMatMul") and n.inputs[1].const_value is not None]
         assert not weights, [n.name for n in weights]  # no float matmul by a constant weight is left
+        (lookup,) = [n for n in nodes if n.op_type == "GatherBlockQuantized"]  # the embedding reads the lm_head's
+        head = next(n for n in quantized if n.attributes["N"].value == 288)
+        assert lookup.inputs[0].producer().inputs[0] is head.inputs[1] and lookup.inputs[2] is head.inputs[2]
+        tables = [v for v in component.program.graph.initializers.values() if v.const_value.size == 288 * 32]
+        assert not tables, [v.name for v in tables]  # no float copy of the table is left
         assert component.metadata.quantization["settings"]["mode"] == "weight_only"
         assert "GroupQueryAttention" in component.metadata.extra["contrib_ops"]  # fused first, then quantized
     prompt = PROMPTS[1]
     expected = exported.generate(**prompt, max_new_tokens=5)
-    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "int4"))
+    folder = exported.save_pretrained(tmp_path / "int4")
+    assert sum(f.stat().st_size for f in folder.glob("*.onnx.data")) < 288 * 32 * 4  # smaller than the float table
+    loaded = ExportedModel.from_pretrained(folder)
     assert torch.equal(loaded.generate(**prompt, max_new_tokens=5), expected)
     with torch.no_grad():
         eager = case.model(**prompt).logits[:, -1]
@@ -103,8 +123,9 @@ def _xnnpack(dynamic: bool):
 def test_pt2e_quantized_program_lowers_to_executorch(tmp_path):
     """PT2E dynamic int8 (XNNPACK's default recipe) on the traced graph, then XNNPACK: the quantized linears run in
     the delegate. Static shapes: dynamic shapes with dynamically quantized activations are refused (next test);
-    calibrated static int8 under dynamic shapes lowers too (checked by script: max abs diff 0.03)."""
-    case = build("llama")
+    calibrated static int8 under dynamic shapes lowers too (checked by script: max abs diff 0.03). One layer: lowering
+    time grows with the graph, and every linear of a layer is checked to run in the delegate."""
+    case = build("llama", layers=1)
     config = ExecutorchConfig(quantizer=PT2EQuantizer(_xnnpack(True)))
     exported = ExecutorchExporter().export(case.model, case.sample, config=config)
     component = exported.components["model"]
@@ -122,7 +143,7 @@ def test_pt2e_quantized_program_lowers_to_executorch(tmp_path):
 
 
 def test_dynamic_activation_quantization_with_dynamic_shapes_names_the_way_out():
-    case = build("llama")
+    case = build("llama", layers=1)  # one decoder layer already groups its linears into a cycle
     config = ExecutorchConfig(dynamic=True, quantizer=PT2EQuantizer(_xnnpack(True)))
     with pytest.raises(ExportError, match="export with dynamic=False, or calibrate a static quantization"):
         ExecutorchExporter().export(case.model, case.sample, config=config)

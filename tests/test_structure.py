@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from typing import Any
 
 import jsonschema
 import pytest
@@ -23,8 +24,10 @@ from transformers.cache_utils import (
 )
 
 from hub_export import DynamoConfig, DynamoExporter, ExportedModel, ExportError, ManifestError
-from hub_export.manifest import Manifest, schema
-from hub_export.structure import count_tensors, flatten_value, unflatten, walk
+from hub_export.manifest import ComponentEntry, Manifest, schema
+from hub_export.runner import ModelRunner
+from hub_export.signature import Signature, TensorSpec
+from hub_export.structure import count_tensors, flatten_value, held_tensors, unflatten, walk
 
 
 def _state_layer(layer: LinearAttentionLayer, seed: int) -> LinearAttentionLayer:
@@ -65,6 +68,9 @@ def test_a_hybrid_cache_round_trips_layer_by_layer() -> None:
         None,
     ]
     assert count_tensors(node) == len(leaves) == len(list(walk(node)))
+    held = held_tensors(node, cache)  # what the cache holds, read in flat order without flattening it
+    assert held is not None and len(held) == len(leaves) and all(a is b for a, (_, b) in zip(held, leaves))
+    assert held_tensors(node, DynamicCache()) is None  # another layer count: no longer that shape
     rebuilt = unflatten(node, [t for _, t in leaves])
     assert [type(layer) for layer in rebuilt.layers] == [type(layer) for layer in cache.layers]
     for before, after in zip(cache.layers, rebuilt.layers):
@@ -315,3 +321,57 @@ def test_sizes_of_dynamic_dims_are_returned_as_int_tensors(tmp_path) -> None:
         assert (int(height), int(width)) == model(**other)["spatial"][0] == (8, 3)
         assert out["channels"] == 4  # a plain constant stays one
         torch.testing.assert_close(out["features"], model(**other)["features"])
+
+
+class _AppendingRunner(ModelRunner):
+    """A runner whose graph is Python: it returns a sum as logits and every key, value and indexer key it is given
+    with one more position (new tensors, as a decode graph returns them); it records what each call received."""
+
+    def __init__(self, metadata: ComponentEntry) -> None:
+        super().__init__(metadata)
+        self.received: list[list[torch.Tensor]] = []
+
+    def run_flat(self, tensors: list[Any]) -> list[Any]:
+        self.received.append(list(tensors))
+        grown = [torch.cat([t, t[:, :, -1:] if t.dim() == 4 else t[:, -1:]], dim=-2) for t in tensors]
+        return [sum(t.sum() for t in tensors).reshape(1, 1), *grown]
+
+
+def test_a_layer_with_state_continues_from_its_returned_cache_through_the_fast_path() -> None:
+    """A runner feeds a cache it returned back as the flat tensors it built it from, without walking it again (its
+    fast path), the state of a layer included (sparse attention's indexer keys); a cache whose state moved on since
+    is flattened again."""
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    def indexed_cache() -> DynamicCache:
+        layer = _attention(DynamicIndexedLayer())
+        layer.update_indexer(torch.randn(2, 5, 4))
+        cache = DynamicCache()
+        cache.layers[:] = [layer, _attention(DynamicLayer())]
+        return cache
+
+    given: list = []
+    node = flatten_value(indexed_cache(), ("past_key_values",), given)
+    returned: list = []
+    output = flatten_value(
+        CausalLMOutputWithPast(logits=torch.zeros(1, 1), past_key_values=indexed_cache()), (), returned
+    )
+    signature = Signature(
+        inputs=tuple(TensorSpec(f"input.{n}", "float32", tuple(f"d{i}" for i in range(t.dim()))) for n, t in given),
+        outputs=tuple(TensorSpec(n, "float32", tuple(f"d{i}" for i in range(t.dim()))) for n, t in returned),
+        input_structure=(("past_key_values", node),),
+        output_structure=output,
+    )
+    runner = _AppendingRunner(ComponentEntry((), signature, "LlamaForCausalLM", "float32", "cpu"))
+    first = runner(past_key_values=indexed_cache()).past_key_values
+    assert type(first.layers[0]) is DynamicIndexedLayer
+    assert set(runner._known({"past_key_values": first})) == {"past_key_values"}  # fed back as returned
+    second = runner(past_key_values=first).past_key_values
+    held = [first.layers[0].keys, first.layers[0].values, first.layers[0].indexer_keys]
+    assert all(a is b for a, b in zip(runner.received[-1], [*held, first.layers[1].keys, first.layers[1].values]))
+    assert torch.equal(second.layers[0].indexer_keys[:, :-1], first.layers[0].indexer_keys)  # continued from it
+    assert second.layers[0].indexer_keys.shape == (2, 7, 4)
+    second.layers[0].update_indexer(torch.randn(2, 1, 4))  # the state moved on outside the runner
+    assert runner._known({"past_key_values": second}) == {}
+    third = runner(past_key_values=second).past_key_values  # flattened as any cache: its new indexer keys count
+    assert torch.equal(third.layers[0].indexer_keys[:, :-1], second.layers[0].indexer_keys)

@@ -17,8 +17,6 @@ from hub_export import (
     ExportedModel,
     OnnxConfig,
     OnnxExporter,
-    OpenVINOConfig,
-    OpenVINOExporter,
 )
 from hub_export.backends.onnx import _weights
 from hub_export.backends.onnx.runner import OnnxRunner
@@ -98,22 +96,32 @@ SHARED_FILES = {
 }
 
 
-@pytest.fixture
-def two_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Generation exports made of a prefill and a decode graph (the decode graph did not serve the prompt, or an
-    export made before it could), which share one weights file."""
+@pytest.fixture(scope="module")
+def two_graph_exports(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``get(fmt) -> (model, prompt, saved folder)``: generation exports made of a prefill and a decode graph (the
+    decode graph did not serve the prompt, or an export made before it could), which share one weights file; each
+    format exported once for the module."""
     from hub_export.generation import export as generation_export
 
-    monkeypatch.setattr(generation_export, "_export_one_graph", lambda *args: "two graphs (test)")
+    done: dict[str, tuple[Any, dict[str, Any], Path]] = {}
+
+    def get(fmt: str) -> tuple[Any, dict[str, Any], Path]:
+        if fmt not in done:
+            model = tied_llama(layers=2)
+            inputs = text_inputs(1, 6, vocab=8192)
+            exporter, config = EXPORTERS[fmt]
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(generation_export, "_export_one_graph", lambda *args: "two graphs (test)")
+                exported = exporter().export_for_generation(model, inputs, config=config(dynamic=True))
+            done[fmt] = (model, inputs, exported.save_pretrained(tmp_path_factory.mktemp(fmt) / fmt))
+        return done[fmt]
+
+    return get
 
 
 @pytest.mark.parametrize("fmt", list(SHARED_FILES))
-def test_generation_components_share_one_weights_file(fmt: str, tmp_path: Path, two_graphs: None) -> None:
-    model = tied_llama(layers=2)
-    inputs = text_inputs(1, 6, vocab=8192)
-    exporter, config = EXPORTERS[fmt]
-    exported = exporter().export_for_generation(model, inputs, config=config(dynamic=True))
-    folder = exported.save_pretrained(tmp_path / fmt)
+def test_generation_components_share_one_weights_file(fmt: str, tmp_path: Path, two_graph_exports: Any) -> None:
+    model, inputs, folder = two_graph_exports(fmt)
     shared, own = SHARED_FILES[fmt]
     names = sorted(p.name for p in folder.iterdir())
     assert shared in names
@@ -133,21 +141,19 @@ def test_generation_components_share_one_weights_file(fmt: str, tmp_path: Path, 
     assert sorted(p.name for p in resaved.iterdir()) == names
 
 
-def test_openvino_shared_weights_file_is_checked(tmp_path: Path, two_graphs: None) -> None:
+def test_openvino_shared_weights_file_is_checked(tmp_path: Path, two_graph_exports: Any) -> None:
+    import hashlib
+    import shutil
+
     from hub_export.errors import UnsafeExportError
 
-    model = tied_llama(layers=1, vocab=512)
-    inputs = text_inputs(1, 6, vocab=512)
-    exported = OpenVINOExporter().export_for_generation(model, inputs, config=OpenVINOConfig(dynamic=True))
-    folder = exported.save_pretrained(tmp_path / "openvino")
+    folder = Path(shutil.copytree(two_graph_exports("openvino")[2], tmp_path / "openvino"))
     shared = folder / "openvino_shared.bin"
     with open(shared, "r+b") as handle:  # truncated: the constants of the IR point past its end
         handle.truncate(shared.stat().st_size // 2)
     manifest = json.loads((folder / "export.json").read_text())
     for entry in manifest["files"]:  # the manifest agrees with the damaged file, so only the safety walk can see it
         if entry["path"] == shared.name:
-            import hashlib
-
             entry["size"] = shared.stat().st_size
             entry["sha256"] = hashlib.sha256(shared.read_bytes()).hexdigest()
     (folder / "export.json").write_text(json.dumps(manifest))

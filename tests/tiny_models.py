@@ -55,14 +55,14 @@ def _seeded(factory: Callable[[], Any]) -> Any:
     return factory().eval()
 
 
-def llama() -> TinyCase:
+def llama(layers: int = 2) -> TinyCase:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
         vocab_size=96,
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=128,
@@ -75,22 +75,24 @@ def llama() -> TinyCase:
     )
 
 
-def gpt2() -> TinyCase:
+def gpt2(layers: int = 2) -> TinyCase:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(vocab_size=96, n_embd=32, n_layer=2, n_head=4, n_positions=128, bos_token_id=1, eos_token_id=2)
+    config = GPT2Config(
+        vocab_size=96, n_embd=32, n_layer=layers, n_head=4, n_positions=128, bos_token_id=1, eos_token_id=2
+    )
     return TinyCase(
         "gpt2", _seeded(lambda: GPT2LMHeadModel(config)), text_inputs(2, 6), text_inputs(3, 9, pad_left=2, seed=1)
     )
 
 
-def bert() -> TinyCase:
+def bert(layers: int = 2) -> TinyCase:
     from transformers import BertConfig, BertForSequenceClassification
 
     config = BertConfig(
         vocab_size=96,
         hidden_size=32,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         intermediate_size=64,
         max_position_embeddings=128,
@@ -101,7 +103,7 @@ def bert() -> TinyCase:
     return TinyCase("bert", _seeded(lambda: BertForSequenceClassification(config)), sample, other)
 
 
-def t5() -> TinyCase:
+def t5(layers: int = 2) -> TinyCase:
     from transformers import T5Config, T5ForConditionalGeneration
 
     config = T5Config(
@@ -109,8 +111,8 @@ def t5() -> TinyCase:
         d_model=32,
         d_kv=8,
         d_ff=64,
-        num_layers=2,
-        num_decoder_layers=2,
+        num_layers=layers,
+        num_decoder_layers=layers,
         num_heads=4,
         decoder_start_token_id=0,
         pad_token_id=0,
@@ -127,7 +129,7 @@ def t5() -> TinyCase:
     return TinyCase("t5", _seeded(lambda: T5ForConditionalGeneration(config)), inputs(2, 7, 3, 0), inputs(3, 10, 5, 1))
 
 
-def vit() -> TinyCase:
+def vit(layers: int = 2) -> TinyCase:
     from transformers import ViTConfig, ViTForImageClassification
 
     config = ViTConfig(
@@ -135,7 +137,7 @@ def vit() -> TinyCase:
         patch_size=8,
         num_channels=3,
         hidden_size=32,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         intermediate_size=64,
         num_labels=5,
@@ -149,14 +151,14 @@ def vit() -> TinyCase:
     )
 
 
-def whisper() -> TinyCase:
+def whisper(layers: int = 2) -> TinyCase:
     from transformers import WhisperConfig, WhisperForConditionalGeneration
 
     config = WhisperConfig(
         vocab_size=96,
         num_mel_bins=16,
-        encoder_layers=2,
-        decoder_layers=2,
+        encoder_layers=layers,
+        decoder_layers=layers,
         d_model=32,
         encoder_attention_heads=4,
         decoder_attention_heads=4,
@@ -327,7 +329,7 @@ def audio_flamingo() -> TinyCase:
     )
 
 
-CASES: dict[str, Callable[[], TinyCase]] = {
+CASES: dict[str, Callable[..., TinyCase]] = {
     "llama": llama,
     "gpt2": gpt2,
     "bert": bert,
@@ -341,6 +343,10 @@ CASES: dict[str, Callable[[], TinyCase]] = {
 GENERATIVE: dict[str, Callable[[], TinyCase]] = {"qwen3": qwen3, "llava": llava, "audio_flamingo": audio_flamingo}
 
 
-def build(name: str) -> TinyCase:
-    """Build a fresh case by name."""
-    return {**CASES, **GENERATIVE}[name]()
+def build(name: str, layers: int | None = None) -> TinyCase:
+    """Build a fresh case by name; ``layers`` (the :data:`CASES` only) sets the number of layers of each stack.
+
+    Two layers by default. One layer proves the same for a test of a single call (not of a cache's layers): lowering
+    time grows with the graph, so the slowest backend's tests take one."""
+    factory = {**CASES, **GENERATIVE}[name]
+    return factory() if layers is None else factory(layers)

@@ -105,6 +105,7 @@ def fuse_for_ort(model: Any, provider: str) -> dict[str, int]:
         tanh_gelu_rules,
     )
     from ._moe import fold_moe_weights
+    from .patches import unbatch_fused_matmuls
 
     if provider not in PROVIDERS:
         raise ValueError(f"ort_fusions={provider!r}: use one of {PROVIDERS}.")
@@ -150,6 +151,7 @@ def fuse_for_ort(model: Any, provider: str) -> dict[str, int]:
     counts["moe_weights"] = fold_moe_weights(model)  # MoE nodes come from the trace (cuda)
     common_passes.RemoveUnusedNodesPass()(model)  # the weights that were packed
     rewrite(model, _core.ORT_PATTERN_REWRITE_RULES)
+    counts["unbatched_matmuls"] = unbatch_fused_matmuls(model)  # onnxscript's batch-transpose rules (patches.py)
     common_passes.LiftConstantsToInitializersPass(lift_all_constants=False, size_limit=1)(model)
     common_passes.RemoveInitializersFromInputsPass()(model)
     common_passes.ShapeInferencePass()(model)

@@ -32,6 +32,13 @@
   tensor (an audio conformer's) leave the first ``Clip`` reading a constant that is no longer in the graph: ONNX
   Runtime refuses the model ("Node input 'x_min_1' is not a graph input, initializer, or output of a previous
   node"). After optimizing, such constants are registered again, under unique names.
+* :func:`unbatch_fused_matmuls` — onnxscript 0.7's ``FusedMatMul`` rules (``fused_matmul_rule_sets``, added in
+  microsoft/onnxscript#2331) fold a batch ``Transpose`` (perm ``[1, ..., N-2, 0, N-1]``) of one input into
+  ``transBatchA``/``transBatchB`` without checking the other input's rank; ONNX Runtime runs a batch transpose only
+  when both inputs have the same rank >= 3 ("Two inputs should have same rank and rank >= 3 if transBatchA or
+  transBatchB is true"). A tied output projection (the last token's hidden states, ``[1, batch, hidden]`` after a
+  ``Transpose``, times the embedding table read through ``transB``) met it. After the fusions, each such flag becomes
+  the ``Transpose`` it replaced again.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ __all__ = [
     "register_orphan_constants",
     "single_output_rewrite_rules",
     "translation_table",
+    "unbatch_fused_matmuls",
     "views_as_reshapes",
 ]
 
@@ -267,6 +275,36 @@ def register_orphan_constants(model: Any) -> int:
             graph.register_initializer(value)
             registered += 1
     return registered
+
+
+def unbatch_fused_matmuls(model: Any) -> int:
+    """Turn each ``transBatchA``/``transBatchB`` of a ``FusedMatMul`` whose inputs differ in rank (or are not known to
+    share a rank >= 3) back into an explicit ``Transpose`` of that input (see this module's docstring).
+
+    Returns:
+        How many flags were undone.
+    """
+    import onnx_ir as ir
+
+    undone = 0
+    for node in list(model.graph):
+        if node.op_type != "FusedMatMul" or node.domain != "com.microsoft" or len(node.inputs) != 2:
+            continue
+        ranks = [None if v is None or v.shape is None else len(v.shape) for v in node.inputs]
+        if ranks[0] is not None and ranks[0] == ranks[1] and ranks[0] >= 3:
+            continue
+        for index, flag in enumerate(("transBatchA", "transBatchB")):
+            attribute = node.attributes.get(flag)
+            value, rank = node.inputs[index], ranks[index]
+            if attribute is None or attribute.as_int() == 0 or value is None or rank is None:
+                continue
+            perm = [*range(1, rank - 1), 0, rank - 1]
+            transpose = ir.node("Transpose", inputs=[value], attributes={"perm": perm}, name=f"{node.name}_{flag}")
+            model.graph.insert_before(node, transpose)
+            node.replace_input_with(index, transpose.outputs[0])
+            node.attributes[flag] = ir.AttrInt64(flag, 0)
+            undone += 1
+    return undone
 
 
 @contextlib.contextmanager

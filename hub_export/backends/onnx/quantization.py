@@ -7,7 +7,8 @@ activations quantized at run time: ``DynamicQuantizeLinear`` + ``MatMulInteger``
 :class:`OnnxRuntimeStaticConfig` (scales calibrated on samples: ``QuantizeLinear``/``DequantizeLinear`` pairs), and
 ONNX Runtime's ``MatMulNBitsQuantizer`` with an :class:`OnnxRuntimeWeightOnlyConfig` (int4 or int8 weights in blocks,
 activations float: each ``MatMul`` by a constant becomes one ``com.microsoft`` ``MatMulNBits`` node, the layout
-onnxruntime-genai's int4 models use).
+onnxruntime-genai's int4 models use; a tied input embedding then reads the output projection's quantized weights,
+:mod:`._tied`).
 
 Example::
 
@@ -27,6 +28,7 @@ from typing import Any, Literal
 
 from ...errors import ConfigError, ExportError
 from ...quantization.base import Calibration, ExportQuantizer
+from ._tied import share_tied_tables, tied_tables
 
 __all__ = ["OnnxRuntimeQuantizer", "OnnxRuntimeDynamicConfig", "OnnxRuntimeStaticConfig", "OnnxRuntimeWeightOnlyConfig"]
 
@@ -94,6 +96,10 @@ class OnnxRuntimeWeightOnlyConfig:
             1 or 0 (fp32: the most exact, slower).
         op_types: Operator types to quantize (None: ``["MatMul"]``; ``"Gather"`` also quantizes embeddings).
         nodes_to_exclude: Node names kept in float.
+        quantize_tied_embedding: When the input embedding is also the output projection (a ``Gather`` of a table
+            whose transpose is a quantized ``MatMul``'s weight, as with ``tie_word_embeddings``), look rows up in the
+            projection's quantized weights (``com.microsoft`` ``GatherBlockQuantized``) so the table is stored
+            once, quantized; False keeps a float copy of the table for the lookup (a larger file, exact embeddings).
     """
 
     bits: int = 4
@@ -102,6 +108,7 @@ class OnnxRuntimeWeightOnlyConfig:
     accuracy_level: int = 4
     op_types: list[str] | None = None
     nodes_to_exclude: list[str] | None = None
+    quantize_tied_embedding: bool = True
 
     def __post_init__(self) -> None:
         _check_type("bits", self.bits, (4, 8))
@@ -174,12 +181,16 @@ class OnnxRuntimeQuantizer(ExportQuantizer):
 
         with tempfile.TemporaryDirectory(prefix="hub_export_ortq_") as tmp:
             src, dst = Path(tmp) / "model.onnx", Path(tmp) / "quantized.onnx"
+            cfg = self.config
+            tied = []
+            if isinstance(cfg, OnnxRuntimeWeightOnlyConfig) and cfg.quantize_tied_embedding:
+                tied = tied_tables(model, cfg.block_size)  # before saving: it may add a transposed copy to quantize
             ir.save(model, str(src), external_data="model.onnx.data", size_threshold_bytes=1023)
             _drop_initializer_value_info(onnx, src)
-            cfg = self.config
             try:
                 if isinstance(cfg, OnnxRuntimeWeightOnlyConfig):
                     _quantize_weight_only(q, src, dst, cfg)
+                    share_tied_tables(dst, tied)
                 elif isinstance(cfg, OnnxRuntimeStaticConfig):
                     q.quantize_static(
                         str(src),
