@@ -9,6 +9,7 @@ The bounds the program was planned for are recorded in the manifest (``dims``) a
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import platform
@@ -24,6 +25,7 @@ from ...patches.graph import views_after_permutes_as_reshapes
 from ...patches.tracing import gathered_experts_forward
 from ...quantization.nncf_quant import NNCFQuantizationConfig, NNCFQuantizer
 from ...signature import Signature
+from ._spill import external_weights_spilled
 from .config import FORMAT, ExecutorchConfig
 from .io import ProgramFiles, load_runtime_program
 from .patches import (
@@ -321,7 +323,8 @@ def _write(manager: Any) -> ProgramFiles:
 
 def _lower(program: Any, config: Any, external: bool = False) -> Any:
     """The ExportedProgram lowered for ``config.backend`` and memory-planned: an ``ExecutorchProgramManager``; with
-    ``external``, every weight goes to one external data file (``<tag>.ptd``)."""
+    ``external``, every weight goes to one external data file (``<tag>.ptd``), kept in temporary files rather than
+    memory until it is written (:func:`._spill.external_weights_spilled`)."""
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
 
@@ -337,7 +340,8 @@ def _lower(program: Any, config: Any, external: bool = False) -> Any:
     )
     if external:
         _tag_external(program)
-    with executorch_patches(), weights_shared_by_deep_copies(program):
+    spilled = external_weights_spilled() if external else contextlib.nullcontext()
+    with executorch_patches(), weights_shared_by_deep_copies(program), spilled:
         edge = to_edge_transform_and_lower(
             program, partitioner=_partitioners(config.backend), compile_config=compile_config, transform_passes=passes
         )
