@@ -228,8 +228,8 @@ def run_cell(
         row["build_s"] = time.perf_counter() - start
         weights = unique_weight_bytes(model)
         row["weights_mb"] = weights / MB
-        # ExecuTorch: a batch-1 sample of a causal LM with an attention mask lowers to a program whose mask indexing
-        # fails at batch 1 (aten::index out of bounds, executorch 1.5.1): its cells trace on batch 2
+        # ExecuTorch cells trace on batch 2, as their published figures were measured (a batch-1 sample lowered to a
+        # program failing at batch 1 with the batch bounded at 2, fixed since: patches.retrace_without_size_one_hints)
         sample, call = _inputs(2 if fmt == "executorch" else 1, 32, 0), _inputs(2, 48, 1)
         stage = "eager"
         with torch.no_grad():

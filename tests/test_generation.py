@@ -110,16 +110,18 @@ def test_greedy_tokens_equal_eager_generate(exports, name, backend):
 def test_saved_export_describes_the_loop(exports):
     _, exported, loaded, folder = exports("llama", "dynamo")
     manifest = json.loads((folder / "export.json").read_text())
-    assert set(manifest["components"]) == {"prefill", "decode"}
+    assert set(manifest["components"]) == {"decode"}  # one program serves the prompt and every step
     plan = manifest["generation"]
     assert plan == exported.generation == loaded.generation
     assert plan["kind"] == "decoder_only" and plan["token_input"] == "input_ids" and plan["position_ids"] is True
     assert plan["attention_mask"] == "extend" and plan["returns_prompt"] is True
-    assert plan["one_graph"] == "dynamo exports a prefill graph and a decode graph"  # why it has a prefill graph
+    assert plan["one_graph"] is True and plan["stages"] == {"prefill": "decode", "decode": "decode"}
+    assert [p.name for p in folder.glob("*.pt2")] == ["decode.pt2"]  # the weights once
     assert (folder / "generation_config.json").is_file()
     assert loaded.generation_config.eos_token_id == 2
     decode = {s.name: s.shape for s in loaded.components["decode"].metadata.signature.inputs}
-    assert decode["input_ids"] == ("batch", 1)
+    assert decode["input_ids"] == ("batch", "sequence")  # a prompt, or one token
+    assert loaded.components["decode"].metadata.signature.dims["sequence"].min == 1
     assert decode["input.past_key_values.0.key"][2] == "past_sequence"
     outputs = {s.name for s in loaded.components["decode"].metadata.signature.outputs}
     assert {"logits", "output.past_key_values.0.key", "output.past_key_values.1.value"} <= outputs
@@ -455,6 +457,11 @@ def test_static_cache_generate_equals_eager_static_generate(static_llama):
     for inputs in [_prompt(case), *_runs("llama")]:
         expected = case.model.generate(**inputs, max_new_tokens=8, do_sample=False, generation_config=config)
         assert torch.equal(loaded.generate(**inputs, max_new_tokens=8), expected)
+    if (folder / "prefill.pte").exists():  # ExecuTorch: both programs read their weights from one shared.ptd
+        assert [p.name for p in folder.glob("*.ptd")] == ["shared.ptd"]
+        manifest = json.loads((folder / "export.json").read_text())
+        assert [f["path"] for f in manifest["files"]].count("shared.ptd") == 1
+        assert all("shared.ptd" in manifest["components"][name]["files"] for name in ("prefill", "decode"))
     with pytest.raises(InputError, match="max_cache_len=24"):
         loaded.generate(**text_inputs(1, 9, seed=1), max_new_tokens=20)
 

@@ -16,7 +16,9 @@ from hub_export.generation import export as generation_export
 from hub_export.generation._one_graph import check_one_graph, one_token_step
 from hub_export.generation.decompose import decompose_with_capture
 
-FORMATS = ("onnx", "openvino")
+FORMATS = ("dynamo", "onnx", "openvino")
+#: format -> the one graph file of a one-graph export
+GRAPH_FILES = {"dynamo": "decode.pt2", "onnx": "decode.onnx", "openvino": "openvino_decode.xml"}
 
 
 def _export(fmt: str, model, **kwargs):
@@ -65,12 +67,14 @@ def test_the_decode_graph_serves_the_prompt_and_every_step(saved, llama, fmt):
     signature = loaded.components["decode"].metadata.signature
     query = dict((s.name, s.shape) for s in signature.inputs)["input_ids"][1]
     assert signature.dims[query].min == 1  # one token (a step, a one-token prompt) as well as a whole prompt
-    graphs = [p.name for p in folder.iterdir() if p.suffix in (".onnx", ".xml")]
-    assert graphs == [f"{'openvino_' if fmt == 'openvino' else ''}decode.{'xml' if fmt == 'openvino' else 'onnx'}"]
+    graphs = [p.name for p in folder.iterdir() if p.suffix in (".onnx", ".xml", ".pt2")]
+    assert graphs == [GRAPH_FILES[fmt]]
     for inputs in (text_inputs(1, 7), text_inputs(2, 1, seed=2), text_inputs(3, 11, pad_left=4, seed=1)):
         expected = llama.generate(**inputs, max_new_tokens=6, do_sample=False)
         assert torch.equal(loaded.generate(**inputs, max_new_tokens=6), expected), inputs["input_ids"].shape
-    assert len(loaded.runners) == 1  # one ONNX Runtime session / one OpenVINO compiled model holds the weights
+    assert (
+        len(loaded.runners) == 1
+    )  # one torch module / ONNX Runtime session / OpenVINO compiled model: the weights once
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -72,7 +72,7 @@ def test_reformer_batch_stays_dynamic() -> None:
         num_attention_heads=2,
         attention_head_size=16,
         feed_forward_size=64,
-        attn_layers=["local", "lsh"],
+        attn_layers=["local"],  # one layer: the axial positions are what pinned the batch
         axial_pos_shape=[8, 8],
         axial_pos_embds_dim=[16, 16],
         local_attn_chunk_length=16,

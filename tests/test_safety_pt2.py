@@ -104,6 +104,38 @@ def test_a_good_archive_loads_without_torch_export_load(base: Path, torch_loader
     assert torch_loaders_forbidden and all(flag is True for flag in torch_loaders_forbidden)
 
 
+def test_a_load_validates_the_program_once_and_maps_its_weights(
+    base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from hub_export.backends.dynamo import _pt2
+
+    folder = Path(shutil.copytree(base, tmp_path / "copy"))
+    archive = folder / "model.pt2"
+    validated: list[str] = []
+    original = _pt2.validate_document
+    monkeypatch.setattr(_pt2, "validate_document", lambda value, kind: (validated.append(kind), original(value, kind)))
+    loaded = ExportedModel.from_pretrained(folder)
+    assert validated.count("ExportedProgram") == 1  # the load reuses what the check validated
+    weight = next(t for t in loaded.components["model"].program.state_dict.values() if t.numel() > 1)
+    maps = [line.split() for line in Path("/proc/self/maps").read_text().splitlines()]
+    ranges = [m[0].split("-") for m in maps if m[-1] == str(archive.resolve())]
+    address = weight.untyped_storage().data_ptr()
+    assert any(int(low, 16) <= address < int(high, 16) for low, high in ranges)  # over the file: no copy
+    before = archive.read_bytes()
+    with torch.no_grad():
+        weight.add_(1.0)
+    assert archive.read_bytes() == before  # copy-on-write: the file is never written
+    entry = Manifest.read(folder).components["model"]
+    validated.clear()
+    backend_for("dynamo").check_files(folder, "model", entry, SafetyOptions())
+    info = archive.stat()
+    os.utime(archive, ns=(info.st_atime_ns, info.st_mtime_ns + 1_000_000))  # changed since the check
+    pt2_io.load_program(folder, "model", entry, SafetyOptions())
+    assert validated.count("ExportedProgram") == 2  # checked again
+
+
 @pytest.mark.parametrize(
     ("vid", "match"),
     [

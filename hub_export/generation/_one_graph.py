@@ -2,11 +2,11 @@
 
 A decoder-only model's decode graph, traced on two new tokens against a filled cache (so that its query axis is
 symbolic), also computes the prompt: the prompt's tokens against an empty cache. Where the format's exporter says
-so (``HfExporter.one_generation_graph``: ONNX, OpenVINO), ``export_for_generation`` exports that graph alone with
+so (``HfExporter.one_generation_graph``: Dynamo, ONNX, OpenVINO), ``export_for_generation`` exports that graph alone with
 its query axis admitting one token, then checks it: the graph on the sample prompt with an empty cache must give
 eager's prefill logits, and on a one-token step eager's decode logits. When both hold, the export has one
 component, ``decode``, and the plan maps the ``prefill`` stage to it, so the runtime holds the weights once (one
-ONNX Runtime session, one OpenVINO compiled model) instead of once per graph. Otherwise it exports ``prefill`` and
+torch program, one ONNX Runtime session, one OpenVINO compiled model) instead of once per graph. Otherwise it exports ``prefill`` and
 ``decode`` as before, and the plan's ``one_graph`` says why.
 """
 
@@ -27,6 +27,10 @@ def one_graph_refusal(exporter: Any, model: Any, config: Any, main: Any, generat
         return f"{exporter.export_format.value} exports a prefill graph and a decode graph"
     if not main.dynamic:
         return "dynamic=False pins the prompt length and the cache length of each graph"
+    refusal = getattr(exporter, "one_graph_refusal", None)  # the format's own reason, for this config
+    why = refusal(main) if callable(refusal) else None
+    if why:
+        return str(why)
     if isinstance(config, dict) and "prefill" in config:
         return "the config dict gives the prefill its own config"
     for each in config.values() if isinstance(config, dict) else (main,):
@@ -52,6 +56,14 @@ def prompt_step_refusal(components: dict[str, Any], capture: Any, cache: str) ->
         return f"the model generates through {sorted(components)}"
     if cache != "past_key_values":
         return "a state-space cache (conv and SSM states) whose prefill and decode compute differently"
+    from ..structure import flatten_value
+
+    leaves: list[tuple[str, Any]] = []
+    value = components["decode"][1].get(cache)
+    if value is not None:
+        flatten_value(value, (cache,), leaves)
+    if any(name.endswith((".conv", ".recurrent")) for name, _ in leaves):
+        return "a hybrid cache with state-space layers (conv and SSM states), whose prompt and step compute differently"
     return None
 
 

@@ -29,6 +29,10 @@ type that is not used costs nothing, and a class or method that is gone raises `
   chunk) pins the length; the patch runs its one iteration.
 * ``LongcatFlashExperts.forward`` and ``Step3p7Experts.forward``: loops over the experts hit (``nonzero``), run over
   every expert instead (:mod:`hub_export.patches.experts`).
+* ``get_rope_index`` of the Qwen2-VL family's models (transformers/models/qwen2_vl/modeling_qwen2_vl.py and the
+  modules copying it, three forms): M-RoPE positions from ``itertools.groupby`` over each row's token types and a loop
+  over the images pin the batch, the sequence and the image count; the patch computes them per token
+  (:func:`~hub_export.patches.multimodal.mrope_positions`).
 * ``torch.nn.LSTM.forward`` (torch/nn/modules/rnn.py): ``aten.lstm`` is a composite op that torch.export decomposes
   into one cell per time step at the traced length; the patch runs each layer's cell under ``scan`` / ``while_loop``.
 """
@@ -45,6 +49,7 @@ from ..errors import PatchTargetMissing
 from ._base import patch_attribute
 from .audio_codecs import CONV_PADDING_CLASSES, conv1d_padded_on_integers, encodec_encode_one_chunk
 from .experts import longcat_experts, step3p7_experts
+from .multimodal import rope_index_qwen2, rope_index_qwen2_5, rope_index_qwen3
 from .recurrence import lstm_forward, mamba_selective_scan, rglru_scan
 
 __all__ = ["ModelingPatch", "MODELING_PATCHES", "symbolic_sizes"]
@@ -166,6 +171,33 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
         "_rnn_scan",
         rglru_scan,
         "RecurrentGemma's RG-LRU loops over the sequence in Python (its linear mode), pinning it",
+    ),
+    *(
+        ModelingPatch(
+            f"transformers.models.{kind}.modeling_{kind}",
+            owner,
+            "get_rope_index",
+            replacement,
+            f"{owner}.get_rope_index groups each row's token types with itertools.groupby over .tolist() and loops "
+            "over the images, pinning the batch, the sequence and the image count",
+        )
+        for kind, owner, replacement in (
+            ("qwen2_vl", "Qwen2VLModel", rope_index_qwen2),
+            ("paddleocr_vl", "PaddleOCRVLModel", rope_index_qwen2),
+            ("qwen2_5_vl", "Qwen2_5_VLModel", rope_index_qwen2_5),
+            ("qwen3_vl", "Qwen3VLModel", rope_index_qwen3),
+            ("qwen3_vl_moe", "Qwen3VLMoeModel", rope_index_qwen3),
+            ("qwen3_5", "Qwen3_5Model", rope_index_qwen3),
+            ("qwen3_5_moe", "Qwen3_5MoeModel", rope_index_qwen3),
+            ("qwen4_exp", "Qwen4ExpModel", rope_index_qwen3),
+            ("glm4v", "Glm4vModel", rope_index_qwen3),
+            ("glm4v_moe", "Glm4vMoeModel", rope_index_qwen3),
+            ("glm46v", "Glm46VModel", rope_index_qwen3),
+            ("glm_ocr", "GlmOcrModel", rope_index_qwen3),
+            ("cosmos3_omni", "Cosmos3OmniModel", rope_index_qwen3),
+            ("cosmos3_edge", "Cosmos3EdgeModel", rope_index_qwen3),
+            ("cohere_compass", "CohereCompassModel", rope_index_qwen3),
+        )
     ),
     ModelingPatch(
         "torch.nn.modules.rnn",

@@ -112,6 +112,7 @@ class StoredArchive:
         self._source = source
         self.label = label
         self._fd: int | None = None
+        self._map: Any = None  # a map of the file, made by the first map_entry
         size = source.size()
         if expected_size is not None and size != expected_size:
             raise self._refuse(f"{size} bytes, but export.json lists {expected_size}")
@@ -151,6 +152,14 @@ class StoredArchive:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+    def identity(self) -> tuple[int, ...] | None:
+        """The open file's device, inode, size and modification and change times (None for bytes in memory): the
+        same tuple later means the same bytes."""
+        if self._fd is None:
+            return None
+        info = os.fstat(self._fd)
+        return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
 
     def __enter__(self) -> StoredArchive:
         return self
@@ -192,6 +201,28 @@ class StoredArchive:
         if entry.size and self._source.pread_into(memoryview(view), entry.offset) != entry.size:
             raise self._refuse(f"entry {name!r} is cut short")
         return buffer
+
+    def map_entry(self, name: str, alignment: int = 64) -> Any:
+        """The bytes of entry ``name`` as a uint8 tensor over a private (copy-on-write) map of the file: nothing is
+        copied, the pages come from the page cache as the program touches them, and several loads of one file
+        share them. An entry of an in-memory archive, or not at a multiple of ``alignment`` bytes in the file (torch
+        aligns its payloads to 64), is read into new memory instead (:meth:`read_into_buffer`).
+
+        Raises:
+            UnsafeExportError: No such entry.
+        """
+        import mmap
+
+        import torch
+
+        entry = self.entries.get(name)
+        if entry is None:
+            raise self._refuse(f"no entry {name!r}")
+        if self._fd is None or not entry.size or entry.offset % alignment:
+            return self.read_into_buffer(name)
+        if self._map is None:
+            self._map = mmap.mmap(self._fd, self.size, access=mmap.ACCESS_COPY)
+        return torch.frombuffer(self._map, dtype=torch.uint8, count=entry.size, offset=entry.offset)
 
     def _refuse(self, rule: str) -> UnsafeExportError:
         return UnsafeExportError(f"{self.label}: {rule}; refusing to load it.")

@@ -13,8 +13,8 @@ with ``weights_only=False``). Instead :func:`read_pt2`:
    (:mod:`._program_schema`), each read with a byte budget and parsed with a bounded container count;
 3. walks every pickle (the sample inputs' ``torch.save``, pickled payloads) with the allow-list
    (:func:`hub_export._pickle.walk_pickle`);
-4. when building, creates each raw weight from its entry's bytes itself (``torch.frombuffer`` + ``as_strided``, the
-   view checked to fit its storage), loads the pickles with ``torch.load(weights_only=True)`` and hands the checked
+4. when building, creates each raw weight from its entry's bytes itself (``torch.frombuffer`` over a copy-on-write
+   map of the file + ``as_strided``, the view checked to fit its storage: nothing is copied), loads the pickles with ``torch.load(weights_only=True)`` and hands the checked
    program to torch's deserializer, which has no archive to fall back on.
 
 ``trust_pickles`` lets pickles reference any global and loads them with ``weights_only=False``;
@@ -139,23 +139,46 @@ def read_pt2(
         UnsafeExportError: Naming the file, the entry and the rule it breaks.
     """
     with StoredArchive.open(path, label, max_entries=MAX_ENTRIES, expected_size=expected_size) as archive:
-        payload_names = _check_entry_names(archive, options)
-        program_json = _read_json(archive, _PROGRAM, MAX_PROGRAM_JSON, "ExportedProgram")
-        payloads = {kind: _payloads(archive, kind, payload_names, options) for kind in _CONFIGS}
-        unused = sorted(payload_names - {p.entry for group in payloads.values() for p in group.values()})
-        if unused:
-            raise _refuse(archive, unused[0], "is a payload file no config names")
-        sample = archive.read(_SAMPLE_INPUTS, MAX_SAMPLE_INPUTS)
-        if not options.trust_pickles:
-            _check_torch_save(sample, f"{label}:{_SAMPLE_INPUTS}")
-            for group in payloads.values():
-                for payload in group.values():
-                    if payload.pickled:
-                        _check_pickled_payload(archive, payload, label)
-        contents = Pt2Contents(program_json, payloads)
+        identity = archive.identity()
+        key = (str(Path(path).resolve()), identity, options)
+        checked = _CHECKED.pop(key, None) if build and identity is not None else None
+        if checked is not None:  # checked by the safety walk just before this load: the same bytes
+            contents = Pt2Contents(checked.program_json, checked.payloads)
+            sample = archive.read(_SAMPLE_INPUTS, MAX_SAMPLE_INPUTS)
+        else:
+            contents, sample = _check(archive, options)
         if build:
             contents.program = _build(archive, contents, sample, options)
+        elif identity is not None:
+            while len(_CHECKED) >= _MAX_CHECKED:
+                _CHECKED.pop(next(iter(_CHECKED)))
+            _CHECKED[key] = contents
         return contents
+
+
+#: Archives checked without building, by (path, file identity, options), until a build takes them: the load that
+#: follows a check (``check_files`` then ``load_program``) parses and validates the JSON once, not twice.
+_CHECKED: dict[tuple[Any, ...], Pt2Contents] = {}
+_MAX_CHECKED = 4
+
+
+def _check(archive: StoredArchive, options: SafetyOptions) -> tuple[Pt2Contents, bytes]:
+    """Steps 1-3 of the module docstring; returns what was checked and the sample inputs' bytes."""
+    label = archive.label
+    payload_names = _check_entry_names(archive, options)
+    program_json = _read_json(archive, _PROGRAM, MAX_PROGRAM_JSON, "ExportedProgram")
+    payloads = {kind: _payloads(archive, kind, payload_names, options) for kind in _CONFIGS}
+    unused = sorted(payload_names - {p.entry for group in payloads.values() for p in group.values()})
+    if unused:
+        raise _refuse(archive, unused[0], "is a payload file no config names")
+    sample = archive.read(_SAMPLE_INPUTS, MAX_SAMPLE_INPUTS)
+    if not options.trust_pickles:
+        _check_torch_save(sample, f"{label}:{_SAMPLE_INPUTS}")
+        for group in payloads.values():
+            for payload in group.values():
+                if payload.pickled:
+                    _check_pickled_payload(archive, payload, label)
+    return Pt2Contents(program_json, payloads), sample
 
 
 def _refuse(archive: StoredArchive, entry: str, rule: str) -> UnsafeExportError:
@@ -348,7 +371,7 @@ def _materialize(archive: StoredArchive, group: dict[str, _Payload], options: Sa
             continue
         first = payload.users[0][1]["tensor_meta"]
         dtype = deserialize_scalar_type(first["dtype"])
-        storage = archive.read_into_buffer(payload.entry)
+        storage = archive.map_entry(payload.entry)
         if storage.numel() % dtype.itemsize:
             raise UnsafeExportError(f"{where}: {storage.numel()} bytes is not a whole number of {dtype}; refusing it.")
         flat = storage.view(dtype)

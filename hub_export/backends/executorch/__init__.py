@@ -18,6 +18,7 @@ BACKEND = register_backend(
         runner_class=ExecutorchRunner,
         layout=LAYOUT,
         save_program=io.save_program,
+        save_programs=io.save_programs,
         load_program=io.load_program,
         check_files=safety.check,
         packages=("executorch",),

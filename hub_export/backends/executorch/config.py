@@ -9,12 +9,19 @@ from ...configs import ExportConfig
 from ...errors import ConfigError
 from ...formats import ExportFormat, FileLayout
 
-__all__ = ["FORMAT", "LAYOUT", "ExecutorchConfig"]
+__all__ = ["FORMAT", "LAYOUT", "SHARED_WEIGHTS", "ExecutorchConfig"]
 
 FORMAT = ExportFormat.declare("executorch")
 #: One ``<component>.pte`` program per component, in ``executorch/`` on the Hub, with its weights in
-#: ``<component>.ptd`` when they are kept outside the program (``ExecutorchConfig.external_data``).
-LAYOUT = FileLayout(subfolder="executorch", files=((".pte", "program"),), optional=((".ptd", "weights"),))
+#: ``<component>.ptd`` when they are kept outside the program (``ExecutorchConfig.external_data``), or in
+#: :data:`SHARED_WEIGHTS` when several components read the same weights.
+SHARED_WEIGHTS = "shared.ptd"
+LAYOUT = FileLayout(
+    subfolder="executorch",
+    files=((".pte", "program"),),
+    optional=((".ptd", "weights"),),
+    shared=((SHARED_WEIGHTS, "weights"),),
+)
 
 
 @dataclass

@@ -9,6 +9,7 @@ The bounds the program was planned for are recorded in the manifest (``dims``) a
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import platform
@@ -24,6 +25,7 @@ from ...patches.graph import views_after_permutes_as_reshapes
 from ...patches.tracing import gathered_experts_forward
 from ...quantization.nncf_quant import NNCFQuantizationConfig, NNCFQuantizer
 from ...signature import Signature
+from ._spill import external_weights_spilled
 from .config import FORMAT, ExecutorchConfig
 from .io import ProgramFiles, load_runtime_program
 from .patches import (
@@ -70,6 +72,11 @@ class ExecutorchExporter(HfExporter):
     max_sequence_cap: ClassVar[int] = 4096
     external_data_min_bytes: ClassVar[int] = 1 << 30
     max_planned_bytes: ClassVar[int] = 8 << 30
+
+    def export_for_generation(self, model: Any, inputs: dict[str, Any], *, config: Any = None, **kwargs: Any) -> Any:
+        """See :meth:`HfExporter.export_for_generation`; the weights go to a ``.ptd`` unless a config says otherwise
+        (``external_data=None``: outside), so that the components share one weights file (``shared.ptd``)."""
+        return super().export_for_generation(model, inputs, config=_weights_outside(config), **kwargs)
 
     # -- backend verbs ----------------------------------------------------------------------------------
     def check_available(self, config: ExportConfig) -> None:
@@ -237,6 +244,19 @@ class ExecutorchExporter(HfExporter):
             )
 
 
+def _weights_outside(config: Any) -> Any:
+    """``config`` (one config, a dict of them, or None) with ``external_data=True`` where it is None."""
+    import dataclasses
+
+    if isinstance(config, dict):
+        return {name: _weights_outside(each) for name, each in config.items()}
+    if config is None:
+        return ExecutorchConfig(external_data=True)
+    if isinstance(config, ExecutorchConfig) and config.external_data is None:
+        return dataclasses.replace(config, external_data=True)
+    return config
+
+
 def _unavailable_reason(backend: str) -> str | None:
     """Why ``backend`` cannot be lowered to and run here, or None."""
     if backend == "cuda":
@@ -303,7 +323,8 @@ def _write(manager: Any) -> ProgramFiles:
 
 def _lower(program: Any, config: Any, external: bool = False) -> Any:
     """The ExportedProgram lowered for ``config.backend`` and memory-planned: an ``ExecutorchProgramManager``; with
-    ``external``, every weight goes to one external data file (``<tag>.ptd``)."""
+    ``external``, every weight goes to one external data file (``<tag>.ptd``), kept in temporary files rather than
+    memory until it is written (:func:`._spill.external_weights_spilled`)."""
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
 
@@ -319,7 +340,8 @@ def _lower(program: Any, config: Any, external: bool = False) -> Any:
     )
     if external:
         _tag_external(program)
-    with executorch_patches(), weights_shared_by_deep_copies(program):
+    spilled = external_weights_spilled() if external else contextlib.nullcontext()
+    with executorch_patches(), weights_shared_by_deep_copies(program), spilled:
         edge = to_edge_transform_and_lower(
             program, partitioner=_partitioners(config.backend), compile_config=compile_config, transform_passes=passes
         )

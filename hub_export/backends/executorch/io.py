@@ -24,7 +24,15 @@ from ._xnnpack import check_xnnpack_delegates, ptd_named_sizes
 from .config import LAYOUT
 from .safety import check_ptd_header, check_pte_header
 
-__all__ = ["ProgramFiles", "load_program", "load_runtime_program", "program_contents", "program_files", "save_program"]
+__all__ = [
+    "ProgramFiles",
+    "load_program",
+    "load_runtime_program",
+    "program_contents",
+    "program_files",
+    "save_program",
+    "save_programs",
+]
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,16 @@ def save_program(program: Any, directory: Path, component: str) -> list[str]:
         return [pte]
     copy_file(files.ptd, directory / ptd)
     return [pte, ptd]
+
+
+def save_programs(programs: dict[str, Any], directory: Path) -> dict[str, list[str]]:
+    """Save each component (:func:`save_program`), then keep one ``shared.ptd`` where one component's weights file
+    holds every other's (a generation export's ``prefill`` and ``decode``: see ``_shared.py``); returns each
+    component's files, its ``.pte`` first."""
+    from ._shared import share_weights
+
+    written = {name: save_program(program, directory, name) for name, program in programs.items()}
+    return share_weights(Path(directory), written) if len(written) > 1 else written
 
 
 def load_program(directory: Path, component: str, entry: ComponentEntry, options: SafetyOptions | None = None) -> Any:

@@ -15,6 +15,7 @@ import functools
 from collections.abc import Iterator
 from typing import Any
 
+from ...dims import Dim
 from ...errors import ExportError
 from ...patches import patch_attribute
 from ...patches.tracing import size_one_dims_stay_dynamic
@@ -300,13 +301,19 @@ def retrace_without_size_one_hints(program: Any, signature: Any, sample: list[An
     (0/1 specialization, pytorch/pytorch#106289; decompositions adding guards, pytorch/pytorch#175281). The flat
     program is already general, so exporting it again from inputs of size 2 (same bounds) only changes the hints.
 
+    A dim whose upper bound is 2 is re-exported with the bound 3: the decompositions' ``size != 1`` guards narrow
+    [1, 2] to [2, 2], which makes the dim a constant 2 inside the program. Where the input kept its symbol, the
+    program then failed at size 1 (``aten::index`` out of bounds, error 0x12: a causal LM's mask indexed with
+    ``arange(2)`` rows of a batch-1 mask, ``ExecutorchExporter.max_batch = 2``); where the input was pinned, a
+    size 1 was refused. The program is planned for 3 there; the manifest keeps the bound 2.
+
     Args:
         program: The traced flat ExportedProgram.
         signature: Its :class:`~hub_export.signature.Signature` (symbolic dims by name, with their bounds).
         sample: The flat sample tensors.
 
     Returns:
-        The re-exported program, or ``program`` itself when no dynamic dim was traced at size 1.
+        The re-exported program, or ``program`` itself when no dynamic dim was traced at size 1 or bounded at 2.
     """
     import torch
 
@@ -317,6 +324,8 @@ def retrace_without_size_one_hints(program: Any, signature: Any, sample: list[An
             if not isinstance(name, str):
                 continue
             dim = signature.dims[name]
+            if dim.max == 2 and dim.min < 2:  # room above the hint 2: see the docstring
+                dim, changed = Dim(dim.name, dim.min, 3, dim.multiple_of), True
             axes[axis] = dim.to_auto()
             if tensor.shape[axis] == 1 and (dim.max is None or dim.max >= 2):
                 tensor, changed = torch.cat([tensor, tensor], dim=axis), True

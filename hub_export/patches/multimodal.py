@@ -1,0 +1,238 @@
+"""Multimodal language models traced with the image count and grid dynamic on the text side (the Qwen2-VL family).
+
+:mod:`hub_export.patches.vision_grid` keeps the image grid an input of the vision encoder; the language side of
+the same models pinned it again in two places, each fixed here while tracing:
+
+* ``get_rope_index`` (M-RoPE positions: transformers/models/qwen2_vl/modeling_qwen2_vl.py ``Qwen2VLModel``, its
+  copies in paddleocr_vl, qwen2_5_vl (video time scaled by ``tokens_per_second * second_per_grid_ts``) and the
+  Qwen3-VL form (videos split into one-frame grids) that qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, qwen4_exp,
+  glm4v, glm4v_moe, glm46v, glm_ocr, cosmos3_omni, cosmos3_edge and cohere_compass copy): each row's token types are
+  grouped with ``itertools.groupby`` over ``.tolist()`` and the images are walked one by one, which pins the batch,
+  the sequence and the image count. :func:`mrope_positions` computes the same positions per token: a vision token's
+  image is found from the cumulative token counts of the images (in row-major order, as upstream consumes the
+  grids), its frame, row and column from its index within that image; every position starts from the exclusive
+  cumulative sum of the steps before it (1 per text token, ``max(h, w)`` after an image's last token, or after
+  each frame's in the Qwen3-VL form).
+* ``get_image_features`` / ``get_video_features`` (every modeling module of the family, ~30 classes): the encoder's
+  packed output is split per image with ``torch.split(features, (grid.prod(-1) // k).tolist())``, a Python list as
+  long as the image count, which pins it; every caller concatenates the pieces again (``torch.cat(pooler_output)``).
+  :func:`features_kept_whole` makes that one ``.tolist()`` (in the method's own frame) and the split that consumes it
+  return the packed features as one piece, so the caller's ``torch.cat`` gets them back unchanged. A model that
+  also returns the pieces (``image_hidden_states``, one output per image) is left as it is.
+
+Numbers are eager's exactly (integer arithmetic; the features are the same tensor).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ._base import patch_attribute
+
+__all__ = ["features_kept_whole", "mrope_positions", "rope_index_qwen2", "rope_index_qwen2_5", "rope_index_qwen3"]
+
+_SPLIT_REASON = (
+    "get_image_features / get_video_features split the packed features by grid.prod(-1).tolist() (a Python list as "
+    "long as the image count) only for the caller to concatenate them again"
+)
+
+
+def mrope_positions(
+    input_ids: Any,
+    token_types: Any,
+    grids: dict[int, tuple[Any, Any, bool]],
+    spatial_merge_size: int,
+    attention_mask: Any = None,
+) -> tuple[Any, Any]:
+    """M-RoPE position ids ``(3, batch, sequence)`` and deltas ``(batch, 1)``, as ``Qwen2VLModel.get_rope_index``.
+
+    Args:
+        input_ids: ``(batch, sequence)`` token ids (their shape and dtype only).
+        token_types: ``(batch, sequence)`` modality of each token (0 text, else a key of ``grids``).
+        grids: modality -> ``(grid_thw, time_interval, per_frame)``: the ``(items, 3)`` grids consumed in order by
+            that modality's runs of tokens, each item's time interval (a ``(items,)`` tensor, or None for 1), and
+            whether every frame is a run of its own (the Qwen3-VL form: upstream splits each grid into one-frame
+            grids, so the temporal position is 0 and the position advances after each frame).
+        spatial_merge_size: The encoder's spatial merge (grid rows and columns per LLM token).
+        attention_mask: ``(batch, sequence)``; masked tokens get position 0 and are skipped.
+    """
+    import torch
+
+    batch, length = input_ids.shape
+    device = input_ids.device
+    valid = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+    zeros = torch.zeros_like(input_ids, dtype=torch.int64)
+    step = (valid & (token_types == 0)).long()
+    offsets = [zeros, zeros, zeros]
+    for modality, (grid, interval, per_frame) in grids.items():
+        if grid is None:
+            continue
+        grid = grid.to(device)
+        mine = valid & (token_types == modality)
+        rank = mine.reshape(-1).long().cumsum(0).reshape(batch, length) - 1
+        frames, rows, cols = grid[:, 0], grid[:, 1] // spatial_merge_size, grid[:, 2] // spatial_merge_size
+        counts = frames * rows * cols
+        ends = counts.cumsum(0)
+        item = (rank[..., None] >= ends).sum(-1).clamp(max=grid.shape[0] - 1)
+        local = (rank - (ends - counts)[item]).clamp(min=0)
+        h, w = rows[item], cols[item]
+        frame, within = local // (h * w), local % (h * w)
+        if per_frame:
+            time = zeros
+            last = within == h * w - 1
+        else:
+            time = frame if interval is None else (frame * interval.to(device)[item]).long()
+            last = local == counts[item] - 1
+        step = step + torch.where(mine & last, torch.maximum(h, w), zeros)
+        offsets = [torch.where(mine, part, offset) for part, offset in zip((time, within // w, within % w), offsets)]
+    start = step.cumsum(-1) - step
+    positions = torch.stack([start + offset for offset in offsets]).masked_fill(~valid[None], 0)
+    positions = positions.to(input_ids.dtype)
+    deltas = positions.amax(dim=(0, 2)) + 1 - valid.sum(-1)
+    return positions, deltas.to(torch.int64)[:, None]
+
+
+def _bound(original: Callable[..., Any], self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    arguments = inspect.signature(original).bind(self, *args, **kwargs).arguments
+    return {**arguments.pop("kwargs", {}), **arguments}
+
+
+def _rope_index(variant: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def replacement(original: Callable[..., Any]) -> Callable[..., Any]:
+        def get_rope_index(self: Any, *args: Any, **kwargs: Any) -> Any:
+            import torch
+
+            bound = _bound(original, self, args, kwargs)
+            vision = self.config.vision_config
+            video_interval = None
+            if variant == "qwen2_5":
+                seconds = bound.get("second_per_grid_ts")
+                videos = bound.get("video_grid_thw")
+                if videos is not None:
+                    seconds = torch.ones(videos.shape[0]) if seconds is None else torch.as_tensor(seconds)
+                    video_interval = vision.tokens_per_second * seconds
+            grids = {
+                1: (bound.get("image_grid_thw"), None, False),
+                2: (bound.get("video_grid_thw"), video_interval, variant == "qwen3"),
+            }
+            return mrope_positions(
+                bound["input_ids"],
+                bound["mm_token_type_ids"],
+                grids,
+                vision.spatial_merge_size,
+                bound.get("attention_mask"),
+            )
+
+        return get_rope_index
+
+    return replacement
+
+
+#: ``get_rope_index`` of Qwen2-VL (transformers/models/qwen2_vl/modeling_qwen2_vl.py): time interval 1
+rope_index_qwen2 = _rope_index("qwen2")
+#: ``get_rope_index`` of Qwen2.5-VL (transformers/models/qwen2_5_vl/modeling_qwen2_5_vl.py): a video's temporal
+#: positions scaled by ``tokens_per_second * second_per_grid_ts`` (truncated to integers)
+rope_index_qwen2_5 = _rope_index("qwen2_5")
+#: ``get_rope_index`` of Qwen3-VL (transformers/models/qwen3_vl/modeling_qwen3_vl.py): a video's grid split into
+#: one-frame grids (``repeat_interleave(grid, grid[:, 0])``, ``t = 1``), each frame a run of its own
+rope_index_qwen3 = _rope_index("qwen3")
+
+
+class _Unsplit:
+    """What ``.tolist()`` returns in a patched features method: split sizes the split that follows ignores."""
+
+    __slots__ = ()
+
+
+_UNSPLIT = _Unsplit()
+
+
+def _splits_features(function: Any) -> Any:
+    """The code object of ``function`` when it splits packed features by ``grid.prod(-1).tolist()`` (the pattern
+    of ``Qwen2VLModel.get_image_features``), else None."""
+    code = getattr(inspect.unwrap(function), "__code__", None) if function is not None else None
+    if code is None or "split_sizes" not in code.co_varnames + code.co_cellvars:  # a cell when a comprehension reads it
+        return None
+    return code if {"tolist", "split", "prod", "pooler_output"} <= set(code.co_names) else None
+
+
+def _caller_code() -> Any:
+    """The code object of the frame that called ``.tolist()`` (the caller of the patched method)."""
+    frame = sys._getframe(2)
+    return frame.f_code if frame is not None else None
+
+
+def _returns_pieces(cls: type) -> bool:
+    """Whether ``cls.forward`` returns the per-image pieces themselves (``image_hidden_states=...pooler_output``,
+    transformers/models/minimax_m3_vl/modeling_minimax_m3_vl.py): keeping them whole would change the outputs."""
+    code = getattr(inspect.unwrap(cls.__dict__.get("forward", None) or (lambda: None)), "__code__", None)
+    if code is None or "pooler_output" not in code.co_names:
+        return False
+    keywords = {name for const in code.co_consts if isinstance(const, tuple) for name in const if isinstance(name, str)}
+    return bool(keywords & {"image_hidden_states", "video_hidden_states"})
+
+
+def _tensor_classes() -> list[type]:
+    """``torch.Tensor`` and its subclasses that define ``tolist`` again (the fake and functional tensors that
+    ``torch.export`` traces with)."""
+    import torch
+
+    found: list[type] = [torch.Tensor]
+    stack: list[type] = list(torch.Tensor.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        if "tolist" in cls.__dict__ and cls not in found:
+            found.append(cls)
+        stack.extend(cls.__subclasses__())
+    return found
+
+
+def _whole(original: Callable[..., Any], code: Any) -> Callable[..., Any]:
+    """``original`` with its own ``.tolist()`` returning :data:`_UNSPLIT` and ``torch.split`` by that returning the
+    tensor whole (every other call is the original's)."""
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        split = torch.split
+
+        def whole_split(tensor: Any, split_size_or_sections: Any, dim: int = 0) -> Any:
+            if split_size_or_sections is _UNSPLIT:
+                return (tensor,)
+            return split(tensor, split_size_or_sections, dim)
+
+        with contextlib.ExitStack() as stack:
+            for cls in _tensor_classes():
+                tolist = cls.__dict__.get("tolist", torch.Tensor.tolist)
+
+                def marked(tensor: Any, _tolist: Any = tolist) -> Any:
+                    return _UNSPLIT if _caller_code() is code else _tolist(tensor)
+
+                stack.enter_context(patch_attribute(cls, "tolist", marked, reason=_SPLIT_REASON))
+            stack.enter_context(patch_attribute(torch, "split", whole_split, reason=_SPLIT_REASON))
+            return original(self, *args, **kwargs)
+
+    return method
+
+
+@contextlib.contextmanager
+def features_kept_whole(model: Any) -> Iterator[int]:
+    """Keep the packed features of every split-then-concatenated features method of ``model``'s classes in one
+    piece while tracing; yields how many methods were patched."""
+    classes = {type(module) for module in model.modules()} if hasattr(model, "modules") else set()
+    with contextlib.ExitStack() as stack:
+        applied = 0
+        if any(_returns_pieces(cls) for cls in classes):
+            classes = set()  # one output per image: the image count is part of the output structure
+        for cls in sorted(classes, key=lambda c: c.__qualname__):
+            for name in ("get_image_features", "get_video_features"):
+                original = cls.__dict__.get(name)
+                code = _splits_features(original)
+                if original is not None and code is not None:
+                    stack.enter_context(patch_attribute(cls, name, _whole(original, code), reason=_SPLIT_REASON))
+                    applied += 1
+        yield applied

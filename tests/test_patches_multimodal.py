@@ -1,0 +1,165 @@
+"""hub_export.patches.multimodal: the text side of the Qwen2-VL family keeps the image count, batch and sequence
+dynamic: M-RoPE positions computed per token equal transformers' ``get_rope_index`` (its three forms) on ragged,
+padded batches of images and videos, a traced rope index and a traced split-then-concatenate of packed features
+run other image counts with eager's numbers, and the patches are restored after tracing."""
+
+from __future__ import annotations
+
+import random
+import types
+from typing import Any
+
+import pytest
+import torch
+
+from hub_export.configs import ExportConfig
+from hub_export.export.trace import trace
+from hub_export.patches.multimodal import (
+    features_kept_whole,
+    rope_index_qwen2,
+    rope_index_qwen2_5,
+    rope_index_qwen3,
+)
+
+
+def _owner(cls: type) -> types.SimpleNamespace:
+    """What ``get_rope_index`` reads of ``self``: the vision config and ``get_vision_position_ids``."""
+    vision = types.SimpleNamespace(spatial_merge_size=2, tokens_per_second=3)
+    owner = types.SimpleNamespace(config=types.SimpleNamespace(vision_config=vision))
+    owner.get_vision_position_ids = lambda *args, **kwargs: cls.get_vision_position_ids(owner, *args, **kwargs)
+    return owner
+
+
+def _prompts(rng: random.Random, frames_apart: bool) -> tuple[torch.Tensor, ...]:
+    """Rows of text with images (type 1) and videos (type 2), odd rows left-padded; Qwen3-VL prompts put text (a
+    timestamp) between a video's frames."""
+    rows: list[list[int]] = []
+    images: list[list[int]] = []
+    videos: list[list[int]] = []
+    for _ in range(rng.randint(1, 3)):
+        tokens = [0] * rng.randint(1, 3)
+        for _ in range(rng.randint(1, 3)):
+            t, h, w = rng.randint(1, 3), 2 * rng.randint(1, 3), 2 * rng.randint(1, 3)
+            if rng.random() < 0.5:
+                images.append([1, h, w])
+                tokens += [1] * (h * w // 4)
+            else:
+                videos.append([t, h, w])
+                frame = [2] * (h * w // 4)
+                tokens += sum(([*frame, 0] for _ in range(t)), []) if frames_apart else frame * t
+            tokens += [0] * rng.randint(1, 2)
+        rows.append(tokens)
+    length = max(map(len, rows)) + 1
+    types_ = torch.zeros(len(rows), length, dtype=torch.long)
+    mask = torch.zeros_like(types_)
+    for i, tokens in enumerate(rows):
+        pad = length - len(tokens) if i % 2 else 0
+        types_[i, pad : pad + len(tokens)] = torch.tensor(tokens)
+        mask[i, pad : pad + len(tokens)] = 1
+    grids = (torch.tensor(images) if images else None, torch.tensor(videos) if videos else None)
+    return torch.zeros_like(types_), types_, mask, *grids
+
+
+@pytest.mark.parametrize("form", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+def test_rope_index_equals_transformers(form: str) -> None:
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
+
+    cls, replacement = {
+        "qwen2_vl": (Qwen2VLModel, rope_index_qwen2),
+        "qwen2_5_vl": (Qwen2_5_VLModel, rope_index_qwen2_5),
+        "qwen3_vl": (Qwen3VLModel, rope_index_qwen3),
+    }[form]
+    original, owner = cls.get_rope_index, _owner(cls)
+    patched = replacement(original)
+    rng = random.Random(form)
+    for trial in range(12):
+        ids, types_, mask, images, videos = _prompts(rng, frames_apart=form == "qwen3_vl")
+        grids = {"image_grid_thw": images, "video_grid_thw": videos}
+        if form == "qwen2_5_vl" and videos is not None and trial % 2:
+            grids["second_per_grid_ts"] = torch.rand(len(videos)) * 2
+        copies = {k: v.clone() if v is not None else None for k, v in grids.items()}  # Qwen3-VL edits its grid
+        expected = original(owner, ids, mm_token_type_ids=types_, attention_mask=mask, **copies)
+        got = patched(owner, ids, types_, attention_mask=mask, **grids)
+        for value, reference in zip(got, expected):
+            assert value.dtype == reference.dtype and torch.equal(value, reference)
+
+
+def _text_side() -> torch.nn.Module:
+    """A ``Qwen2VLModel`` (so the rope-index patch applies) reduced to its text side: the rope index, and packed
+    features split per image and concatenated again (``get_image_features`` and its caller, a linear 'encoder')."""
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
+
+    class TextSide(Qwen2VLModel):
+        def __init__(self) -> None:
+            torch.nn.Module.__init__(self)
+            self.config = _owner(Qwen2VLModel).config
+            self.proj = torch.nn.Linear(6, 5)
+
+        def get_image_features(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> Any:
+            outputs = types.SimpleNamespace(pooler_output=self.proj(pixel_values), deepstack=[pixel_values.sin()])
+            split_sizes = (image_grid_thw.prod(-1) // 4).tolist()
+            outputs.pooler_output = torch.split(outputs.pooler_output, split_sizes)
+            outputs.deepstack = [torch.split(feature, split_sizes) for feature in outputs.deepstack]  # Qwen3-VL's
+            return outputs
+
+        def forward(
+            self, input_ids: Any, mm_token_type_ids: Any, image_grid_thw: Any, attention_mask: Any, pixel_values: Any
+        ) -> tuple[torch.Tensor, ...]:
+            outputs = self.get_image_features(pixel_values, image_grid_thw)
+            features = torch.cat(outputs.pooler_output, dim=0) + torch.cat(outputs.deepstack[0], dim=0)[:, :5]
+            positions = self.get_rope_index(input_ids, mm_token_type_ids, image_grid_thw, attention_mask=attention_mask)
+            return (*positions, features)
+
+    return TextSide().eval()
+
+
+def _prompts_with_images(batch: int, images_per_row: int, text: int) -> dict[str, torch.Tensor]:
+    """Rows of text and images (image ``i`` of a row: a 2 x 4(i+1) grid, 2(i+1) tokens), all rows but the first
+    left-padded."""
+    row: list[int] = []
+    for i in range(images_per_row):
+        row += [0] * (text + i) + [1] * (i + 1) * 2
+    row += [0] * text
+    types_ = torch.tensor([row] * batch)
+    grid = torch.tensor([[1, 2, 4 * (i + 1)] for i in range(images_per_row)] * batch)
+    mask = torch.ones_like(types_)
+    mask[1:, :2] = 0
+    rows = int(grid.prod(-1).sum()) // 4
+    return {
+        "input_ids": torch.zeros_like(types_),
+        "mm_token_type_ids": types_,
+        "image_grid_thw": grid,
+        "attention_mask": mask,
+        "pixel_values": torch.randn(rows, 6, generator=torch.Generator().manual_seed(rows)),
+    }
+
+
+def test_traced_text_side_runs_other_image_counts_and_batches() -> None:
+    model = _text_side()
+    cls = type(model)
+    rope_index, features = cls.get_rope_index, cls.get_image_features
+    traced = trace(model, _prompts_with_images(2, 2, 3), ExportConfig(dynamic=True))
+    assert not traced.signature.constants and all(d.min != d.max for d in traced.signature.dims.values())
+    assert cls.get_rope_index is rope_index and cls.get_image_features is features  # restored after tracing
+    program = traced.program.module()
+    with torch.no_grad():
+        for batch, images, text in ((3, 3, 2), (1, 1, 5), (2, 4, 2)):
+            inputs = _prompts_with_images(batch, images, text)
+            got, expected = program(*inputs.values()), model(**inputs)
+            assert all(torch.equal(g, e) for g, e in zip(got, expected))
+    with features_kept_whole(model) as applied:
+        assert applied == 1
+        assert len(model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"]).pooler_output) == 1
+    with features_kept_whole(torch.nn.Linear(2, 2)) as applied:
+        assert applied == 0
+    with features_kept_whole(torch.nn.Sequential(model, _ReturnsPieces())) as applied:
+        assert applied == 0  # the pieces are outputs: one per image, left as they are
+
+
+class _ReturnsPieces(torch.nn.Module):
+    """A forward returning the per-image pieces (MiniMax-M3-VL's ``image_hidden_states``)."""
+
+    def forward(self, outputs: Any) -> Any:
+        return types.SimpleNamespace(image_hidden_states=outputs.pooler_output)
