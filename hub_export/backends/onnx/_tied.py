@@ -34,7 +34,7 @@ def tied_tables(model: Any, block_size: int) -> list[tuple[str, str]]:
     import numpy as np
     import onnx_ir as ir
 
-    from ._weights import TransposedTensor, is_transposed
+    from ._weights import TransposedTensor, is_transposed, unique_initializer_name
 
     graph = model.graph
     tables: dict[Any, Any] = {}
@@ -53,7 +53,7 @@ def tied_tables(model: Any, block_size: int) -> list[tuple[str, str]]:
         weight = _projection_of(node, tables)
         if weight is not None:  # the table itself, transposed at run time: a MatMul by its transposed copy
             tensor = weight.const_value
-            name = _unique(graph, f"{weight.name}.T")
+            name = unique_initializer_name(graph, f"{weight.name}.T")
             transposed = TransposedTensor(tensor, (1, 0), name)
             copy = ir.Value(name=name, const_value=transposed)
             copy.shape, copy.type = transposed.shape, ir.TensorType(tensor.dtype)
@@ -103,14 +103,6 @@ def _projection_of(node: Any, tables: dict[Any, Any]) -> Any:
         if (perm is None or tuple(perm.as_ints()) == (1, 0)) and producer.inputs[0] in tables:
             return producer.inputs[0]
     return None
-
-
-def _unique(graph: Any, name: str) -> str:
-    candidate, n = name, 0
-    while candidate in graph.initializers:
-        n += 1
-        candidate = f"{name}{n}"
-    return candidate
 
 
 def share_tied_tables(path: Path, pairs: list[tuple[str, str]]) -> int:

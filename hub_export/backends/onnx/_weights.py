@@ -33,6 +33,7 @@ __all__ = [
     "keep_large_weights",
     "large_initializers",
     "tensor_key",
+    "unique_initializer_name",
     "write_programs",
     "zero_copy_array",
 ]
@@ -116,7 +117,7 @@ def fold_weight_transposes(model: Any) -> int:
             continue
         attribute = node.attributes.get("perm")
         perm = tuple(attribute.as_ints()) if attribute is not None else tuple(reversed(range(len(tensor.shape))))
-        name = _unique(graph, f"{source.name}.T")
+        name = unique_initializer_name(graph, f"{source.name}.T")
         transposed = TransposedTensor(tensor, perm, name)
         value = ir.Value(name=name, const_value=transposed)
         value.shape, value.type = transposed.shape, ir.TensorType(tensor.dtype)
@@ -128,7 +129,8 @@ def fold_weight_transposes(model: Any) -> int:
     return folded
 
 
-def _unique(graph: Any, name: str) -> str:
+def unique_initializer_name(graph: Any, name: str) -> str:
+    """``name``, or ``name`` with the first number appended that no initializer of ``graph`` uses yet."""
     candidate, n = name, 0
     while candidate in graph.initializers:
         n += 1
