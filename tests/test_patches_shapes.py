@@ -1,14 +1,18 @@
 """hub_export.patches.shapes: torch's export constraint solver no longer ends an export on the guard of a nested
-integer division (MobileViTV2's conv strides, pytorch/pytorch#131897); the guard itself is left to the dims."""
+integer division (MobileViTV2's conv strides, pytorch/pytorch#131897); the guard itself is left to the dims.
+hub_export.patches.lengths: ``len(tensor)`` no longer pins the first axis (pytorch/pytorch#185804)."""
 
 from __future__ import annotations
 
 import pytest
 import sympy
+import torch
 from torch._dynamo.source import LocalSource
+from torch.export import Dim
 from torch.fx.experimental.symbolic_shapes import DimConstraints
 from torch.utils._sympy.functions import FloorDiv
 
+from hub_export.patches.lengths import tensor_len_symbolic
 from hub_export.patches.shapes import unsolvable_guards_dropped
 
 
@@ -29,3 +33,31 @@ def test_a_nested_division_guard_no_longer_ends_the_export() -> None:
     with unsolvable_guards_dropped():
         _solve_stride_guard()
     assert DimConstraints.add is original  # restored
+
+
+class _Batched(torch.nn.Module):
+    """``batch_size = len(source_flatten)`` as in the RT-DETR family's forward."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch_size = len(x)
+        return x.reshape(batch_size, -1).sum(-1) + len([1, 2])
+
+
+def test_len_of_a_tensor_keeps_the_batch_dynamic() -> None:
+    model, sample = _Batched(), torch.randn(2, 3, 4)
+    shapes = ({0: Dim.AUTO},)
+    pinned = torch.export.export(model, (sample,), dynamic_shapes=shapes, strict=False)
+    assert _placeholder_shape(pinned)[0] == 2  # the upstream bug (pytorch/pytorch#185804), still there
+    with tensor_len_symbolic(model, packages=(__name__,)) as patched:
+        program = torch.export.export(model, (sample,), dynamic_shapes=shapes, strict=False)
+    assert patched == 1 and "len" not in globals()  # restored: the builtin again
+    assert not isinstance(_placeholder_shape(program)[0], int)
+    other = torch.randn(5, 3, 4)
+    torch.testing.assert_close(program.module()(other), model(other), rtol=0, atol=0)
+
+
+def _placeholder_shape(program: torch.export.ExportedProgram) -> tuple:
+    node = next(n for n in program.graph.nodes if n.op == "placeholder")
+    return tuple(
+        int(s) if isinstance(s, int) or s.node.maybe_as_int() is not None else s for s in node.meta["val"].shape
+    )

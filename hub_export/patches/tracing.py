@@ -4,6 +4,8 @@
 * :func:`decode_attention_without_kv_copies` — transformers' SDPA repeats the KV cache in traced GQA decode steps.
 * :func:`~hub_export.patches.modeling.symbolic_sizes` — transformers' modeling code that pins a dynamic axis
   (a Python list or loop over a size), rewritten on tensors for the models that use it.
+* :func:`~hub_export.patches.lengths.tensor_len_symbolic` — ``len(tensor)`` in transformers' modeling code pins the
+  first axis (pytorch/pytorch#185804): traced as ``tensor.shape[0]``.
 * :func:`~hub_export.patches.vision_grid.grid_as_input` — grid-driven vision encoders (the Qwen2-VL family): their
   position ids, attention segments and windows computed per patch, so the image grid stays an input.
 * :func:`~hub_export.patches.multimodal.features_kept_whole` — multimodal models that split the encoder's packed
@@ -28,6 +30,7 @@ from typing import Any
 
 from ..errors import PatchTargetMissing
 from ._base import patch_attribute
+from .lengths import tensor_len_symbolic
 from .masks import causal_mask_skip_kept
 from .modeling import symbolic_sizes
 from .multimodal import features_kept_whole
@@ -222,6 +225,7 @@ def tracing_patches(
             stack.enter_context(experts_as_standard_ops(model, experts))
             if dynamic:
                 stack.enter_context(symbolic_sizes(model))
+                stack.enter_context(tensor_len_symbolic(model))
                 if grid:
                     stack.enter_context(grid_as_input(model))
                     stack.enter_context(features_kept_whole(model))
