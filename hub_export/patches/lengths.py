@@ -1,4 +1,9 @@
-"""``len(tensor)`` traced as the tensor's symbolic first size, not as the sample's integer.
+"""Python size arithmetic of modeling code traced on symbolic sizes, not on the sample's integers.
+
+* :func:`tensor_len_symbolic`: ``len(tensor)``.
+* :func:`size_division_symbolic`: ``torch.div(size, n, rounding_mode=...)`` on sizes.
+
+``len(tensor)``
 
 Python's ``len()`` must return an ``int``: CPython converts whatever ``Tensor.__len__`` returns with ``__index__``,
 so under non-strict ``torch.export`` ``len(x)`` on a tensor whose first axis is dynamic turns the symbolic size into
@@ -15,6 +20,16 @@ pins the batch of every detector built on it.
 upstream's fix, which swaps ``builtins.len`` everywhere, it is scoped to the transformers modules defining the
 traced model's classes (a module-global ``len`` that shadows the builtin, removed after the block), so torch's own
 code keeps the builtin. Retire it when the pinned torch includes pytorch/pytorch#185804.
+
+``torch.div`` on sizes
+    Longformer-style sliding-window attention divides sizes with ``torch.div(seq_len, window_overlap,
+    rounding_mode="trunc")`` (``_chunk`` and ``_sliding_chunks_query_key_matmul`` in
+    transformers/models/longformer/modeling_longformer.py and its copy in LED). On Python ints that returns a 0-d
+    tensor, which eager turns back into an int where it becomes a size; while tracing, the symbolic size becomes a
+    tensor and reading it back as a size is a data-dependent value (``GuardOnDataDependentSymNode: Could not guard
+    on data-dependent expression 4*u1 < 8``: ``torch.div`` has no integer overload, its operands become a tensor). :func:`size_division_symbolic` computes ``size // n`` instead when a call from the traced model's modules
+    divides a symbolic size by an integer (the same integer eager reads back; plain ints and tensors keep
+    ``torch.div``).
 """
 
 from __future__ import annotations
@@ -25,7 +40,13 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["tensor_len_symbolic"]
+__all__ = ["size_division_symbolic", "tensor_len_symbolic"]
+
+
+def _model_modules(model: Any, packages: tuple[str, ...]) -> list[Any]:
+    """The imported modules under ``packages`` that define the classes of ``model``'s submodules."""
+    names = {type(m).__module__ for m in model.modules()} if hasattr(model, "modules") else set()
+    return [sys.modules[name] for name in sorted(names) if name.startswith(packages) and name in sys.modules]
 
 
 def _length(obj: Any, /) -> Any:
@@ -60,3 +81,41 @@ def tensor_len_symbolic(model: Any, packages: tuple[str, ...] = ("transformers."
     finally:
         for module in modules:
             vars(module).pop("len", None)
+
+
+@contextlib.contextmanager
+def size_division_symbolic(model: Any, packages: tuple[str, ...] = ("transformers.",)) -> Iterator[int]:
+    """Inside the block, ``torch.div(a, b, rounding_mode="trunc" | "floor")`` called from the modules defining
+    ``model``'s classes (under ``packages``) with integer operands, one of them a ``SymInt``, returns ``a // b``
+    (see the module docstring); every other call is ``torch.div``'s.
+
+    Yields:
+        How many modules the patch covers.
+    """
+    import torch
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    from ._base import patch_attribute
+
+    original = torch.div
+    covered = {module.__name__ for module in _model_modules(model, packages)}
+
+    def div(a: Any, b: Any, *args: Any, rounding_mode: str | None = None, **kwargs: Any) -> Any:
+        integers = isinstance(a, (int, torch.SymInt)) and isinstance(b, (int, torch.SymInt))
+        if (
+            integers
+            and not args
+            and not kwargs
+            and (isinstance(a, torch.SymInt) or isinstance(b, torch.SymInt))
+            and (
+                rounding_mode == "floor"
+                or (rounding_mode == "trunc" and statically_known_true(a >= 0) and statically_known_true(b > 0))
+            )
+            and sys._getframe(1).f_globals.get("__name__") in covered
+        ):
+            return a // b
+        return original(a, b, *args, rounding_mode=rounding_mode, **kwargs)
+
+    reason = "torch.div on symbolic sizes becomes a data-dependent tensor (modeling_longformer.py _chunk)"
+    with patch_attribute(torch, "div", div, reason=reason):
+        yield len(covered)
