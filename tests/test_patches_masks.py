@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from hub_export import DynamoConfig, DynamoExporter
-from hub_export.patches.masks import causal_mask_skip_kept
+from hub_export.patches.masks import causal_mask_skip_kept, no_padding_mask_skipped
 
 
 def _aimv2_text() -> torch.nn.Module:
@@ -66,3 +66,30 @@ def test_only_non_causal_sdpa_models_are_patched() -> None:
     model.config._attn_implementation = "eager"  # eager attention never skips the mask: nothing to keep
     with causal_mask_skip_kept(model) as patched:
         assert patched == 0
+
+
+class _NoPaddingMask(torch.nn.Module):
+    """An encoder layer's mask call with no padding mask: eager gets None (nothing to mask)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from transformers import PretrainedConfig
+
+        self.config = PretrainedConfig()
+        self.config._attn_implementation = "sdpa"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from transformers.masking_utils import create_bidirectional_mask
+
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=x, attention_mask=None)
+        return x * 2 if mask is None else x
+
+
+def test_no_padding_mask_is_skipped_while_exporting_as_in_eager() -> None:
+    model, x = _NoPaddingMask(), torch.randn(2, 5, 4)
+    assert torch.equal(model(x), x * 2)  # eager skips the mask
+    traced = torch.export.export(model, (x,), strict=False).module()
+    assert torch.equal(traced(x), x)  # the upstream behaviour: an all-True mask built while exporting
+    with no_padding_mask_skipped():
+        traced = torch.export.export(model, (x,), strict=False).module()
+    assert torch.equal(traced(x), x * 2)

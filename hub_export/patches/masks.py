@@ -14,6 +14,15 @@ The select is made where the mask is consumed, in ``sdpa_attention_forward`` (in
 reads the call's own ``is_causal`` before the module's: a model whose modules say ``is_causal=False`` but whose
 encoder passes ``is_causal=True`` (CLIP's and OWL-ViT's text towers) runs causally in eager either way, so its
 causal mask is kept as built; only a call that resolves to non-causal takes the select.
+
+:func:`no_padding_mask_skipped`: ``create_bidirectional_mask`` called without a padding mask returns None in eager
+(``_ignore_bidirectional_mask_sdpa``: nothing to mask) but, while exporting, refuses every skip
+(``is_torchdynamo_exporting()``, to avoid reading a mask's values) and builds an all-True mask although there are no
+values to read. Most attention modules ignore such a mask; Autoformer's and Informer's do not (their attention
+views the scores by the mask's key length, which their auto-correlation / ProbSparse attention changed:
+``Attention mask should be of size (b, 1, 2, 2), but is (b, 1, 4, 4)``, transformers/models/informer/
+modeling_informer.py ``InformerProbSparseAttention``), so the export failed where eager runs. The patch skips the
+mask while exporting too when no padding mask was given and no local window applies: a decision on no values.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ from typing import Any
 
 from ._base import patch_attribute
 
-__all__ = ["causal_mask_skip_kept"]
+__all__ = ["causal_mask_skip_kept", "no_padding_mask_skipped"]
 
 _REASON = "create_causal_mask skipped on an all-ones mask under is_causal=False (cf. huggingface/transformers#42820)"
 
@@ -101,3 +110,21 @@ def causal_mask_skip_kept(model: Any) -> Iterator[int]:
             selected = {**functions, "sdpa": _selected(functions["sdpa"], skips)}
             stack.enter_context(patch_attribute(AttentionInterface, "_global_mapping", selected, reason=_REASON))
         yield len(targets)
+
+
+@contextlib.contextmanager
+def no_padding_mask_skipped() -> Iterator[None]:
+    """Inside the block, a bidirectional mask with no padding mask and no local window is skipped as in eager (see
+    the module docstring)."""
+    from transformers import masking_utils
+
+    original = masking_utils._ignore_bidirectional_mask_sdpa
+
+    def ignore(padding_mask: Any, kv_length: Any, local_attention_size: Any = None) -> Any:
+        if padding_mask is None and local_attention_size is None:
+            return True
+        return original(padding_mask, kv_length, local_attention_size)
+
+    reason = "create_bidirectional_mask builds an all-True mask while exporting without a padding mask"
+    with patch_attribute(masking_utils, "_ignore_bidirectional_mask_sdpa", ignore, reason=reason):
+        yield

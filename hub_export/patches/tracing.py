@@ -12,7 +12,9 @@
 * :func:`~hub_export.patches.multimodal.features_kept_whole` — multimodal models that split the encoder's packed
   features per image (a Python list as long as the image count) only to concatenate them again keep them whole.
 * :func:`~hub_export.patches.masks.causal_mask_skip_kept` — a causal mask that eager skips on an all-ones mask
-  under ``is_causal=False`` attention (a branch on the mask's values), traced as eager's select.
+  under ``is_causal=False`` attention (a branch on the mask's values), traced as eager's select;
+  :func:`~hub_export.patches.masks.no_padding_mask_skipped` — a bidirectional mask with no padding mask skipped as
+  in eager.
 * :func:`~hub_export.patches.shapes.unsolvable_guards_dropped` — torch's export constraint solver crashes on the
   guards of nested integer divisions (pytorch/pytorch#131897); they stay guards, read as ``multiple_of`` bounds.
 * :func:`experts_as_standard_ops` — transformers' mixture-of-experts layers (``@use_experts_implementation``)
@@ -32,7 +34,7 @@ from typing import Any
 from ..errors import PatchTargetMissing
 from ._base import patch_attribute
 from .lengths import size_division_symbolic, tensor_len_symbolic
-from .masks import causal_mask_skip_kept
+from .masks import causal_mask_skip_kept, no_padding_mask_skipped
 from .modeling import symbolic_sizes
 from .multimodal import features_kept_whole
 from .shapes import unsolvable_guards_dropped
@@ -232,6 +234,7 @@ def tracing_patches(
                     stack.enter_context(grid_as_input(model))
                     stack.enter_context(features_kept_whole(model))
             stack.enter_context(causal_mask_skip_kept(model))
+        stack.enter_context(no_padding_mask_skipped())
         stack.enter_context(decode_attention_without_kv_copies())
         stack.enter_context(distribution_checks_skipped())
         yield
