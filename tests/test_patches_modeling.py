@@ -4,6 +4,8 @@ patches are restored after tracing and refuse to run silently when their target 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from torch.export import Dim
@@ -211,6 +213,35 @@ def test_recurrences_trace_as_while_loop_where_a_format_asks() -> None:
             torch.testing.assert_close(got, want, rtol=0, atol=0)
     with pytest.raises(ValueError, match="scan"), recurrences_as("for"):
         pass
+
+
+def test_rwkv_wkv_step_is_upstreams(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RWKV's WKV recurrence (``rwkv_linear_attention_cpu``, a Python loop over the sequence) written as a step for
+    :func:`~hub_export.patches.recurrence.over_time` (whose export keeps the sequence: the test above) gives
+    upstream's outputs and state, with and without a given state. The step runs under a Python loop here: torch's
+    eager ``scan`` compiles its body (slow), and the loop operators are tested above."""
+    from transformers.models.rwkv.modeling_rwkv import rwkv_linear_attention_cpu
+
+    from hub_export.patches import recurrence
+    from hub_export.patches.recurrence import rwkv_wkv_scan
+
+    def loop(step: Any, init: list, xs: list, consts: list = ()) -> tuple[list, list]:
+        carry, ys = list(init), []
+        for t in range(xs[0].shape[0]):
+            carry, y = step(carry, [x[t] for x in xs], list(consts))
+            ys.append(y)
+        return carry, [torch.stack(column) for column in zip(*ys)]
+
+    monkeypatch.setattr(recurrence, "over_time", loop)
+
+    torch.manual_seed(0)
+    decay, first, key, value = torch.randn(4), torch.randn(4), torch.randn(2, 5, 4), torch.randn(2, 5, 4)
+    want = rwkv_linear_attention_cpu(decay, first, key, value, return_state=True)
+    got = rwkv_wkv_scan(rwkv_linear_attention_cpu)(decay, first, key, value, return_state=True)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    state = [s * 0.5 for s in want[1]]
+    got = rwkv_wkv_scan(rwkv_linear_attention_cpu)(decay, first, key, value, state=state)
+    torch.testing.assert_close(got, rwkv_linear_attention_cpu(decay, first, key, value, state=state), rtol=0, atol=0)
 
 
 def test_patches_apply_only_to_models_holding_their_class() -> None:

@@ -33,6 +33,8 @@ type that is not used costs nothing, and a class or method that is gone raises `
   modules copying it, three forms): M-RoPE positions from ``itertools.groupby`` over each row's token types and a loop
   over the images pin the batch, the sequence and the image count; the patch computes them per token
   (:func:`~hub_export.patches.multimodal.mrope_positions`).
+* ``rwkv_linear_attention_cpu`` (transformers/models/rwkv/modeling_rwkv.py, patched where the model holds
+  ``RwkvSelfAttention``): its loop over the sequence runs under ``scan`` / ``while_loop``.
 * ``torch.nn.LSTM.forward`` (torch/nn/modules/rnn.py): ``aten.lstm`` is a composite op that torch.export decomposes
   into one cell per time step at the traced length; the patch runs each layer's cell under ``scan`` / ``while_loop``.
 """
@@ -50,7 +52,7 @@ from ._base import patch_attribute
 from .audio_codecs import CONV_PADDING_CLASSES, conv1d_padded_on_integers, encodec_encode_one_chunk
 from .experts import longcat_experts, step3p7_experts
 from .multimodal import rope_index_qwen2, rope_index_qwen2_5, rope_index_qwen3
-from .recurrence import lstm_forward, mamba_selective_scan, rglru_scan
+from .recurrence import lstm_forward, mamba_selective_scan, rglru_scan, rwkv_wkv_scan
 
 __all__ = ["ModelingPatch", "MODELING_PATCHES", "symbolic_sizes"]
 
@@ -198,6 +200,14 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
             ("cosmos3_edge", "Cosmos3EdgeModel", rope_index_qwen3),
             ("cohere_compass", "CohereCompassModel", rope_index_qwen3),
         )
+    ),
+    ModelingPatch(
+        "transformers.models.rwkv.modeling_rwkv",
+        "",
+        "rwkv_linear_attention_cpu",
+        rwkv_wkv_scan,
+        "RWKV's WKV attention without its CUDA kernel loops over the sequence in Python, pinning it",
+        holder="RwkvSelfAttention",
     ),
     ModelingPatch(
         "torch.nn.modules.rnn",

@@ -22,6 +22,8 @@ them to models holding the owning class):
 * ``torch.nn.LSTM.forward``: ``aten.lstm`` is a composite op, decomposed into one cell per time step while tracing.
 * ``RecurrentGemmaRglru._rnn_scan`` (transformers/models/recurrent_gemma/modeling_recurrent_gemma.py): the RG-LRU's
   linear mode loops over the sequence.
+* ``rwkv_linear_attention_cpu`` (transformers/models/rwkv/modeling_rwkv.py): RWKV's WKV attention without its CUDA
+  kernel loops over the sequence.
 """
 
 from __future__ import annotations
@@ -31,7 +33,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["LOOP_OPERATORS", "lstm_forward", "mamba_selective_scan", "over_time", "recurrences_as", "rglru_scan"]
+__all__ = [
+    "LOOP_OPERATORS",
+    "lstm_forward",
+    "mamba_selective_scan",
+    "over_time",
+    "recurrences_as",
+    "rglru_scan",
+    "rwkv_wkv_scan",
+]
 
 #: the control-flow operators a recurrence may be traced with
 LOOP_OPERATORS = ("scan", "while_loop")
@@ -239,3 +249,47 @@ def rglru_scan(original: Callable[..., Any]) -> Callable[..., Any]:
         return states.movedim(0, 1), final[0]
 
     return rnn_scan
+
+
+def rwkv_wkv_scan(original: Callable[..., Any]) -> Callable[..., Any]:
+    """RWKV's ``rwkv_linear_attention_cpu`` (transformers/models/rwkv/modeling_rwkv.py, the path without its CUDA
+    kernel) with its loop over time as :func:`over_time`: the same numerically stable WKV step (a running maximum
+    beside the numerator and denominator states) on the same values."""
+
+    def linear_attention(
+        time_decay: Any, time_first: Any, key: Any, value: Any, state: Any = None, return_state: bool = False
+    ) -> Any:
+        import torch
+
+        if state is None:
+            zeros = torch.zeros_like(key[:, 0], dtype=torch.float32)
+            num_state, den_state, max_state = zeros, zeros.clone(), zeros - 1e38
+        else:
+            num_state, den_state, max_state = (s.clone() for s in state)
+        decay = -torch.exp(time_decay)
+
+        def step(carry: list[Any], x: list[Any], consts: list[Any]) -> tuple[list[Any], list[Any]]:
+            num, den, top = carry
+            current_key, current_value = x[0].float(), x[1]
+            first, decayed = consts
+            max_for_output = torch.maximum(top, current_key + first)
+            e1 = torch.exp(top - max_for_output)
+            e2 = torch.exp(current_key + first - max_for_output)
+            output = ((e1 * num + e2 * current_value) / (e1 * den + e2)).to(key.dtype)
+            max_for_state = torch.maximum(top + decayed, current_key)
+            e1 = torch.exp(top + decayed - max_for_state)
+            e2 = torch.exp(current_key - max_for_state)
+            return [e1 * num + e2 * current_value, e1 * den + e2, max_for_state.clone()], [output]
+
+        (num_state, den_state, max_state), (outputs,) = over_time(
+            step,
+            [num_state, den_state, max_state],
+            [key.movedim(1, 0), value.movedim(1, 0)],
+            [time_first.clone(), decay],
+        )
+        output = outputs.movedim(0, 1)
+        if return_state or state is not None:
+            return output, [num_state, den_state, max_state]
+        return output, None
+
+    return linear_attention
