@@ -2,6 +2,7 @@
 
 * :func:`tensor_len_symbolic`: ``len(tensor)``.
 * :func:`size_division_symbolic`: ``torch.div(size, n, rounding_mode=...)`` on sizes.
+* :func:`conv_length_symbolic`: transformers' ``conv1d_output_length`` (``int()`` of a true division).
 
 ``len(tensor)``
 
@@ -30,6 +31,15 @@ code keeps the builtin. Retire it when the pinned torch includes pytorch/pytorch
     on data-dependent expression 4*u1 < 8``: ``torch.div`` has no integer overload, its operands become a tensor). :func:`size_division_symbolic` computes ``size // n`` instead when a call from the traced model's modules
     divides a symbolic size by an integer (the same integer eager reads back; plain ints and tensors keep
     ``torch.div``).
+
+``conv1d_output_length``
+    ``transformers.audio_utils.conv1d_output_length`` computes a convolution's output length as
+    ``int((length + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1)``: a true division then ``int()``,
+    which turns a symbolic length into the sample's integer (``Eq(TruncToInt(...), 4000)``), pinning the audio
+    length of XCodec (``XcodecModel.encode`` compares it with its semantic branch's length to decide on padding) and
+    the Higgs Audio v2 tokenizer. :func:`conv_length_symbolic` computes the same length with integer floor division
+    for a symbolic length (equal whenever the length is valid, i.e. the numerator is not negative), in
+    ``audio_utils`` and the modules that imported the function.
 """
 
 from __future__ import annotations
@@ -40,7 +50,9 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["size_division_symbolic", "tensor_len_symbolic"]
+from ._base import patch_attribute
+
+__all__ = ["conv_length_symbolic", "size_division_symbolic", "tensor_len_symbolic"]
 
 
 def _model_modules(model: Any, packages: tuple[str, ...]) -> list[Any]:
@@ -95,8 +107,6 @@ def size_division_symbolic(model: Any, packages: tuple[str, ...] = ("transformer
     import torch
     from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-    from ._base import patch_attribute
-
     original = torch.div
     covered = {module.__name__ for module in _model_modules(model, packages)}
 
@@ -119,3 +129,33 @@ def size_division_symbolic(model: Any, packages: tuple[str, ...] = ("transformer
     reason = "torch.div on symbolic sizes becomes a data-dependent tensor (modeling_longformer.py _chunk)"
     with patch_attribute(torch, "div", div, reason=reason):
         yield len(covered)
+
+
+@contextlib.contextmanager
+def conv_length_symbolic(model: Any, packages: tuple[str, ...] = ("transformers.",)) -> Iterator[int]:
+    """Inside the block, ``conv1d_output_length(module, length)`` of a symbolic length is computed with ``//`` (see
+    the module docstring) in ``transformers.audio_utils`` and the modules defining ``model``'s classes that imported
+    it; a Python int keeps upstream's computation.
+
+    Yields:
+        How many modules were patched (0: transformers has no such function, or no module of the model uses it).
+    """
+    audio_utils = sys.modules.get("transformers.audio_utils")
+    original = getattr(audio_utils, "conv1d_output_length", None)
+    users = [m for m in _model_modules(model, packages) if vars(m).get("conv1d_output_length") is original]
+    if original is None or not users:
+        yield 0
+        return
+
+    def conv1d_output_length(module: Any, input_length: Any) -> Any:
+        if isinstance(input_length, int):
+            return original(module, input_length)
+        span = module.dilation[0] * (module.kernel_size[0] - 1)
+        return (input_length + 2 * module.padding[0] - span - 1) // module.stride[0] + 1
+
+    with contextlib.ExitStack() as stack:
+        for owner in [audio_utils, *users]:
+            stack.enter_context(
+                patch_attribute(owner, "conv1d_output_length", conv1d_output_length, reason="int() of a size")
+            )
+        yield len(users)

@@ -6,7 +6,8 @@
   (a Python list or loop over a size), rewritten on tensors for the models that use it.
 * :func:`~hub_export.patches.lengths.tensor_len_symbolic` — ``len(tensor)`` in transformers' modeling code pins the
   first axis (pytorch/pytorch#185804): traced as ``tensor.shape[0]``; ``torch.div`` on symbolic sizes
-  (:func:`~hub_export.patches.lengths.size_division_symbolic`) as ``//``.
+  (:func:`~hub_export.patches.lengths.size_division_symbolic`) and transformers' ``conv1d_output_length``
+  (:func:`~hub_export.patches.lengths.conv_length_symbolic`) as ``//``.
 * :func:`~hub_export.patches.vision_grid.grid_as_input` — grid-driven vision encoders (the Qwen2-VL family): their
   position ids, attention segments and windows computed per patch, so the image grid stays an input.
 * :func:`~hub_export.patches.multimodal.features_kept_whole` — multimodal models that split the encoder's packed
@@ -33,7 +34,7 @@ from typing import Any
 
 from ..errors import PatchTargetMissing
 from ._base import patch_attribute
-from .lengths import size_division_symbolic, tensor_len_symbolic
+from .lengths import conv_length_symbolic, size_division_symbolic, tensor_len_symbolic
 from .masks import causal_mask_skip_kept, no_padding_mask_skipped
 from .modeling import symbolic_sizes
 from .multimodal import features_kept_whole
@@ -230,6 +231,7 @@ def tracing_patches(
                 stack.enter_context(symbolic_sizes(model))
                 stack.enter_context(tensor_len_symbolic(model))
                 stack.enter_context(size_division_symbolic(model))
+                stack.enter_context(conv_length_symbolic(model))
                 if grid:
                     stack.enter_context(grid_as_input(model))
                     stack.enter_context(features_kept_whole(model))
