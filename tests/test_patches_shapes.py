@@ -1,6 +1,6 @@
 """hub_export.patches.shapes: torch's export constraint solver no longer ends an export on the guard of a nested
 integer division (MobileViTV2's conv strides, pytorch/pytorch#131897); the guard itself is left to the dims.
-hub_export.patches.lengths: ``len(tensor)`` no longer pins the first axis (pytorch/pytorch#185804)."""
+hub_export.patches.lengths: ``len(tensor)`` and transformers' ``conv1d_output_length`` no longer pin an axis."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from torch._dynamo.source import LocalSource
 from torch.export import Dim
 from torch.fx.experimental.symbolic_shapes import DimConstraints
 from torch.utils._sympy.functions import FloorDiv
+from transformers.audio_utils import conv1d_output_length
 
-from hub_export.patches.lengths import tensor_len_symbolic
+from hub_export.patches.lengths import conv_length_symbolic, tensor_len_symbolic
 from hub_export.patches.shapes import unsolvable_guards_dropped
 
 
@@ -57,7 +58,31 @@ def test_len_of_a_tensor_keeps_the_batch_dynamic() -> None:
 
 
 def _placeholder_shape(program: torch.export.ExportedProgram) -> tuple:
-    node = next(n for n in program.graph.nodes if n.op == "placeholder")
+    name = program.graph_signature.user_inputs[0]
+    node = next(n for n in program.graph.nodes if n.name == name)
     return tuple(
         int(s) if isinstance(s, int) or s.node.maybe_as_int() is not None else s for s in node.meta["val"].shape
     )
+
+
+class _Strided(torch.nn.Module):
+    """XCodec's use: a convolution's output length from ``conv1d_output_length`` (``int()`` of a true division)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv1d(1, 1, kernel_size=3, stride=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[..., : conv1d_output_length(self.conv, x.shape[-1])] * 2
+
+
+def test_conv1d_output_length_keeps_the_length_dynamic() -> None:
+    model, sample = _Strided(), torch.randn(1, 1, 40)
+    shapes = ({2: Dim.AUTO},)
+    assert _placeholder_shape(torch.export.export(model, (sample,), dynamic_shapes=shapes))[2] == 40  # upstream
+    with conv_length_symbolic(model, packages=(__name__,)) as patched:
+        program = torch.export.export(model, (sample,), dynamic_shapes=shapes)
+    assert patched == 1 and conv1d_output_length.__module__ == "transformers.audio_utils"  # restored
+    assert not isinstance(_placeholder_shape(program)[2], int)
+    other = torch.randn(1, 1, 57)
+    torch.testing.assert_close(program.module()(other), model(other), rtol=0, atol=0)
