@@ -244,6 +244,32 @@ def test_rwkv_wkv_step_is_upstreams(monkeypatch: pytest.MonkeyPatch) -> None:
     torch.testing.assert_close(got, rwkv_linear_attention_cpu(decay, first, key, value, state=state), rtol=0, atol=0)
 
 
+def test_funnel_position_vectors_keep_the_sequence_dynamic() -> None:
+    """Funnel's relative-shift position vectors come from list(range(sequence)) (pinned before): the patch's
+    vectors are upstream's at every length upstream takes, and traced they follow the length."""
+    from transformers import FunnelConfig
+    from transformers.models.funnel.modeling_funnel import FunnelAttentionStructure
+
+    from hub_export.patches.modeling import _funnel_position_embeds
+
+    vectors = _funnel_position_embeds(FunnelAttentionStructure.get_position_embeds)
+    flat = lambda embeds: [t for pair in embeds for t in pair if t is not None]  # noqa: E731
+    for separate_cls, truncate_seq in ((True, True), (True, False), (False, False)):
+        config = FunnelConfig(d_model=8, block_sizes=[1, 1, 1], separate_cls=separate_cls, truncate_seq=truncate_seq)
+        structure = FunnelAttentionStructure(config).eval()
+        for length in (5, 7, 8, 11):
+            want = flat(structure.get_position_embeds(length, torch.float32, "cpu"))
+            torch.testing.assert_close(flat(vectors(structure, length, torch.float32, "cpu")), want, rtol=0, atol=0)
+
+    class Positions(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+            return flat(vectors(structure, x.shape[1], x.dtype, x.device))
+
+    program = torch.export.export(Positions(), (torch.zeros(1, 7),), dynamic_shapes=({1: Dim.AUTO},))
+    want = flat(structure.get_position_embeds(11, torch.float32, "cpu"))
+    torch.testing.assert_close(list(program.module()(torch.zeros(1, 11))), want, rtol=0, atol=0)
+
+
 def test_patches_apply_only_to_models_holding_their_class() -> None:
     class Plain(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -33,6 +33,9 @@ type that is not used costs nothing, and a class or method that is gone raises `
   modules copying it, three forms): M-RoPE positions from ``itertools.groupby`` over each row's token types and a loop
   over the images pin the batch, the sequence and the image count; the patch computes them per token
   (:func:`~hub_export.patches.multimodal.mrope_positions`).
+* ``FunnelAttentionStructure.get_position_embeds`` (transformers/models/funnel/modeling_funnel.py), relative-shift
+  attention: the positions of every block are a Python list built from ``list(range(seq_len))``, which pins the
+  sequence; the patch computes the same ``arange`` bounds from each block's first position, step and count.
 * ``rwkv_linear_attention_cpu`` (transformers/models/rwkv/modeling_rwkv.py, patched where the model holds
   ``RwkvSelfAttention``): its loop over the sequence runs under ``scan`` / ``while_loop``.
 * ``torch.nn.LSTM.forward`` (torch/nn/modules/rnn.py): ``aten.lstm`` is a composite op that torch.export decomposes
@@ -127,6 +130,58 @@ def _clvp_rotary(original: Callable[..., Any]) -> Callable[..., Any]:
     return forward
 
 
+def _funnel_position_embeds(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Funnel's relative-shift position vectors from the first, last and count of each block's positions.
+
+    Upstream keeps the positions as a Python list (``list(range(seq_len))``, pooled by slicing) and reads only its
+    first and last items and its length. Here a block's positions are ``[head] + [first + step * i for i < count]``
+    (the leading ``<cls>`` kept apart), pooled by arithmetic on those integers: the same ``arange`` bounds, on
+    symbolic sizes."""
+
+    def last(head: Any, first: Any, step: Any, count: Any) -> Any:
+        return first + step * (count - 1) if count > 0 else head  # a guard on a symbolic count: a minimum length
+
+    def get_position_embeds(self: Any, seq_len: Any, dtype: Any, device: Any) -> Any:
+        import torch
+
+        if self.config.attention_type == "factorized":
+            return original(self, seq_len, dtype, device)
+        d_model = self.config.d_model
+        freq_seq = torch.arange(0, d_model // 2, 1.0, dtype=torch.int64, device=device).to(dtype)
+        inv_freq = 1 / (10000 ** (freq_seq / (d_model // 2)))
+        rel_pos_id = torch.arange(-seq_len * 2, seq_len * 2, 1.0, dtype=torch.int64, device=device).to(dtype)
+        zero_offset = seq_len * 2
+        sinusoid = rel_pos_id[:, None] * inv_freq[None]
+        pos_embed = torch.cat([self.sin_dropout(torch.sin(sinusoid)), self.cos_dropout(torch.cos(sinusoid))], dim=-1)
+
+        def vectors(pos: tuple[Any, ...], pooled: tuple[Any, ...], stride: int, shift: int) -> Any:
+            # upstream's relative_pos: from the first items, the last of `pos` and the length of `pooled`
+            max_dist = pooled[0] - pos[0] + shift * (1 + pooled[3]) * stride
+            min_dist = pooled[0] - last(*pos)
+            rel_pos = torch.arange(max_dist, min_dist - 1, -stride, dtype=torch.long, device=device)
+            rel_pos = rel_pos[:, None] + zero_offset
+            return torch.gather(pos_embed, 0, rel_pos.expand(rel_pos.size(0), d_model))
+
+        pos: tuple[Any, ...] = (0, 1, 1, seq_len - 1)  # head, first, step, count: list(range(seq_len))
+        position_embeds_list = []
+        for block_index in range(self.config.num_blocks):
+            pooling = None
+            pooled = pos
+            if block_index > 0:
+                head, first, step, count = pos
+                if self.config.separate_cls:  # upstream's stride_pool_pos
+                    kept = count - 1 if self.config.truncate_seq else count
+                    pooled = (1 - 2**block_index, first, 2 * step, (kept + 1) // 2)
+                else:
+                    pooled = (head, first + step, 2 * step, count // 2)
+                pooling = vectors(pos, pooled, 2 ** (block_index - 1), shift=2)
+            pos = pooled
+            position_embeds_list.append([vectors(pos, pos, 2**block_index, shift=1), pooling])
+        return position_embeds_list
+
+    return get_position_embeds
+
+
 #: every modeling patch, applied by :func:`symbolic_sizes` to the models that hold its class
 MODELING_PATCHES: tuple[ModelingPatch, ...] = (
     ModelingPatch(
@@ -200,6 +255,13 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
             ("cosmos3_edge", "Cosmos3EdgeModel", rope_index_qwen3),
             ("cohere_compass", "CohereCompassModel", rope_index_qwen3),
         )
+    ),
+    ModelingPatch(
+        "transformers.models.funnel.modeling_funnel",
+        "FunnelAttentionStructure",
+        "get_position_embeds",
+        _funnel_position_embeds,
+        "Funnel's relative-shift position vectors are built from list(range(sequence)), pinning the sequence",
     ),
     ModelingPatch(
         "transformers.models.rwkv.modeling_rwkv",
