@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_models import seeded, text_inputs
 from torch.export import Dim
 
 from hub_export import DynamoConfig, DynamoExporter
@@ -15,14 +16,7 @@ from hub_export.patches.modeling import MODELING_PATCHES, ModelingPatch, symboli
 
 
 def _ids(batch: int, length: int, vocab: int = 64) -> dict[str, torch.Tensor]:
-    generator = torch.Generator().manual_seed(batch * 100 + length)
-    ids = torch.randint(3, vocab, (batch, length), generator=generator)
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-
-
-def _tiny(config_cls: type, model_cls: type, **sizes: object) -> torch.nn.Module:
-    torch.manual_seed(0)
-    return model_cls(config_cls(**sizes)).eval()
+    return text_inputs(batch, length, vocab=vocab, seed=batch * 100 + length)
 
 
 def _export_and_compare(model: torch.nn.Module, sample: dict, others: list[dict]) -> dict:
@@ -39,20 +33,21 @@ def test_cpmant_sequence_stays_dynamic() -> None:
     from transformers.models.cpmant.modeling_cpmant import CpmAntModel
 
     original = CpmAntModel._prepare_attention_mask
-    model = _tiny(
-        CpmAntConfig,
+    model = seeded(
         CpmAntForCausalLM,
-        vocab_size=64,
-        hidden_size=32,
-        num_attention_heads=2,
-        dim_head=16,
-        dim_ff=64,
-        num_hidden_layers=1,
-        prompt_length=4,
-        prompt_types=4,
-        segment_types=4,
-        position_bias_num_buckets=32,
-        position_bias_max_distance=64,
+        CpmAntConfig(
+            vocab_size=64,
+            hidden_size=32,
+            num_attention_heads=2,
+            dim_head=16,
+            dim_ff=64,
+            num_hidden_layers=1,
+            prompt_length=4,
+            prompt_types=4,
+            segment_types=4,
+            position_bias_num_buckets=32,
+            position_bias_max_distance=64,
+        ),
     )
     dims = _export_and_compare(model, _ids(2, 7), [_ids(3, 11), _ids(2, 16)])
     assert dims["sequence"].min != dims["sequence"].max and dims["sequence"].multiple_of == 1
@@ -64,24 +59,25 @@ def test_reformer_batch_stays_dynamic() -> None:
     sequence stays bounded by the axial table (8 x 8 positions), which the dims say."""
     from transformers import ReformerConfig, ReformerForMaskedLM
 
-    model = _tiny(
-        ReformerConfig,
+    model = seeded(
         ReformerForMaskedLM,
-        vocab_size=64,
-        hidden_size=32,
-        num_attention_heads=2,
-        attention_head_size=16,
-        feed_forward_size=64,
-        attn_layers=["local"],  # one layer: the axial positions are what pinned the batch
-        axial_pos_shape=[8, 8],
-        axial_pos_embds_dim=[16, 16],
-        local_attn_chunk_length=16,
-        lsh_attn_chunk_length=16,
-        num_buckets=4,
-        max_position_embeddings=64,
-        is_decoder=False,
-        hidden_dropout_prob=0.0,
-        local_attention_probs_dropout_prob=0.0,
+        ReformerConfig(
+            vocab_size=64,
+            hidden_size=32,
+            num_attention_heads=2,
+            attention_head_size=16,
+            feed_forward_size=64,
+            attn_layers=["local"],  # one layer: the axial positions are what pinned the batch
+            axial_pos_shape=[8, 8],
+            axial_pos_embds_dim=[16, 16],
+            local_attn_chunk_length=16,
+            lsh_attn_chunk_length=16,
+            num_buckets=4,
+            max_position_embeddings=64,
+            is_decoder=False,
+            hidden_dropout_prob=0.0,
+            local_attention_probs_dropout_prob=0.0,
+        ),
     )
     dims = _export_and_compare(model, _ids(2, 7), [_ids(3, 11), _ids(4, 7)])
     assert dims["batch"].max is None
@@ -119,16 +115,17 @@ def test_mamba_selective_scan_keeps_the_sequence_dynamic() -> None:
     from transformers.models.falcon_mamba import modeling_falcon_mamba
 
     original = modeling_falcon_mamba.mamba_selective_scan
-    model = _tiny(
-        FalconMambaConfig,
+    model = seeded(
         FalconMambaForCausalLM,
-        vocab_size=64,
-        hidden_size=16,
-        state_size=4,
-        num_hidden_layers=1,
-        expand=2,
-        conv_kernel=3,
-        time_step_rank=4,
+        FalconMambaConfig(
+            vocab_size=64,
+            hidden_size=16,
+            state_size=4,
+            num_hidden_layers=1,
+            expand=2,
+            conv_kernel=3,
+            time_step_rank=4,
+        ),
     )
     dims = _export_and_compare(model, _ids(2, 7), [_ids(3, 11), _ids(2, 3)])
     assert dims["sequence"].max is None and dims["sequence"].min <= 3
@@ -139,19 +136,20 @@ def test_recurrent_gemma_rg_lru_keeps_the_sequence_dynamic() -> None:
     """RecurrentGemma's RG-LRU loops over the sequence in Python in its linear mode: traced as one loop."""
     from transformers import RecurrentGemmaConfig, RecurrentGemmaForCausalLM
 
-    model = _tiny(
-        RecurrentGemmaConfig,
+    model = seeded(
         RecurrentGemmaForCausalLM,
-        vocab_size=64,
-        hidden_size=16,
-        lru_width=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        block_types=["recurrent", "attention"],
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=8,
-        attention_window_size=8,
+        RecurrentGemmaConfig(
+            vocab_size=64,
+            hidden_size=16,
+            lru_width=16,
+            intermediate_size=32,
+            num_hidden_layers=2,
+            block_types=["recurrent", "attention"],
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=8,
+            attention_window_size=8,
+        ),
     )
     dims = _export_and_compare(model, _ids(2, 7), [_ids(3, 11)])
     assert dims["sequence"].max is None
@@ -277,8 +275,7 @@ def test_experts_loops_over_the_ids_hit_trace_per_expert(kind: str) -> None:
         from transformers.models.step3p7.modeling_step3p7 import Step3p7Experts as Experts
 
         config, top = Config(hidden_size=8, moe_intermediate_size=6, num_local_experts=3), 3  # 3: the sentinel
-    torch.manual_seed(0)
-    experts = Experts(config).eval()
+    experts = seeded(Experts, config)
     for weight in (experts.gate_up_proj, experts.down_proj):
         torch.nn.init.normal_(weight, std=0.2)
     generator = torch.Generator().manual_seed(1)

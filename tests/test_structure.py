@@ -9,7 +9,7 @@ from typing import Any
 import jsonschema
 import pytest
 import torch
-from tiny_models import text_inputs
+from tiny_models import seeded, text_inputs
 from transformers.cache_utils import (
     DummyLayer,
     DynamicCache,
@@ -110,8 +110,7 @@ def test_a_hybrid_model_generates_through_its_attention_and_state_layers(tmp_pat
         pad_token_id=0,
         eos_token_id=2,
     )
-    torch.manual_seed(0)
-    model = BambaForCausalLM(config).eval()
+    model = seeded(BambaForCausalLM, config)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         exported = DynamoExporter().export_for_generation(model, text_inputs(2, 7), config=DynamoConfig(dynamic=True))
@@ -278,8 +277,7 @@ def test_a_model_with_cacheless_layers_exports_saves_and_loads_its_cache(tmp_pat
         head_dim=8,
         pad_token_id=0,
     )
-    torch.manual_seed(0)
-    model = NemotronHForCausalLM(config).eval()
+    model = seeded(NemotronHForCausalLM, config)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         exported = DynamoExporter().export(model, text_inputs(2, 7), config=DynamoConfig(dynamic=True))
