@@ -19,6 +19,10 @@ def _ids(batch: int, length: int, vocab: int = 64) -> dict[str, torch.Tensor]:
     return text_inputs(batch, length, vocab=vocab, seed=batch * 100 + length)
 
 
+def _tiny(config_cls: type, model_cls: type, **sizes: object) -> torch.nn.Module:
+    return seeded(model_cls, config_cls(**sizes))
+
+
 def _export_and_compare(model: torch.nn.Module, sample: dict, others: list[dict]) -> dict:
     exported = DynamoExporter().export(model, sample, config=DynamoConfig(dynamic=True))
     with torch.no_grad():
@@ -33,21 +37,20 @@ def test_cpmant_sequence_stays_dynamic() -> None:
     from transformers.models.cpmant.modeling_cpmant import CpmAntModel
 
     original = CpmAntModel._prepare_attention_mask
-    model = seeded(
+    model = _tiny(
+        CpmAntConfig,
         CpmAntForCausalLM,
-        CpmAntConfig(
-            vocab_size=64,
-            hidden_size=32,
-            num_attention_heads=2,
-            dim_head=16,
-            dim_ff=64,
-            num_hidden_layers=1,
-            prompt_length=4,
-            prompt_types=4,
-            segment_types=4,
-            position_bias_num_buckets=32,
-            position_bias_max_distance=64,
-        ),
+        vocab_size=64,
+        hidden_size=32,
+        num_attention_heads=2,
+        dim_head=16,
+        dim_ff=64,
+        num_hidden_layers=1,
+        prompt_length=4,
+        prompt_types=4,
+        segment_types=4,
+        position_bias_num_buckets=32,
+        position_bias_max_distance=64,
     )
     dims = _export_and_compare(model, _ids(2, 7), [_ids(3, 11), _ids(2, 16)])
     assert dims["sequence"].min != dims["sequence"].max and dims["sequence"].multiple_of == 1
@@ -59,25 +62,24 @@ def test_reformer_batch_stays_dynamic() -> None:
     sequence stays bounded by the axial table (8 x 8 positions), which the dims say."""
     from transformers import ReformerConfig, ReformerForMaskedLM
 
-    model = seeded(
+    model = _tiny(
+        ReformerConfig,
         ReformerForMaskedLM,
-        ReformerConfig(
-            vocab_size=64,
-            hidden_size=32,
-            num_attention_heads=2,
-            attention_head_size=16,
-            feed_forward_size=64,
-            attn_layers=["local"],  # one layer: the axial positions are what pinned the batch
-            axial_pos_shape=[8, 8],
-            axial_pos_embds_dim=[16, 16],
-            local_attn_chunk_length=16,
-            lsh_attn_chunk_length=16,
-            num_buckets=4,
-            max_position_embeddings=64,
-            is_decoder=False,
-            hidden_dropout_prob=0.0,
-            local_attention_probs_dropout_prob=0.0,
-        ),
+        vocab_size=64,
+        hidden_size=32,
+        num_attention_heads=2,
+        attention_head_size=16,
+        feed_forward_size=64,
+        attn_layers=["local"],  # one layer: the axial positions are what pinned the batch
+        axial_pos_shape=[8, 8],
+        axial_pos_embds_dim=[16, 16],
+        local_attn_chunk_length=16,
+        lsh_attn_chunk_length=16,
+        num_buckets=4,
+        max_position_embeddings=64,
+        is_decoder=False,
+        hidden_dropout_prob=0.0,
+        local_attention_probs_dropout_prob=0.0,
     )
     dims = _export_and_compare(model, _ids(2, 7), [_ids(3, 11), _ids(4, 7)])
     assert dims["batch"].max is None
@@ -115,17 +117,16 @@ def test_mamba_selective_scan_keeps_the_sequence_dynamic() -> None:
     from transformers.models.falcon_mamba import modeling_falcon_mamba
 
     original = modeling_falcon_mamba.mamba_selective_scan
-    model = seeded(
+    model = _tiny(
+        FalconMambaConfig,
         FalconMambaForCausalLM,
-        FalconMambaConfig(
-            vocab_size=64,
-            hidden_size=16,
-            state_size=4,
-            num_hidden_layers=1,
-            expand=2,
-            conv_kernel=3,
-            time_step_rank=4,
-        ),
+        vocab_size=64,
+        hidden_size=16,
+        state_size=4,
+        num_hidden_layers=1,
+        expand=2,
+        conv_kernel=3,
+        time_step_rank=4,
     )
     dims = _export_and_compare(model, _ids(2, 7), [_ids(3, 11), _ids(2, 3)])
     assert dims["sequence"].max is None and dims["sequence"].min <= 3
@@ -136,20 +137,19 @@ def test_recurrent_gemma_rg_lru_keeps_the_sequence_dynamic() -> None:
     """RecurrentGemma's RG-LRU loops over the sequence in Python in its linear mode: traced as one loop."""
     from transformers import RecurrentGemmaConfig, RecurrentGemmaForCausalLM
 
-    model = seeded(
+    model = _tiny(
+        RecurrentGemmaConfig,
         RecurrentGemmaForCausalLM,
-        RecurrentGemmaConfig(
-            vocab_size=64,
-            hidden_size=16,
-            lru_width=16,
-            intermediate_size=32,
-            num_hidden_layers=2,
-            block_types=["recurrent", "attention"],
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=8,
-            attention_window_size=8,
-        ),
+        vocab_size=64,
+        hidden_size=16,
+        lru_width=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        block_types=["recurrent", "attention"],
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        attention_window_size=8,
     )
     dims = _export_and_compare(model, _ids(2, 7), [_ids(3, 11)])
     assert dims["sequence"].max is None
