@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from tiny_models import TinyCase, llava, text_inputs
+from tiny_models import TinyCase, llava, seeded, text_inputs
 
 __all__ = ["ZOO", "FAMILIES", "build"]
 
@@ -24,9 +24,7 @@ _IDS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 def _make(config_cls: str, model_cls: str, **config: Any) -> Any:
     """Build ``transformers.<model_cls>(transformers.<config_cls>(**config))`` seeded, in eval mode."""
     transformers = importlib.import_module("transformers")
-    cfg = getattr(transformers, config_cls)(**config)
-    torch.manual_seed(0)
-    return getattr(transformers, model_cls)(cfg).eval()
+    return seeded(getattr(transformers, model_cls), getattr(transformers, config_cls)(**config))
 
 
 def _text(name: str, model: Any, *, pad_left: int = 4, types: bool = False) -> TinyCase:
