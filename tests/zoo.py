@@ -508,12 +508,12 @@ def _whisper() -> TinyCase:
     return TinyCase("whisper", model, inputs(2, 3), inputs(3, 5))
 
 
-def _factory(name: str) -> Callable[[], TinyCase]:
+def _factory(name: str) -> Callable[..., TinyCase]:
     _family, kind, config_cls, model_cls, config = _SPECS[name]
     config = {**config, **_TOWERS.get(name, {})}
 
-    def build_case() -> TinyCase:
-        model = _make(config_cls, model_cls, **config)
+    def build_case(**overrides: Any) -> TinyCase:
+        model = _make(config_cls, model_cls, **{**config, **overrides})
         if kind == "text":
             return _text(name, model)
         if kind == "types":
@@ -532,7 +532,7 @@ def _factory(name: str) -> Callable[[], TinyCase]:
     return build_case
 
 
-ZOO: dict[str, Callable[[], TinyCase]] = {name: _factory(name) for name in _SPECS}
+ZOO: dict[str, Callable[..., TinyCase]] = {name: _factory(name) for name in _SPECS}
 ZOO["whisper"] = _whisper
 ZOO["llava"] = llava  # a vision-language model (CLIP tower + projector + Llama), with its placeholder tokens
 
@@ -540,6 +540,7 @@ ZOO["llava"] = llava  # a vision-language model (CLIP tower + projector + Llama)
 FAMILIES: dict[str, str] = {name: spec[0] for name, spec in _SPECS.items()} | {"whisper": "seq2seq", "llava": "vlm"}
 
 
-def build(name: str) -> TinyCase:
-    """Build a fresh zoo case by name."""
-    return ZOO[name]()
+def build(name: str, **overrides: Any) -> TinyCase:
+    """Build a fresh zoo case by name; ``overrides`` replace entries of its config (an entry of :data:`ZOO` built
+    from a config spec only), such as ``num_hidden_layers=1`` where a second layer proves nothing more."""
+    return ZOO[name](**overrides)
