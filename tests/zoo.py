@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from tiny_models import TinyCase, llava, seeded, text_inputs
+from tiny_models import TinyCase, llava, seeded, text_inputs, whisper
 
 __all__ = ["ZOO", "FAMILIES", "build"]
 
@@ -477,37 +477,6 @@ _TOWERS = {
 }
 
 
-def _whisper() -> TinyCase:
-    model = _make(
-        "WhisperConfig",
-        "WhisperForConditionalGeneration",
-        vocab_size=VOCAB,
-        num_mel_bins=16,
-        encoder_layers=2,
-        decoder_layers=2,
-        d_model=32,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_source_positions=30,
-        max_target_positions=64,
-        decoder_start_token_id=1,
-        suppress_tokens=[],
-        begin_suppress_tokens=[],
-        **_IDS,
-    )
-    gen = torch.Generator().manual_seed(0)
-
-    def inputs(batch: int, dec: int) -> dict[str, Any]:
-        return {
-            "input_features": torch.randn(batch, 16, 60, generator=gen),
-            "decoder_input_ids": torch.randint(3, VOCAB, (batch, dec), generator=gen),
-        }
-
-    return TinyCase("whisper", model, inputs(2, 3), inputs(3, 5))
-
-
 def _factory(name: str) -> Callable[..., TinyCase]:
     _family, kind, config_cls, model_cls, config = _SPECS[name]
     config = {**config, **_TOWERS.get(name, {})}
@@ -533,7 +502,7 @@ def _factory(name: str) -> Callable[..., TinyCase]:
 
 
 ZOO: dict[str, Callable[..., TinyCase]] = {name: _factory(name) for name in _SPECS}
-ZOO["whisper"] = _whisper
+ZOO["whisper"] = whisper  # the tiny Whisper of tiny_models (an encoder-decoder taking mel features)
 ZOO["llava"] = llava  # a vision-language model (CLIP tower + projector + Llama), with its placeholder tokens
 
 #: name -> family (decoder, moe, ssm, encoder, seq2seq, vision, audio, multimodal)
