@@ -110,7 +110,7 @@ def two_graph_exports(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
     def get(fmt: str) -> tuple[Any, dict[str, Any], Path]:
         if fmt not in done:
-            model = tied_llama(layers=2)
+            model = tied_llama()  # one layer: each kind of weight is shared alike
             inputs = text_inputs(1, 6, vocab=8192)
             exporter, config = EXPORTERS[fmt]
             with pytest.MonkeyPatch.context() as patch:
