@@ -19,6 +19,12 @@
   squeezes only the axes the traced shape says are 1 or does not know (a dynamic dim was traced as not 1: it stays).
   ``aten.index_put`` handles ``None`` indices around one boolean mask (``x[:, mask] = v``) before torchlib's, whose
   boolean-mask path refuses them ("Boolean index_put with multiple indices does not support None indices").
+  ``aten.reshape`` becomes a ``Reshape`` with ``allowzero=1``, as torchlib's ``aten.view`` does: torch's sizes are
+  literal, while ONNX's default reads a 0 in the shape as "copy the input's size there". Torchlib's ``aten_reshape``
+  (onnxscript 0.7, ``function_libs/torch_lib/ops/core.py``) omits it, and :func:`views_as_reshapes` sends every view
+  through it: a view to a size-0 axis (a zero-width rotary part, ``k_rot.view(batch, 1, seq, 0)`` of a tiny
+  Mistral-Large-4 layer) made ONNX Runtime refuse the run ("The dimension with value zero exceeds the dimension size
+  of the input tensor") or copied another size.
   It also translates our custom op ``hub_export::moe`` (traced for ``ort_fusions="cuda"``) into
   ``com.microsoft::MoE`` (:mod:`hub_export.backends.onnx._moe`).
 * :func:`single_output_rewrite_rules` — onnxscript 0.7: a rewrite rule whose pattern has several output nodes is
@@ -233,6 +239,15 @@ def _index_put(self: Any, indices: Any, values: Any, accumulate: bool = False) -
     return op.Transpose(aten_index_put(moved, [mask], values, accumulate), perm=inverse)
 
 
+def _reshape(self: Any, shape: Any) -> Any:
+    """``aten.reshape``: ONNX ``Reshape`` with ``allowzero=1`` (a 0 in torch's shape is a size of 0)."""
+    from onnxscript.function_libs.torch_lib.ops import common as common_ops
+    from onnxscript.onnx_opset import opset18
+
+    op: Any = opset18
+    return op.Reshape(self, common_ops.merge_dims(shape), allowzero=True)
+
+
 def translation_table() -> dict[Any, Any]:
     """``custom_translation_table`` for ``torch.onnx.export`` (see this module's docstring)."""
     import torch
@@ -244,6 +259,7 @@ def translation_table() -> dict[Any, Any]:
         torch.ops.aten._is_all_true.default: _is_all_true,
         torch.ops.aten._is_any_true.default: _is_any_true,
         torch.ops.aten.index_put.default: _index_put,
+        torch.ops.aten.reshape.default: _reshape,
         torch.ops.aten.squeeze.dim: _squeeze_dim,
         torch.ops.aten.squeeze.dims: _squeeze_dims,
         moe_op(): translate_moe,
