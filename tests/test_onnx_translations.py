@@ -39,7 +39,7 @@ class Squeezes(torch.nn.Module):
     """``squeeze`` of axes that are not 1 (a no-op in ATen, as an RNN-T joint's ``logits.squeeze(2)`` over a
     decoder length above 1), of axes that are, and of a mix; a view to a size-0 axis past the input's rank (a
     zero-width rotary part's ``k_rot.view(batch, 1, seq, 0)``: ONNX reads a 0 as "copy" unless ``allowzero``); an
-    ``erfinv``, which ONNX lacks."""
+    ``erfinv``, which ONNX lacks; an integer power past int64 (wraps in ATen)."""
 
     def forward(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
         grid = input_ids[:, :, None, None].float() * torch.ones(1, 1, 3, 1)  # [batch, sequence, 3, 1]
@@ -54,6 +54,8 @@ class Squeezes(torch.nn.Module):
             "erfinv": torch.erfinv(
                 torch.cat([torch.tanh(input_ids.float() - 4.0).flatten(), torch.tensor([1.0, -1.0])])
             ),
+            # BLT's n-gram hash: an int64 power past the int64 range wraps in ATen (ONNX Runtime's Pow saturates)
+            "power": torch.tensor(5915587277) ** torch.arange(length),
         }
 
 

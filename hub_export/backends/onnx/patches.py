@@ -30,6 +30,11 @@
   takes ``Normal(0, 1).icdf(sparsity)``. Our translation is M. Giles' single-precision approximation ("Approximating
   the erfinv function", GPU Computing Gems, 2011) refined by two Newton steps on ONNX's ``Erf``; +-1 give +-inf and
   values outside [-1, 1] NaN, as in ATen.
+  ``aten.pow.Tensor_Tensor`` of integers: torchlib emits ONNX ``Pow``, which ONNX Runtime computes through doubles and
+  saturates at the int64 limits, where ATen's integer power wraps around (two's complement). BLT's rolling hash of
+  byte n-grams (``prime ** arange(n)`` with 10-digit primes) overflows by design: every hash, and so every hash
+  embedding, differed. Our translation raises integers by square-and-multiply over the exponent's bits (``Mul``
+  wraps in ONNX Runtime as in ATen); floats keep torchlib's ``Pow``.
   It also translates our custom op ``hub_export::moe`` (traced for ``ort_fusions="cuda"``) into
   ``com.microsoft::MoE`` (:mod:`hub_export.backends.onnx._moe`).
 * :func:`single_output_rewrite_rules` — onnxscript 0.7: a rewrite rule whose pattern has several output nodes is
@@ -295,6 +300,28 @@ def _erfinv(self: Any) -> Any:
     return op.CastLike(y, self)
 
 
+def _pow(self: Any, exponent: Any) -> Any:
+    """``aten.pow.Tensor_Tensor``: integers by square-and-multiply (wrapping as ATen does), else torchlib's."""
+    import onnx_ir as ir
+    from onnxscript.function_libs.torch_lib.ops.core import aten_pow
+    from onnxscript.onnx_opset import opset18
+
+    integers = (ir.DataType.INT64, ir.DataType.INT32, ir.DataType.INT16, ir.DataType.INT8, ir.DataType.UINT8)
+    if self.dtype not in integers or exponent.dtype not in integers:
+        return aten_pow(self, exponent)
+    op: Any = opset18
+    base = op.Mul(self, op.CastLike(op.Constant(value_int=1), self))  # broadcast below with the exponent
+    power = op.Cast(exponent, to=ir.DataType.INT64)
+    one = op.CastLike(op.Constant(value_int=1), self)
+    result = op.Expand(one, op.Shape(op.Add(op.Cast(base, to=ir.DataType.INT64), power)))
+    two = op.Constant(value_int=2)
+    for bit in range(int(exponent.dtype.itemsize) * 8 - 1):  # a non-negative exponent (ATen refuses negative ones)
+        taken = op.Equal(op.Mod(op.Div(power, op.Constant(value_int=2**bit)), two), op.Constant(value_int=1))
+        result = op.Where(taken, op.Mul(result, base), result)
+        base = op.Mul(base, base)
+    return result
+
+
 def translation_table() -> dict[Any, Any]:
     """``custom_translation_table`` for ``torch.onnx.export`` (see this module's docstring)."""
     import torch
@@ -308,6 +335,7 @@ def translation_table() -> dict[Any, Any]:
         torch.ops.aten.index_put.default: _index_put,
         torch.ops.aten.reshape.default: _reshape,
         torch.ops.aten.erfinv.default: _erfinv,
+        torch.ops.aten.pow.Tensor_Tensor: _pow,
         torch.ops.prims.erf_inv.default: _erfinv,
         torch.ops.aten.squeeze.dim: _squeeze_dim,
         torch.ops.aten.squeeze.dims: _squeeze_dims,
