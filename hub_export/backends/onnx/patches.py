@@ -31,10 +31,10 @@
   the erfinv function", GPU Computing Gems, 2011) refined by two Newton steps on ONNX's ``Erf``; +-1 give +-inf and
   values outside [-1, 1] NaN, as in ATen.
   ``aten.pow.Tensor_Tensor`` of integers: torchlib emits ONNX ``Pow``, which ONNX Runtime computes through doubles and
-  saturates at the int64 limits, where ATen's integer power wraps around (two's complement). BLT's rolling hash of
-  byte n-grams (``prime ** arange(n)`` with 10-digit primes) overflows by design: every hash, and so every hash
-  embedding, differed. Our translation raises integers by square-and-multiply over the exponent's bits (``Mul``
-  wraps in ONNX Runtime as in ATen); floats keep torchlib's ``Pow``.
+  saturates at the int64 limits, where ATen's integer power wraps around (two's complement): a rolling hash such as
+  BLT's (``prime ** arange(n)`` with 10-digit primes) overflows by design. Our translation raises integers by
+  square-and-multiply over the exponent's bits (``Mul`` wraps in ONNX Runtime as in ATen); floats keep torchlib's
+  ``Pow``.
   It also translates our custom op ``hub_export::moe`` (traced for ``ort_fusions="cuda"``) into
   ``com.microsoft::MoE`` (:mod:`hub_export.backends.onnx._moe`).
 * :func:`single_output_rewrite_rules` — onnxscript 0.7: a rewrite rule whose pattern has several output nodes is
