@@ -36,8 +36,8 @@ type that is not used costs nothing, and a class or method that is gone raises `
 * ``resize_positional_embeddings`` of SigLIP2 and Cosmos-3 Edge, ``HunYuanVLVisionPatchEmbed.forward``: a learned
   position table resized per image by ``F.interpolate(size=(h, w))`` in a loop over the grid pins the image count
   and the grid; the patch resizes it for every patch at once (:mod:`hub_export.patches.resized_positions`).
-* ``Lfm2VlModel.get_image_features``, ``Lfm3VlVisionShortConv.forward``: per-image pixel unshuffle and per-frame
-  depthwise convolution in Python loops over the grid, gathered for every patch at once
+* ``Lfm2VlModel.get_image_features``, ``Lfm3VlVisionShortConv.forward``, ``HunYuanVLVisionTransformer.forward``:
+  per-image pixel unshuffle, per-frame depthwise convolution and per-image patch merger in Python loops over the grid, gathered for every patch at once
   (:mod:`hub_export.patches.packed_images`).
 * ``torch.nn.LSTM.forward`` (torch/nn/modules/rnn.py): ``aten.lstm`` is a composite op that torch.export decomposes
   into one cell per time step at the traced length; the patch runs each layer's cell under ``scan`` / ``while_loop``.
@@ -56,7 +56,7 @@ from ._base import patch_attribute
 from .audio_codecs import CONV_PADDING_CLASSES, conv1d_padded_on_integers, encodec_encode_one_chunk
 from .experts import longcat_experts, step3p7_experts
 from .multimodal import rope_index_qwen2, rope_index_qwen2_5, rope_index_qwen3
-from .packed_images import lfm2_vl_image_features, lfm3_vl_grid_kept, lfm3_vl_short_conv
+from .packed_images import hunyuan_vl_vision, lfm2_vl_image_features, lfm3_vl_grid_kept, lfm3_vl_short_conv
 from .recurrence import lstm_forward, mamba_selective_scan, rglru_scan
 from .resized_positions import cosmos3_edge_resize, hunyuan_vl_patch_embed, siglip2_resize
 
@@ -242,6 +242,13 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
         "forward",
         lfm3_vl_grid_kept,
         "LFM3-VL's vision model hands grid_thw.tolist() to its layers, pinning the images and grid",
+    ),
+    ModelingPatch(
+        "transformers.models.hunyuan_vl.modeling_hunyuan_vl",
+        "HunYuanVLVisionTransformer",
+        "forward",
+        hunyuan_vl_vision,
+        "HunYuan-VL merges each image's patches in a Python loop over grid_thw.tolist(), pinning the images and grid",
     ),
     ModelingPatch(
         "torch.nn.modules.rnn",

@@ -15,6 +15,10 @@ same weights, so the shapes depend only on the number of patches:
   over each frame's grid (patches in spatial-merge block order), the model passing ``grid_thw.tolist()`` to every
   layer; the patch gathers each patch's ``k x k`` neighbours (zero outside the frame) and applies the kernel, and
   ``Lfm3VlVisionModel.forward``'s own ``.tolist()`` of the grid hands the layers the grid tensor instead.
+* ``HunYuanVLVisionTransformer.forward`` (transformers/models/hunyuan_vl/modeling_hunyuan_vl.py): each image's patch
+  merger (a ``merge x merge`` strided convolution, a newline token after every row, begin and end tokens) in a loop
+  over ``grid_thw.tolist()``; the patch gathers every merged token's window, applies the convolution as a matmul,
+  and lays out the tokens, newlines, begins and ends of all images by index.
 
 Numbers equal eager's within float rounding (the same products, summed in another order).
 """
@@ -29,7 +33,7 @@ from typing import Any
 
 from ._base import patch_attribute
 
-__all__ = ["lfm2_vl_image_features", "lfm3_vl_grid_kept", "lfm3_vl_short_conv"]
+__all__ = ["hunyuan_vl_vision", "lfm2_vl_image_features", "lfm3_vl_grid_kept", "lfm3_vl_short_conv"]
 
 _REASON = "a per-image loop over the grid's values pins the image count and the grid"
 
@@ -151,3 +155,68 @@ def lfm3_vl_grid_kept(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(self, *args, **kwargs)
 
     return forward
+
+
+def _hunyuan_vl_merged(merger: Any, hidden_states: Any, grid_thw: Any) -> Any:
+    """``HunYuanVLVisionPatchMerger`` over every image of the packed ``(1, patches, dim)`` states (one-frame images
+    in raster order): each image's ``merge x merge`` convolution, a newline token after every merged row, a begin and
+    an end token, concatenated over the images as upstream's loop does."""
+    import torch
+
+    from .vision_grid import _patch_index
+
+    states = merger.before_rms(hidden_states)[0]
+    dtype = states.dtype
+    merge = merger.spatial_merge_size
+    device = states.device
+    height, width = grid_thw[:, 1], grid_thw[:, 2]
+    merged_h, merged_w = height // merge, width // merge
+    # the merged tokens: the proj_conv window of each, gathered in the convolution's (channel, row, column) order
+    merged_grid = torch.stack([torch.ones_like(height), merged_h, merged_w], dim=-1)
+    image, local, _ = _patch_index(merged_grid)
+    patch_start = (grid_thw.prod(-1).cumsum(0) - grid_thw.prod(-1))[image]
+    top, left = (local // merged_w[image]) * merge, (local % merged_w[image]) * merge
+    inner = torch.arange(merge, device=device)
+    source = patch_start[:, None, None] + (top[:, None, None] + inner[:, None]) * width[image][:, None, None]
+    source = source + left[:, None, None] + inner
+    windows = states[source.reshape(-1)].reshape(source.shape[0], merge * merge, -1).transpose(1, 2)
+    conv, out = merger.proj_conv, merger.proj_out
+    tokens = windows.reshape(source.shape[0], -1) @ conv.weight.reshape(conv.out_channels, -1).t()
+    if conv.bias is not None:
+        tokens = tokens + conv.bias
+    tokens = merger.proj_act(tokens) @ out.weight.reshape(out.out_channels, -1).t()
+    if out.bias is not None:
+        tokens = tokens + out.bias
+    rows = torch.cat([tokens, merger.image_newline.reshape(1, -1).to(dtype)])
+    rows = merger.mlp(rows)
+    table = torch.cat([rows, merger.image_begin.reshape(1, -1).to(dtype), merger.image_end.reshape(1, -1).to(dtype)])
+    # the output sequence: per image, begin, each merged row then a newline, end
+    lengths = merged_h * (merged_w + 1) + 2
+    out_image, position, _ = _patch_index(torch.stack([torch.ones_like(lengths)] * 2 + [lengths], dim=-1))
+    merged_start = (merged_h * merged_w).cumsum(0) - merged_h * merged_w
+    inside = position - 1
+    row, col = inside // (merged_w[out_image] + 1), inside % (merged_w[out_image] + 1)
+    token = merged_start[out_image] + row * merged_w[out_image] + col
+    newline, begin, end = tokens.shape[0], tokens.shape[0] + 1, tokens.shape[0] + 2
+    index = torch.where(col == merged_w[out_image], newline, token)
+    index = torch.where(position == 0, begin, torch.where(position == lengths[out_image] - 1, end, index))
+    return merger.after_rms(table[index])[None]
+
+
+def hunyuan_vl_vision(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``HunYuanVLVisionTransformer.forward`` with the per-image patch merger run over every image at once."""
+
+    def forward(self: Any, pixel_values: Any, grid_thw: Any, **kwargs: Any) -> Any:
+        module = sys.modules[type(self).__module__]
+        hidden_states = self.embeddings(pixel_values, grid_thw)
+        cu_seqlens, max_seqlen = module.get_vision_attention_seqlens(grid_thw, self.config, kwargs=kwargs)
+        for layer in self.layers:
+            hidden_states = layer(
+                hidden_states, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, attention_mask=None, **kwargs
+            )
+        return module.BaseModelOutputWithPooling(
+            last_hidden_state=hidden_states,
+            pooler_output=_hunyuan_vl_merged(self.patch_merger, hidden_states, grid_thw),
+        )
+
+    return sys.modules[original.__module__].capture_outputs(forward)
