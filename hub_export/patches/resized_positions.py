@@ -17,7 +17,9 @@ image's embeddings at once, their shapes depending only on the packed patch coun
 * ``HunYuanVLVisionPatchEmbed.forward`` (transformers/models/hunyuan_vl/modeling_hunyuan_vl.py): per packed image,
   ``config.interpolate_mode``, raster order, per frame.
 
-Numbers equal eager's within float rounding (the same weights, summed in another order).
+Numbers equal eager's within float rounding (the same weights, summed in another order), except for an image one
+patch wide resized with ``antialias=True``: PyTorch's CPU kernel then returns the first row's value for every row
+(torch 2.13), where this computes the resize itself.
 """
 
 from __future__ import annotations
