@@ -46,6 +46,17 @@ OVERRIDES: dict[str, tuple[dict[str, Any], str]] = {
         {"hidden_size": 48, "coordinate_size": 8, "shape_size": 8},
         "the 2-D position embedding concatenates 4 coordinate + 2 shape embeddings: hidden = 4c + 2s",
     ),
+    "qwen4_exp_text": (
+        {
+            "indexer_n_heads": 2,
+            "indexer_kv_heads": 1,
+            "indexer_head_dim": 32,
+            "indexer_budget": 8,
+            "indexer_compress_ratio": 4,
+        },
+        "the QSA indexer fields default to None while every full-attention layer builds its indexer from them "
+        "(indexer_budget // indexer_compress_ratio): a config must set them",
+    ),
     "recurrent_gemma": (
         {"num_hidden_layers": 3},
         "the layer kinds cycle through block_types (recurrent, recurrent, attention): 2 layers hold no attention",
