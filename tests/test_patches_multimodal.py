@@ -154,7 +154,10 @@ def test_traced_text_side_runs_other_image_counts_and_batches() -> None:
         assert len(model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"]).pooler_output) == 1
     with features_kept_whole(torch.nn.Linear(2, 2)) as applied:
         assert applied == 0
-    with features_kept_whole(torch.nn.Sequential(model, _ReturnsPieces())) as applied:
+    with (
+        pytest.warns(UserWarning, match="_ReturnsPieces returns one output per image"),
+        features_kept_whole(torch.nn.Sequential(model, _ReturnsPieces())) as applied,
+    ):
         assert applied == 0  # the pieces are outputs: one per image, left as they are
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -226,8 +227,15 @@ def features_kept_whole(model: Any) -> Iterator[int]:
     classes = {type(module) for module in model.modules()} if hasattr(model, "modules") else set()
     with contextlib.ExitStack() as stack:
         applied = 0
-        if any(_returns_pieces(cls) for cls in classes):
-            classes = set()  # one output per image: the image count is part of the output structure
+        pieces = sorted(cls.__name__ for cls in classes if _returns_pieces(cls))
+        if pieces:  # one output per image: the image count is part of the output structure
+            warnings.warn(
+                f"{pieces[0]} returns one output per image (image_hidden_states): the export keeps the sample's "
+                "image count; export with a sample of the image count you will run.",
+                UserWarning,
+                stacklevel=2,
+            )
+            classes = set()
         for cls in sorted(classes, key=lambda c: c.__qualname__):
             for name in ("get_image_features", "get_video_features"):
                 original = cls.__dict__.get(name)
