@@ -168,12 +168,26 @@ def _caller_code() -> Any:
 
 def _returns_pieces(cls: type) -> bool:
     """Whether ``cls.forward`` returns the per-image pieces themselves (``image_hidden_states=...pooler_output``,
-    transformers/models/minimax_m3_vl/modeling_minimax_m3_vl.py): keeping them whole would change the outputs."""
-    code = getattr(inspect.unwrap(cls.__dict__.get("forward", None) or (lambda: None)), "__code__", None)
+    transformers/models/minimax_m3_vl/modeling_minimax_m3_vl.py): keeping them whole would change the outputs. A
+    forward returning the features it concatenated (``image_hidden_states=image_features``, Mistral 3) does not."""
+    import ast
+    import textwrap
+
+    forward = inspect.unwrap(cls.__dict__.get("forward", None) or (lambda: None))
+    code = getattr(forward, "__code__", None)
     if code is None or "pooler_output" not in code.co_names:
         return False
-    keywords = {name for const in code.co_consts if isinstance(const, tuple) for name in const if isinstance(name, str)}
-    return bool(keywords & {"image_hidden_states", "video_hidden_states"})
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(forward)))
+    except (OSError, TypeError, SyntaxError):  # no source: the names alone decide
+        keywords = {n for const in code.co_consts if isinstance(const, tuple) for n in const if isinstance(n, str)}
+        return bool(keywords & {"image_hidden_states", "video_hidden_states"})
+    return any(
+        isinstance(node, ast.keyword)
+        and node.arg in ("image_hidden_states", "video_hidden_states")
+        and any(isinstance(part, ast.Attribute) and part.attr == "pooler_output" for part in ast.walk(node.value))
+        for node in ast.walk(tree)
+    )
 
 
 def _tensor_classes() -> list[type]:
