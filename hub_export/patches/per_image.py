@@ -21,6 +21,10 @@ Numbers are eager's exactly (the same values moved, the same per-token ops).
   column from the cumulative patch counts, keeps the top-left patch of every whole merge window as the anchor of one
   merged token (in the order ``unfold`` emits them), and gathers the window's patches around it in ``unfold``'s
   channel-major layout.
+* ``LightOnOcrModel.get_image_features`` (transformers/models/lighton_ocr/modeling_lighton_ocr.py): splits the
+  projected features with a list comprehension over ``image_sizes`` only for ``forward`` to ``torch.cat`` them
+  again (the form :func:`~hub_export.patches.multimodal.features_kept_whole` keeps whole, written without
+  ``.tolist()``); the patch returns them as one piece.
 """
 
 from __future__ import annotations
@@ -131,6 +135,23 @@ def _merger_forward(original: Callable[..., Any]) -> Callable[..., Any]:
     return forward
 
 
+def _lighton_features(original: Callable[..., Any]) -> Callable[..., Any]:
+    module = sys.modules[original.__module__]
+    can_return_tuple = getattr(module, "can_return_tuple", None)
+    if can_return_tuple is None:
+        raise PatchTargetMissing(
+            f"{original.__module__} no longer imports can_return_tuple; the per-image LightOnOCR patch needs review."
+        )
+
+    def get_image_features(self: Any, pixel_values: Any, image_sizes: Any, **kwargs: Any) -> Any:
+        image_outputs = self.vision_encoder(pixel_values, image_sizes=image_sizes, return_dict=True, **kwargs)
+        features = self.vision_projection(image_outputs.last_hidden_state.squeeze(0), image_sizes)
+        image_outputs.pooler_output = (features,)  # the caller concatenates the pieces: one piece is the same
+        return image_outputs
+
+    return can_return_tuple(get_image_features)
+
+
 _TOWER_REASON = (
     "{owner} walks the images in Python (a crop of each image's patch grid to image_sizes, its positions and its "
     "block of the attention mask), pinning the image count"
@@ -162,6 +183,14 @@ PER_IMAGE_PATCHES: tuple[ModelingPatch, ...] = (
             ("lighton_ocr", "LightOnOcrPatchMerger"),
             ("mistral_large4", "MistralLarge4PatchMerger"),
         )
+    ),
+    ModelingPatch(
+        "transformers.models.lighton_ocr.modeling_lighton_ocr",
+        "LightOnOcrModel",
+        "get_image_features",
+        _lighton_features,
+        "LightOnOcrModel.get_image_features splits the packed features by a Python list over image_sizes only for "
+        "its caller to concatenate them again, pinning the image count",
     ),
 )
 
