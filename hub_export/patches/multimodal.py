@@ -209,7 +209,17 @@ def _tensor_classes() -> list[type]:
 
 def _whole(original: Callable[..., Any], code: Any) -> Callable[..., Any]:
     """``original`` with its own ``.tolist()`` returning :data:`_UNSPLIT` and ``torch.split`` by that returning the
-    tensor whole (every other call is the original's)."""
+    tensor whole (every other call is the original's).
+
+    Why swapping ``tolist`` on the tensor classes is safe: ``tensor.tolist()`` is a Python attribute lookup along
+    ``type(tensor).__mro__``, which ends at the first class defining ``tolist``; the swap covers ``torch.Tensor``
+    and every subclass defining its own when the block is entered (:func:`_tensor_classes`: the fake and
+    functional tensors ``torch.export`` traces with), so whichever of them the method holds, the call reaches the
+    marked wrapper, which answers :data:`_UNSPLIT` only to the method's own frame (its code object). Should a
+    tensor class escape the swap (one created inside the block), its own ``tolist`` runs: the trace then stops on
+    the data-dependent guard it met without the patch, never with other numbers; and :data:`_UNSPLIT` reaching
+    anything but the patched ``torch.split`` fails at once (it is not a list).
+    """
 
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         import torch
