@@ -83,6 +83,9 @@ def _pixtral_forward(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(self, pixel_values, image_sizes=image_sizes, **kwargs)
         patch_embeds = self.patch_conv(pixel_values.to(dtype=self.patch_conv.weight.dtype))
         embeds, position_ids, image = pixtral_patches(patch_embeds, image_sizes, self.patch_size)
+        # sdpa_attention_forward reads `q_length > 1 and attention_mask is None`: a guard on the kept-patch count,
+        # a data-dependent size. The mask is given, so the answer is False either way; the hint only lets the trace
+        # through (a program traced with it refuses a batch of one patch in all).
         torch._check(embeds.shape[0] > 1)
         patch_embeds = self.ln_pre(embeds.unsqueeze(0))
         position_embeddings = self.patch_positional_embedding(patch_embeds, position_ids)
