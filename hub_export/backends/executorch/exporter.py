@@ -21,10 +21,12 @@ from ...dims import Dim
 from ...errors import ConfigError, DeviceUnavailableError, ExportError
 from ...export.exporter import HfExporter, Lowered
 from ...export.trace import DimBounds, Traced
+from ...manifest import ComponentEntry
 from ...patches.graph import views_after_permutes_as_reshapes
 from ...patches.tracing import gathered_experts_forward
 from ...quantization.nncf_quant import NNCFQuantizationConfig, NNCFQuantizer
 from ...signature import Signature
+from ._pages import release_freed_heap
 from ._spill import external_weights_spilled
 from .config import FORMAT, ExecutorchConfig
 from .io import ProgramFiles, load_runtime_program
@@ -36,6 +38,7 @@ from .patches import (
     upper_bound,
     weights_shared_by_deep_copies,
 )
+from .runner import ExecutorchRunner
 
 __all__ = ["ExecutorchExporter"]
 
@@ -211,7 +214,13 @@ class ExecutorchExporter(HfExporter):
         files = _write(manager)
         del manager, program  # the lowering's copy of the weights goes before the program is loaded to run
         gc.collect()
+        release_freed_heap()
         return Lowered(load_runtime_program(files, traced.architecture or "the lowered program"), planned, extra)
+
+    def parity_runner(self, program: Any, metadata: ComponentEntry) -> Any:
+        """A runner whose method (and the delegate's packed copy of the weights) goes with it
+        (:meth:`ExecutorchRunner.for_parity`), not kept with the exported program."""
+        return ExecutorchRunner.for_parity(program, metadata)
 
     def _external_data(self, program: Any, config: ExportConfig) -> bool:
         """Whether the weights go to a ``.ptd`` file: as the config says; else when they are large, or when several
