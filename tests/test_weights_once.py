@@ -243,9 +243,11 @@ def _peak_export_rss(fmt: str, model: Any, sample: dict[str, Any], stages: dict[
     return peak[0] - base
 
 
-#: Measured peaks (extra RSS / weights) on this model: dynamo 0.1x, onnx 0.3x, openvino 1.1x, executorch 1.9x.
-#: Each bound fails if a full copy of the weights comes back (a deep copy, the ONNX temporary file, ...).
-MEMORY_BOUNDS = {"dynamo": 0.5, "onnx": 0.8, "openvino": 1.6, "executorch": 2.6}
+#: Measured peaks (extra RSS / weights) on this model: dynamo 0.1x, onnx 0.3x, openvino 1.1x, executorch 0.9x (XNNPACK's
+#: packed copy of the linear layers, 0.56x of these weights, while the parity check runs).
+#: Each bound fails if a full copy of the weights comes back (a deep copy, the ONNX temporary file, ...); ExecuTorch's
+#: also if the runtime locks the mapped embedding in memory again (+0.44x).
+MEMORY_BOUNDS = {"dynamo": 0.5, "onnx": 0.8, "openvino": 1.6, "executorch": 1.3}
 #: ExecuTorch's lowering alone: one weight's bytes at a time (the largest matrix is 0.45x of this model's weights);
 #: it held every weight again (1x more) before they were streamed to temporary files.
 LOWERING_BOUND = 0.8

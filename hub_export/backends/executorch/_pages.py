@@ -20,12 +20,16 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import sys
+import threading
 from collections.abc import Iterator
+from typing import Any
 
 __all__ = ["pages_not_locked", "release_freed_heap"]
 
 _CAP_IPC_LOCK = 14
 _CAPABILITY_VERSION_3 = 0x20080522
+_LIMIT_LOCK = threading.Lock()
+_LIMIT: dict[str, Any] = {"depth": 0, "soft": None}  # nesting depth (all threads), and the soft limit to restore
 
 
 class _Header(ctypes.Structure):
@@ -61,6 +65,31 @@ def _without_lock_capability() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _lock_limit_lowered() -> Iterator[None]:
+    """The soft ``RLIMIT_MEMLOCK`` at 0 inside the block, restored when the outermost block (of any thread) ends."""
+    import resource
+
+    with _LIMIT_LOCK:
+        if _LIMIT["depth"] == 0:
+            soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+            try:
+                resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, hard))
+                _LIMIT["soft"] = soft
+            except (ValueError, OSError):
+                _LIMIT["soft"] = None
+        _LIMIT["depth"] += 1
+    try:
+        yield
+    finally:
+        with _LIMIT_LOCK:
+            _LIMIT["depth"] -= 1
+            if _LIMIT["depth"] == 0 and _LIMIT["soft"] is not None:
+                resource.setrlimit(
+                    resource.RLIMIT_MEMLOCK, (_LIMIT["soft"], resource.getrlimit(resource.RLIMIT_MEMLOCK)[1])
+                )
+
+
+@contextlib.contextmanager
 def pages_not_locked() -> Iterator[None]:
     """Inside the block, ``mlock`` fails in this thread (see the module docstring); a no-op off Linux.
 
@@ -69,21 +98,8 @@ def pages_not_locked() -> Iterator[None]:
     if not sys.platform.startswith("linux"):
         yield
         return
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-    lowered = False
-    try:
-        resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, hard))
-        lowered = True
-    except (ValueError, OSError):
-        pass
-    try:
-        with _without_lock_capability():
-            yield
-    finally:
-        if lowered:
-            resource.setrlimit(resource.RLIMIT_MEMLOCK, (soft, hard))
+    with _lock_limit_lowered(), _without_lock_capability():
+        yield
 
 
 def release_freed_heap() -> None:
