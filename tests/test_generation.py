@@ -469,8 +469,10 @@ def test_static_cache_generate_equals_eager_static_generate(static_llama, monkey
         monkeypatch.setattr(
             executorch_io, "copy_file", lambda src, dst: written.append(Path(dst).name) or copy_file(src, dst)
         )
-        exported.save_pretrained(tmp_path / "again")  # the programs' own weights files are compared, then one written
+        programs = {name: component.program for name, component in exported.components.items()}
+        files = executorch_io.save_programs(programs, tmp_path)  # their own .ptd files compared, then one written
         assert sorted(written) == ["decode.pte", "prefill.pte", "shared.ptd"]
+        assert files == {name: [f"{name}.pte", "shared.ptd"] for name in ("prefill", "decode")}
     with pytest.raises(InputError, match="max_cache_len=24"):
         loaded.generate(**text_inputs(1, 9, seed=1), max_new_tokens=20)
 

@@ -74,11 +74,15 @@ def test_the_traced_program_shares_the_models_weights() -> None:
 
 
 @pytest.mark.parametrize("fmt", list(EXPORTERS))
-def test_tied_weights_are_stored_once(fmt: str, tmp_path: Path) -> None:
+def test_tied_weights_are_stored_once(fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     model = tied_llama()
     exporter, config = EXPORTERS[fmt]
     sample = text_inputs(1, 7, vocab=8192)
+    copied: list[Path] = []  # ExecuTorch: the weights' temporary files, each deleted once copied into the .ptd
+    if fmt == "executorch":
+        _record_copies(monkeypatch, copied)
     folder = exporter().export(model, sample, config=config(dynamic=True)).save_pretrained(tmp_path / fmt)
+    assert fmt != "executorch" or len(copied) > 1
     weights = unique_bytes(model)
     embedding = model.model.embed_tokens.weight.numel() * 4
     stored = weight_file_bytes(folder)
@@ -87,6 +91,21 @@ def test_tied_weights_are_stored_once(fmt: str, tmp_path: Path) -> None:
         expected = model(**sample).logits
     got = ExportedModel.from_pretrained(folder)(**sample).logits
     assert float((got - expected).abs().max()) < 1e-4
+
+
+def _record_copies(monkeypatch: pytest.MonkeyPatch, copied: list[Path]) -> None:
+    """Record the temporary weight files ExecuTorch copies into a ``.ptd``, asserting that the files copied before
+    are gone by then (streamed: the temporary files and the ``.ptd`` never both hold every weight)."""
+    from executorch.exir._serialize._cord import FileBackedData
+
+    write = FileBackedData.write_to_file
+
+    def recorded(self: Any, outfile: Any) -> None:
+        assert not [path for path in copied if path.exists()], "a copied weight file is still on disk"
+        write(self, outfile)
+        copied.append(Path(self._path))
+
+    monkeypatch.setattr(FileBackedData, "write_to_file", recorded)
 
 
 #: format -> (the shared weights file, each generation component's own weights file)

@@ -9,6 +9,7 @@ The bounds the program was planned for are recorded in the manifest (``dims``) a
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import gc
 import math
@@ -324,10 +325,29 @@ def _write(manager: Any) -> ProgramFiles:
         raise ExportError(f"The ExecuTorch program keeps its weights in {len(data)} data files; hub_export saves one.")
     ptd = None
     if data:
-        manager.write_tensor_data_to_file(str(root))
         ptd = root / "model.ptd"
-        (root / f"{data[0]}.ptd").replace(ptd)
+        with open(ptd, "wb") as handle:
+            _stream_data(manager._tensor_data[data[0]], handle)
     return ProgramFiles(root / "model.pte", ptd, folder)
+
+
+def _stream_data(cord: Any, handle: Any) -> None:
+    """Write the ``.ptd``'s bytes (an ExecuTorch ``Cord``) to ``handle``, deleting each weight's temporary file
+    (:mod:`._spill`) as soon as it is copied, so the temporary files and the ``.ptd`` do not both hold every weight
+    on disk (the manager that references them is dropped next)."""
+    items = list(getattr(cord, "_buffers", None) or [])
+    if not items:
+        cord.write_to_file(handle)
+        return
+    uses = collections.Counter(id(item) for item in items)
+    for item in items:
+        if isinstance(item, (bytes, bytearray, memoryview)):
+            handle.write(item)
+            continue
+        item.write_to_file(handle)
+        uses[id(item)] -= 1
+        if uses[id(item)] == 0 and callable(getattr(item, "close", None)):
+            item.close()  # FileBackedData(cleanup=True): its file goes; others have nothing to close
 
 
 def _lower(program: Any, config: Any, external: bool = False) -> Any:
