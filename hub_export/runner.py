@@ -28,6 +28,8 @@ class ModelRunner:
 
     Class attributes:
         options: The runner options it accepts (``from_program(..., **options)``); any other raises ``ConfigError``.
+        uses_torch_threads: Whether the program runs on torch's intra-op threads (see
+            :func:`hub_export.generation.mixin.loop_threads`).
 
     Attributes:
         metadata: The component's manifest entry (signature, files, parity).
@@ -35,6 +37,9 @@ class ModelRunner:
     """
 
     options: tuple[str, ...] = ()
+    #: Whether the runtime computes with torch's intra-op thread pool. ``generate()`` over runners that do not
+    #: (ONNX Runtime, OpenVINO) runs its own per-step torch work (logits processors, argmax) on one thread.
+    uses_torch_threads: bool = True
 
     def __init__(self, metadata: ComponentEntry, device: str | None = None) -> None:
         self.metadata = metadata

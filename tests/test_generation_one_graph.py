@@ -69,9 +69,23 @@ def test_the_decode_graph_serves_the_prompt_and_every_step(saved, llama, fmt):
     assert signature.dims[query].min == 1  # one token (a step, a one-token prompt) as well as a whole prompt
     graphs = [p.name for p in folder.iterdir() if p.suffix in (".onnx", ".xml", ".pt2")]
     assert graphs == [GRAPH_FILES[fmt]]
-    for inputs in (text_inputs(1, 7), text_inputs(2, 1, seed=2), text_inputs(3, 11, pad_left=4, seed=1)):
-        expected = llama.generate(**inputs, max_new_tokens=6, do_sample=False)
-        assert torch.equal(loaded.generate(**inputs, max_new_tokens=6), expected), inputs["input_ids"].shape
+    runner = loaded.runners["decode"]
+    seen: list[int] = []  # torch's thread count inside each step
+    before = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as patch:
+        run_flat = runner.run_flat
+        patch.setattr(runner, "run_flat", lambda tensors: seen.append(torch.get_num_threads()) or run_flat(tensors))
+        torch.set_num_threads(2)
+        try:
+            for inputs in (text_inputs(1, 7), text_inputs(2, 1, seed=2), text_inputs(3, 11, pad_left=4, seed=1)):
+                expected = llama.generate(**inputs, max_new_tokens=6, do_sample=False)
+                assert torch.equal(loaded.generate(**inputs, max_new_tokens=6), expected), inputs["input_ids"].shape
+            assert torch.get_num_threads() == 2  # restored after each call
+        finally:
+            torch.set_num_threads(before)
+    # ONNX Runtime and OpenVINO run on their own threads: the loop's torch work runs on one thread, never waking
+    # torch's pool between steps; a torch program keeps torch's threads
+    assert seen and set(seen) == ({2} if fmt == "dynamo" else {1})
     assert (
         len(loaded.runners) == 1
     )  # one torch module / ONNX Runtime session / OpenVINO compiled model: the weights once

@@ -43,6 +43,7 @@ from transformers import GenerationConfig, GenerationMixin
 from ..errors import HubExportError, InputError
 from ._processors import cheaper
 from ._prompt import fit_prompt
+from ._threads import loop_threads
 from .decompose import _empty_cache as _holds_nothing
 from .loop import (
     _decode_window,
@@ -149,6 +150,10 @@ class GenerativeSteps(GenerationMixin):
     def generate(self, *args: Any, seed: int | None = None, **kwargs: Any) -> Any:
         """transformers' ``GenerationMixin.generate`` over the exported graphs: same arguments, same outputs.
 
+        On an export that ONNX Runtime or OpenVINO runs, the call's own torch work (logits processors, argmax) runs
+        on one torch thread (``torch.set_num_threads``, restored after): see
+        :mod:`hub_export.generation._threads`.
+
         Args:
             seed: Seed torch's random state for this call only (the global state is restored afterwards), so
                 that sampling is reproducible; without it, sampling draws from the global random state, as
@@ -162,11 +167,12 @@ class GenerativeSteps(GenerationMixin):
         self._check_plan()
         if self.config is None:
             raise HubExportError("generate() needs the model's config (config.json), which this export lacks.")
-        if seed is None:
-            return self._generate(*args, **kwargs)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            return self._generate(*args, **kwargs)
+        with loop_threads(self.components):  # torch's pool stays idle between the runtime's steps
+            if seed is None:
+                return self._generate(*args, **kwargs)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                return self._generate(*args, **kwargs)
 
     def _generate(self, *args: Any, **kwargs: Any) -> Any:
         return GenerationMixin.generate(self, *args, **kwargs)  # type: ignore[arg-type]

@@ -169,6 +169,7 @@ class OnnxRunner(ModelRunner):
     """
 
     options = ("providers", "session_options", "intra_op_num_threads", "allow_spinning", "session_config")
+    uses_torch_threads = False
 
     def __init__(self, session: Any, metadata: ComponentEntry, device: str, keepalive: Any = None) -> None:
         super().__init__(metadata, device)

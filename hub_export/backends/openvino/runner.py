@@ -165,6 +165,7 @@ class OpenVINORunner(ModelRunner):
     """
 
     options = ("config", "num_threads", "cpu_pinning")
+    uses_torch_threads = False
 
     def __init__(self, compiled: Any, metadata: ComponentEntry, device: str | None = None) -> None:
         super().__init__(metadata, device)
