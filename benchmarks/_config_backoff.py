@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["construct", "fix_from_message"]
+__all__ = ["construct", "fix_from_message", "levels", "restore_defaults"]
 
 _NAME = r"`?(?P<{0}>[A-Za-z_][\w.]*)`?"
 #: "a (x) must be the same as / equal b (y)": a := y
@@ -39,11 +39,12 @@ _SHOULD_EQUAL = re.compile(r"(?P<a>\w+) should be equal to .*?(?P=a) = (?P<av>-?
 _LITERALS: dict[str, Any] = {"False": False, "True": True, "None": None}
 
 
-def _levels(d: dict[str, Any]) -> list[dict[str, Any]]:
+def levels(d: dict[str, Any]) -> list[dict[str, Any]]:
+    """``d`` and every config level nested in it (sub-configs; not the label maps)."""
     found = [d]
     for k, v in d.items():
         if isinstance(k, str) and isinstance(v, dict) and k not in ("id2label", "label2id"):
-            found += _levels(v)
+            found += levels(v)
     return found
 
 
@@ -58,7 +59,7 @@ def _set(d: dict[str, Any], name: str, value: Any, where: Any = None, create: bo
             level[key] = value
             return True
         name = key
-    holders = [level for level in _levels(d) if name in level]
+    holders = [level for level in levels(d) if name in level]
     matching = [level for level in holders if where is not None and level[name] == where]
     for level in matching or holders:
         level[name] = value
@@ -92,25 +93,23 @@ def fix_from_message(d: dict[str, Any], text: str, create: bool = False) -> str 
 
 def _named_keys(d: dict[str, Any], text: str) -> list[str]:
     words = set(re.findall(r"[A-Za-z_]\w*", text))
-    return sorted({k for level in _levels(d) for k in level if isinstance(k, str) and k in words})
+    return sorted({k for level in levels(d) for k in level if isinstance(k, str) and k in words})
 
 
-def _restore(d: dict[str, Any], default: dict[str, Any], keys: list[str]) -> bool:
-    """Restore ``keys`` at every level of ``d`` to the value at the same path of ``default``."""
+def restore_defaults(d: dict[str, Any], default: Any, keep: Callable[[str, Any], bool]) -> bool:
+    """Back sizes off: set every key of ``d`` (at any config level) for which ``keep(key, default value)`` holds to
+    the value at the same path of ``default``; whether anything changed."""
     changed = False
-
-    def walk(level: dict[str, Any], orig: Any) -> None:
-        nonlocal changed
-        if not isinstance(orig, dict):
-            return
-        for k, v in list(level.items()):
-            if k in keys and k in orig and orig[k] != v:
-                level[k] = copy.deepcopy(orig[k])
-                changed = True
-            elif isinstance(v, dict):
-                walk(v, orig.get(k))
-
-    walk(d, default)
+    if not isinstance(default, dict):
+        return changed
+    for k, v in list(d.items()):
+        if not isinstance(k, str) or k in ("id2label", "label2id"):
+            continue
+        if k in default and keep(k, default[k]) and default[k] != v:
+            d[k] = copy.deepcopy(default[k])
+            changed = True
+        elif isinstance(v, dict):
+            changed = restore_defaults(v, default.get(k), keep) or changed
     return changed
 
 
@@ -151,7 +150,7 @@ def construct(
             keys = _named_keys(shrunk, text)
             if any(re.search(r"ind(ex|ices|exes)", k) for k in keys) and unshrunk is not None and not kept_layers:
                 keys = []  # layer indices: keep the layers they index rather than indices past the last layer
-            if default is not None and keys and _restore(shrunk, default, keys):
+            if default is not None and keys and restore_defaults(shrunk, default, lambda k, _: k in keys):
                 notes.append(f"{', '.join(keys)} kept at the defaults (validator)")
                 continue
             if unshrunk is not None and not kept_layers:

@@ -21,7 +21,8 @@ CLASSES: dict[str, str] = {
     "round-trip": "the export ran, but saving it, loading it back or running the loaded one failed",
     "hybrid-cache": "a cache with linear-attention / SSM / sliding layers that the exporter cannot flatten",
     "cache-state": "the model's own cache class (transformers adds them per model) holds tensors beyond attention "
-    "keys/values and state-space states (compressed entries, indexer keys...), which exports do not carry",
+    "keys/values and state-space states (compressed entries, indexer keys...): exports return it but cannot "
+    "take it back as an input",
     "data-dependent-guard": "torch.export hit control flow or a size that depends on tensor values "
     "(GuardOnDataDependentSymNode, data-dependent expressions)",
     "pinned-sequence": "dynamic axes asked, but the model's code restricts one (pinned to the traced size, capped, "
@@ -52,7 +53,7 @@ RULES: list[tuple[str, re.Pattern[str], Any]] = [
     ("crash", re.compile(r"process died|Segmentation fault|core dumped|MemoryError|Killed"), None),
     ("schema", re.compile(r"ManifestError|export\.json"), None),
     ("round-trip", re.compile(r"^\[(save|load|run loaded)\]|^after save/load"), None),
-    ("cache-state", re.compile(r"holds state exports cannot carry"), None),
+    ("cache-state", re.compile(r"holds state exports cannot carry|keeps state of its own"), None),
     (
         "hybrid-cache",
         re.compile(

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import copy
 import re
 from typing import Any
 
+from _config_backoff import levels, restore_defaults
 from _tiny_fields import (
     _EXPERTS,
     _HEADS,
@@ -30,14 +30,6 @@ from _tiny_shrink import _INDEX_LIST, _min_vocab
 _SPLIT_SUM = re.compile(r"split_sizes to sum exactly to (\d+)")
 
 
-def _walk(d: dict[str, Any]) -> list[dict[str, Any]]:
-    found = [d]
-    for k, v in d.items():
-        if isinstance(k, str) and isinstance(v, dict) and k not in ("id2label", "label2id"):
-            found += _walk(v)
-    return found
-
-
 def _adjustment(exc: BaseException, default: dict[str, Any], notes: list[str] = ()) -> tuple[str, Any] | None:
     """A config fix read from the model's own error (a size the defaults hide in the modeling code);
     ``default``: the unshrunk defaults, for fixes that back a size off to its default; ``notes``: the fixes
@@ -49,7 +41,7 @@ def _adjustment(exc: BaseException, default: dict[str, Any], notes: list[str] = 
         section = [total - 2 * (total // 3), total // 3, total // 3]
 
         def mrope(d: dict[str, Any]) -> None:
-            for level in _walk(d):
+            for level in levels(d):
                 if isinstance(level.get("rope_parameters"), dict):
                     level["rope_parameters"]["mrope_section"] = section
 
@@ -57,7 +49,7 @@ def _adjustment(exc: BaseException, default: dict[str, Any], notes: list[str] = 
     if "got (NoneType)" in text and "ne()" in text:  # a pad token id the checkpoint sets, compared with the ids
 
         def pad(d: dict[str, Any]) -> None:
-            for level in _walk(d):
+            for level in levels(d):
                 if "pad_token_id" in level and level["pad_token_id"] is None:
                     level["pad_token_id"] = 1
 
@@ -65,7 +57,7 @@ def _adjustment(exc: BaseException, default: dict[str, Any], notes: list[str] = 
     if re.search(r"rotates \d+ of head_dim=\d+ dims", text):  # partial rotary factor leaves too few dims
 
         def wider(d: dict[str, Any]) -> None:
-            for level in _walk(d):
+            for level in levels(d):
                 if level.get("head_dim") == HEAD_DIM:
                     level["head_dim"] = 4 * HEAD_DIM
 
@@ -75,7 +67,7 @@ def _adjustment(exc: BaseException, default: dict[str, Any], notes: list[str] = 
     ):  # activations vanished (or overflowed) through the stack
 
         def init(d: dict[str, Any]) -> None:
-            for level in _walk(d):
+            for level in levels(d):
                 if isinstance(level.get("initializer_range"), float):
                     level["initializer_range"] *= 5
 
@@ -91,7 +83,7 @@ def _adjustment(exc: BaseException, default: dict[str, Any], notes: list[str] = 
     if "Could not find a `sliding_window` argument in the config" in text:  # a window the checkpoint sets
 
         def window(d: dict[str, Any]) -> None:
-            for level in _walk(d):
+            for level in levels(d):
                 if "sliding_window" in level and level["sliding_window"] is None:
                     level["sliding_window"] = 4
 
@@ -101,14 +93,14 @@ def _adjustment(exc: BaseException, default: dict[str, Any], notes: list[str] = 
         name = rate.group(1)
 
         def dropout(d: dict[str, Any]) -> None:
-            for level in _walk(d):
+            for level in levels(d):
                 level.setdefault(name, 0.0)
 
         return f"{name}=0.0 set", dropout
     if _NOTHING_TO_TIE.search(text):  # weights shared by the layers of one kind (Zamba's shared transformer)
 
         def twice(d: dict[str, Any]) -> None:
-            for level in _walk(d):
+            for level in levels(d):
                 _repeat_layers(level)
 
         return "layers repeated (the model ties the weights of the layers of one kind: two of each)", twice
@@ -117,10 +109,7 @@ def _adjustment(exc: BaseException, default: dict[str, Any], notes: list[str] = 
             if note not in notes:
 
                 def restore(d: dict[str, Any], keep: Any = keep) -> None:
-                    for level, orig in _paired_levels(d, default):
-                        for k in list(level):
-                            if isinstance(k, str) and k in orig and keep(k, orig[k]):
-                                level[k] = copy.deepcopy(orig[k])
+                    restore_defaults(d, default, keep)
 
                 return note, restore
     return None
@@ -168,14 +157,3 @@ _SIZE_MISMATCH = re.compile(
     r"must match the size of tensor|is invalid for input of size|shapes cannot be multiplied|Sizes of tensors must match|"
     r"expected input with shape|to have \d+ channels"
 )
-
-
-def _paired_levels(d: dict[str, Any], orig: Any) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(level of ``d``, the same level of ``orig``) for every config level both hold."""
-    if not isinstance(orig, dict):
-        return []
-    pairs = [(d, orig)]
-    for k, v in d.items():
-        if isinstance(v, dict) and k not in ("id2label", "label2id"):
-            pairs += _paired_levels(v, orig.get(k))
-    return pairs

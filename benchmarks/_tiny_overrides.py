@@ -46,6 +46,22 @@ OVERRIDES: dict[str, tuple[dict[str, Any], str]] = {
         {"hidden_size": 48, "coordinate_size": 8, "shape_size": 8},
         "the 2-D position embedding concatenates 4 coordinate + 2 shape embeddings: hidden = 4c + 2s",
     ),
+    "hunyuan_vl_text": (
+        {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 1, 1]}},
+        "its M-RoPE needs at least 3 sections (the checkpoint sets them; the defaults have none), summing to half "
+        "the head dim (8 at the tiny size)",
+    ),
+    "qwen4_exp_text": (
+        {
+            "indexer_n_heads": 2,
+            "indexer_kv_heads": 1,
+            "indexer_head_dim": 32,
+            "indexer_budget": 8,
+            "indexer_compress_ratio": 4,
+        },
+        "the QSA indexer fields default to None while every full-attention layer builds its indexer from them "
+        "(indexer_budget // indexer_compress_ratio): a config must set them",
+    ),
     "recurrent_gemma": (
         {"num_hidden_layers": 3},
         "the layer kinds cycle through block_types (recurrent, recurrent, attention): 2 layers hold no attention",

@@ -11,7 +11,14 @@ Two harness artefacts would otherwise count as parity failures:
 * **Randomness inside forward.** A forward that draws random numbers (ViT-MAE's random masking, UnivNet's noise
   sequence, a VAE's latent sampling) is not a function of its inputs, so no export can match eager.
   :func:`fix_randomness` records the draws of one eager call; a forward parameter named ``noise*`` receives a
-  seeded tensor of the shape the model drew, and a boolean ``sample`` parameter defaulting to True is turned off.
+  seeded tensor of the shape the model drew, and a boolean ``sample`` parameter defaulting to True is turned off;
+  a module's float ``noise_scale*`` attribute (VITS's sampling temperatures, which scale every draw of its duration
+  predictor and prior: the knob a user turns to 0 for deterministic speech) is set to 0.
+
+Ties the weights do not make remain: a top-k over scores that are exactly equal by construction (the ReLU'd
+indexer scores of DeepSeek-V3.2's sparse attention, zero for every key no head attends to) may keep any of the tied
+keys. ONNX's TopK keeps the lower index (its specification); torch's CPU top-k does not say which it keeps. Under
+:func:`lower_index_ties` eager keeps the lower index too: a second, equally valid reference for such a model.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import inspect
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["break_ties", "fix_randomness"]
+__all__ = ["break_ties", "fix_randomness", "lower_index_ties"]
 
 #: the std of the noise added to a constant-initialised weight (the usual initializer_range)
 TIE_NOISE = 0.02
@@ -101,7 +108,49 @@ def fix_randomness(model: Any, sample: dict[str, Any], other: dict[str, Any]) ->
     if flag is not None and flag.default is True:
         sample["sample"] = other["sample"] = False
         fixed.append("sample=False")
+    fixed += _zero_noise_scales(model)
     if not fixed:
         return "the forward draws random numbers (no input to fix them)"
     still = _draws(model, sample)
     return f"random draws fixed: {', '.join(dict.fromkeys(fixed))}" + (" (some remain)" if still else "")
+
+
+def _zero_noise_scales(model: Any) -> list[str]:
+    """Set every module's positive float ``noise_scale*`` attribute to 0 (the draws it scales then add nothing);
+    return the attribute names."""
+    found = []
+    for module in model.modules():
+        for name, value in list(vars(module).items()):
+            if name.startswith("noise_scale") and type(value) is float and value > 0:
+                setattr(module, name, 0.0)
+                found.append(name)
+    return found
+
+
+@contextlib.contextmanager
+def lower_index_ties() -> Iterator[list[int]]:
+    """Within the block, ``torch.topk`` / ``Tensor.topk`` keep the lower index among equal values (as ONNX's TopK
+    specifies), through a stable sort; yields a list that receives one item per call."""
+    import torch
+
+    calls: list[int] = []
+    original, own = torch.topk, torch.Tensor.__dict__.get("topk")
+
+    def topk(input: Any, k: int, dim: int = -1, largest: bool = True, sorted: bool = True, **kwargs: Any) -> Any:
+        calls.append(1)
+        values, indices = torch.sort(input, dim=dim, descending=largest, stable=True)
+        return torch.return_types.topk((values.narrow(dim, 0, k), indices.narrow(dim, 0, k)))
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return topk(self, *args, **kwargs)
+
+    torch.topk = topk  # type: ignore[assignment]
+    torch.Tensor.topk = method  # type: ignore[method-assign]
+    try:
+        yield calls
+    finally:
+        torch.topk = original  # type: ignore[assignment]
+        if own is None:
+            del torch.Tensor.topk  # the C method of the base class shows through again
+        else:
+            torch.Tensor.topk = own  # type: ignore[method-assign]

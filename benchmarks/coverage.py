@@ -233,6 +233,8 @@ def run_cell(case_name: str, tool: str, backend: str, all_mode: bool = False) ->
             with torch.no_grad():
                 diffs.append(compare(exported(**inputs), eager))
         row.pop("stage")
+        if all_mode and max(diffs) > atol(backend) and tool == "hub":
+            expected = _tie_reference(case, exported, compare, expected, diffs, row)
         row["max_diff"] = max(diffs)
         row["ok"] = row["max_diff"] <= atol(backend)
         if not row["ok"]:
@@ -254,6 +256,29 @@ def run_cell(case_name: str, tool: str, backend: str, all_mode: bool = False) ->
             if cause:
                 row["cause"] = cause
     return row
+
+
+def _tie_reference(
+    case: Any, exported: Any, compare: Any, expected: list[Any], diffs: list[float], row: dict[str, Any]
+) -> list[Any]:
+    """Where the export differs from eager and the model takes a top-k: eager again with ties kept at the lower
+    index (ONNX's TopK rule, ``_tiny_random.lower_index_ties``); when the export matches that reference, it is the
+    reference (``diffs`` updated in place, a note added). Returns the reference outputs."""
+    import torch
+    from _tiny_random import lower_index_ties
+
+    with lower_index_ties() as calls, torch.no_grad():
+        tied = [case.model(**inputs) for inputs in (case.sample, case.other)]
+    if not calls:
+        return expected
+    with torch.no_grad():
+        again = [compare(exported(**inputs), eager) for inputs, eager in zip((case.sample, case.other), tied)]
+    if max(again) >= max(diffs):
+        return expected
+    diffs[:] = again
+    note = "top-k ties kept at the lower index in eager (ONNX's TopK rule; torch's is unspecified)"
+    row["notes"] = f"{row['notes']}; {note}" if row.get("notes") else note
+    return tied
 
 
 def _round_trip(

@@ -1,9 +1,10 @@
 """The only classes an export's output structure may name: transformers' ModelOutput and cache classes.
 
 A manifest is data; loading one never imports a module or resolves a dotted path it names. Output classes
-are looked up by bare identifier among transformers' own output classes (``transformers.modeling_outputs``,
-then the ModelOutput subclasses of already imported ``transformers.models`` modules, then those of the
-architecture's modeling module reached through transformers' own public namespace).
+are looked up by bare identifier among transformers' own output classes: first the architecture's own modeling
+module (reached through transformers' public namespace: several models define classes of one name, e.g.
+``BaseModelOutputWithDeepstackFeatures``), then ``transformers.modeling_outputs``, then the ModelOutput subclasses
+of already imported ``transformers.models`` modules.
 """
 
 from __future__ import annotations
@@ -44,26 +45,40 @@ def _subclasses(cls: type) -> list[type]:
     return seen
 
 
-#: output classes found by :func:`_find_output_class`, by name (a runner resolves its class on every call)
-_FOUND_OUTPUT_CLASSES: dict[str, type] = {}
+#: output classes found by :func:`resolve_output_class`, by (name, architecture) (a runner resolves its class on every
+#: call)
+_FOUND_OUTPUT_CLASSES: dict[tuple[str, str | None], type] = {}
 
 
-def _find_output_class(name: str) -> type | None:
-    cached = _FOUND_OUTPUT_CLASSES.get(name)
-    if cached is not None:
-        return cached
+def _is_output_class(found: object) -> bool:
+    from transformers.utils import ModelOutput
+
+    return isinstance(found, type) and issubclass(found, ModelOutput) and found.__module__.startswith("transformers.")
+
+
+def _architecture_module(architecture: str | None) -> Any:
+    """The modeling module of a transformers model class named ``architecture``, or None (imports nothing else)."""
+    if not architecture or not IDENTIFIER.match(architecture):
+        return None
+    import sys
+
+    import transformers
+    from transformers import PreTrainedModel
+
+    model_cls = getattr(transformers, architecture, None)  # transformers' own lazy namespace, nothing else
+    if not (isinstance(model_cls, type) and issubclass(model_cls, PreTrainedModel)):
+        return None
+    return sys.modules.get(model_cls.__module__)
+
+
+def _find_output_class(name: str, architecture: str | None) -> type | None:
     from transformers import modeling_outputs
     from transformers.utils import ModelOutput
 
-    found = getattr(modeling_outputs, name, None)
-    if not (isinstance(found, type) and issubclass(found, ModelOutput)):
-        found = next(
-            (s for s in _subclasses(ModelOutput) if s.__name__ == name and s.__module__.startswith("transformers.")),
-            None,
-        )
-    if found is not None:  # a miss is not kept: importing the model's module may define the class later
-        _FOUND_OUTPUT_CLASSES[name] = found
-    return found
+    for candidate in (getattr(_architecture_module(architecture), name, None), getattr(modeling_outputs, name, None)):
+        if _is_output_class(candidate):
+            return candidate
+    return next((s for s in _subclasses(ModelOutput) if s.__name__ == name and _is_output_class(s)), None)
 
 
 def resolve_output_class(name: str, architecture: str | None = None, where: str = "output_structure") -> type:
@@ -71,7 +86,8 @@ def resolve_output_class(name: str, architecture: str | None = None, where: str 
 
     Args:
         name: Bare class name recorded in the manifest (``CausalLMOutputWithPast``).
-        architecture: The model class name (``LlamaForCausalLM``) whose modeling module may define ``name``.
+        architecture: The model class name (``LlamaForCausalLM``) whose modeling module is searched first: models
+            define output classes of one name (Qwen3-VL's and Cohere Compass's ``BaseModelOutputWithDeepstackFeatures``).
         where: JSON path used in the error message.
 
     Raises:
@@ -79,18 +95,15 @@ def resolve_output_class(name: str, architecture: str | None = None, where: str 
     """
     if not isinstance(name, str) or not IDENTIFIER.match(name):
         raise ManifestError(f"{where}: {name!r} is not a class name; only transformers output classes are allowed.")
-    found = _find_output_class(name)
-    if found is None and architecture and IDENTIFIER.match(architecture):
-        import transformers
-        from transformers import PreTrainedModel
-
-        model_cls = getattr(transformers, architecture, None)  # transformers' own lazy namespace, nothing else
-        if isinstance(model_cls, type) and issubclass(model_cls, PreTrainedModel):
-            found = _find_output_class(name)
+    key = (name, architecture)
+    found = _FOUND_OUTPUT_CLASSES.get(key)
+    if found is None:
+        found = _find_output_class(name, architecture)
     if found is None:
         raise ManifestError(
             f"{where}: {name!r} is not an allowed output class (transformers ModelOutput subclasses only)."
         )
+    _FOUND_OUTPUT_CLASSES[key] = found  # a miss is not kept: importing the model's module may define the class later
     return found
 
 

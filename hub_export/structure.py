@@ -17,11 +17,16 @@ Structure nodes::
     {"type": "cache", "class": "StaticCache", "max_cache_len": n, "layers": [{"key": node, "value": node, "length": node}, ...]}
     {"type": "cache", "class": "EncoderDecoderCache", "layers": [{"decoder": {...}, "encoder": {...}}, ...]}
     {"type": "cache", "class": "DynamicCache", "layers": [{"conv": node, "recurrent": node}, ...]}  # state-space
+    {"type": "cache", "class": "DynamicCache", "layers": [{"conv": {"type": "list", "items": [node, ...]}, ...}]}
+                                                           # a state-space layer with several states, one item each
     {"type": "cache", "class": "DynamicCache", "layers": [{"key": node, "value": node, "class": "DynamicIndexedLayer",
                                                            "state": [["indexer_keys", node], ...]}, ...]}
 
 A layer's ``state`` holds the tensors (and flags) its class keeps beyond attention keys/values and state-space
-conv/recurrent states, by attribute name: the indexer keys of sparse-attention layers, for instance.
+conv/recurrent states, by attribute name: the indexer keys of sparse-attention layers, for instance, or the
+compressor buffers a model's own layer class declares (rebuilt on the allowed class its parts make). A cache node's
+``state`` holds the tensors a model's own ``DynamicCache`` subclass keeps beside its layers (MiniMax's per-layer
+linear-attention state), by attribute name too.
 
 Flat tensors are named after their path: ``logits``, ``past_key_values.0.key``, ``hidden_states.2``,
 ``past_key_values.0.encoder.value``.
@@ -35,7 +40,16 @@ from typing import Any
 from ._allowlist import IDENTIFIER, LAYER_CLASSES, cache_class, is_model_output, layer_class, resolve_output_class
 from .errors import ExportError, ManifestError
 
-__all__ = ["CONSTANT_TYPES", "children", "count_tensors", "flatten_value", "held_tensors", "unflatten", "walk"]
+__all__ = [
+    "CONSTANT_TYPES",
+    "children",
+    "count_tensors",
+    "flatten_value",
+    "held_tensors",
+    "refuse_own_state_input",
+    "unflatten",
+    "walk",
+]
 
 #: Python values a structure keeps as constants (flags such as ``use_cache``).
 CONSTANT_TYPES = (bool, int, float, str, type(None))
@@ -61,7 +75,7 @@ def children(node: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
                 prefix = f"layers[{i}]" + (f".{part}" if part else "")
                 found += [(f"{prefix}.{key}", entry[key]) for key in _LAYER_PARTS if key in entry]
                 found += [(f"{prefix}.state.{name}", child) for name, child in entry.get("state", [])]
-        return found
+        return found + [(f"state.{name}", child) for name, child in node.get("state", [])]
     return []
 
 
@@ -114,9 +128,14 @@ def held_tensors(node: dict[str, Any], cache: Any) -> list[Any] | None:
                     if layer_node.get(key, {"type": "none"})["type"] != "none":
                         attribute, index = _PART_PLACES[key]
                         held = getattr(layer, attribute)
-                        _held_leaves(layer_node[key], held if index is None else held[index], found)
+                        if index is not None:  # one state, or a list node of several (by state index)
+                            several = layer_node[key]["type"] == "list"
+                            held = [held[s] for s in range(len(layer_node[key]["items"]))] if several else held[index]
+                        _held_leaves(layer_node[key], held, found)
                 for name, child in layer_node.get("state", []):
                     _held_leaves(child, getattr(layer, name), found)
+        for name, child in node.get("state", []):
+            _held_leaves(child, getattr(cache, name), found)
     except (AttributeError, IndexError, KeyError, TypeError):
         return None
     return [tensor for _, tensor in sorted(found, key=lambda item: item[0])]
@@ -185,9 +204,12 @@ def flatten_value(
         return {"type": "cache", "class": cls_name, "layers": layers}
     if cls_name == "StaticCache":
         return _flatten_static_cache(value, path, leaves)
-    if _extends(value, "DynamicCache"):  # a model's own subclass too, when it keeps no state of its own
-        _refuse_dropped_state(value, {"layers"}, path)
-        return _flatten_dynamic_cache(value, path, leaves)
+    if _extends(value, "DynamicCache"):  # a model's own subclass too: the tensors it keeps beside its layers as state
+        node = _flatten_dynamic_cache(value, path, leaves)
+        state = _own_state(value, {"layers"})
+        if state:
+            node["state"] = [[name, flatten_value(getattr(value, name), (*path, name), leaves)] for name in state]
+        return node
     if isinstance(value, (tuple, list)):
         items = [flatten_value(item, (*path, str(i)), leaves, sizes) for i, item in enumerate(value)]
         return {"type": type(value).__name__ if type(value) in (tuple, list) else "tuple", "items": items}
@@ -254,16 +276,36 @@ def _holds_tensor(value: Any, depth: int = 0) -> bool:
     return False
 
 
-def _refuse_dropped_state(value: Any, kept: set[str], path: tuple[str, ...]) -> None:
-    """Refuse a cache or cache layer holding tensors outside the parts an export carries (``kept``): exporting it
-    would silently drop that state (a model's cache subclass with compressed entries, indexer keys, quantized
-    keys...). Plain settings (window sizes, counters, flags) are not state the graph returns."""
-    dropped = sorted(k for k, v in vars(value).items() if k not in kept and _holds_tensor(v))
-    if dropped:
-        raise ExportError(
-            f"{_join(path) or 'cache'}: a {type(value).__name__} holds state exports cannot carry "
-            f"({', '.join(dropped)}); pass use_cache=False in the sample inputs to export the model without its cache."
-        )
+def _own_state(value: Any, kept: set[str]) -> list[str]:
+    """The attributes of a cache or cache layer holding tensors outside the parts an export knows (``kept``): the
+    state a model's own class declares (compressed entries, buffers, indexer keys, a per-layer linear-attention
+    state...), sorted. Plain settings (window sizes, counters, flags) are not state the graph returns."""
+    return sorted(
+        k for k, v in vars(value).items() if k not in kept and _holds_tensor(v) and not k.endswith(_DERIVED_STATE)
+    )
+
+
+def refuse_own_state_input(value: Any, path: tuple[str, ...]) -> None:
+    """Refuse a cache given as an input whose class is a model's own and keeps state of its own: an export returns
+    that state (rebuilt on transformers' generic classes) but cannot take it back, since the model's code calls the
+    methods of its own class on it.
+
+    Raises:
+        ExportError: Naming the class, its state and the way out.
+    """
+    if not _extends(value, "DynamicCache"):
+        return
+    found = [(path, value, _own_state(value, {"layers"}))]
+    found += [((*path, str(i)), layer, []) for i, layer in enumerate(value.layers)]
+    for where, owner, state in found:
+        if owner is not value and type(owner).__name__ not in LAYER_CLASSES and not _extends(owner, "DummyLayer"):
+            state = _own_state(owner, _KEPT_LAYER_STATE)
+        if state:
+            raise ExportError(
+                f"{_join(where)}: a {type(owner).__name__} keeps state of its own ({', '.join(state)}) that an export "
+                "can return but not take back (the model calls its own class's methods on it); export the prompt "
+                "step without a cache input."
+            )
 
 
 #: The tensors of a cache layer an export carries (attention keys/values, state-space conv/recurrent states) or
@@ -276,7 +318,7 @@ def _layer_kind(layer: Any, where: tuple[str, ...]) -> str:
     model's own layer class that extends attention or state-space layers without keeping other state).
 
     Raises:
-        ExportError: The layer is static, of an unknown kind, or holds state beyond those parts.
+        ExportError: The layer is static or of an unknown kind.
     """
     kind = type(layer).__name__
     if _extends(layer, "DummyLayer"):
@@ -289,7 +331,7 @@ def _layer_kind(layer: Any, where: tuple[str, ...]) -> str:
         )
     if kind in LAYER_CLASSES:
         return kind  # its further state is carried (:func:`_layer_state`)
-    _refuse_dropped_state(layer, _KEPT_LAYER_STATE, where)
+    # a model's own class: its further state is carried too (:func:`_layer_state`), set on the class its parts make
     if attention and state:
         return "LinearAttentionAndFullAttentionLayer"
     return "DynamicLayer" if attention else "LinearAttentionLayer"
@@ -302,20 +344,24 @@ def _flatten_dynamic_cache(cache: Any, path: tuple[str, ...], leaves: list[tuple
     (``LinearAttentionAndFullAttentionLayer``) give both; a ``DummyLayer`` (a layer keeping no cache) none. A layer
     whose kind its parts do not tell records its class (a hybrid model mixes kinds in one cache: Qwen3-Next, Bamba,
     Jamba, LFM2, Falcon-H1...). A model's own layer class is recorded as the allowed class its parts make
-    (:func:`_layer_kind`): the rebuilt cache holds the same tensors."""
+    (:func:`_layer_kind`), with the state its class keeps beyond those parts: the rebuilt cache holds the same
+    tensors. A state-space layer with several states (``number_of_states``) gives one ``conv``/``recurrent`` item
+    per state."""
     layers = []
     for i, layer in enumerate(cache.layers):
         where = (*path, str(i))
         kind = _layer_kind(layer, where)
         node: dict[str, Any] = {}
         if hasattr(layer, "recurrent_states"):
-            if layer.number_of_states != 1:
-                raise ExportError(
-                    f"{_join(where)}: a {type(layer).__name__} with {layer.number_of_states} states cannot be exported."
-                )
+            count = int(layer.number_of_states)
             for part in ("conv", "recurrent"):
-                state = getattr(layer, f"{part}_states")[0] if layer.has_previous_state[0] else None
-                node[part] = flatten_value(state, (*where, part), leaves)
+                held = getattr(layer, f"{part}_states")
+                states = [held[s] if layer.has_previous_state[s] else None for s in range(count)]
+                if count == 1:
+                    node[part] = flatten_value(states[0], (*where, part), leaves)
+                else:  # several states (Inkling-2's short convolutions): one item per state index
+                    items = [flatten_value(t, (*where, part, str(s)), leaves) for s, t in enumerate(states)]
+                    node[part] = {"type": "list", "items": items}
         if hasattr(layer, "keys") or not node:
             node.update(_flatten_layer(cache.layers, i, where, leaves))
         state = _layer_state(layer, where, leaves)
@@ -337,11 +383,7 @@ def _layer_state(layer: Any, where: tuple[str, ...], leaves: list[tuple[str, Any
     """The state an allowed layer class keeps beyond its attention and state-space parts, as ``[name, node]``
     pairs: the attributes holding tensors (``indexer_keys``), and the flags that differ from a fresh layer's
     (``is_indexer_initialized``), so that the rebuilt layer continues where the graph left it."""
-    extra = {
-        k: v
-        for k, v in vars(layer).items()
-        if k not in _KEPT_LAYER_STATE and _holds_tensor(v) and not k.endswith(_DERIVED_STATE)
-    }
+    extra = {k: getattr(layer, k) for k in _own_state(layer, _KEPT_LAYER_STATE)}
     if not extra:
         return []
     try:
@@ -358,20 +400,21 @@ def _layer_state(layer: Any, where: tuple[str, ...], leaves: list[tuple[str, Any
 
 
 def _set_layer_state(layer: Any, entry: dict[str, Any], tensors: list[Any], where: str) -> None:
-    """Set a rebuilt layer's recorded ``state`` (dicts keyed by state index get their int keys back).
+    """Set a rebuilt layer's (or cache's) recorded ``state`` (dicts keyed by state index get their int keys back).
 
     Raises:
-        ManifestError: A name is not a public data attribute of the layer class (a method, a private name).
+        ManifestError: A name is not a public data attribute of the class (a method, a private name, its layers).
     """
     for name, child in entry.get("state", []):
         if (
             not (isinstance(name, str) and IDENTIFIER.match(name))
             or name.startswith("_")
             or name in _KEPT_LAYER_STATE
+            or name == "layers"
             or callable(getattr(type(layer), name, None))
             or isinstance(getattr(type(layer), name, None), property)
         ):
-            raise ManifestError(f"{where}.state: {name!r} is not a cache layer attribute an export may set.")
+            raise ManifestError(f"{where}.state: {name!r} is not a cache attribute an export may set.")
         value = unflatten(child, tensors)
         if isinstance(value, dict):
             value = {int(k) if k.isdigit() else k: v for k, v in value.items()}
@@ -400,15 +443,22 @@ def _dynamic_cache_from(node: dict[str, Any], tensors: list[Any], where: str) ->
         name = entry.get("class") or _default_layer_class(entry)
         if name not in classes:
             classes[name] = layer_class(name, f"{where}.layers[{i}].class")
-        layer = classes[name]()
+        several = "conv" in entry and entry["conv"].get("type") == "list"
+        layer = classes[name](number_of_states=len(entry["conv"]["items"])) if several else classes[name]()
         if "conv" in entry:
-            conv, recurrent = unflatten(entry["conv"], tensors), unflatten(entry["recurrent"], tensors)
-            if conv is not None:
-                layer.dtype, layer.device = conv.dtype, conv.device
-                layer.conv_states[0], layer.recurrent_states[0] = conv, recurrent
-                layer.conv_kernel_size[0] = conv.shape[-1]
-                layer.is_conv_states_initialized[0] = layer.is_recurrent_states_initialized[0] = True
-                layer.has_previous_state[0] = True
+            convs, recurrents = unflatten(entry["conv"], tensors), unflatten(entry["recurrent"], tensors)
+            if not several:
+                convs, recurrents = [convs], [recurrents]
+            if not isinstance(convs, list) or not isinstance(recurrents, list) or len(convs) != len(recurrents):
+                raise ManifestError(f"{where}.layers[{i}]: conv and recurrent list one item per state.")
+            for s, (conv, recurrent) in enumerate(zip(convs, recurrents)):
+                if conv is not None:
+                    layer.dtype, layer.device = conv.dtype, conv.device
+                    layer.conv_states[s], layer.conv_kernel_size[s] = conv, conv.shape[-1]
+                    layer.is_conv_states_initialized[s] = True
+                if recurrent is not None:
+                    layer.recurrent_states[s], layer.is_recurrent_states_initialized[s] = recurrent, True
+                layer.has_previous_state[s] = conv is not None or recurrent is not None
         if "key" in entry:
             key, value = unflatten(entry["key"], tensors), unflatten(entry["value"], tensors)
             if key is not None:
@@ -418,6 +468,7 @@ def _dynamic_cache_from(node: dict[str, Any], tensors: list[Any], where: str) ->
         layers.append(layer)
     cache = DynamicCache()  # layers appended on demand past the recorded ones, as a fresh cache does
     cache.layers[:] = layers
+    _set_layer_state(cache, node, tensors, where)  # what a model's own cache subclass kept beside its layers
     return cache
 
 

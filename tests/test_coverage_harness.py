@@ -101,6 +101,30 @@ def test_constant_weights_are_perturbed_and_random_draws_fixed() -> None:
     assert sample["noise"].shape == (2, 5) and other["noise"].shape == (3, 6)
     assert torch.equal(model(**sample), model(**sample))
 
+    class Speech(torch.nn.Module):  # VITS: draws scaled by a noise_scale setting, no input to fix them
+        def __init__(self) -> None:
+            super().__init__()
+            self.noise_scale = 0.667
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + torch.randn_like(x) * self.noise_scale
+
+    speech, sample = Speech(), {"x": torch.randn(2, 3)}
+    assert fix_randomness(speech, sample, {"x": torch.randn(3, 3)}).startswith("random draws fixed: noise_scale")
+    assert speech.noise_scale == 0.0 and torch.equal(speech(**sample), speech(**sample))
+
+
+def test_top_k_ties_can_be_kept_at_the_lower_index() -> None:
+    """ONNX's TopK keeps the lower index among equal values; eager under ``lower_index_ties`` does too."""
+    import torch
+    from _tiny_random import lower_index_ties
+
+    scores = torch.tensor([[0.0, 2.0, 0.0, 0.0, 2.0, 1.0]])
+    with lower_index_ties() as calls:
+        assert scores.topk(4).indices.tolist() == [[1, 4, 5, 0]]
+        assert torch.topk(scores, 2, largest=False).indices.tolist() == [[0, 2]]
+    assert len(calls) == 2 and torch.Tensor.topk is torch._C.TensorBase.topk  # the method is back
+
 
 def test_sizes_the_config_derives_are_handed_back_to_it() -> None:
     import _tiny_configs as tiny

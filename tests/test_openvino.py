@@ -227,7 +227,8 @@ def test_cpu_threads_are_unpinned_by_default_and_configurable(exports: Any) -> N
 
 
 class _PaddedAttention(torch.nn.Module):
-    """The three graph shapes the patches fix: an empty-cache ``cat``, a ``-1`` reshape, a fully masked row."""
+    """The graph shapes the patches fix: an empty-cache ``cat``, a ``-1`` reshape, a fully masked row, a one-input
+    ``cat`` and a ``squeeze`` of an axis that is not 1 (features kept whole), a check on a tensor condition."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -241,27 +242,32 @@ class _PaddedAttention(torch.nn.Module):
         keys = torch.cat([torch.tensor([]), x], dim=-2)  # DynamicCache's first update
         causal = torch.ones(seq, seq, dtype=torch.bool).tril()
         mask = causal[None, None] & attention_mask.bool()[:, None, None, :]
+        torch._check_tensor_all(attention_mask >= 0)  # transformers' torch_compilable_check: aten._is_all_true
         out = torch.nn.functional.scaled_dot_product_attention(x, keys, keys, attn_mask=mask)
+        out = torch.cat([out], dim=0).squeeze(0)  # a batch of 1 is not traced: the squeeze removes nothing
         return BaseModelOutput(last_hidden_state=out.transpose(1, 2).reshape(batch, seq, -1))
 
 
 def test_patches_fix_the_graph_and_restore_it() -> None:
     from hub_export.backends.openvino.patches import (
         conversion_patches,
+        copies_as_clones,
         pin_reshape_wildcards,
         skip_empty_cat_inputs,
         zero_fully_masked_attention_rows,
     )
     from hub_export.export.trace import trace
+    from hub_export.patches.graph import all_true_checks_as_all
 
     torch.manual_seed(0)
     model = _PaddedAttention().eval()
     sample = {"input_ids": torch.randint(0, 8, (1, 5)), "attention_mask": torch.ones(1, 5, dtype=torch.long)}
     program = trace(model, sample, OpenVINOConfig(dynamic=True)).program
     before = program.graph_module.code
-    for patch in (skip_empty_cat_inputs, pin_reshape_wildcards, zero_fully_masked_attention_rows):
+    patches = (skip_empty_cat_inputs, pin_reshape_wildcards, zero_fully_masked_attention_rows, all_true_checks_as_all)
+    for patch, least in zip((*patches, copies_as_clones), (1, 1, 1, 1, 2)):
         with patch(program) as count:
-            assert count >= 1, patch.__name__
+            assert count >= least, patch.__name__
             assert program.graph_module.code != before
         assert program.graph_module.code == before, patch.__name__
     padded = {"input_ids": torch.randint(0, 8, (3, 6)), "attention_mask": torch.ones(3, 6, dtype=torch.long)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 
 import torch
-from tiny_models import text_inputs
+from tiny_models import seeded, text_inputs
 
 from hub_export import OpenVINOConfig, OpenVINOExporter
 
@@ -31,8 +31,7 @@ def test_a_view_of_the_transposed_attention_output_converts_to_openvino() -> Non
         layer_types=["sliding_attention", "full_attention"],
         sliding_window=4,
     )
-    torch.manual_seed(0)
-    model = AfmoeForCausalLM(config).eval()
+    model = seeded(AfmoeForCausalLM, config)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         exported = OpenVINOExporter().export(model, text_inputs(2, 7), config=OpenVINOConfig(dynamic=True))

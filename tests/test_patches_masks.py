@@ -4,49 +4,38 @@ mask and for a padded one."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import torch
+from tiny_models import seeded, text_inputs
 
 from hub_export import DynamoConfig, DynamoExporter
 from hub_export.patches.masks import causal_mask_skip_kept
 
 
-def _aimv2_text() -> torch.nn.Module:
-    from transformers import Aimv2TextConfig, Aimv2TextModel
+def _text_tower(kind: str) -> torch.nn.Module:
+    """AIMv2's or CLIP's text tower, one layer (their configs take the same sizes)."""
+    import transformers
 
-    torch.manual_seed(0)
-    config = Aimv2TextConfig(
+    config_class, model_class = {
+        "aimv2": (transformers.Aimv2TextConfig, transformers.Aimv2TextModel),
+        "clip": (transformers.CLIPTextConfig, transformers.CLIPTextModel),
+    }[kind]
+    config = config_class(
         vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
         max_position_embeddings=32, eos_token_id=63,
     )  # fmt: skip
-    return Aimv2TextModel(config).eval()
-
-
-def _clip_text() -> torch.nn.Module:
-    from transformers import CLIPTextConfig, CLIPTextModel
-
-    torch.manual_seed(0)
-    config = CLIPTextConfig(
-        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        max_position_embeddings=32, eos_token_id=63,
-    )  # fmt: skip
-    return CLIPTextModel(config).eval()
+    return seeded(model_class, config)
 
 
 def _inputs(batch: int, length: int, pad: int = 0) -> dict[str, torch.Tensor]:
-    ids = torch.randint(3, 60, (batch, length), generator=torch.Generator().manual_seed(length))
-    mask = torch.ones_like(ids)
-    mask[0, :pad] = 0
-    return {"input_ids": ids, "attention_mask": mask}
+    return text_inputs(batch, length, vocab=60, pad_left=pad, seed=length)
 
 
-@pytest.mark.parametrize("build", [_aimv2_text, _clip_text], ids=["aimv2", "clip"])
-def test_all_ones_and_padded_masks_follow_eager(build: Any) -> None:
+@pytest.mark.parametrize("kind", ["aimv2", "clip"])
+def test_all_ones_and_padded_masks_follow_eager(kind: str) -> None:
     """AIMv2's text tower runs bidirectionally on an all-ones mask (its modules say is_causal=False); CLIP's modules
     say the same but its encoder passes is_causal=True, so it stays causal: the export follows each."""
-    model = build()
+    model = _text_tower(kind)
     sample = _inputs(2, 7)
     exported = DynamoExporter().export(model, sample, config=DynamoConfig(dynamic=True))
     with torch.no_grad():
@@ -59,7 +48,7 @@ def test_only_non_causal_sdpa_models_are_patched() -> None:
     from transformers import masking_utils
     from transformers.models.aimv2 import modeling_aimv2
 
-    model = _aimv2_text()
+    model = _text_tower("aimv2")
     with causal_mask_skip_kept(model) as patched:
         assert patched == 1 and modeling_aimv2.create_causal_mask is not masking_utils.create_causal_mask
     assert modeling_aimv2.create_causal_mask is masking_utils.create_causal_mask  # restored

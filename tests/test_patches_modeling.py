@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_models import seeded, text_inputs
 from torch.export import Dim
 
 from hub_export import DynamoConfig, DynamoExporter
@@ -15,14 +16,11 @@ from hub_export.patches.modeling import MODELING_PATCHES, ModelingPatch, symboli
 
 
 def _ids(batch: int, length: int, vocab: int = 64) -> dict[str, torch.Tensor]:
-    generator = torch.Generator().manual_seed(batch * 100 + length)
-    ids = torch.randint(3, vocab, (batch, length), generator=generator)
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    return text_inputs(batch, length, vocab=vocab, seed=batch * 100 + length)
 
 
 def _tiny(config_cls: type, model_cls: type, **sizes: object) -> torch.nn.Module:
-    torch.manual_seed(0)
-    return model_cls(config_cls(**sizes)).eval()
+    return seeded(model_cls, config_cls(**sizes))
 
 
 def _export_and_compare(model: torch.nn.Module, sample: dict, others: list[dict]) -> dict:
@@ -277,8 +275,7 @@ def test_experts_loops_over_the_ids_hit_trace_per_expert(kind: str) -> None:
         from transformers.models.step3p7.modeling_step3p7 import Step3p7Experts as Experts
 
         config, top = Config(hidden_size=8, moe_intermediate_size=6, num_local_experts=3), 3  # 3: the sentinel
-    torch.manual_seed(0)
-    experts = Experts(config).eval()
+    experts = seeded(Experts, config)
     for weight in (experts.gate_up_proj, experts.down_proj):
         torch.nn.init.normal_(weight, std=0.2)
     generator = torch.Generator().manual_seed(1)

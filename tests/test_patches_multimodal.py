@@ -154,8 +154,18 @@ def test_traced_text_side_runs_other_image_counts_and_batches() -> None:
         assert len(model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"]).pooler_output) == 1
     with features_kept_whole(torch.nn.Linear(2, 2)) as applied:
         assert applied == 0
-    with features_kept_whole(torch.nn.Sequential(model, _ReturnsPieces())) as applied:
+    with (
+        pytest.warns(UserWarning, match="_ReturnsPieces returns one output per image"),
+        features_kept_whole(torch.nn.Sequential(model, _ReturnsPieces())) as applied,
+    ):
         assert applied == 0  # the pieces are outputs: one per image, left as they are
+    with features_kept_whole(torch.nn.Sequential(model, _ReturnsConcatenated())) as applied:
+        assert applied == 1  # Mistral 3 returns the features it concatenated again: not pieces
+    counted = _CountsRealPatches()
+    with features_kept_whole(counted) as applied:
+        assert applied == 1
+        mask = torch.tensor([[1] * 8, [1] * 4 + [0] * 4])
+        assert len(counted.get_image_features(torch.randn(3, 5), mask).pooler_output) == 1
 
 
 class _ReturnsPieces(torch.nn.Module):
@@ -163,3 +173,21 @@ class _ReturnsPieces(torch.nn.Module):
 
     def forward(self, outputs: Any) -> Any:
         return types.SimpleNamespace(image_hidden_states=outputs.pooler_output)
+
+
+class _ReturnsConcatenated(torch.nn.Module):
+    """A forward returning the features it concatenated (Mistral 3's ``image_hidden_states=image_features``)."""
+
+    def forward(self, outputs: Any) -> Any:
+        features = torch.cat(outputs.pooler_output, dim=0)
+        return types.SimpleNamespace(image_hidden_states=features)
+
+
+class _CountsRealPatches(torch.nn.Module):
+    """Gemma 4's split: each image's tokens counted from its real (unpadded) patches, ``mask.sum(-1) // k``."""
+
+    def get_image_features(self, pixel_values: torch.Tensor, mask: torch.Tensor) -> Any:
+        outputs = types.SimpleNamespace(pooler_output=pixel_values)
+        split_sizes = (mask.sum(dim=-1) // 4).tolist()
+        outputs.pooler_output = torch.split(outputs.pooler_output, split_sizes)
+        return outputs

@@ -9,7 +9,7 @@ from typing import Any
 import jsonschema
 import pytest
 import torch
-from tiny_models import text_inputs
+from tiny_models import seeded, text_inputs
 from transformers.cache_utils import (
     DummyLayer,
     DynamicCache,
@@ -27,7 +27,7 @@ from hub_export import DynamoConfig, DynamoExporter, ExportedModel, ExportError,
 from hub_export.manifest import ComponentEntry, Manifest, schema
 from hub_export.runner import ModelRunner
 from hub_export.signature import Signature, TensorSpec
-from hub_export.structure import count_tensors, flatten_value, held_tensors, unflatten, walk
+from hub_export.structure import count_tensors, flatten_value, held_tensors, refuse_own_state_input, unflatten, walk
 
 
 def _state_layer(layer: LinearAttentionLayer, seed: int) -> LinearAttentionLayer:
@@ -110,8 +110,7 @@ def test_a_hybrid_model_generates_through_its_attention_and_state_layers(tmp_pat
         pad_token_id=0,
         eos_token_id=2,
     )
-    torch.manual_seed(0)
-    model = BambaForCausalLM(config).eval()
+    model = seeded(BambaForCausalLM, config)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         exported = DynamoExporter().export_for_generation(model, text_inputs(2, 7), config=DynamoConfig(dynamic=True))
@@ -247,13 +246,52 @@ def test_a_sparse_attention_layer_carries_its_indexer_keys_and_continues_from_th
         unflatten(node, [t for _, t in leaves])
 
 
-def test_a_cache_layer_holding_state_of_its_own_is_refused_naming_it() -> None:
-    cache = DynamicCache()
-    cache.layers[:] = [_attention(_IndexedLayer())]
-    with pytest.raises(
-        ExportError, match=r"past_key_values\.0: a _IndexedLayer holds state .*\(idx_keys\).*use_cache=False"
-    ):
-        flatten_value(cache, ("past_key_values",), [])
+class _OwnStateCache(DynamicCache):
+    """A model's own cache keeping a tensor per layer beside its layers (MiniMax's linear-attention state)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear_cache: list = [torch.randn(2, 3, 4), []]
+
+
+def test_state_of_a_models_own_cache_classes_is_carried_out_and_refused_in() -> None:
+    """A model's own layer class (DeepSeek-V4's compressor buffers) or cache class (MiniMax's linear-attention state)
+    keeping tensors of its own: the output carries them as ``state`` of the class its parts make, rebuilt with the
+    same tensors; as an input it is refused naming it (the model would call its own class's methods on it). A layer
+    with several state-space states (Inkling-2's four short convolutions) gives one item per state."""
+    cache = _OwnStateCache()
+    multi = LinearAttentionAndSlidingWindowAttentionLayer(sliding_window=4, number_of_states=3)
+    for s in (0, 2):
+        multi.update_conv_state(torch.randn(2, 6, 4), state_idx=s)
+    cache.layers[:] = [_attention(_IndexedLayer()), _attention(multi)]
+    leaves: list = []
+    node = flatten_value(cache, ("past_key_values",), leaves)
+    assert [name for name, _ in leaves] == [
+        "past_key_values.0.key",
+        "past_key_values.0.value",
+        "past_key_values.0.idx_keys",
+        "past_key_values.1.conv.0",
+        "past_key_values.1.conv.2",
+        "past_key_values.1.key",
+        "past_key_values.1.value",
+        "past_key_values.linear_cache.0",
+    ]
+    assert count_tensors(node) == len(leaves) == len(list(walk(node)))
+    jsonschema.Draft202012Validator({"$defs": schema()["$defs"], "$ref": "#/$defs/node"}).validate(node)
+    held = held_tensors(node, cache)
+    assert held is not None and all(a is b for a, (_, b) in zip(held, leaves))
+    rebuilt = unflatten(json.loads(json.dumps(node)), [t for _, t in leaves])
+    assert rebuilt.layers[0].idx_keys is cache.layers[0].idx_keys and rebuilt.linear_cache[0] is cache.linear_cache[0]
+    assert [type(layer) for layer in rebuilt.layers] == [DynamicLayer, LinearAttentionAndFullAttentionLayer]
+    assert rebuilt.layers[1].conv_states[2] is multi.conv_states[2] and rebuilt.layers[1].conv_states[1] is None
+    again: list = []
+    flatten_value(rebuilt, ("past_key_values",), again)
+    assert [name for name, _ in again] == [name for name, _ in leaves]
+    with pytest.raises(ExportError, match=r"past_key_values: a _OwnStateCache keeps state of its own \(linear_cache\)"):
+        refuse_own_state_input(cache, ("past_key_values",))
+    cache.linear_cache = []
+    with pytest.raises(ExportError, match=r"past_key_values\.0: a _IndexedLayer keeps state .*\(idx_keys\)"):
+        refuse_own_state_input(cache, ("past_key_values",))
     static = DynamicCache()
     static.layers[:] = [StaticLayer(max_cache_len=4)]
     with pytest.raises(ExportError, match="a StaticLayer cache layer cannot be exported"):
@@ -278,8 +316,7 @@ def test_a_model_with_cacheless_layers_exports_saves_and_loads_its_cache(tmp_pat
         head_dim=8,
         pad_token_id=0,
     )
-    torch.manual_seed(0)
-    model = NemotronHForCausalLM(config).eval()
+    model = seeded(NemotronHForCausalLM, config)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         exported = DynamoExporter().export(model, text_inputs(2, 7), config=DynamoConfig(dynamic=True))

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["TinyCase", "CASES", "GENERATIVE", "build", "llava_inputs", "text_inputs"]
+__all__ = ["TinyCase", "CASES", "GENERATIVE", "build", "llava_inputs", "seeded", "text_inputs"]
 
 
 @dataclass
@@ -50,9 +50,10 @@ def text_inputs(batch: int, seq: int, vocab: int = 96, *, pad_left: int = 0, see
     return {"input_ids": ids, "attention_mask": mask}
 
 
-def _seeded(factory: Callable[[], Any]) -> Any:
+def seeded(model_class: Callable[[Any], Any], config: Any) -> Any:
+    """``model_class(config)`` in eval mode, its random weights seeded: the same model on every build."""
     torch.manual_seed(0)
-    return factory().eval()
+    return model_class(config).eval()
 
 
 def llama(layers: int = 2) -> TinyCase:
@@ -71,7 +72,7 @@ def llama(layers: int = 2) -> TinyCase:
         eos_token_id=2,
     )
     return TinyCase(
-        "llama", _seeded(lambda: LlamaForCausalLM(config)), text_inputs(1, 7), text_inputs(3, 11, pad_left=4, seed=1)
+        "llama", seeded(LlamaForCausalLM, config), text_inputs(1, 7), text_inputs(3, 11, pad_left=4, seed=1)
     )
 
 
@@ -81,9 +82,7 @@ def gpt2(layers: int = 2) -> TinyCase:
     config = GPT2Config(
         vocab_size=96, n_embd=32, n_layer=layers, n_head=4, n_positions=128, bos_token_id=1, eos_token_id=2
     )
-    return TinyCase(
-        "gpt2", _seeded(lambda: GPT2LMHeadModel(config)), text_inputs(2, 6), text_inputs(3, 9, pad_left=2, seed=1)
-    )
+    return TinyCase("gpt2", seeded(GPT2LMHeadModel, config), text_inputs(2, 6), text_inputs(3, 9, pad_left=2, seed=1))
 
 
 def bert(layers: int = 2) -> TinyCase:
@@ -100,7 +99,7 @@ def bert(layers: int = 2) -> TinyCase:
     )
     sample = {**text_inputs(2, 8), "token_type_ids": torch.zeros(2, 8, dtype=torch.int64)}
     other = {**text_inputs(4, 13, pad_left=3, seed=1), "token_type_ids": torch.zeros(4, 13, dtype=torch.int64)}
-    return TinyCase("bert", _seeded(lambda: BertForSequenceClassification(config)), sample, other)
+    return TinyCase("bert", seeded(BertForSequenceClassification, config), sample, other)
 
 
 def t5(layers: int = 2) -> TinyCase:
@@ -126,7 +125,7 @@ def t5(layers: int = 2) -> TinyCase:
         )
         return base
 
-    return TinyCase("t5", _seeded(lambda: T5ForConditionalGeneration(config)), inputs(2, 7, 3, 0), inputs(3, 10, 5, 1))
+    return TinyCase("t5", seeded(T5ForConditionalGeneration, config), inputs(2, 7, 3, 0), inputs(3, 10, 5, 1))
 
 
 def vit(layers: int = 2) -> TinyCase:
@@ -145,7 +144,7 @@ def vit(layers: int = 2) -> TinyCase:
     gen = torch.Generator().manual_seed(0)
     return TinyCase(
         "vit",
-        _seeded(lambda: ViTForImageClassification(config)),
+        seeded(ViTForImageClassification, config),
         {"pixel_values": torch.randn(2, 3, 32, 32, generator=gen)},
         {"pixel_values": torch.randn(3, 3, 32, 32, generator=gen)},
     )
@@ -181,7 +180,7 @@ def whisper(layers: int = 2) -> TinyCase:
             "decoder_input_ids": torch.randint(3, 96, (batch, dec), generator=gen),
         }
 
-    return TinyCase("whisper", _seeded(lambda: WhisperForConditionalGeneration(config)), inputs(2, 3), inputs(3, 5))
+    return TinyCase("whisper", seeded(WhisperForConditionalGeneration, config), inputs(2, 3), inputs(3, 5))
 
 
 def qwen3() -> TinyCase:
@@ -202,7 +201,7 @@ def qwen3() -> TinyCase:
         eos_token_id=2,
     )
     return TinyCase(
-        "qwen3", _seeded(lambda: Qwen3ForCausalLM(config)), text_inputs(1, 7), text_inputs(3, 11, pad_left=4, seed=1)
+        "qwen3", seeded(Qwen3ForCausalLM, config), text_inputs(1, 7), text_inputs(3, 11, pad_left=4, seed=1)
     )
 
 
@@ -263,7 +262,7 @@ def llava() -> TinyCase:
     )
     return TinyCase(
         "llava",
-        _seeded(lambda: LlavaForConditionalGeneration(config)),
+        seeded(LlavaForConditionalGeneration, config),
         llava_inputs(1, 5),
         llava_inputs(2, 6, pad_left=1, seed=3),
     )
@@ -323,7 +322,7 @@ def audio_flamingo() -> TinyCase:
     )
     return TinyCase(
         "audio_flamingo",
-        _seeded(lambda: AudioFlamingo3ForConditionalGeneration(config)),
+        seeded(AudioFlamingo3ForConditionalGeneration, config),
         audio_flamingo_inputs(1, 3),
         audio_flamingo_inputs(2, 5, seed=3),
     )

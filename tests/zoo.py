@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from tiny_models import TinyCase, llava, text_inputs
+from tiny_models import TinyCase, llava, seeded, text_inputs, whisper
 
 __all__ = ["ZOO", "FAMILIES", "build"]
 
@@ -24,9 +24,7 @@ _IDS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 def _make(config_cls: str, model_cls: str, **config: Any) -> Any:
     """Build ``transformers.<model_cls>(transformers.<config_cls>(**config))`` seeded, in eval mode."""
     transformers = importlib.import_module("transformers")
-    cfg = getattr(transformers, config_cls)(**config)
-    torch.manual_seed(0)
-    return getattr(transformers, model_cls)(cfg).eval()
+    return seeded(getattr(transformers, model_cls), getattr(transformers, config_cls)(**config))
 
 
 def _text(name: str, model: Any, *, pad_left: int = 4, types: bool = False) -> TinyCase:
@@ -479,43 +477,12 @@ _TOWERS = {
 }
 
 
-def _whisper() -> TinyCase:
-    model = _make(
-        "WhisperConfig",
-        "WhisperForConditionalGeneration",
-        vocab_size=VOCAB,
-        num_mel_bins=16,
-        encoder_layers=2,
-        decoder_layers=2,
-        d_model=32,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_source_positions=30,
-        max_target_positions=64,
-        decoder_start_token_id=1,
-        suppress_tokens=[],
-        begin_suppress_tokens=[],
-        **_IDS,
-    )
-    gen = torch.Generator().manual_seed(0)
-
-    def inputs(batch: int, dec: int) -> dict[str, Any]:
-        return {
-            "input_features": torch.randn(batch, 16, 60, generator=gen),
-            "decoder_input_ids": torch.randint(3, VOCAB, (batch, dec), generator=gen),
-        }
-
-    return TinyCase("whisper", model, inputs(2, 3), inputs(3, 5))
-
-
-def _factory(name: str) -> Callable[[], TinyCase]:
+def _factory(name: str) -> Callable[..., TinyCase]:
     _family, kind, config_cls, model_cls, config = _SPECS[name]
     config = {**config, **_TOWERS.get(name, {})}
 
-    def build_case() -> TinyCase:
-        model = _make(config_cls, model_cls, **config)
+    def build_case(**overrides: Any) -> TinyCase:
+        model = _make(config_cls, model_cls, **{**config, **overrides})
         if kind == "text":
             return _text(name, model)
         if kind == "types":
@@ -534,14 +501,15 @@ def _factory(name: str) -> Callable[[], TinyCase]:
     return build_case
 
 
-ZOO: dict[str, Callable[[], TinyCase]] = {name: _factory(name) for name in _SPECS}
-ZOO["whisper"] = _whisper
+ZOO: dict[str, Callable[..., TinyCase]] = {name: _factory(name) for name in _SPECS}
+ZOO["whisper"] = whisper  # the tiny Whisper of tiny_models (an encoder-decoder taking mel features)
 ZOO["llava"] = llava  # a vision-language model (CLIP tower + projector + Llama), with its placeholder tokens
 
 #: name -> family (decoder, moe, ssm, encoder, seq2seq, vision, audio, multimodal)
 FAMILIES: dict[str, str] = {name: spec[0] for name, spec in _SPECS.items()} | {"whisper": "seq2seq", "llava": "vlm"}
 
 
-def build(name: str) -> TinyCase:
-    """Build a fresh zoo case by name."""
-    return ZOO[name]()
+def build(name: str, **overrides: Any) -> TinyCase:
+    """Build a fresh zoo case by name; ``overrides`` replace entries of its config (an entry of :data:`ZOO` built
+    from a config spec only), such as ``num_hidden_layers=1`` where a second layer proves nothing more."""
+    return ZOO[name](**overrides)

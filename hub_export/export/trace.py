@@ -31,7 +31,7 @@ from ..signature import (
     pair_names,
     split_kwargs,
 )
-from ..structure import flatten_value, unflatten
+from ..structure import flatten_value, refuse_own_state_input, unflatten
 from ._fixed import data_dependent, drop_folded_reads, value_inputs, warn_fixed
 from ._guards import bound_dims
 
@@ -431,6 +431,8 @@ def _export_flat(
     import torch
 
     leaves: list[tuple[str, Any]] = []
+    for name, value in traced_kwargs.items():
+        refuse_own_state_input(value, (name,))
     input_structure = [(name, flatten_value(value, (name,), leaves)) for name, value in traced_kwargs.items()]
     if not leaves:
         raise ExportError(

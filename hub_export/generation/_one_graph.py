@@ -13,6 +13,7 @@ torch program, one ONNX Runtime session, one OpenVINO compiled model) instead of
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 __all__ = ["QUERY_DIM", "check_one_graph", "one_graph_refusal", "one_token_step", "prompt_step_refusal"]
@@ -62,7 +63,7 @@ def prompt_step_refusal(components: dict[str, Any], capture: Any, cache: str) ->
     value = components["decode"][1].get(cache)
     if value is not None:
         flatten_value(value, (cache,), leaves)
-    if any(name.endswith((".conv", ".recurrent")) for name, _ in leaves):
+    if any(re.search(r"\.(conv|recurrent)(\.\d+)?$", name) for name, _ in leaves):  # one state or several
         return "a hybrid cache with state-space layers (conv and SSM states), whose prompt and step compute differently"
     return None
 

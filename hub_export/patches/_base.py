@@ -31,8 +31,13 @@ def patch_attribute(owner: Any, name: str, value: Any, *, reason: str) -> Iterat
         raise PatchTargetMissing(
             f"Patch target {getattr(owner, '__name__', owner)!r}.{name} is gone; the workaround for {reason} needs review."
         )
+    # a class keeps its own entry (a staticmethod or classmethod object, not what getattr returns), or none
+    own = vars(owner).get(name, _MISSING) if isinstance(owner, type) else original
     setattr(owner, name, value)
     try:
         yield
     finally:
-        setattr(owner, name, original)
+        if own is _MISSING:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, own)

@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["NodeRewrite", "rewritten_nodes", "views_after_permutes_as_reshapes"]
+__all__ = ["NodeRewrite", "all_true_checks_as_all", "rewritten_nodes", "views_after_permutes_as_reshapes"]
 
 #: ``rewrite(node) -> {attribute: new value} | None``: what :func:`rewritten_nodes` sets on a node (``target``,
 #: ``args``), or None to leave it.
@@ -79,3 +79,25 @@ def views_after_permutes_as_reshapes(program: Any) -> Iterator[int]:
     mutating = any(_is_mutating(n) for n in calls)
     with rewritten_nodes(program, (lambda node: None) if mutating else as_reshape) as count:
         yield count
+
+
+def all_true_checks_as_all(program: Any) -> contextlib.AbstractContextManager[int]:
+    """Turn ``aten._is_all_true`` into ``aten.all`` (the same 0-dim bool) inside the block, then undo it.
+
+    ``torch._check`` on a tensor condition (transformers' ``torch_compilable_check``, e.g. the placeholder count of
+    LLaVA-NeXT's and Aya Vision's ``get_placeholder_mask``) traces to ``aten._assert_async(aten._is_all_true(cond))``.
+    ``_is_all_true`` is not in the core ATen opset: the ONNX exporter has no function for it ("No ONNX function
+    found for aten._is_all_true") and ExecuTorch's ``to_edge`` refuses it (``SpecViolationError``). ``aten.all`` of
+    the same boolean tensor is its definition.
+
+    Yields:
+        How many nodes were rewritten.
+    """
+    import torch
+
+    def as_all(node: Any) -> dict[str, Any] | None:
+        if node.target is torch.ops.aten._is_all_true.default:
+            return {"target": torch.ops.aten.all.default}
+        return None
+
+    return rewritten_nodes(program, as_all)

@@ -33,6 +33,12 @@ type that is not used costs nothing, and a class or method that is gone raises `
   modules copying it, three forms): M-RoPE positions from ``itertools.groupby`` over each row's token types and a loop
   over the images pin the batch, the sequence and the image count; the patch computes them per token
   (:func:`~hub_export.patches.multimodal.mrope_positions`).
+* ``resize_positional_embeddings`` of SigLIP2 and Cosmos-3 Edge, ``HunYuanVLVisionPatchEmbed.forward``: a learned
+  position table resized per image by ``F.interpolate(size=(h, w))`` in a loop over the grid pins the image count
+  and the grid; the patch resizes it for every patch at once (:mod:`hub_export.patches.resized_positions`).
+* ``Lfm2VlModel.get_image_features``, ``Lfm3VlVisionShortConv.forward``, ``HunYuanVLVisionTransformer.forward``:
+  per-image pixel unshuffle, per-frame depthwise convolution and per-image patch merger in Python loops over the grid, gathered for every patch at once
+  (:mod:`hub_export.patches.packed_images`).
 * ``torch.nn.LSTM.forward`` (torch/nn/modules/rnn.py): ``aten.lstm`` is a composite op that torch.export decomposes
   into one cell per time step at the traced length; the patch runs each layer's cell under ``scan`` / ``while_loop``.
 """
@@ -50,7 +56,9 @@ from ._base import patch_attribute
 from .audio_codecs import CONV_PADDING_CLASSES, conv1d_padded_on_integers, encodec_encode_one_chunk
 from .experts import longcat_experts, step3p7_experts
 from .multimodal import rope_index_qwen2, rope_index_qwen2_5, rope_index_qwen3
+from .packed_images import hunyuan_vl_vision, lfm2_vl_image_features, lfm3_vl_grid_kept, lfm3_vl_short_conv
 from .recurrence import lstm_forward, mamba_selective_scan, rglru_scan
+from .resized_positions import cosmos3_edge_resize, hunyuan_vl_patch_embed, siglip2_resize
 
 __all__ = ["ModelingPatch", "MODELING_PATCHES", "symbolic_sizes"]
 
@@ -198,6 +206,49 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
             ("cosmos3_edge", "Cosmos3EdgeModel", rope_index_qwen3),
             ("cohere_compass", "CohereCompassModel", rope_index_qwen3),
         )
+    ),
+    *(
+        ModelingPatch(
+            f"transformers.models.{kind}.modeling_{kind}",
+            owner,
+            name,
+            replacement,
+            f"{owner}.{name} resizes the learned position table per image with F.interpolate(size=(h, w)) in a "
+            "Python loop over the grid, pinning the image count and the grid",
+        )
+        for kind, owner, name, replacement in (
+            ("siglip2", "Siglip2VisionEmbeddings", "resize_positional_embeddings", siglip2_resize),
+            ("cosmos3_edge", "Cosmos3EdgeVisionEmbeddings", "resize_positional_embeddings", cosmos3_edge_resize),
+            ("hunyuan_vl", "HunYuanVLVisionPatchEmbed", "forward", hunyuan_vl_patch_embed),
+        )
+    ),
+    ModelingPatch(
+        "transformers.models.lfm2_vl.modeling_lfm2_vl",
+        "Lfm2VlModel",
+        "get_image_features",
+        lfm2_vl_image_features,
+        "LFM2-VL cuts, pixel-unshuffles and projects each image's features in a Python loop over the images",
+    ),
+    ModelingPatch(
+        "transformers.models.lfm3_vl.modeling_lfm3_vl",
+        "Lfm3VlVisionShortConv",
+        "forward",
+        lfm3_vl_short_conv,
+        "LFM3-VL convolves each frame's grid in a Python loop over grid_thw.tolist(), pinning the images and grid",
+    ),
+    ModelingPatch(
+        "transformers.models.lfm3_vl.modeling_lfm3_vl",
+        "Lfm3VlVisionModel",
+        "forward",
+        lfm3_vl_grid_kept,
+        "LFM3-VL's vision model hands grid_thw.tolist() to its layers, pinning the images and grid",
+    ),
+    ModelingPatch(
+        "transformers.models.hunyuan_vl.modeling_hunyuan_vl",
+        "HunYuanVLVisionTransformer",
+        "forward",
+        hunyuan_vl_vision,
+        "HunYuan-VL merges each image's patches in a Python loop over grid_thw.tolist(), pinning the images and grid",
     ),
     ModelingPatch(
         "torch.nn.modules.rnn",

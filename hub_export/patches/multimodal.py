@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -153,11 +154,13 @@ _UNSPLIT = _Unsplit()
 
 def _splits_features(function: Any) -> Any:
     """The code object of ``function`` when it splits packed features by ``grid.prod(-1).tolist()`` (the pattern
-    of ``Qwen2VLModel.get_image_features``), else None."""
+    of ``Qwen2VLModel.get_image_features``) or by a count of each image's real patches (``mask.sum(-1) //
+    k).tolist()``, ``Gemma4Model.get_image_features``), else None."""
     code = getattr(inspect.unwrap(function), "__code__", None) if function is not None else None
     if code is None or "split_sizes" not in code.co_varnames + code.co_cellvars:  # a cell when a comprehension reads it
         return None
-    return code if {"tolist", "split", "prod", "pooler_output"} <= set(code.co_names) else None
+    names = set(code.co_names)  # sizes from the grid's product, or from a count of real patches (Gemma 4)
+    return code if {"tolist", "split", "pooler_output"} <= names and names & {"prod", "sum"} else None
 
 
 def _caller_code() -> Any:
@@ -168,12 +171,26 @@ def _caller_code() -> Any:
 
 def _returns_pieces(cls: type) -> bool:
     """Whether ``cls.forward`` returns the per-image pieces themselves (``image_hidden_states=...pooler_output``,
-    transformers/models/minimax_m3_vl/modeling_minimax_m3_vl.py): keeping them whole would change the outputs."""
-    code = getattr(inspect.unwrap(cls.__dict__.get("forward", None) or (lambda: None)), "__code__", None)
+    transformers/models/minimax_m3_vl/modeling_minimax_m3_vl.py): keeping them whole would change the outputs. A
+    forward returning the features it concatenated (``image_hidden_states=image_features``, Mistral 3) does not."""
+    import ast
+    import textwrap
+
+    forward = inspect.unwrap(cls.__dict__.get("forward", None) or (lambda: None))
+    code = getattr(forward, "__code__", None)
     if code is None or "pooler_output" not in code.co_names:
         return False
-    keywords = {name for const in code.co_consts if isinstance(const, tuple) for name in const if isinstance(name, str)}
-    return bool(keywords & {"image_hidden_states", "video_hidden_states"})
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(forward)))
+    except (OSError, TypeError, SyntaxError):  # no source: the names alone decide
+        keywords = {n for const in code.co_consts if isinstance(const, tuple) for n in const if isinstance(n, str)}
+        return bool(keywords & {"image_hidden_states", "video_hidden_states"})
+    return any(
+        isinstance(node, ast.keyword)
+        and node.arg in ("image_hidden_states", "video_hidden_states")
+        and any(isinstance(part, ast.Attribute) and part.attr == "pooler_output" for part in ast.walk(node.value))
+        for node in ast.walk(tree)
+    )
 
 
 def _tensor_classes() -> list[type]:
@@ -193,7 +210,17 @@ def _tensor_classes() -> list[type]:
 
 def _whole(original: Callable[..., Any], code: Any) -> Callable[..., Any]:
     """``original`` with its own ``.tolist()`` returning :data:`_UNSPLIT` and ``torch.split`` by that returning the
-    tensor whole (every other call is the original's)."""
+    tensor whole (every other call is the original's).
+
+    Why swapping ``tolist`` on the tensor classes is safe: ``tensor.tolist()`` is a Python attribute lookup along
+    ``type(tensor).__mro__``, which ends at the first class defining ``tolist``; the swap covers ``torch.Tensor``
+    and every subclass defining its own when the block is entered (:func:`_tensor_classes`: the fake and
+    functional tensors ``torch.export`` traces with), so whichever of them the method holds, the call reaches the
+    marked wrapper, which answers :data:`_UNSPLIT` only to the method's own frame (its code object). Should a
+    tensor class escape the swap (one created inside the block), its own ``tolist`` runs: the trace then stops on
+    the data-dependent guard it met without the patch, never with other numbers; and :data:`_UNSPLIT` reaching
+    anything but the patched ``torch.split`` fails at once (it is not a list).
+    """
 
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         import torch
@@ -226,8 +253,15 @@ def features_kept_whole(model: Any) -> Iterator[int]:
     classes = {type(module) for module in model.modules()} if hasattr(model, "modules") else set()
     with contextlib.ExitStack() as stack:
         applied = 0
-        if any(_returns_pieces(cls) for cls in classes):
-            classes = set()  # one output per image: the image count is part of the output structure
+        pieces = sorted(cls.__name__ for cls in classes if _returns_pieces(cls))
+        if pieces:  # one output per image: the image count is part of the output structure
+            warnings.warn(
+                f"{pieces[0]} returns one output per image (image_hidden_states): the export keeps the sample's "
+                "image count; export with a sample of the image count you will run.",
+                UserWarning,
+                stacklevel=2,
+            )
+            classes = set()
         for cls in sorted(classes, key=lambda c: c.__qualname__):
             for name in ("get_image_features", "get_video_features"):
                 original = cls.__dict__.get(name)

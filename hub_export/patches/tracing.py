@@ -8,6 +8,8 @@
   position ids, attention segments and windows computed per patch, so the image grid stays an input.
 * :func:`~hub_export.patches.multimodal.features_kept_whole` — multimodal models that split the encoder's packed
   features per image (a Python list as long as the image count) only to concatenate them again keep them whole.
+* :func:`~hub_export.patches.per_image.images_at_once` — vision towers and projectors that loop over the images of
+  a padded batch (Pixtral's crops, positions and block mask; Mistral 3's patch merger) compute over all at once.
 * :func:`~hub_export.patches.masks.causal_mask_skip_kept` — a causal mask that eager skips on an all-ones mask
   under ``is_causal=False`` attention (a branch on the mask's values), traced as eager's select.
 * :func:`~hub_export.patches.shapes.unsolvable_guards_dropped` — torch's export constraint solver crashes on the
@@ -31,6 +33,7 @@ from ._base import patch_attribute
 from .masks import causal_mask_skip_kept
 from .modeling import symbolic_sizes
 from .multimodal import features_kept_whole
+from .per_image import images_at_once
 from .shapes import unsolvable_guards_dropped
 from .vision_grid import grid_as_input
 
@@ -225,6 +228,7 @@ def tracing_patches(
                 if grid:
                     stack.enter_context(grid_as_input(model))
                     stack.enter_context(features_kept_whole(model))
+                    stack.enter_context(images_at_once(model))
             stack.enter_context(causal_mask_skip_kept(model))
         stack.enter_context(decode_attention_without_kv_copies())
         stack.enter_context(distribution_checks_skipped())

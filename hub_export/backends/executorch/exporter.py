@@ -23,7 +23,7 @@ from ...errors import ConfigError, DeviceUnavailableError, ExportError
 from ...export.exporter import HfExporter, Lowered
 from ...export.trace import DimBounds, Traced
 from ...manifest import ComponentEntry
-from ...patches.graph import views_after_permutes_as_reshapes
+from ...patches.graph import all_true_checks_as_all, views_after_permutes_as_reshapes
 from ...patches.tracing import gathered_experts_forward
 from ...quantization.nncf_quant import NNCFQuantizationConfig, NNCFQuantizer
 from ...signature import Signature
@@ -184,7 +184,8 @@ class ExecutorchExporter(HfExporter):
             # no autograd: a program updating an input in place (a StaticCache) trips "leaf Variable that requires
             # grad is being used in an in-place operation" while ExecuTorch's passes re-run its ops
             external = self._external_data(program, config)
-            with torch.no_grad(), views_after_permutes_as_reshapes(program):  # layouts the decompositions change
+            # layouts the decompositions change; tensor checks outside the core ATen opset
+            with torch.no_grad(), views_after_permutes_as_reshapes(program), all_true_checks_as_all(program):
                 manager = _lower(program, config, external)
         except ExportError:
             raise

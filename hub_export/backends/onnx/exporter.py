@@ -32,6 +32,7 @@ from ...errors import ConfigError, ExportError
 from ...export.exporter import HfExporter, Lowered
 from ...export.trace import Traced
 from ...manifest import ComponentEntry
+from ...patches.graph import all_true_checks_as_all
 from ...quantization.base import calibration_for, find_quantizer
 from ...quantization.pt2e import PT2EQuantizer
 from ._fusions import contrib_ops
@@ -110,7 +111,7 @@ class OnnxExporter(HfExporter):
         if not isinstance(config, OnnxConfig):
             raise ExportError(f"OnnxExporter lowers with an OnnxConfig, got {type(config).__name__}.")
         try:
-            with onnx_export_patches():
+            with onnx_export_patches(), all_true_checks_as_all(traced.program):
                 onnx_program = torch.onnx.export(
                     traced.program,
                     args=tuple(traced.sample),

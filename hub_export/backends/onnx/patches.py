@@ -19,6 +19,22 @@
   squeezes only the axes the traced shape says are 1 or does not know (a dynamic dim was traced as not 1: it stays).
   ``aten.index_put`` handles ``None`` indices around one boolean mask (``x[:, mask] = v``) before torchlib's, whose
   boolean-mask path refuses them ("Boolean index_put with multiple indices does not support None indices").
+  ``aten.reshape`` becomes a ``Reshape`` with ``allowzero=1``, as torchlib's ``aten.view`` does: torch's sizes are
+  literal, while ONNX's default reads a 0 in the shape as "copy the input's size there". Torchlib's ``aten_reshape``
+  (onnxscript 0.7, ``function_libs/torch_lib/ops/core.py``) omits it, and :func:`views_as_reshapes` sends every view
+  through it: a view to a size-0 axis (a zero-width rotary part, ``k_rot.view(batch, 1, seq, 0)`` of a tiny
+  Mistral-Large-4 layer) made ONNX Runtime refuse the run ("The dimension with value zero exceeds the dimension size
+  of the input tensor") or copied another size.
+  ``aten.erfinv`` / ``prims.erf_inv`` have no ONNX operator and torchlib leaves them unimplemented
+  (``aten_erfinv`` / ``prims_erf_inv`` raise ``NotImplementedError``, onnxscript 0.7): Gemma-3n's activation sparsity
+  takes ``Normal(0, 1).icdf(sparsity)``. Our translation is M. Giles' single-precision approximation ("Approximating
+  the erfinv function", GPU Computing Gems, 2011) refined by two Newton steps on ONNX's ``Erf``; +-1 give +-inf and
+  values outside [-1, 1] NaN, as in ATen.
+  ``aten.pow.Tensor_Tensor`` of integers: torchlib emits ONNX ``Pow``, which ONNX Runtime computes through doubles and
+  saturates at the int64 limits, where ATen's integer power wraps around (two's complement): a rolling hash such as
+  BLT's (``prime ** arange(n)`` with 10-digit primes) overflows by design. Our translation raises integers by
+  square-and-multiply over the exponent's bits (``Mul`` wraps in ONNX Runtime as in ATen); floats keep torchlib's
+  ``Pow``.
   It also translates our custom op ``hub_export::moe`` (traced for ``ort_fusions="cuda"``) into
   ``com.microsoft::MoE`` (:mod:`hub_export.backends.onnx._moe`).
 * :func:`single_output_rewrite_rules` — onnxscript 0.7: a rewrite rule whose pattern has several output nodes is
@@ -233,6 +249,79 @@ def _index_put(self: Any, indices: Any, values: Any, accumulate: bool = False) -
     return op.Transpose(aten_index_put(moved, [mask], values, accumulate), perm=inverse)
 
 
+def _reshape(self: Any, shape: Any) -> Any:
+    """``aten.reshape``: ONNX ``Reshape`` with ``allowzero=1`` (a 0 in torch's shape is a size of 0)."""
+    from onnxscript.function_libs.torch_lib.ops import common as common_ops
+    from onnxscript.onnx_opset import opset18
+
+    op: Any = opset18
+    return op.Reshape(self, common_ops.merge_dims(shape), allowzero=True)
+
+
+#: M. Giles' single-precision erfinv polynomials in ``w = -log(1 - x^2)``, for ``w < 5`` (in ``w - 2.5``) and beyond
+#: (in ``sqrt(w) - 3``), highest degree first
+_ERFINV_CENTRAL = (
+    2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+    -0.00125372503, -0.00417768164, 0.246640727, 1.50140941,
+)  # fmt: skip
+_ERFINV_TAIL = (
+    -0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+    -0.0076224613, 0.00943887047, 1.00167406, 2.83297682,
+)  # fmt: skip
+
+
+def _erfinv(self: Any) -> Any:
+    """``aten.erfinv`` / ``prims.erf_inv``: Giles' approximation, then two Newton steps on ``Erf`` (float32)."""
+    from onnxscript.onnx_opset import opset18
+
+    op: Any = opset18
+
+    def const(value: float) -> Any:
+        return op.Constant(value_float=value)
+
+    x = op.Cast(self, to=1)  # float32, as the polynomials
+    w = op.Neg(op.Log(op.Mul(op.Sub(const(1.0), x), op.Add(const(1.0), x))))
+
+    def horner(coefficients: tuple[float, ...], t: Any) -> Any:
+        p = const(coefficients[0])
+        for c in coefficients[1:]:
+            p = op.Add(const(c), op.Mul(p, t))
+        return p
+
+    central = horner(_ERFINV_CENTRAL, op.Sub(w, const(2.5)))
+    tail = horner(_ERFINV_TAIL, op.Sub(op.Sqrt(op.Max(w, const(5.0))), const(3.0)))
+    y = op.Mul(op.Where(op.Less(w, const(5.0)), central, tail), x)
+    for _ in range(2):  # Newton: y -= (erf(y) - x) / (2 / sqrt(pi) * exp(-y^2)), where the slope is not 0
+        slope = op.Mul(const(1.1283791670955126), op.Exp(op.Neg(op.Mul(y, y))))
+        step = op.Div(op.Sub(op.Erf(y), x), slope)
+        y = op.Where(op.Greater(slope, const(0.0)), op.Sub(y, step), y)
+    edge = op.Equal(op.Abs(x), const(1.0))
+    y = op.Where(edge, op.Mul(x, const(float("inf"))), y)
+    return op.CastLike(y, self)
+
+
+def _pow(self: Any, exponent: Any) -> Any:
+    """``aten.pow.Tensor_Tensor``: integers by square-and-multiply (wrapping as ATen does), else torchlib's."""
+    import onnx_ir as ir
+    from onnxscript.function_libs.torch_lib.ops.core import aten_pow
+    from onnxscript.onnx_opset import opset18
+
+    integers = (ir.DataType.INT64, ir.DataType.INT32, ir.DataType.INT16, ir.DataType.INT8, ir.DataType.UINT8)
+    if self.dtype not in integers or exponent.dtype not in integers:
+        return aten_pow(self, exponent)
+    op: Any = opset18
+    base = op.Mul(self, op.CastLike(op.Constant(value_int=1), self))  # broadcast below with the exponent
+    power = op.Cast(exponent, to=ir.DataType.INT64)
+    one = op.CastLike(op.Constant(value_int=1), self)
+    result = op.Expand(one, op.Shape(op.Add(op.Cast(base, to=ir.DataType.INT64), power)))
+    two = op.Constant(value_int=2)
+    for bit in range(int(exponent.dtype.itemsize) * 8 - 1):  # a non-negative exponent (ATen refuses negative ones)
+        taken = op.Equal(op.Mod(op.Div(power, op.Constant(value_int=2**bit)), two), op.Constant(value_int=1))
+        result = op.Where(taken, op.Mul(result, base), result)
+        base = op.Mul(base, base)
+    return result
+
+
 def translation_table() -> dict[Any, Any]:
     """``custom_translation_table`` for ``torch.onnx.export`` (see this module's docstring)."""
     import torch
@@ -244,6 +333,10 @@ def translation_table() -> dict[Any, Any]:
         torch.ops.aten._is_all_true.default: _is_all_true,
         torch.ops.aten._is_any_true.default: _is_any_true,
         torch.ops.aten.index_put.default: _index_put,
+        torch.ops.aten.reshape.default: _reshape,
+        torch.ops.aten.erfinv.default: _erfinv,
+        torch.ops.aten.pow.Tensor_Tensor: _pow,
+        torch.ops.prims.erf_inv.default: _erfinv,
         torch.ops.aten.squeeze.dim: _squeeze_dim,
         torch.ops.aten.squeeze.dims: _squeeze_dims,
         moe_op(): translate_moe,

@@ -20,6 +20,7 @@ from ...patches.graph import rewritten_nodes, views_after_permutes_as_reshapes
 
 __all__ = [
     "conversion_patches",
+    "copies_as_clones",
     "pin_reshape_wildcards",
     "size_arithmetic_extensions",
     "size_arithmetic_rules",
@@ -80,6 +81,36 @@ def skip_empty_cat_inputs(program: Any) -> contextlib.AbstractContextManager[int
         How many ``aten.cat`` nodes were rewritten.
     """
     return _rewritten_args(program, _without_empty_cat_inputs)
+
+
+def _copy_as_clone(node: Any) -> dict[str, Any] | None:
+    import torch
+
+    if node.target is torch.ops.aten.cat.default and len(node.args[0]) == 1:
+        return {"target": torch.ops.aten.clone.default, "args": (node.args[0][0],)}
+    squeezes = (torch.ops.aten.squeeze.dims, torch.ops.aten.squeeze.dim)
+    if node.target in squeezes and isinstance(node.args[0], torch.fx.Node):
+        before, after = node.args[0].meta.get("val"), node.meta.get("val")
+        if before is not None and after is not None and before.dim() == after.dim():
+            return {"target": torch.ops.aten.clone.default, "args": (node.args[0],)}
+    return None
+
+
+def copies_as_clones(program: Any) -> contextlib.AbstractContextManager[int]:
+    """Turn ``aten.cat`` of one tensor, and an ``aten.squeeze`` the trace found removing no axis, into
+    ``aten.clone`` (the same values) while the block runs.
+
+    Multimodal models concatenate their per-image features again (``torch.cat(pooler_output)``), one piece when
+    :func:`~hub_export.patches.multimodal.features_kept_whole` kept them whole, and squeeze an axis that is a
+    data-dependent size (the image patches a mask kept: ``squeeze(0)`` of ``(patches, hidden)`` removes nothing
+    unless one patch is left, which the trace assumes away). OpenVINO's PyTorch frontend translates both to a
+    ``Reshape``/``Squeeze`` that the CPU plugin refuses at run time ("the shape of input data (32.32) conflicts
+    with the reshape pattern (32)").
+
+    Yields:
+        How many nodes were rewritten.
+    """
+    return rewritten_nodes(program, _copy_as_clone)
 
 
 def _reshape_without_wildcard(node: Any) -> tuple[Any, ...] | None:
@@ -268,6 +299,7 @@ def conversion_patches(program: Any) -> Iterator[None]:
     """Every workaround needed while ``openvino.convert_model`` reads ``program``."""
     with (
         skip_empty_cat_inputs(program),
+        copies_as_clones(program),
         pin_reshape_wildcards(program),
         views_after_permutes_as_reshapes(program),
         size_arithmetic_rules(),

@@ -1,0 +1,140 @@
+"""hub_export.patches.resized_positions and packed_images: per-image loops over a grid's values (a learned position
+table resized per image, a per-frame convolution, per-image merges), computed over every patch at once, give eager's
+numbers on ragged grids; a NaFlex SigLIP2 encoder exports with its image count and grids dynamic."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from hub_export.configs import ExportConfig
+from hub_export.export.trace import trace
+from hub_export.patches.packed_images import _hunyuan_vl_merged, lfm2_vl_image_features, lfm3_vl_short_conv
+from hub_export.patches.resized_positions import (
+    cosmos3_edge_resize,
+    hunyuan_vl_patch_embed,
+    resized_table,
+    siglip2_resize,
+)
+
+#: ragged grids: several images, sizes above and below the table's side, one video
+GRID = [[1, 4, 6], [2, 2, 4], [1, 8, 2]]
+
+
+@pytest.mark.parametrize(
+    ("mode", "align_corners", "antialias"),
+    [("bilinear", False, True), ("bilinear", False, False), ("bilinear", True, False), ("bicubic", False, False)],
+)
+def test_resized_table_is_f_interpolate(mode: str, align_corners: bool, antialias: bool) -> None:
+    table = torch.randn(5, 5, 3, generator=torch.Generator().manual_seed(0))
+    for height, width in [(1, 1), (3, 7), (5, 5), (12, 2)]:
+        expected = (
+            F.interpolate(
+                table.permute(2, 0, 1)[None],
+                size=(height, width),
+                mode=mode,
+                align_corners=align_corners,
+                antialias=antialias,
+            )[0]
+            .permute(1, 2, 0)
+            .reshape(height * width, -1)
+        )
+        index = torch.arange(height * width)
+        sizes = torch.full_like(index, height), torch.full_like(index, width)
+        got = resized_table(table, index // width, index % width, *sizes, mode, align_corners, antialias)
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+
+
+def test_position_resizes_match_transformers() -> None:
+    from transformers.models.cosmos3_edge.modeling_cosmos3_edge import Cosmos3EdgeVisionEmbeddings
+    from transformers.models.siglip2.modeling_siglip2 import Siglip2VisionEmbeddings
+
+    table = torch.randn(4, 4, 8, generator=torch.Generator().manual_seed(1))
+    shapes = torch.tensor([[2, 3], [4, 4], [6, 2]])
+    expected = Siglip2VisionEmbeddings.resize_positional_embeddings(table, shapes, max_length=20)
+    got = siglip2_resize(Siglip2VisionEmbeddings.resize_positional_embeddings).__func__(table, shapes, 20)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+    grid = torch.tensor([[1, 4, 6], [2, 2, 4], [1, 8, 2]])
+    expected = Cosmos3EdgeVisionEmbeddings.resize_positional_embeddings(table, grid, 2)
+    got = cosmos3_edge_resize(Cosmos3EdgeVisionEmbeddings.resize_positional_embeddings).__func__(table, grid, 2)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+
+
+def test_lfm3_vl_convolution_over_every_frame() -> None:
+    from transformers.models.lfm3_vl.configuration_lfm3_vl import Lfm3VlVisionConfig
+    from transformers.models.lfm3_vl.modeling_lfm3_vl import Lfm3VlVisionShortConv
+
+    torch.manual_seed(0)
+    conv = Lfm3VlVisionShortConv(Lfm3VlVisionConfig(hidden_size=8, conv_kernel_size=3, spatial_merge_size=2), 0)
+    grid = torch.tensor(GRID)
+    hidden = torch.randn(int(grid.prod(-1).sum()), 8)
+    with torch.no_grad():
+        expected = conv(hidden, GRID)
+        got = lfm3_vl_short_conv(type(conv).forward)(conv, hidden, grid)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+
+
+def test_hunyuan_vl_merger_and_positions_over_every_image() -> None:
+    from transformers.models.hunyuan_vl.configuration_hunyuan_vl import HunYuanVLVisionConfig
+    from transformers.models.hunyuan_vl.modeling_hunyuan_vl import HunYuanVLVisionPatchEmbed, HunYuanVLVisionPatchMerger
+
+    config = HunYuanVLVisionConfig(hidden_size=8, text_hidden_size=12, patch_size=2, max_image_size=8)
+    torch.manual_seed(0)
+    merger, embed = HunYuanVLVisionPatchMerger(config), HunYuanVLVisionPatchEmbed(config)
+    for parameter in (merger.image_newline, merger.image_begin, merger.image_end):
+        torch.nn.init.normal_(parameter)
+    grid = torch.tensor([[1, 4, 6], [1, 2, 4], [1, 8, 2]])
+    pixels = torch.randn(int(grid.prod(-1).sum()), 3 * 2 * 2)
+    with torch.no_grad():
+        expected = embed(pixels, grid.tolist())
+        got = hunyuan_vl_patch_embed(type(embed).forward)(embed, pixels, grid)
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+        pieces = torch.split(expected, grid.prod(-1).tolist(), dim=1)
+        expected = torch.cat([merger(piece, size=(h, w)) for piece, (_, h, w) in zip(pieces, grid.tolist())], dim=1)
+        torch.testing.assert_close(_hunyuan_vl_merged(merger, got, grid), expected, rtol=0, atol=1e-5)
+
+
+def test_lfm2_vl_image_features_in_one_piece() -> None:
+    from transformers import Lfm2VlConfig
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+    from transformers.models.lfm2_vl.modeling_lfm2_vl import Lfm2VlModel, Lfm2VlMultiModalProjector
+
+    config = Lfm2VlConfig(projector_hidden_size=16)
+    config.vision_config.hidden_size, config.text_config.hidden_size = 4, 8
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 24, 4)
+    stub = types.SimpleNamespace(
+        vision_tower=lambda **kwargs: BaseModelOutputWithPooling(last_hidden_state=hidden),
+        multi_modal_projector=Lfm2VlMultiModalProjector(config),
+    )
+    shapes = torch.tensor([[4, 6], [2, 4], [4, 2]])
+    mask = torch.arange(24)[None] < shapes.prod(-1)[:, None]
+    with torch.no_grad():
+        expected = Lfm2VlModel.get_image_features(stub, hidden, shapes, mask).pooler_output
+        got = lfm2_vl_image_features(Lfm2VlModel.get_image_features)(stub, hidden, shapes, mask).pooler_output
+    assert len(got) == 1
+    torch.testing.assert_close(got[0], torch.cat(expected), rtol=0, atol=1e-5)
+
+
+def test_naflex_embeddings_export_with_images_and_grids_dynamic() -> None:
+    from transformers import Siglip2VisionConfig
+    from transformers.models.siglip2.modeling_siglip2 import Siglip2VisionEmbeddings
+
+    torch.manual_seed(0)
+    model = Siglip2VisionEmbeddings(Siglip2VisionConfig(hidden_size=8, patch_size=2, num_patches=16)).eval()
+    resize = model.__class__.__dict__["resize_positional_embeddings"]
+
+    def images(shapes: list[list[int]], length: int) -> dict[str, torch.Tensor]:
+        return {"pixel_values": torch.randn(len(shapes), length, 12), "spatial_shapes": torch.tensor(shapes)}
+
+    traced = trace(model, images([[4, 4], [2, 6]], 16), ExportConfig(dynamic=True))
+    assert not traced.signature.constants
+    program = traced.program.module()
+    with torch.no_grad():
+        for inputs in (images([[3, 5], [6, 2], [1, 4]], 16), images([[5, 5], [2, 3]], 25)):
+            expected = model(**inputs)
+            torch.testing.assert_close(program(*inputs.values())[0], expected, rtol=0, atol=1e-5)
+    assert model.__class__.__dict__["resize_positional_embeddings"] is resize  # restored as the staticmethod it was
