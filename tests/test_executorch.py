@@ -9,6 +9,7 @@ it is planned for are checked.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,42 @@ def test_saving_a_loaded_program_writes_the_same_pte(exports: Callable[[str], Ex
     assert (tmp_path / "model.pte").read_bytes() == (folder / "model.pte").read_bytes()
     resaved = loaded.save_pretrained(tmp_path / "again")
     assert ExportedModel.from_pretrained(resaved)(**build("vit", layers=1).other).logits.shape == (3, 5)
+
+
+def _locked_kb() -> int:
+    """The process's memory locked in RAM (``VmLck``), in kB."""
+    lines = Path("/proc/self/status").read_text().splitlines()
+    return next(int(line.split()[1]) for line in lines if line.startswith("VmLck:"))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="locked memory is read from /proc")
+def test_the_parity_runner_goes_with_its_method_and_no_load_locks_pages(exports: Callable[[str], Export]) -> None:
+    import resource
+
+    from executorch.runtime import Runtime
+
+    case, _, folder = exports("llama")
+    limit, capabilities = resource.getrlimit(resource.RLIMIT_MEMLOCK), _effective_capabilities()
+    locked = _locked_kb()
+    loaded = ExportedModel.from_pretrained(folder)
+    component = loaded.components["model"]
+    runner = ExecutorchExporter().parity_runner(component.program, component.metadata)
+    with torch.no_grad():
+        assert _max_diff(runner(**case.sample), case.model(**case.sample)) <= ATOL
+    # the check's method (the delegate's packed weights) is not kept by the program, which the export keeps
+    assert component.program._methods == {"forward": None}
+    loaded.runners  # noqa: B018 - the runtime maps the files without locking them
+    assert _locked_kb() == locked
+    assert resource.getrlimit(resource.RLIMIT_MEMLOCK) == limit and _effective_capabilities() == capabilities
+    if limit[0] > 1 << 20 or capabilities & (1 << 14):  # this process may lock: the runtime's own load does
+        plain = Runtime.get().load_program(folder / "model.pte")
+        plain.load_method("forward")
+        assert _locked_kb() > locked
+
+
+def _effective_capabilities() -> int:
+    lines = Path("/proc/self/status").read_text().splitlines()
+    return int(next(line.split()[1] for line in lines if line.startswith("CapEff:")), 16)
 
 
 def test_runner_refuses_another_device(exports: Callable[[str], Export]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import warnings
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -438,7 +439,7 @@ def static_llama(request, models, tmp_path_factory):
     return case, config, exported, ExportedModel.from_pretrained(folder), folder
 
 
-def test_static_cache_generate_equals_eager_static_generate(static_llama):
+def test_static_cache_generate_equals_eager_static_generate(static_llama, monkeypatch, tmp_path):
     case, config, exported, loaded, folder = static_llama
     assert loaded.generation["cache_implementation"] == "static" and loaded.generation_config.max_cache_len == 24
     for component in exported.components.values():
@@ -462,6 +463,16 @@ def test_static_cache_generate_equals_eager_static_generate(static_llama):
         manifest = json.loads((folder / "export.json").read_text())
         assert [f["path"] for f in manifest["files"]].count("shared.ptd") == 1
         assert all("shared.ptd" in manifest["components"][name]["files"] for name in ("prefill", "decode"))
+        from hub_export.backends.executorch import io as executorch_io
+
+        written, copy_file = [], executorch_io.copy_file
+        monkeypatch.setattr(
+            executorch_io, "copy_file", lambda src, dst: written.append(Path(dst).name) or copy_file(src, dst)
+        )
+        programs = {name: component.program for name, component in exported.components.items()}
+        files = executorch_io.save_programs(programs, tmp_path)  # their own .ptd files compared, then one written
+        assert sorted(written) == ["decode.pte", "prefill.pte", "shared.ptd"]
+        assert files == {name: [f"{name}.pte", "shared.ptd"] for name in ("prefill", "decode")}
     with pytest.raises(InputError, match="max_cache_len=24"):
         loaded.generate(**text_inputs(1, 9, seed=1), max_new_tokens=20)
 

@@ -76,11 +76,15 @@ def test_the_traced_program_shares_the_models_weights() -> None:
 
 
 @pytest.mark.parametrize("fmt", list(EXPORTERS))
-def test_tied_weights_are_stored_once(fmt: str, tmp_path: Path) -> None:
+def test_tied_weights_are_stored_once(fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     model = tied_llama()
     exporter, config = EXPORTERS[fmt]
     sample = text_inputs(1, 7, vocab=8192)
+    copied: list[Path] = []  # ExecuTorch: the weights' temporary files, each deleted once copied into the .ptd
+    if fmt == "executorch":
+        _record_copies(monkeypatch, copied)
     folder = exporter().export(model, sample, config=config(dynamic=True)).save_pretrained(tmp_path / fmt)
+    assert fmt != "executorch" or len(copied) > 1
     weights = unique_bytes(model)
     embedding = model.model.embed_tokens.weight.numel() * 4
     stored = weight_file_bytes(folder)
@@ -90,6 +94,26 @@ def test_tied_weights_are_stored_once(fmt: str, tmp_path: Path) -> None:
     got = ExportedModel.from_pretrained(folder)(**sample).logits
     assert float((got - expected).abs().max()) < 1e-4
     WARM.add(fmt)
+
+
+def _record_copies(monkeypatch: pytest.MonkeyPatch, copied: list[Path]) -> None:
+    """Record the temporary weight files ExecuTorch copies into a ``.ptd``, asserting that the files copied before
+    are gone by then (streamed: the temporary files and the ``.ptd`` never both hold every weight)."""
+    from executorch.exir._serialize._cord import FileBackedData
+
+    from hub_export.backends.executorch import _spill
+    from hub_export.backends.executorch import exporter as executorch_exporter
+
+    spilled = _spill.external_weights_spilled  # every weight spilled, not only the large ones: many files to copy
+    monkeypatch.setattr(executorch_exporter, "external_weights_spilled", lambda: spilled(minimum=1))
+    write = FileBackedData.write_to_file
+
+    def recorded(self: Any, outfile: Any) -> None:
+        assert not [path for path in copied if path.exists()], "a copied weight file is still on disk"
+        write(self, outfile)
+        copied.append(Path(self._path))
+
+    monkeypatch.setattr(FileBackedData, "write_to_file", recorded)
 
 
 #: format -> (the shared weights file, each generation component's own weights file)
@@ -246,9 +270,11 @@ def _peak_export_rss(fmt: str, model: Any, sample: dict[str, Any], stages: dict[
     return peak[0] - base
 
 
-#: Measured peaks (extra RSS / weights) on this model: dynamo 0.1x, onnx 0.3x, openvino 1.1x, executorch 1.9x.
-#: Each bound fails if a full copy of the weights comes back (a deep copy, the ONNX temporary file, ...).
-MEMORY_BOUNDS = {"dynamo": 0.5, "onnx": 0.8, "openvino": 1.6, "executorch": 2.6}
+#: Measured peaks (extra RSS / weights) on this model: dynamo 0.1x, onnx 0.3x, openvino 1.1x, executorch 0.9x (XNNPACK's
+#: packed copy of the linear layers, 0.56x of these weights, while the parity check runs).
+#: Each bound fails if a full copy of the weights comes back (a deep copy, the ONNX temporary file, ...); ExecuTorch's
+#: also if the runtime locks the mapped embedding in memory again (+0.44x).
+MEMORY_BOUNDS = {"dynamo": 0.5, "onnx": 0.8, "openvino": 1.6, "executorch": 1.3}
 #: ExecuTorch's lowering alone: one weight's bytes at a time (the largest matrix is 0.45x of this model's weights);
 #: it held every weight again (1x more) before they were streamed to temporary files.
 LOWERING_BOUND = 0.8

@@ -350,9 +350,16 @@ def _max_abs(tensors: list[Any]) -> float:
     worst = 0.0
     for t in tensors:
         if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
-            finite = t.detach().double().abs().nan_to_num(nan=0.0, posinf=0.0)
-            worst = max(worst, float(finite.max()))
+            for chunk in _chunks(t.detach()):
+                worst = max(worst, float(chunk.double().abs().nan_to_num(nan=0.0, posinf=0.0).max()))
     return worst
+
+
+def _chunks(tensor: Any, size: int = 1 << 20) -> Any:
+    """``tensor`` flattened, in slices of ``size`` elements: a comparison in float64 holds a few of them at a time,
+    not copies of a whole output (a language model's logits are tens of MB)."""
+    flat = tensor.reshape(-1)
+    return (flat[start : start + size] for start in range(0, flat.numel(), size))
 
 
 def _max_abs_diff(expected: list[Any], produced: list[Any]) -> float:
@@ -365,6 +372,6 @@ def _max_abs_diff(expected: list[Any], produced: list[Any]) -> float:
         b = torch.as_tensor(b).to(a.device)
         if a.shape != b.shape:
             raise ParityError(f"Output shape {tuple(b.shape)} differs from eager {tuple(a.shape)}.")
-        if a.numel():
-            worst = max(worst, float((a.double() - b.double()).abs().max()))
+        for x, y in zip(_chunks(a), _chunks(b)):
+            worst = max(worst, float((x.double() - y.double()).abs().max()))
     return worst

@@ -17,7 +17,7 @@ from pathlib import Path
 from ._flatbuf import Flat
 from .config import SHARED_WEIGHTS
 
-__all__ = ["share_weights"]
+__all__ = ["share_weights", "shared_host"]
 
 _CHUNK = 8 << 20
 
@@ -59,20 +59,34 @@ def _holds(host: Path, hosted: dict[bytes, tuple[int, int]], path: Path, ranges:
     return True
 
 
-def share_weights(directory: Path, written: dict[str, list[str]]) -> dict[str, list[str]]:
-    """Replace the components' ``.ptd`` files by one :data:`SHARED_WEIGHTS` when one of them holds all the others'
-    named data (see the module docstring); returns each component's files, its ``.pte`` first."""
-    data = {name: next((f for f in files if f.endswith(".ptd")), None) for name, files in written.items()}
-    own = {name: file for name, file in data.items() if file is not None}
-    if len(own) < 2:
-        return written
-    ranges = {name: _named_ranges(directory / file) for name, file in own.items()}
+def shared_host(ptds: dict[str, Path]) -> str | None:
+    """The component whose ``.ptd`` holds every other component's named data with the same bytes (the files are
+    read, not written: a save decides before it writes, so the weights land on disk once), or None."""
+    if len(ptds) < 2:
+        return None
+    paths = {name: Path(path) for name, path in ptds.items()}
+    if len({path.resolve() for path in paths.values()}) == 1:  # already one file (a loaded export's shared.ptd)
+        return next(iter(paths))
+    ranges = {name: _named_ranges(path) for name, path in paths.items()}
     host = max(ranges, key=lambda name: sum(size for _, size in ranges[name].values()))
-    for name, file in own.items():
-        if name != host and not _holds(directory / own[host], ranges[host], directory / file, ranges[name]):
-            return written
-    (directory / own[host]).replace(directory / SHARED_WEIGHTS)
-    for name, file in own.items():
+    for name, path in paths.items():
+        if name != host and not _holds(paths[host], ranges[host], path, ranges[name]):
+            return None
+    return host
+
+
+def share_weights(directory: Path, written: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Replace the components' written ``.ptd`` files by one :data:`SHARED_WEIGHTS` when one of them holds all the
+    others' named data (see the module docstring); returns each component's files, its ``.pte`` first. For programs
+    whose files are unknown until written (``ExecutorchProgramManager``); the others are decided before writing
+    (:func:`shared_host`)."""
+    data = {name: next((f for f in files if f.endswith(".ptd")), None) for name, files in written.items()}
+    own = {name: directory / file for name, file in data.items() if file is not None}
+    host = shared_host(own)
+    if host is None:
+        return written
+    own[host].replace(directory / SHARED_WEIGHTS)
+    for name, path in own.items():
         if name != host:
-            (directory / file).unlink()
+            path.unlink()
     return {name: [SHARED_WEIGHTS if f == data[name] else f for f in files] for name, files in written.items()}

@@ -9,6 +9,7 @@ The bounds the program was planned for are recorded in the manifest (``dims``) a
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import gc
 import math
@@ -21,10 +22,12 @@ from ...dims import Dim
 from ...errors import ConfigError, DeviceUnavailableError, ExportError
 from ...export.exporter import HfExporter, Lowered
 from ...export.trace import DimBounds, Traced
+from ...manifest import ComponentEntry
 from ...patches.graph import all_true_checks_as_all, views_after_permutes_as_reshapes
 from ...patches.tracing import gathered_experts_forward
 from ...quantization.nncf_quant import NNCFQuantizationConfig, NNCFQuantizer
 from ...signature import Signature
+from ._pages import release_freed_heap
 from ._spill import external_weights_spilled
 from .config import FORMAT, ExecutorchConfig
 from .io import ProgramFiles, load_runtime_program
@@ -36,6 +39,7 @@ from .patches import (
     upper_bound,
     weights_shared_by_deep_copies,
 )
+from .runner import ExecutorchRunner
 
 __all__ = ["ExecutorchExporter"]
 
@@ -212,7 +216,13 @@ class ExecutorchExporter(HfExporter):
         files = _write(manager)
         del manager, program  # the lowering's copy of the weights goes before the program is loaded to run
         gc.collect()
+        release_freed_heap()
         return Lowered(load_runtime_program(files, traced.architecture or "the lowered program"), planned, extra)
+
+    def parity_runner(self, program: Any, metadata: ComponentEntry) -> Any:
+        """A runner whose method (and the delegate's packed copy of the weights) goes with it
+        (:meth:`ExecutorchRunner.for_parity`), not kept with the exported program."""
+        return ExecutorchRunner.for_parity(program, metadata)
 
     def _external_data(self, program: Any, config: ExportConfig) -> bool:
         """Whether the weights go to a ``.ptd`` file: as the config says; else when they are large, or when several
@@ -316,10 +326,29 @@ def _write(manager: Any) -> ProgramFiles:
         raise ExportError(f"The ExecuTorch program keeps its weights in {len(data)} data files; hub_export saves one.")
     ptd = None
     if data:
-        manager.write_tensor_data_to_file(str(root))
         ptd = root / "model.ptd"
-        (root / f"{data[0]}.ptd").replace(ptd)
+        with open(ptd, "wb") as handle:
+            _stream_data(manager._tensor_data[data[0]], handle)
     return ProgramFiles(root / "model.pte", ptd, folder)
+
+
+def _stream_data(cord: Any, handle: Any) -> None:
+    """Write the ``.ptd``'s bytes (an ExecuTorch ``Cord``) to ``handle``, deleting each weight's temporary file
+    (:mod:`._spill`) as soon as it is copied, so the temporary files and the ``.ptd`` do not both hold every weight
+    on disk (the manager that references them is dropped next)."""
+    items = list(getattr(cord, "_buffers", None) or [])
+    if not items:
+        cord.write_to_file(handle)
+        return
+    uses = collections.Counter(id(item) for item in items)
+    for item in items:
+        if isinstance(item, (bytes, bytearray, memoryview)):
+            handle.write(item)
+            continue
+        item.write_to_file(handle)
+        uses[id(item)] -= 1
+        if uses[id(item)] == 0 and callable(getattr(item, "close", None)):
+            item.close()  # FileBackedData(cleanup=True): its file goes; others have nothing to close
 
 
 def _lower(program: Any, config: Any, external: bool = False) -> Any:

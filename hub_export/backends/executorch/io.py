@@ -19,9 +19,10 @@ from ...errors import ExportError, UnsafeExportError
 from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
 from ._log_sink import runtime_logs_bypass_python
+from ._pages import pages_not_locked
 from ._plan import check_plan_indices
 from ._xnnpack import check_xnnpack_delegates, ptd_named_sizes
-from .config import LAYOUT
+from .config import LAYOUT, SHARED_WEIGHTS
 from .safety import check_ptd_header, check_pte_header
 
 __all__ = [
@@ -101,7 +102,7 @@ def load_runtime_program(files: ProgramFiles, label: str, size: int | None = Non
         check_plan_indices(flatbuffer, label)
         check_xnnpack_delegates(flatbuffer, handle, actual, label, named)
     try:  # full flatbuffer verification: the file may come from an untrusted repo
-        with runtime_logs_bypass_python():
+        with runtime_logs_bypass_python(), pages_not_locked():
             program = Runtime.get().load_program(
                 files.pte,
                 verification=Verification.InternalConsistency,
@@ -148,13 +149,28 @@ def save_program(program: Any, directory: Path, component: str) -> list[str]:
 
 
 def save_programs(programs: dict[str, Any], directory: Path) -> dict[str, list[str]]:
-    """Save each component (:func:`save_program`), then keep one ``shared.ptd`` where one component's weights file
-    holds every other's (a generation export's ``prefill`` and ``decode``: see ``_shared.py``); returns each
-    component's files, its ``.pte`` first."""
-    from ._shared import share_weights
+    """Save each component (:func:`save_program`), keeping one ``shared.ptd`` where one component's weights file
+    holds every other's (a generation export's ``prefill`` and ``decode``: see ``_shared.py``), decided on the files
+    the programs were loaded from before anything is written; returns each component's files, its ``.pte`` first."""
+    from ._shared import share_weights, shared_host
 
-    written = {name: save_program(program, directory, name) for name, program in programs.items()}
-    return share_weights(Path(directory), written) if len(written) > 1 else written
+    directory = Path(directory)
+    sources = {name: program_files(program) for name, program in programs.items()}
+    known = {name: files for name, files in sources.items() if files is not None}
+    if len(known) < len(programs) or len(programs) < 2:  # a manager's files exist once written
+        written = {name: save_program(program, directory, name) for name, program in programs.items()}
+        return share_weights(directory, written) if len(written) > 1 else written
+    ptds = {name: files.ptd for name, files in known.items() if files.ptd is not None}
+    host = shared_host(ptds)
+    if host is None:
+        return {name: save_program(program, directory, name) for name, program in programs.items()}
+    written = {}
+    for name, files in known.items():
+        pte = next(iter(LAYOUT.component_files(name)))
+        copy_file(files.pte, directory / pte)
+        written[name] = [pte, SHARED_WEIGHTS] if name in ptds else [pte]
+    copy_file(ptds[host], directory / SHARED_WEIGHTS)
+    return written
 
 
 def load_program(directory: Path, component: str, entry: ComponentEntry, options: SafetyOptions | None = None) -> Any:

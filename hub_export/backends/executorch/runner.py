@@ -8,6 +8,7 @@ from ...errors import DeviceUnavailableError, ExportError, UnsafeExportError
 from ...manifest import ComponentEntry
 from ...runner import ModelRunner
 from ._log_sink import runtime_logs_bypass_python
+from ._pages import pages_not_locked
 
 __all__ = ["ExecutorchRunner"]
 
@@ -35,6 +36,21 @@ class ExecutorchRunner(ModelRunner):
             ConfigError: Unknown runner options (it takes none).
         """
         cls.check_options(options)
+        return cls._loaded(program, metadata, device, cached=True)
+
+    @classmethod
+    def for_parity(cls, program: Any, metadata: ComponentEntry) -> ExecutorchRunner:
+        """A runner for the export's parity check (it runs once), whose method goes with it.
+
+        Loading a method makes the delegate pack its weights into its own layout (XNNPACK: a full copy of every
+        linear layer's weights), and ``Program.load_method`` keeps the method for the program's lifetime, which is
+        the export's: this runner's method is not kept by ``program``, so that copy is freed with the runner,
+        before the export goes on (the next component of a generation export is lowered without it).
+        """
+        return cls._loaded(program, metadata, None, cached=False)
+
+    @classmethod
+    def _loaded(cls, program: Any, metadata: ComponentEntry, device: str | None, cached: bool) -> ExecutorchRunner:
         backend = str(metadata.extra.get("backend", "xnnpack"))
         target = _DEVICES.get(backend, "cpu")
         if device is not None and str(device).split(":")[0] != target:
@@ -43,13 +59,17 @@ class ExecutorchRunner(ModelRunner):
                 f"lowered for the {backend!r} delegate ({target}). Use device=None or {target!r}, or re-export with "
                 "ExecutorchConfig(backend=...) for another target."
             )
-        from executorch.runtime import Runtime
+        from executorch.runtime import Method, Runtime
 
-        with runtime_logs_bypass_python():
+        with runtime_logs_bypass_python(), pages_not_locked():
             if hasattr(program, "write_to_file") and hasattr(program, "buffer"):  # ExecutorchProgramManager
                 program = Runtime.get().load_program(program.buffer)
             try:
-                method = program.load_method("forward")
+                binding = getattr(program, "_program", None)  # executorch.runtime.Program caches what it loads
+                if cached or binding is None:
+                    method = program.load_method("forward")
+                else:
+                    method = Method(binding.load_method("forward"))
             except (RuntimeError, KeyError, ValueError) as exc:  # KeyError: the program has no method "forward"
                 raise UnsafeExportError(
                     f"The ExecuTorch runtime cannot load the program's forward ({type(exc).__name__}: {exc})."
