@@ -168,6 +168,18 @@ class ComponentEntry:
     extra: dict[str, Any] = field(default_factory=dict)
     weights: dict[str, dict[str, int]] | None = None
 
+    def over_tolerance(self) -> str | None:
+        """Why this component's recorded parity refuses it (``publish``, ``sync``), or None.
+
+        A float export is held to its ``atol``; a quantized one differs from eager by design (its quality is measured
+        as docs/quantization.md says), so its parity is recorded, not held to the float tolerance.
+        """
+        parity = self.parity or {}
+        diff, atol = parity.get("max_abs_diff"), parity.get("atol")
+        if self.quantization is not None or diff is None or atol is None or diff <= atol:
+            return None
+        return f"max abs diff vs eager {diff:.3g} is over atol {atol:g}"
+
     def to_json(self) -> dict[str, Any]:
         """As JSON data (files by path: the manifest lists them once at the top)."""
         return {

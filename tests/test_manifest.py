@@ -194,3 +194,17 @@ def test_optional_layout_files_are_known_but_not_required() -> None:
     assert layout.paths("decode", ["decode.pt2", "decode.aoti.pt2"])["native"] == "decode.aoti.pt2"
     with pytest.raises(ManifestError, match="no program file"):
         layout.paths("decode", ["decode.aoti.pt2"])
+
+
+def test_publish_and_sync_hold_float_exports_to_their_tolerance_and_record_quantized_ones() -> None:
+    from hub_export.manifest import ComponentEntry
+    from hub_export.signature import Signature, TensorSpec
+
+    signature = Signature((TensorSpec("x", "float32", ("batch",)),), (TensorSpec("y", "float32", ()),), (), None)
+    entry = ComponentEntry((), signature, None, "float32", "cpu", parity={"max_abs_diff": 2.6e-3, "atol": 1e-3})
+    assert entry.over_tolerance() == "max abs diff vs eager 0.0026 is over atol 0.001"
+    within = ComponentEntry((), signature, None, "float32", "cpu", parity={"max_abs_diff": 1e-4, "atol": 1e-3})
+    assert within.over_tolerance() is None
+    # an int8 weight-only ONNX export of the tiny Llama differs by 2.6e-3: recorded, publishable
+    quantized = ComponentEntry((), signature, None, "float32", "cpu", parity=entry.parity, quantization={"bits": 8})
+    assert quantized.over_tolerance() is None

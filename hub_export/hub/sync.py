@@ -357,9 +357,9 @@ def _worst_parity(manifest: Manifest) -> tuple[float | None, float | None]:
     for name, component in manifest.components.items():
         parity = component.parity or {}
         diff, atol = parity.get("max_abs_diff"), parity.get("atol")
-        if diff is not None and atol is not None and not diff <= atol:
+        if (refused := component.over_tolerance()) is not None:
             what = "" if name == "model" else f" of {name}"
-            raise ExportError(f"parity check{what} failed: max abs diff {diff:.3g} vs eager is over atol {atol:g}")
+            raise ExportError(f"parity check{what} failed: {refused}")
         if diff is not None and (worst[0] is None or diff > worst[0]):
             worst = (diff, atol)
     return worst
