@@ -1,5 +1,6 @@
 """One decode graph serving the prompt and every step (hub_export.generation._one_graph): what the export holds,
-the check that decides it, and the prefill + decode fallback, which still loads and generates."""
+the check that decides it (the prefill + decode fallback, which still loads and generates: test_weights_once.py's
+``two_graph_exports``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from tiny_models import build, text_inputs
 
 from hub_export import ExportedModel
 from hub_export.formats import backend_for
-from hub_export.generation import export as generation_export
 from hub_export.generation._one_graph import check_one_graph, one_token_step
 from hub_export.generation.decompose import decompose_with_capture
 
@@ -142,18 +142,3 @@ def test_the_check_refuses_a_graph_that_differs_from_eager(saved, llama):
         other.model.layers[0].mlp.down_proj.weight.mul_(3.0)
     why = check_one_graph(runner, component.metadata, other, prompt, step, plan)
     assert why is not None and "differs from eager on the sample prompt" in why
-
-
-def test_a_refused_graph_falls_back_to_prefill_and_decode(llama, monkeypatch, tmp_path):
-    reason = "the decode graph differs from eager on the sample prompt (test)"
-    monkeypatch.setattr(generation_export, "_export_one_graph", lambda *args: reason)
-    exported = _export("onnx", llama)
-    assert list(exported.components) == ["prefill", "decode"]
-    assert exported.generation["one_graph"] == reason and exported.generation["stages"]["prefill"] == "prefill"
-    # the decode graph is the plain one-token step again
-    shapes = {s.name: s.shape for s in exported.components["decode"].metadata.signature.inputs}
-    assert shapes["input_ids"] == ("batch", 1)
-    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "onnx"))  # the two-graph layout
-    inputs = text_inputs(2, 6, pad_left=2, seed=5)
-    expected = llama.generate(**inputs, max_new_tokens=5, do_sample=False)
-    assert torch.equal(loaded.generate(**inputs, max_new_tokens=5), expected)
