@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from tiny_models import CASES, build
+from tiny_models import CASES, build, llama
 
 from hub_export import ExportedModel, OpenVINOConfig, OpenVINOExporter, formats
 from hub_export.errors import BackendUnavailableError, ConfigError, DeviceUnavailableError
@@ -42,12 +42,14 @@ def param_bytes(model: Any) -> int:
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """name -> (case, saved folder, loaded export); each tiny model is exported and saved once."""
+    """name -> (case, saved folder, loaded export); each tiny model is exported and saved once. The Llama has real
+    LLMs' head dim, 128: OpenVINO's CPU plugin gets attention wrong past 64 when an op sits on its output (see
+    ``zero_fully_masked_attention_rows``)."""
     done: dict[str, tuple[Any, Path, ExportedModel]] = {}
 
     def get(name: str) -> tuple[Any, Path, ExportedModel]:
         if name not in done:
-            case = build(name)
+            case = llama(head_dim=128) if name == "llama" else build(name)
             exported = OpenVINOExporter().export(case.model, case.sample, config=OpenVINOConfig(dynamic=True))
             assert exported.components["model"].metadata.parity["max_abs_diff"] <= ATOL
             folder = exported.save_pretrained(tmp_path_factory.mktemp(name) / "openvino")

@@ -56,7 +56,9 @@ def seeded(model_class: Callable[[Any], Any], config: Any) -> Any:
     return model_class(config).eval()
 
 
-def llama(layers: int = 2) -> TinyCase:
+def llama(layers: int = 2, head_dim: int | None = None) -> TinyCase:
+    """A tiny Llama (GQA: 4 heads, 2 KV heads); ``head_dim`` widens the heads past ``hidden_size // heads`` (8), as
+    real LLMs' 128 (kernels pick other code paths for heads over 64)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
@@ -66,6 +68,7 @@ def llama(layers: int = 2) -> TinyCase:
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
+        head_dim=head_dim,
         max_position_embeddings=128,
         pad_token_id=0,
         bos_token_id=1,

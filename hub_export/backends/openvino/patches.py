@@ -2,7 +2,7 @@
 
 * :func:`skip_empty_cat_inputs`, :func:`pin_reshape_wildcards` — node args rewritten inside the block
   (:func:`_rewritten_args`), restored after.
-* :func:`zero_fully_masked_attention_rows` — nodes added after each masked attention, removed after.
+* :func:`zero_fully_masked_attention_rows` — a zero key/value added to each masked attention, removed after.
 * :func:`size_arithmetic_rules` — conversion rules for ``//``, ``%``, ``sym_min``/``sym_max`` on sizes, given to
   ``openvino.convert_model`` inside the block.
 
@@ -237,58 +237,91 @@ def _fake_value(target: Any, args: tuple[Any, ...]) -> Any:
         return target(*values)
 
 
+def _sdpa_operands(node: Any) -> tuple[Any, Any, Any, Any] | None:
+    """``(query, key, value, mask)`` of an ``aten.scaled_dot_product_attention`` node whose mask is a traced
+    tensor with a known value, else None."""
+    import torch
+
+    if node.op != "call_function" or node.target is not torch.ops.aten.scaled_dot_product_attention.default:
+        return None
+    if len(node.args) < 3:
+        return None
+    mask = node.args[3] if len(node.args) > 3 else node.kwargs.get("attn_mask")
+    if not isinstance(mask, torch.fx.Node) or mask.meta.get("val") is None:
+        return None
+    query, key, value = node.args[:3]
+    if any(not isinstance(t, torch.fx.Node) or t.meta.get("val") is None for t in (key, value)):
+        return None
+    return query, key, value, mask
+
+
 @contextlib.contextmanager
 def zero_fully_masked_attention_rows(program: Any) -> Iterator[int]:
-    """Zero the output rows of ``aten.scaled_dot_product_attention`` whose mask lets no key through.
+    """Give each masked ``aten.scaled_dot_product_attention`` one more key, all zeros with a zero value, that only
+    the query rows whose mask lets no key through may attend to; restore the graph after.
 
     ATen returns 0 for a query row whose mask is all False (``_safe_softmax``); OpenVINO's SDPA returns NaN
-    (openvinotoolkit/openvino#31630). Left padding with a causal mask makes such rows in every padded
-    sequence, and the NaN then spreads to the whole batch entry through the next layer's attention. A
-    ``masked_fill(out, ~mask.any(-1), 0)`` after each masked attention gives ATen's result exactly.
+    (openvinotoolkit/openvino#31630, still in openvino 2026.4). Left padding with a causal mask makes such rows in
+    every padded sequence, and the NaN then spreads to the whole batch entry through the next layer's attention.
+    With the extra key such a row attends to the zero value alone, which gives ATen's 0 exactly; every other row
+    has the extra key masked out (False, or -inf in a float mask), so its softmax is unchanged.
+
+    The zeroing is deliberately *inside* the attention's inputs, not an op on its output: OpenVINO's CPU plugin
+    computes wrong values for an SDPA whose output goes through an elementwise op (``Select``, ``Multiply``)
+    before the head transpose/reshape when the head dim is over 64 (a one-layer Llama with head dim 128: 0.7 max
+    abs diff on logits of scale 3, exact when the SDPA output is also a model output). The earlier
+    ``masked_fill(out, ~mask.any(-1), 0)`` formulation hit that bug on every real LLM (head dim 128).
 
     Yields:
-        How many attention nodes were wrapped.
+        How many attention nodes were given the extra key.
     """
     import torch
 
     aten = torch.ops.aten
     graph = program.graph
-    added: list[tuple[Any, list[Any]]] = []
+    changed: list[tuple[Any, tuple[Any, ...], dict[str, Any], list[Any]]] = []
     for node in list(graph.nodes):
-        if node.op != "call_function" or node.target is not aten.scaled_dot_product_attention.default:
+        operands = _sdpa_operands(node)
+        if operands is None:
             continue
-        mask = node.args[3] if len(node.args) > 3 else node.kwargs.get("attn_mask")
-        value = getattr(mask, "meta", {}).get("val")
-        if not isinstance(mask, torch.fx.Node) or value is None:
-            continue
-        steps: list[tuple[Any, tuple[Any, ...]]] = []
-        if value.dtype != torch.bool:
-            steps.append((aten.ne.Scalar, (mask, float("-inf"))))
-        steps += [
-            (aten.any.dim, (None, -1, True)),  # None: the previous step's node
-            (aten.logical_not.default, (None,)),
-            (aten.masked_fill.Scalar, (node, None, 0.0)),
-        ]
+        query, key, value, mask = operands
+        is_bool = mask.meta["val"].dtype == torch.bool
         created: list[Any] = []
-        previous = mask
-        with graph.inserting_before(node.next):  # each new node lands after the previous one
-            for target, args in steps:
-                args = tuple(previous if a is None else a for a in args)
-                new = graph.call_function(target, args)
-                new.meta["val"] = _fake_value(target, args)
-                created.append(new)
-                previous = new
-        fill = previous
-        node.replace_all_uses_with(fill, delete_user_cb=lambda user, fill=fill: user is not fill)
-        added.append((node, created))
-    if added:
+
+        def add(target: Any, *args: Any, created: list[Any] = created) -> Any:
+            new = graph.call_function(target, args)
+            new.meta["val"] = _fake_value(target, args)
+            created.append(new)
+            return new
+
+        with graph.inserting_before(node):
+            allowed = mask if is_bool else add(aten.ne.Scalar, mask, float("-inf"))
+            keep = add(aten.any.dim, allowed, -1, True)
+            if is_bool:
+                extra = add(aten.logical_not.default, keep)
+            else:  # 0 where the row sees no key, -inf elsewhere
+                zero = add(aten.zeros_like.default, add(aten.slice.Tensor, mask, -1, 0, 1))
+                extra = add(aten.masked_fill.Scalar, zero, keep, float("-inf"))
+            new_mask = add(aten.cat.default, [mask, extra], -1)
+            new_key = add(
+                aten.cat.default, [key, add(aten.zeros_like.default, add(aten.slice.Tensor, key, -2, 0, 1))], -2
+            )
+            new_value = add(
+                aten.cat.default, [value, add(aten.zeros_like.default, add(aten.slice.Tensor, value, -2, 0, 1))], -2
+            )
+        old_args, old_kwargs = node.args, dict(node.kwargs)
+        kwargs = {k: v for k, v in node.kwargs.items() if k != "attn_mask"}
+        node.args = (query, new_key, new_value, new_mask, *node.args[4:])
+        node.kwargs = kwargs
+        changed.append((node, old_args, old_kwargs, created))
+    if changed:
         program.graph_module.recompile()
     try:
-        yield len(added)
+        yield len(changed)
     finally:
-        if added:
-            for node, created in added:
-                created[-1].replace_all_uses_with(node)
+        if changed:
+            for node, old_args, old_kwargs, created in changed:
+                node.args, node.kwargs = old_args, old_kwargs
                 for new in reversed(created):
                     graph.erase_node(new)
             program.graph_module.recompile()
