@@ -255,6 +255,30 @@ def _sdpa_operands(node: Any) -> tuple[Any, Any, Any, Any] | None:
     return query, key, value, mask
 
 
+def _reads_a_cache_input(key: Any, inputs: set[str]) -> bool:
+    """Whether ``key`` is (a view or GQA expansion of) a ``cat`` of a graph input: a past-cache concatenation, which
+    OpenVINO's CPU plugin fuses with the cache state (``StatefulSDPAFusion``) only if it feeds the SDPA directly."""
+    import torch
+
+    aten = torch.ops.aten
+    passthrough = {
+        aten.expand.default,
+        aten.reshape.default,
+        aten.view.default,
+        aten._unsafe_view.default,
+        aten.unsqueeze.default,
+        aten.clone.default,
+        aten.slice.Tensor,
+    }
+    node: Any = key
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in passthrough:
+        node = node.args[0]
+    if not isinstance(node, torch.fx.Node) or node.target is not aten.cat.default:
+        return False
+    parts: Any = node.args[0]
+    return any(isinstance(t, torch.fx.Node) and t.op == "placeholder" and t.name in inputs for t in parts)
+
+
 @contextlib.contextmanager
 def zero_fully_masked_attention_rows(program: Any) -> Iterator[int]:
     """Give each masked ``aten.scaled_dot_product_attention`` one more key, all zeros with a zero value, that only
@@ -272,6 +296,11 @@ def zero_fully_masked_attention_rows(program: Any) -> Iterator[int]:
     abs diff on logits of scale 3, exact when the SDPA output is also a model output). The earlier
     ``masked_fill(out, ~mask.any(-1), 0)`` formulation hit that bug on every real LLM (head dim 128).
 
+    An attention whose key is a past-cache concatenation keeps its key and value as they are, so that the CPU plugin
+    still fuses it with the cache state: such a row's mask lets every key through instead (finite, not ATen's 0).
+    Those rows are padding queries; a generation export keeps the last position's logits and masks padded keys for
+    every later query, so what it returns is unchanged.
+
     Yields:
         How many attention nodes were given the extra key.
     """
@@ -279,6 +308,7 @@ def zero_fully_masked_attention_rows(program: Any) -> Iterator[int]:
 
     aten = torch.ops.aten
     graph = program.graph
+    inputs = set(program.graph_signature.user_inputs)
     changed: list[tuple[Any, tuple[Any, ...], dict[str, Any], list[Any]]] = []
     for node in list(graph.nodes):
         operands = _sdpa_operands(node)
@@ -296,19 +326,24 @@ def zero_fully_masked_attention_rows(program: Any) -> Iterator[int]:
 
         with graph.inserting_before(node):
             allowed = mask if is_bool else add(aten.ne.Scalar, mask, float("-inf"))
-            keep = add(aten.any.dim, allowed, -1, True)
-            if is_bool:
-                extra = add(aten.logical_not.default, keep)
-            else:  # 0 where the row sees no key, -inf elsewhere
-                zero = add(aten.zeros_like.default, add(aten.slice.Tensor, mask, -1, 0, 1))
-                extra = add(aten.masked_fill.Scalar, zero, keep, float("-inf"))
-            new_mask = add(aten.cat.default, [mask, extra], -1)
-            new_key = add(
-                aten.cat.default, [key, add(aten.zeros_like.default, add(aten.slice.Tensor, key, -2, 0, 1))], -2
-            )
-            new_value = add(
-                aten.cat.default, [value, add(aten.zeros_like.default, add(aten.slice.Tensor, value, -2, 0, 1))], -2
-            )
+            blind = add(aten.logical_not.default, add(aten.any.dim, allowed, -1, True))  # rows that see no key
+            if _reads_a_cache_input(key, inputs):  # the mask alone changes: such a row sees every key
+                new_key, new_value = key, value
+                if is_bool:
+                    new_mask = add(aten.logical_or.default, mask, blind)
+                else:
+                    new_mask = add(aten.masked_fill.Scalar, mask, blind, 0.0)
+            else:
+                if is_bool:
+                    extra = blind
+                else:  # 0 where the row sees no key, -inf elsewhere
+                    zero = add(aten.zeros_like.default, add(aten.slice.Tensor, mask, -1, 0, 1))
+                    extra = add(aten.masked_fill.Scalar, zero, add(aten.logical_not.default, blind), float("-inf"))
+                new_mask = add(aten.cat.default, [mask, extra], -1)
+                zero_key = add(aten.zeros_like.default, add(aten.slice.Tensor, key, -2, 0, 1))
+                zero_value = add(aten.zeros_like.default, add(aten.slice.Tensor, value, -2, 0, 1))
+                new_key = add(aten.cat.default, [key, zero_key], -2)
+                new_value = add(aten.cat.default, [value, zero_value], -2)
         old_args, old_kwargs = node.args, dict(node.kwargs)
         kwargs = {k: v for k, v in node.kwargs.items() if k != "attn_mask"}
         node.args = (query, new_key, new_value, new_mask, *node.args[4:])
