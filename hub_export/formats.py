@@ -177,19 +177,27 @@ def register_backend(backend: Backend) -> Backend:
     return backend
 
 
-def _discover() -> None:
-    """Import the built-in backend packages once (each registers itself on import)."""
+def _builtin_packages() -> list[str]:
+    """The names of the built-in backend packages (listed, not imported)."""
+    package = importlib.import_module(f"{__package__}.backends")
+    found = [i.name for i in pkgutil.iter_modules(package.__path__) if i.ispkg and not i.name.startswith("_")]
+    return sorted(found)
+
+
+def _discover(name: str | None = None) -> None:
+    """Import the built-in backend packages once (each registers itself on import); with ``name``, only the
+    built-in package of that name, if there is one: loading an export needs its own format only."""
     global _DISCOVERED
     if _DISCOVERED:
         return
     with _LOCK:
         if _DISCOVERED:
             return
-        package = importlib.import_module(f"{__package__}.backends")
-        for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
-            if info.ispkg and not info.name.startswith("_"):
-                importlib.import_module(f"{package.__name__}.{info.name}")
-        _DISCOVERED = True
+        for package in _builtin_packages():
+            if name is None or package == name:
+                importlib.import_module(f"{__package__}.backends.{package}")
+        if name is None:
+            _DISCOVERED = True
 
 
 def backends() -> dict[str, Backend]:
@@ -206,6 +214,9 @@ def backend_for(export_format: ExportFormat | str) -> Backend:
     """
     name = str(export_format).lower()
     backend = _BACKENDS.get(name)
+    if backend is None:
+        _discover(name)
+        backend = _BACKENDS.get(name)
     if backend is None:
         _discover()
         backend = _BACKENDS.get(name)
