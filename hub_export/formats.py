@@ -5,7 +5,9 @@ runner, program I/O, safety check, file layout, required packages and Hub tags, 
 :func:`register_backend`. Nothing outside that package names the format: the rest of hub_export asks the registry.
 
 Built-in backends are the sub-packages of :mod:`hub_export.backends`; they are imported the first time the registry
-is asked about formats (each imports its optional runtime, such as ``onnxruntime``, only when it exports or loads).
+is asked about formats (each imports its optional runtime, such as ``onnxruntime``, only when it exports or loads):
+a format asked for by name (:func:`backend_for`, ``ExportFormat("onnx")``: loading an export) imports its own
+package only, listing the formats imports them all.
 A third-party format calls :func:`register_backend` itself (see ``docs/extending.md``).
 
 :class:`ExportFormat` is the name of a registered format: ``ExportFormat("onnx")``, ``ExportFormat.ONNX`` and
