@@ -34,10 +34,10 @@ def _model(kind: str) -> torch.nn.Module:
         patch_size=4,
         projection_dim=16,
     )
-    text = dict(
-        model_type="llama", hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2
-    )
-    extra = {"vision_aspect_ratio": "anyres_max_1"} if kind == "llava_onevision" else {}  # a 2-tile canvas shrinks
+    text = dict(model_type="llama", hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
+    extra = {}
+    if kind == "llava_onevision":  # a canvas over 1.1 tiles of area shrinks; CLIP has a CLS token to drop
+        extra = {"vision_aspect_ratio": "anyres_max_1", "vision_feature_select_strategy": "default"}
     config = getattr(transformers, config_class)(
         vision_config=vision, text_config=text, image_grid_pinpoints=PINPOINTS, vision_feature_layer=-1, **extra
     )
