@@ -240,7 +240,9 @@ def segment_ids(cu_seqlens: Any, length: int) -> Any:
     import torch
 
     marks = torch.zeros(length + 1, dtype=torch.int64, device=cu_seqlens.device)
-    marks = marks.scatter_add(0, cu_seqlens.long(), torch.ones_like(cu_seqlens, dtype=torch.int64))
+    # boundaries at or past the end mark nothing that is read: clipped into the last slot, dropped below
+    bounds = cu_seqlens.long().clamp(min=0, max=length)
+    marks = marks.scatter_add(0, bounds, torch.ones_like(bounds))
     return marks.cumsum(0)[:length]
 
 
