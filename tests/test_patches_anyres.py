@@ -92,4 +92,5 @@ def test_traced_features_run_other_image_counts_and_sizes() -> None:
     with torch.no_grad():
         for sizes in (SIZES[1:4], SIZES):
             inputs = _images(list(sizes))
-            torch.testing.assert_close(program(*inputs.values()), model(**inputs), atol=1e-5, rtol=1e-5)
+            (got,) = program(*inputs.values())
+            torch.testing.assert_close(got, model(**inputs), atol=1e-5, rtol=1e-5)

@@ -312,7 +312,7 @@ def _audio_windows(module: Any) -> Callable[..., Any] | None:
     """The patched ``get_audio_cu_seqlens`` for a modeling module defining the windowed form, else None."""
     local = getattr(module, "get_audio_cu_seqlens", None)
     output_lengths = getattr(module, "_get_feat_extract_output_lengths", None)
-    if getattr(local, "__module__", None) != module.__name__ or output_lengths is None:
+    if local is None or output_lengths is None or getattr(local, "__module__", None) != module.__name__:
         return None
     return audio_window_cu_seqlens(output_lengths) if "n_window_infer" in inspect.signature(local).parameters else None
 
