@@ -323,10 +323,12 @@ def zero_fully_masked_attention_rows(program: Any) -> Iterator[int]:
     has the extra key masked out (False, or -inf in a float mask), so its softmax is unchanged.
 
     The zeroing is deliberately *inside* the attention's inputs, not an op on its output: OpenVINO's CPU plugin
-    computes wrong values for an SDPA whose output goes through an elementwise op (``Select``, ``Multiply``)
-    before the head transpose/reshape when the head dim is over 64 (a one-layer Llama with head dim 128: 0.7 max
-    abs diff on logits of scale 3, exact when the SDPA output is also a model output). The earlier
-    ``masked_fill(out, ~mask.any(-1), 0)`` formulation hit that bug on every real LLM (head dim 128).
+    (openvino 2026.4, f32 inference precision) computes wrong values, for every row, when an SDPA with dynamic
+    shapes reads transposed ``[B, S, H, D]`` inputs, its output goes through a ``Select`` (``masked_fill``) and then
+    the head transpose/reshape, and the head dim is over 64 (128: 3.9 max abs diff; 64, static shapes, or the SDPA
+    output also a model output: exact). No upstream report was found. The earlier
+    ``masked_fill(out, ~mask.any(-1), 0)`` formulation hit it on every real LLM (head dim 128: a one-layer Llama's
+    logits off by 0.75 at scale 3).
 
     An attention whose key is a past-cache concatenation keeps its key and value as they are, so that the CPU plugin
     still fuses it with the cache state: such a row's mask lets every key through instead (finite, not ATen's 0).
