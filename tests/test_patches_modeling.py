@@ -348,3 +348,26 @@ def test_experts_loops_over_the_ids_hit_trace_per_expert(kind: str) -> None:
     with torch.no_grad():
         for inputs in (routed(7), routed(13)):
             torch.testing.assert_close(program.module()(*inputs), experts(*inputs), rtol=0, atol=1e-6)
+
+
+def test_switch_router_cast_and_experts_trace() -> None:
+    """Switch Transformers' router casts its classifier in every forward (Module.to swapped fake parameters held by
+    weakrefs: "Couldn't swap Linear.weight", pytorch/pytorch#153056) and its experts loop over the ids hit
+    (nonzero): traced as a no-op cast and a loop over every expert, the sparse MLP takes other token counts with
+    eager's numbers, and Module.to is torch's again after tracing."""
+    from transformers import SwitchTransformersConfig
+    from transformers.models.switch_transformers.modeling_switch_transformers import SwitchTransformersSparseMLP
+
+    from hub_export.patches.tracing import tracing_patches
+
+    original = torch.nn.Module.to
+    config = SwitchTransformersConfig(d_model=8, d_ff=12, num_experts=3, expert_capacity=3)
+    mlp = seeded(SwitchTransformersSparseMLP, config)
+    sequence = Dim("sequence", min=2, max=64)
+    with tracing_patches(True, mlp), torch.no_grad():
+        program = torch.export.export(mlp, (torch.randn(2, 5, 8),), dynamic_shapes=({1: sequence},), strict=False)
+    assert torch.nn.Module.to is original
+    with torch.no_grad():
+        for length in (5, 9):  # 9 tokens a row overflow the capacity of 3: tokens dropped as in eager
+            states = torch.randn(2, length, 8)
+            torch.testing.assert_close(program.module()(states), mlp(states), rtol=0, atol=1e-6)

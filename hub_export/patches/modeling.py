@@ -27,8 +27,8 @@ type that is not used costs nothing, and a class or method that is gone raises `
   convolution's Python integers (:mod:`hub_export.patches.audio_codecs`).
 * ``EncodecModel.encode`` (same module), without chunks: a Python loop over ``range(0, length, length)`` (one
   chunk) pins the length; the patch runs its one iteration.
-* ``LongcatFlashExperts.forward`` and ``Step3p7Experts.forward``: loops over the experts hit (``nonzero``), run over
-  every expert instead (:mod:`hub_export.patches.experts`).
+* ``LongcatFlashExperts.forward``, ``Step3p7Experts.forward`` and ``SwitchTransformersExperts.forward``: loops
+  over the experts hit (``nonzero``), run over every expert instead (:mod:`hub_export.patches.experts`).
 * ``get_rope_index`` of the Qwen2-VL family's models (transformers/models/qwen2_vl/modeling_qwen2_vl.py and the
   modules copying it, three forms): M-RoPE positions from ``itertools.groupby`` over each row's token types and a loop
   over the images pin the batch, the sequence and the image count; the patch computes them per token
@@ -59,7 +59,7 @@ from typing import Any
 from ..errors import PatchTargetMissing
 from ._base import patch_attribute
 from .audio_codecs import CONV_PADDING_CLASSES, conv1d_padded_on_integers, encodec_encode_one_chunk
-from .experts import longcat_experts, step3p7_experts
+from .experts import longcat_experts, step3p7_experts, switch_experts
 from .multimodal import rope_index_qwen2, rope_index_qwen2_5, rope_index_qwen3
 from .packed_images import hunyuan_vl_vision, lfm2_vl_image_features, lfm3_vl_grid_kept, lfm3_vl_short_conv
 from .recurrence import lstm_forward, mamba_selective_scan, rglru_scan, rwkv_wkv_scan
@@ -361,6 +361,13 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
         "forward",
         step3p7_experts,
         "Step 3.7's experts loop over the ids hit (nonzero, then a compare per id): data-dependent values",
+    ),
+    ModelingPatch(
+        "transformers.models.switch_transformers.modeling_switch_transformers",
+        "SwitchTransformersExperts",
+        "forward",
+        switch_experts,
+        "Switch Transformers' experts loop over the ids hit (nonzero, then an id as a module name): data-dependent",
     ),
 )
 
