@@ -17,7 +17,8 @@
 * :func:`~hub_export.patches.masks.causal_mask_skip_kept` — a causal mask that eager skips on an all-ones mask
   under ``is_causal=False`` attention (a branch on the mask's values), traced as eager's select;
   :func:`~hub_export.patches.masks.no_padding_mask_skipped` — a bidirectional mask with no padding mask skipped as
-  in eager.
+  in eager; :func:`~hub_export.patches.masks.mask_functions_broadcast` — a model's own mask function expanded by
+  broadcasting, not ``torch.vmap`` (a ``flat_apply`` node a ``.pt2`` cannot hold).
 * :func:`~hub_export.patches.shapes.unsolvable_guards_dropped` — torch's export constraint solver crashes on the
   guards of nested integer divisions (pytorch/pytorch#131897); they stay guards, read as ``multiple_of`` bounds.
 * :func:`module_conversions_without_swaps` — ``module.to(dtype)`` inside a forward (Switch Transformers' router
@@ -40,7 +41,7 @@ from typing import Any
 from ..errors import PatchTargetMissing
 from ._base import patch_attribute
 from .lengths import conv_length_symbolic, size_division_symbolic, tensor_len_symbolic
-from .masks import causal_mask_skip_kept, no_padding_mask_skipped
+from .masks import causal_mask_skip_kept, mask_functions_broadcast, no_padding_mask_skipped
 from .modeling import symbolic_sizes
 from .multimodal import features_kept_whole
 from .per_image import images_at_once
@@ -278,6 +279,7 @@ def tracing_patches(
                     stack.enter_context(images_at_once(model))
             stack.enter_context(causal_mask_skip_kept(model))
         stack.enter_context(no_padding_mask_skipped())
+        stack.enter_context(mask_functions_broadcast())
         stack.enter_context(decode_attention_without_kv_copies())
         stack.enter_context(distribution_checks_skipped())
         stack.enter_context(module_conversions_without_swaps())
