@@ -44,6 +44,8 @@ type that is not used costs nothing, and a class or method that is gone raises `
 * ``Lfm2VlModel.get_image_features``, ``Lfm3VlVisionShortConv.forward``, ``HunYuanVLVisionTransformer.forward``:
   per-image pixel unshuffle, per-frame depthwise convolution and per-image patch merger in Python loops over the grid, gathered for every patch at once
   (:mod:`hub_export.patches.packed_images`).
+* ``HunYuanVLModel.get_placeholder_mask``, ``Ovis2Model.forward``: a Python ``if`` on the placeholder tokens (a
+  count check, a write under ``mask.any()``), traced as a check and a select (:mod:`hub_export.patches.placeholders`).
 * ``torch.nn.LSTM.forward`` (torch/nn/modules/rnn.py): ``aten.lstm`` is a composite op that torch.export decomposes
   into one cell per time step at the traced length; the patch runs each layer's cell under ``scan`` / ``while_loop``.
 """
@@ -62,6 +64,7 @@ from .audio_codecs import CONV_PADDING_CLASSES, conv1d_padded_on_integers, encod
 from .experts import longcat_experts, step3p7_experts, switch_experts
 from .multimodal import rope_index_qwen2, rope_index_qwen2_5, rope_index_qwen3
 from .packed_images import hunyuan_vl_vision, lfm2_vl_image_features, lfm3_vl_grid_kept, lfm3_vl_short_conv
+from .placeholders import hunyuan_vl_placeholder_mask, ovis2_indicators_selected
 from .recurrence import lstm_forward, mamba_selective_scan, rglru_scan, rwkv_wkv_scan
 from .resized_positions import cosmos3_edge_resize, hunyuan_vl_patch_embed, siglip2_resize
 
@@ -361,6 +364,20 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
         "forward",
         step3p7_experts,
         "Step 3.7's experts loop over the ids hit (nonzero, then a compare per id): data-dependent values",
+    ),
+    ModelingPatch(
+        "transformers.models.hunyuan_vl.modeling_hunyuan_vl",
+        "HunYuanVLModel",
+        "get_placeholder_mask",
+        hunyuan_vl_placeholder_mask,
+        "HunYuan-VL checks its placeholder count with a Python if on a data-dependent numel()",
+    ),
+    ModelingPatch(
+        "transformers.models.ovis2.modeling_ovis2",
+        "Ovis2Model",
+        "forward",
+        ovis2_indicators_selected,
+        "Ovis2 writes its visual indicators under if mask.any(): a branch on the input ids",
     ),
     ModelingPatch(
         "transformers.models.switch_transformers.modeling_switch_transformers",
