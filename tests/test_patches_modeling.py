@@ -371,3 +371,51 @@ def test_switch_router_cast_and_experts_trace() -> None:
         for length in (5, 9):  # 9 tokens a row overflow the capacity of 3: tokens dropped as in eager
             states = torch.randn(2, length, 8)
             torch.testing.assert_close(program.module()(states), mlp(states), rtol=0, atol=1e-6)
+
+
+def test_placeholder_branches_trace_as_a_check_and_a_select() -> None:
+    """Ovis2 wrote its visual indicators under ``if mask.any()`` and HunYuan-VL checked its placeholder count with a
+    Python ``if`` (GuardOnDataDependentSymNode): Ovis2 exported keeps eager's logits at another length, and HunYuan-VL's
+    check still refuses a mismatch in eager."""
+    from types import SimpleNamespace
+
+    from transformers import Ovis2Config, Ovis2ForConditionalGeneration
+
+    from hub_export.patches.placeholders import hunyuan_vl_placeholder_mask
+    from hub_export.patches.tracing import tracing_patches
+
+    vision = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+    text = {**vision, "vocab_size": 64, "num_key_value_heads": 1, "head_dim": 8}
+    config = Ovis2Config(
+        vision_config={**vision, "image_size": 16, "patch_size": 8, "vocab_size": 32, "num_visual_indicator_tokens": 2},
+        text_config=text,
+        image_token_id=60,
+        visual_indicator_token_ids=[61, 62],
+        vocab_size=64,
+        hidden_size=16,
+    )
+    model = seeded(Ovis2ForConditionalGeneration, config)
+
+    def ids(extra: int) -> torch.Tensor:  # an indicator, the image's 4 placeholders, an indicator, text
+        return torch.tensor(
+            [[61, 60, 60, 60, 60, 62, *range(5, 7 + extra)], [1, 61, 60, 60, 60, 60, 62, *range(7, 8 + extra)]]
+        )
+
+    class Logits(torch.nn.Module):
+        def forward(self, input_ids: torch.Tensor, pixel_values: torch.Tensor) -> torch.Tensor:
+            return model(input_ids=input_ids, pixel_values=pixel_values).logits
+
+    pixels = torch.randn(2, 3, 16, 16)
+    with tracing_patches(True, model), torch.no_grad():
+        sample = (ids(0), pixels)
+        program = torch.export.export(Logits(), sample, dynamic_shapes=({1: Dim("s", max=64)}, None), strict=False)
+    with torch.no_grad():
+        for inputs in ((ids(0), pixels), (ids(3), pixels)):
+            torch.testing.assert_close(program.module()(*inputs), Logits()(*inputs), rtol=0, atol=0)
+
+    owner = SimpleNamespace(config=SimpleNamespace(image_token_id=3), get_input_embeddings=None)
+    mask_of = hunyuan_vl_placeholder_mask(None)
+    embeds, tokens = torch.zeros(1, 4, 2), torch.tensor([[3, 3, 1, 2]])
+    assert mask_of(owner, tokens, embeds, torch.zeros(2, 2))[..., 0].tolist() == [[True, True, False, False]]
+    with pytest.raises(ValueError, match="Image features and image tokens do not match"):
+        mask_of(owner, tokens, embeds, torch.zeros(3, 2))
