@@ -62,7 +62,7 @@ from ..errors import PatchTargetMissing
 from ._base import patch_attribute
 from .audio_codecs import CONV_PADDING_CLASSES, conv1d_padded_on_integers, encodec_encode_one_chunk
 from .experts import longcat_experts, step3p7_experts, switch_experts
-from .multimodal import rope_index_qwen2, rope_index_qwen2_5, rope_index_qwen3
+from .multimodal import rope_index_hunyuan_vl, rope_index_qwen2, rope_index_qwen2_5, rope_index_qwen3
 from .packed_images import hunyuan_vl_vision, lfm2_vl_image_features, lfm3_vl_grid_kept, lfm3_vl_short_conv
 from .placeholders import hunyuan_vl_placeholder_mask, ovis2_indicators_selected
 from .recurrence import lstm_forward, mamba_selective_scan, rglru_scan, rwkv_wkv_scan
@@ -265,6 +265,7 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
             ("cosmos3_omni", "Cosmos3OmniModel", rope_index_qwen3),
             ("cosmos3_edge", "Cosmos3EdgeModel", rope_index_qwen3),
             ("cohere_compass", "CohereCompassModel", rope_index_qwen3),
+            ("hunyuan_vl", "HunYuanVLModel", rope_index_hunyuan_vl),
         )
     ),
     *(
