@@ -316,12 +316,12 @@ def rope_index_hunyuan_vl(original: Callable[..., Any]) -> Callable[..., Any]:
         merge = self.config.vision_config.spatial_merge_size
         width = image_grid_thw[:, 2] // merge + 1  # a row-end token per row of the merged grid
         tokens = (image_grid_thw[:, 1] // merge) * width
-        count = image_grid_thw.shape[0]
-        which = torch.where(image, ordinal, count).clamp(0, count)
-        runs = torch.zeros(count + 1, dtype=torch.long, device=input_ids.device)
-        runs = runs.scatter_add(0, which.flatten(), torch.ones_like(which.flatten()))[:count]
+        # the image count stays symbolic: no Python scalar of it (a Scalar argument would specialize it)
+        bucket = torch.where(image, ordinal + 1, 0).flatten()  # 0: not an image token
+        runs = tokens.new_zeros(tokens.shape[0] + 1)
+        runs = runs.scatter_add(0, bucket, torch.ones_like(bucket))[1:]
         begin = (runs == tokens + 2).long()  # a begin token before the grid, an end token after it
-        which = which.clamp(max=count - 1)
+        which = ordinal.clamp(min=0)  # an image token's own image; any image for the others (masked below)
         local = position - run_start - begin[which]
         grid = image & (local >= 0) & (local < tokens[which])
         local = local.clamp(min=0)
