@@ -169,13 +169,15 @@ _UNSPLIT = _Unsplit()
 
 def _splits_features(function: Any) -> Any:
     """The code object of ``function`` when it splits packed features by ``grid.prod(-1).tolist()`` (the pattern
-    of ``Qwen2VLModel.get_image_features``) or by a count of each image's real patches (``mask.sum(-1) //
-    k).tolist()``, ``Gemma4Model.get_image_features``), else None."""
+    of ``Qwen2VLModel.get_image_features``), by a count of each image's real patches (``mask.sum(-1) //
+    k).tolist()``, ``Gemma4Model.get_image_features``) or by sizes from the grid's rows and columns
+    (``HunYuanVLModel.get_image_features``), else None."""
     code = getattr(inspect.unwrap(function), "__code__", None) if function is not None else None
     if code is None or "split_sizes" not in code.co_varnames + code.co_cellvars:  # a cell when a comprehension reads it
         return None
-    names = set(code.co_names)  # sizes from the grid's product, or from a count of real patches (Gemma 4)
-    return code if {"tolist", "split", "pooler_output"} <= names and names & {"prod", "sum"} else None
+    names = set(code.co_names)  # sizes from the grid's product, a count of real patches (Gemma 4), or the grid's
+    # rows and columns (HunYuan-VL: ``merged_h * (merged_w + 1) + 2`` from ``grid[:, 1:].unbind(-1)``)
+    return code if {"tolist", "split", "pooler_output"} <= names and names & {"prod", "sum", "unbind"} else None
 
 
 def _caller_code() -> Any:
