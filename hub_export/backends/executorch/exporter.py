@@ -76,10 +76,16 @@ class ExecutorchExporter(HfExporter):
     max_sequence_cap: ClassVar[int] = 4096
     external_data_min_bytes: ClassVar[int] = 1 << 30
     max_planned_bytes: ClassVar[int] = 8 << 30
+    #: One method serves the prompt and every step (``generation/_one_graph.py``): XNNPACK packs every linear layer's
+    #: weights into its own layout per loaded method, so two programs held two packed copies while generating. The
+    #: cache axis is traced bounded from 1 (:meth:`dynamic_bounds`) but the runtime and XNNPACK run a zero-length
+    #: cache, which the signature admits and the export's check runs against eager.
+    one_generation_graph = True
 
     def export_for_generation(self, model: Any, inputs: dict[str, Any], *, config: Any = None, **kwargs: Any) -> Any:
         """See :meth:`HfExporter.export_for_generation`; the weights go to a ``.ptd`` unless a config says otherwise
-        (``external_data=None``: outside), so that the components share one weights file (``shared.ptd``)."""
+        (``external_data=None``: outside), so that where the export keeps a prefill and a decode program (the
+        one-graph check failed, a static cache, an encoder-decoder) they share one weights file (``shared.ptd``)."""
         return super().export_for_generation(model, inputs, config=_weights_outside(config), **kwargs)
 
     # -- backend verbs ----------------------------------------------------------------------------------
@@ -355,7 +361,7 @@ def _lower(program: Any, config: Any, external: bool = False) -> Any:
     """The ExportedProgram lowered for ``config.backend`` and memory-planned: an ``ExecutorchProgramManager``; with
     ``external``, every weight goes to one external data file (``<tag>.ptd``), kept in temporary files rather than
     memory until it is written (:func:`._spill.external_weights_spilled`)."""
-    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
+    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig
     from executorch.exir.passes import MemoryPlanningPass
 
     passes, compile_config = None, EdgeCompileConfig()
@@ -372,9 +378,7 @@ def _lower(program: Any, config: Any, external: bool = False) -> Any:
         _tag_external(program)
     spilled = external_weights_spilled() if external else contextlib.nullcontext()
     with executorch_patches(), weights_shared_by_deep_copies(program), spilled:
-        edge = to_edge_transform_and_lower(
-            program, partitioner=_partitioners(config.backend), compile_config=compile_config, transform_passes=passes
-        )
+        edge = _to_edge(program, config.backend, compile_config, passes)
         for method in edge.methods:
             integer_powers_as_products(edge.exported_program(method))
         return edge.to_executorch(
@@ -382,6 +386,24 @@ def _lower(program: Any, config: Any, external: bool = False) -> Any:
                 memory_planning_pass=memory_plan, external_constants=(lambda node: _DATA_TAG) if external else False
             )
         )
+
+
+def _to_edge(program: Any, backend: str, compile_config: Any, passes: Any) -> Any:
+    """``to_edge_transform_and_lower`` for ``backend``: for XNNPACK, first with its ops kept whole by one
+    decomposition table (:func:`._decompose.one_table_partitioner`: two ``run_decompositions`` instead of three),
+    and when that program cannot be lowered, with XNNPACK's own node-by-node choice."""
+    from executorch.exir import to_edge_transform_and_lower
+
+    if backend == "xnnpack":
+        from ._decompose import one_table_partitioner
+
+        with contextlib.suppress(Exception):  # the node-by-node lowering below raises the error that stands, if any
+            return to_edge_transform_and_lower(
+                program, partitioner=[one_table_partitioner()], compile_config=compile_config, transform_passes=passes
+            )
+    return to_edge_transform_and_lower(
+        program, partitioner=_partitioners(backend), compile_config=compile_config, transform_passes=passes
+    )
 
 
 def _partitioners(backend: str) -> list[Any]:
