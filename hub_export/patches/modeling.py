@@ -27,6 +27,10 @@ type that is not used costs nothing, and a class or method that is gone raises `
   convolution's Python integers (:mod:`hub_export.patches.audio_codecs`).
 * ``EncodecModel.encode`` (same module), without chunks: a Python loop over ``range(0, length, length)`` (one
   chunk) pins the length; the patch runs its one iteration.
+* ``LongformerSelfAttention.forward`` and ``_get_global_attn_indices`` (transformers/models/longformer/
+  modeling_longformer.py; ``LEDEncoderSelfAttention`` copies them): the layer branches on ``is_global_attn``, read from
+  the mask's values; the patch takes the global branch for every mask (the same numbers without global tokens) with
+  the global-token count a bounded size (:mod:`hub_export.patches.global_attention`).
 * ``LongcatFlashExperts.forward`` and ``Step3p7Experts.forward``: loops over the experts hit (``nonzero``), run over
   every expert instead (:mod:`hub_export.patches.experts`).
 * ``get_rope_index`` of the Qwen2-VL family's models (transformers/models/qwen2_vl/modeling_qwen2_vl.py and the
@@ -60,6 +64,7 @@ from ..errors import PatchTargetMissing
 from ._base import patch_attribute
 from .audio_codecs import CONV_PADDING_CLASSES, conv1d_padded_on_integers, encodec_encode_one_chunk
 from .experts import longcat_experts, step3p7_experts
+from .global_attention import global_branch_always, global_indices_bounded, window_padded_inputs
 from .multimodal import rope_index_qwen2, rope_index_qwen2_5, rope_index_qwen3
 from .packed_images import hunyuan_vl_vision, lfm2_vl_image_features, lfm3_vl_grid_kept, lfm3_vl_short_conv
 from .recurrence import lstm_forward, mamba_selective_scan, rglru_scan, rwkv_wkv_scan
@@ -347,6 +352,32 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
         "encode",
         encodec_encode_one_chunk,
         "EnCodec without chunks loops over range(0, length, length) in Python (one chunk), pinning the length",
+    ),
+    *(
+        ModelingPatch(
+            f"transformers.models.{kind}.modeling_{kind}",
+            owner,
+            name,
+            replacement,
+            f"{owner} branches on is_global_attn, read back from the attention mask's values with .item(): "
+            "GuardOnDataDependentSymNode, or an export for one mask",
+        )
+        for kind, owner in (("longformer", "LongformerSelfAttention"), ("led", "LEDEncoderSelfAttention"))
+        for name, replacement in (
+            ("forward", global_branch_always),
+            ("_get_global_attn_indices", global_indices_bounded),
+        )
+    ),
+    *(
+        ModelingPatch(
+            f"transformers.models.{kind}.modeling_{kind}",
+            owner,
+            "forward",
+            window_padded_inputs,
+            f"{owner} pads to a multiple of the attention window only `if padding_len > 0` and cuts the padding "
+            "off by a strided slice: guards on the sequence's remainder, which bound the sequence",
+        )
+        for kind, owner in (("longformer", "LongformerModel"), ("led", "LEDEncoder"))
     ),
     ModelingPatch(
         "transformers.models.longcat_flash.modeling_longcat_flash",
