@@ -31,6 +31,9 @@ type that is not used costs nothing, and a class or method that is gone raises `
   modeling_longformer.py; ``LEDEncoderSelfAttention`` copies them): the layer branches on ``is_global_attn``, read from
   the mask's values; the patch takes the global branch for every mask (the same numbers without global tokens) with
   the global-token count a bounded size (:mod:`hub_export.patches.global_attention`).
+* ``LongformerModel.forward``, ``LEDEncoder.forward``, ``PegasusXEncoder.forward``: the sequence is padded to a
+  multiple of the attention window / block only when it is not one, then cut by a strided slice; the patch pads the
+  inputs first (:mod:`hub_export.patches.padding`).
 * ``LongcatFlashExperts.forward`` and ``Step3p7Experts.forward``: loops over the experts hit (``nonzero``), run over
   every expert instead (:mod:`hub_export.patches.experts`).
 * ``get_rope_index`` of the Qwen2-VL family's models (transformers/models/qwen2_vl/modeling_qwen2_vl.py and the
@@ -64,9 +67,10 @@ from ..errors import PatchTargetMissing
 from ._base import patch_attribute
 from .audio_codecs import CONV_PADDING_CLASSES, conv1d_padded_on_integers, encodec_encode_one_chunk
 from .experts import longcat_experts, step3p7_experts
-from .global_attention import global_branch_always, global_indices_bounded, window_padded_inputs
+from .global_attention import global_branch_always, global_indices_bounded
 from .multimodal import rope_index_qwen2, rope_index_qwen2_5, rope_index_qwen3
 from .packed_images import hunyuan_vl_vision, lfm2_vl_image_features, lfm3_vl_grid_kept, lfm3_vl_short_conv
+from .padding import attention_window, block_size, padded_to_multiple
 from .recurrence import lstm_forward, mamba_selective_scan, rglru_scan, rwkv_wkv_scan
 from .resized_positions import cosmos3_edge_resize, hunyuan_vl_patch_embed, siglip2_resize
 
@@ -373,11 +377,15 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
             f"transformers.models.{kind}.modeling_{kind}",
             owner,
             "forward",
-            window_padded_inputs,
-            f"{owner} pads to a multiple of the attention window only `if padding_len > 0` and cuts the padding "
+            padded_to_multiple(multiple),
+            f"{owner} pads the sequence to a multiple of its block only when it is not one, then cuts the padding "
             "off by a strided slice: guards on the sequence's remainder, which bound the sequence",
         )
-        for kind, owner in (("longformer", "LongformerModel"), ("led", "LEDEncoder"))
+        for kind, owner, multiple in (
+            ("longformer", "LongformerModel", attention_window),
+            ("led", "LEDEncoder", attention_window),
+            ("pegasus_x", "PegasusXEncoder", block_size),
+        )
     ),
     ModelingPatch(
         "transformers.models.longcat_flash.modeling_longcat_flash",
