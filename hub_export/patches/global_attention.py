@@ -17,6 +17,11 @@ replaces ``_get_global_attn_indices`` with the same indices whose count ``max_nu
 a size bounded by the sequence (``torch._check``), so the tracer keeps it symbolic instead of guarding on it. With
 ``output_attentions`` the outputs' structure depends on the branch (global probabilities are appended): the upstream
 forward runs unchanged then.
+
+The encoder still reads the flag (``.item()``): an unused data-dependent value whose range checks torch keeps in
+the graph (``sym_ite(u0, 1, 0) <= 1``, a ``Piecewise`` that a ``.pt2`` safety check refuses).
+:func:`global_flag_not_read` makes that one read, from the encoder's own ``forward``, return ``True``: the branch the
+patched layers take anyway.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["global_branch_always", "global_indices_bounded"]
+__all__ = ["global_branch_always", "global_flag_not_read", "global_indices_bounded"]
 
 
 def global_branch_always(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -127,3 +132,36 @@ def global_indices_bounded(original: Callable[..., Any]) -> Any:
         )
 
     return staticmethod(get_global_attn_indices)
+
+
+def global_flag_not_read(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A Longformer encoder ``forward`` whose ``is_global_attn = ....any().item()`` is ``True`` without reading the
+    mask (see the module docstring); every other ``.item()`` is torch's. With ``output_attentions`` the flag decides
+    which outputs exist: upstream's forward runs unchanged then."""
+    import sys
+
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        from ._base import patch_attribute
+
+        if kwargs.get("output_attentions") or getattr(self.config, "output_attentions", False):
+            return original(self, *args, **kwargs)
+        item = torch.Tensor.item
+        module = type(self).__module__
+
+        def read(tensor: Any) -> Any:
+            caller = sys._getframe(1)
+            if (
+                tensor.dtype == torch.bool
+                and tensor.dim() == 0
+                and caller.f_globals.get("__name__") == module
+                and "is_global_attn" in caller.f_code.co_varnames
+            ):
+                return True
+            return item(tensor)
+
+        with patch_attribute(torch.Tensor, "item", read, reason="Longformer's is_global_attn read from the mask"):
+            return original(self, *args, **kwargs)
+
+    return forward

@@ -67,7 +67,7 @@ from ..errors import PatchTargetMissing
 from ._base import patch_attribute
 from .audio_codecs import CONV_PADDING_CLASSES, conv1d_padded_on_integers, encodec_encode_one_chunk
 from .experts import longcat_experts, step3p7_experts
-from .global_attention import global_branch_always, global_indices_bounded
+from .global_attention import global_branch_always, global_flag_not_read, global_indices_bounded
 from .multimodal import rope_index_qwen2, rope_index_qwen2_5, rope_index_qwen3
 from .packed_images import hunyuan_vl_vision, lfm2_vl_image_features, lfm3_vl_grid_kept, lfm3_vl_short_conv
 from .padding import attention_window, block_size, padded_to_multiple
@@ -366,10 +366,13 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
             f"{owner} branches on is_global_attn, read back from the attention mask's values with .item(): "
             "GuardOnDataDependentSymNode, or an export for one mask",
         )
-        for kind, owner in (("longformer", "LongformerSelfAttention"), ("led", "LEDEncoderSelfAttention"))
-        for name, replacement in (
-            ("forward", global_branch_always),
-            ("_get_global_attn_indices", global_indices_bounded),
+        for kind, owner, name, replacement in (
+            ("longformer", "LongformerSelfAttention", "forward", global_branch_always),
+            ("longformer", "LongformerSelfAttention", "_get_global_attn_indices", global_indices_bounded),
+            ("longformer", "LongformerEncoder", "forward", global_flag_not_read),
+            ("led", "LEDEncoderSelfAttention", "forward", global_branch_always),
+            ("led", "LEDEncoderSelfAttention", "_get_global_attn_indices", global_indices_bounded),
+            ("led", "LEDEncoder", "forward", global_flag_not_read),
         )
     ),
     *(
