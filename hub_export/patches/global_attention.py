@@ -138,6 +138,7 @@ def global_flag_not_read(original: Callable[..., Any]) -> Callable[..., Any]:
     """A Longformer encoder ``forward`` whose ``is_global_attn = ....any().item()`` is ``True`` without reading the
     mask (see the module docstring); every other ``.item()`` is torch's. With ``output_attentions`` the flag decides
     which outputs exist: upstream's forward runs unchanged then."""
+    import inspect
     import sys
 
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -164,4 +165,5 @@ def global_flag_not_read(original: Callable[..., Any]) -> Callable[..., Any]:
         with patch_attribute(torch.Tensor, "item", read, reason="Longformer's is_global_attn read from the mask"):
             return original(self, *args, **kwargs)
 
+    forward.__signature__ = inspect.signature(original)  # type: ignore[attr-defined]  # callers reading it see upstream's
     return forward

@@ -81,6 +81,7 @@ def padded_to_multiple(block: Callable[[Any], int]) -> Callable[[Callable[..., A
             outputs["last_hidden_state"] = last
             return outputs
 
+        forward.__signature__ = signature  # type: ignore[attr-defined]  # callers reading it see upstream's
         return forward
 
     return replacement
