@@ -158,10 +158,15 @@ def test_generation_components_share_one_weights_file(fmt: str, tmp_path: Path, 
     assert [f["path"] for f in manifest["files"]].count(shared) == 1
     for name in ("prefill", "decode"):
         assert shared in manifest["components"][name]["files"]
+    plan = manifest["generation"]  # the fallback when the decode graph does not serve the prompt: its reason kept
+    assert plan["one_graph"] == "two graphs (test)" and plan["stages"] == {"prefill": "prefill", "decode": "decode"}
     loaded = ExportedModel.from_pretrained(folder)
-    with torch.no_grad():
-        expected = model.generate(**inputs, max_new_tokens=5, do_sample=False)
-    assert torch.equal(loaded.generate(**inputs, max_new_tokens=5), expected)
+    shapes = {s.name: s.shape for s in loaded.components["decode"].metadata.signature.inputs}
+    assert shapes["input_ids"] == ("batch", 1)  # the plain one-token step
+    for run in (inputs, text_inputs(2, 6, pad_left=2, seed=5, vocab=8192)):
+        with torch.no_grad():
+            expected = model.generate(**run, max_new_tokens=5, do_sample=False)
+        assert torch.equal(loaded.generate(**run, max_new_tokens=5), expected)
     only_decode = ExportedModel.from_pretrained(folder, components=["decode"])
     assert list(only_decode.components) == ["decode"]
     resaved = loaded.save_pretrained(tmp_path / f"{fmt}-copy")  # a loaded export copies the shared file once

@@ -2,12 +2,13 @@
 
 A decoder-only model's decode graph, traced on two new tokens against a filled cache (so that its query axis is
 symbolic), also computes the prompt: the prompt's tokens against an empty cache. Where the format's exporter says
-so (``HfExporter.one_generation_graph``: Dynamo, ONNX, OpenVINO), ``export_for_generation`` exports that graph alone with
-its query axis admitting one token, then checks it: the graph on the sample prompt with an empty cache must give
-eager's prefill logits, and on a one-token step eager's decode logits. When both hold, the export has one
-component, ``decode``, and the plan maps the ``prefill`` stage to it, so the runtime holds the weights once (one
-torch program, one ONNX Runtime session, one OpenVINO compiled model) instead of once per graph. Otherwise it exports ``prefill`` and
-``decode`` as before, and the plan's ``one_graph`` says why.
+so (``HfExporter.one_generation_graph``: Dynamo, ONNX, OpenVINO, ExecuTorch), ``export_for_generation`` exports that
+graph alone with its query axis admitting one token and its cache axis admitting none (:data:`CACHE_DIM`), then
+checks it: the graph on the sample prompt with an empty cache must give eager's prefill logits, and on a one-token
+step eager's decode logits. When both hold, the export has one component, ``decode``, and the plan maps the
+``prefill`` stage to it, so the runtime holds the weights once (one torch program, one ONNX Runtime session, one
+OpenVINO compiled model, one ExecuTorch method, whose XNNPACK delegate packs the weights once) instead of once per
+graph. Otherwise it exports ``prefill`` and ``decode`` as before, and the plan's ``one_graph`` says why.
 """
 
 from __future__ import annotations
@@ -16,10 +17,14 @@ import copy
 import re
 from typing import Any
 
-__all__ = ["QUERY_DIM", "check_one_graph", "one_graph_refusal", "one_token_step", "prompt_step_refusal"]
+__all__ = ["CACHE_DIM", "QUERY_DIM", "check_one_graph", "one_graph_refusal", "one_token_step", "prompt_step_refusal"]
 
 #: The traced name of the decode graph's query axis (``input_ids`` axis 1 in a graph taking a cache).
 QUERY_DIM = "sequence"
+#: The traced name of the decode graph's cache axis (a cache leaf's axis 2). A prompt's step feeds it empty; a format
+#: that bounds every dim from 1 (ExecuTorch plans memory for bounded dims) traced it so, yet its runtime runs a
+#: zero-length cache: the signature admits 0, and :func:`check_one_graph` runs the graph on an empty cache.
+CACHE_DIM = "past_sequence"
 
 
 def one_graph_refusal(exporter: Any, model: Any, config: Any, main: Any, generation_config: Any) -> str | None:

@@ -41,7 +41,7 @@ from ..configs import ExportConfig
 from ..errors import ConfigError, HubExportError
 from ..model import exported_model_class
 from ..signature import split_kwargs
-from ._one_graph import QUERY_DIM, check_one_graph, one_graph_refusal, one_token_step, prompt_step_refusal
+from ._one_graph import CACHE_DIM, QUERY_DIM, check_one_graph, one_graph_refusal, one_token_step, prompt_step_refusal
 from ._wrap import with_forward
 from .decompose import cache_kwarg, decompose_with_capture
 
@@ -303,7 +303,7 @@ def _export_one_graph(
         main,
         generation_config,
         True,
-        lower_mins={QUERY_DIM: 1},
+        lower_mins={QUERY_DIM: 1, CACHE_DIM: 0},
         also_check=check,
     )
     why_not = checked[0] if checked else "the decode graph was not checked"

@@ -76,10 +76,16 @@ class ExecutorchExporter(HfExporter):
     max_sequence_cap: ClassVar[int] = 4096
     external_data_min_bytes: ClassVar[int] = 1 << 30
     max_planned_bytes: ClassVar[int] = 8 << 30
+    #: One method serves the prompt and every step (``generation/_one_graph.py``): XNNPACK packs every linear layer's
+    #: weights into its own layout per loaded method, so two programs held two packed copies while generating. The
+    #: cache axis is traced bounded from 1 (:meth:`dynamic_bounds`) but the runtime and XNNPACK run a zero-length
+    #: cache, which the signature admits and the export's check runs against eager.
+    one_generation_graph = True
 
     def export_for_generation(self, model: Any, inputs: dict[str, Any], *, config: Any = None, **kwargs: Any) -> Any:
         """See :meth:`HfExporter.export_for_generation`; the weights go to a ``.ptd`` unless a config says otherwise
-        (``external_data=None``: outside), so that the components share one weights file (``shared.ptd``)."""
+        (``external_data=None``: outside), so that where the export keeps a prefill and a decode program (the
+        one-graph check failed, a static cache, an encoder-decoder) they share one weights file (``shared.ptd``)."""
         return super().export_for_generation(model, inputs, config=_weights_outside(config), **kwargs)
 
     # -- backend verbs ----------------------------------------------------------------------------------
