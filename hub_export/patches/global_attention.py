@@ -117,9 +117,11 @@ def global_indices_bounded(original: Callable[..., Any]) -> Any:
         import torch
 
         num_global_attn_indices = is_index_global_attn.long().sum(dim=1)
-        # upstream keeps the count a 0-d tensor that every use reads back as a size; read it once, bounded
-        max_num_global_attn_indices = num_global_attn_indices.max().item()
-        torch._check(max_num_global_attn_indices >= 0)
+        # upstream keeps the count a 0-d tensor that every use reads back as a size; read it once, bounded. At least
+        # one slot: without global tokens it is masked (its scores the dtype's minimum, a softmax weight of exactly
+        # 0, written to no token), so no tensor is empty (ONNX Runtime's Reshape of an empty tensor crashed)
+        max_num_global_attn_indices = num_global_attn_indices.max().clamp(min=1).item()
+        torch._check(max_num_global_attn_indices >= 1)
         torch._check(max_num_global_attn_indices <= is_index_global_attn.shape[1])
         is_index_global_attn_nonzero = is_index_global_attn.nonzero(as_tuple=True)
         steps = torch.arange(max_num_global_attn_indices, device=is_index_global_attn.device)
