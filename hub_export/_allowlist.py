@@ -1,10 +1,13 @@
 """The only classes an export's output structure may name: transformers' ModelOutput and cache classes.
 
 A manifest is data; loading one never imports a module or resolves a dotted path it names. Output classes
-are looked up by bare identifier among transformers' own output classes: first the architecture's own modeling
-module (reached through transformers' public namespace: several models define classes of one name, e.g.
-``BaseModelOutputWithDeepstackFeatures``), then ``transformers.modeling_outputs``, then the ModelOutput subclasses
-of already imported ``transformers.models`` modules.
+are looked up by bare identifier among transformers' own output classes: first ``transformers.modeling_outputs``
+(no model module defines a class of one of its names: ``tests/test_allowlist.py`` checks it), then the architecture's
+own modeling module (reached through transformers' public namespace: several models define classes of one name, e.g.
+``BaseModelOutputWithDeepstackFeatures``), then the ModelOutput subclasses of already imported ``transformers.models``
+modules. The shared classes come first because importing a modeling module imports ``transformers.modeling_utils``
+(distributed tensors, the quantizer integrations, the loss functions): seconds that loading an export whose outputs
+are a ``CausalLMOutputWithPast`` has no use for.
 """
 
 from __future__ import annotations
@@ -75,9 +78,12 @@ def _find_output_class(name: str, architecture: str | None) -> type | None:
     from transformers import modeling_outputs
     from transformers.utils import ModelOutput
 
-    for candidate in (getattr(_architecture_module(architecture), name, None), getattr(modeling_outputs, name, None)):
-        if _is_output_class(candidate):
-            return candidate
+    shared = getattr(modeling_outputs, name, None)
+    if _is_output_class(shared):
+        return shared
+    own = getattr(_architecture_module(architecture), name, None)
+    if _is_output_class(own):
+        return own
     return next((s for s in _subclasses(ModelOutput) if s.__name__ == name and _is_output_class(s)), None)
 
 

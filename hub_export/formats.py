@@ -5,7 +5,9 @@ runner, program I/O, safety check, file layout, required packages and Hub tags, 
 :func:`register_backend`. Nothing outside that package names the format: the rest of hub_export asks the registry.
 
 Built-in backends are the sub-packages of :mod:`hub_export.backends`; they are imported the first time the registry
-is asked about formats (each imports its optional runtime, such as ``onnxruntime``, only when it exports or loads).
+is asked about formats (each imports its optional runtime, such as ``onnxruntime``, only when it exports or loads):
+a format asked for by name (:func:`backend_for`, ``ExportFormat("onnx")``: loading an export) imports its own
+package only, listing the formats imports them all.
 A third-party format calls :func:`register_backend` itself (see ``docs/extending.md``).
 
 :class:`ExportFormat` is the name of a registered format: ``ExportFormat("onnx")``, ``ExportFormat.ONNX`` and
@@ -177,19 +179,27 @@ def register_backend(backend: Backend) -> Backend:
     return backend
 
 
-def _discover() -> None:
-    """Import the built-in backend packages once (each registers itself on import)."""
+def _builtin_packages() -> list[str]:
+    """The names of the built-in backend packages (listed, not imported)."""
+    package = importlib.import_module(f"{__package__}.backends")
+    found = [i.name for i in pkgutil.iter_modules(package.__path__) if i.ispkg and not i.name.startswith("_")]
+    return sorted(found)
+
+
+def _discover(name: str | None = None) -> None:
+    """Import the built-in backend packages once (each registers itself on import); with ``name``, only the
+    built-in package of that name, if there is one: loading an export needs its own format only."""
     global _DISCOVERED
     if _DISCOVERED:
         return
     with _LOCK:
         if _DISCOVERED:
             return
-        package = importlib.import_module(f"{__package__}.backends")
-        for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
-            if info.ispkg and not info.name.startswith("_"):
-                importlib.import_module(f"{package.__name__}.{info.name}")
-        _DISCOVERED = True
+        for package in _builtin_packages():
+            if name is None or package == name:
+                importlib.import_module(f"{__package__}.backends.{package}")
+        if name is None:
+            _DISCOVERED = True
 
 
 def backends() -> dict[str, Backend]:
@@ -206,6 +216,9 @@ def backend_for(export_format: ExportFormat | str) -> Backend:
     """
     name = str(export_format).lower()
     backend = _BACKENDS.get(name)
+    if backend is None:
+        _discover(name)
+        backend = _BACKENDS.get(name)
     if backend is None:
         _discover()
         backend = _BACKENDS.get(name)

@@ -457,6 +457,8 @@ def _check_option_names(options: dict[str, Any]) -> None:
     Raises:
         TypeError: Naming them and the runner options that exist.
     """
+    if not options:
+        return  # without this, every registered format's package would be imported to list their options
     runner_classes: list[Any] = [backend.runner_class for backend in backends().values()]
     known = sorted({name for runner_class in runner_classes for name in runner_class.options})
     unknown = sorted(set(options) - set(known))

@@ -96,3 +96,23 @@ def test_auto_exporter_dispatch() -> None:
 def test_exporter_refuses_another_formats_config() -> None:
     with pytest.raises(ConfigError, match="AutoHfExporter"):
         DynamoExporter().export(torch.nn.Linear(2, 2), {"input": torch.ones(1, 2)}, config=OnnxConfig())
+
+
+def test_a_format_looked_up_by_name_imports_its_own_backend_package_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading an export names its format: the other built-in backends (their exporters and runtimes) stay
+    unimported until something lists every format."""
+    from hub_export import formats
+
+    packages = formats._builtin_packages()
+    assert {"dynamo", "onnx", "openvino"} <= set(packages)
+    imported: list[str] = []
+    monkeypatch.setattr(formats, "_builtin_packages", lambda: packages)
+    monkeypatch.setattr(formats, "_DISCOVERED", False)
+    monkeypatch.setattr(formats, "_BACKENDS", {})
+    monkeypatch.setattr(formats.importlib, "import_module", lambda name: imported.append(name))
+    formats._discover("openvino")
+    assert imported == ["hub_export.backends.openvino"]
+    assert formats._DISCOVERED is False  # a later listing still imports the rest
+    formats._discover()
+    assert imported[1:] == [f"hub_export.backends.{n}" for n in packages]
+    assert formats._DISCOVERED is True

@@ -252,6 +252,41 @@ def test_split_outputs_keep_the_batch_dynamic() -> None:
     assert torch.allclose(export(x=x), _SplitMul()(x))
 
 
+class _LinearOfInput(torch.nn.Module):
+    """``linear`` of a weight given as an input: XNNPACK delegates linears of constant weights only."""
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x, weight)
+
+
+def test_xnnpack_ops_are_kept_with_one_decomposition_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lowering re-traces a program at most twice (functionalize; decompose all but XNNPACK's ops, where any is left),
+    not three times; a kept ``linear`` XNNPACK then refuses is lowered again with XNNPACK's node-by-node choice, which
+    decomposes it."""
+    from executorch.backends.xnnpack.partition.graphs import bilinear_2d, sdpa
+    from torch.export.exported_program import ExportedProgram
+
+    sdpa.get_graphs(), bilinear_2d.get_graphs()  # XNNPACK's patterns, decomposed once per process (cached)
+    traced: list[str] = []
+    run = ExportedProgram.run_decompositions
+    monkeypatch.setattr(ExportedProgram, "run_decompositions", lambda *a, **k: traced.append("run") or run(*a, **k))
+    with torch.no_grad():
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU()).eval()
+    config = ExecutorchConfig(dynamic=True)
+    export = ExecutorchExporter().export(model, {"input": torch.randn(2, 4)}, config=config)
+    assert len(traced) == 1  # functionalized; no op of the table is left to decompose (XNNPACK's three: 3)
+    operators, delegates = program_contents(export.components["model"].program)
+    assert "XnnpackBackend" in delegates and not {t for t in operators if "linear" in t or "addmm" in t}, operators
+    x = torch.randn(5, 4)
+    torch.testing.assert_close(export(input=x), model(x), atol=1e-5, rtol=0)
+
+    traced.clear()
+    refused = ExecutorchExporter().export(_LinearOfInput(), {"x": torch.randn(2, 4), "weight": torch.randn(3, 4)})
+    assert len(traced) >= 1 + 3, traced  # one table, refused; then XNNPACK's three
+    weight = torch.randn(3, 4)
+    torch.testing.assert_close(refused(x=x[:2], weight=weight), _LinearOfInput()(x[:2], weight), atol=1e-5, rtol=0)
+
+
 def test_unbounded_sizes_fail_the_lowering_instead_of_planning_the_sample() -> None:
     import executorch.exir.sym_util as sym_util
     from executorch.exir import to_edge_transform_and_lower

@@ -8,7 +8,13 @@ import torch
 
 from hub_export.configs import ExportConfig
 from hub_export.export.trace import trace
-from hub_export.patches.vision_grid import grid_as_input, segment_ids, vision_position_ids, vision_window_index
+from hub_export.patches.vision_grid import (
+    audio_window_cu_seqlens,
+    grid_as_input,
+    segment_ids,
+    vision_position_ids,
+    vision_window_index,
+)
 
 
 def _encoder() -> torch.nn.Module:
@@ -72,6 +78,24 @@ def test_helpers_match_transformers() -> None:
     assert torch.equal(index, expected_index)
     patches = int(grid.prod(-1).sum())
     assert torch.equal(segment_ids(cu_windows, patches).unique_consecutive(return_counts=True)[1], expected_cu.diff())
+
+
+def test_audio_windows_match_transformers() -> None:
+    """The Qwen3 audio encoders' attention windows, computed without a loop over the batch, give transformers'
+    segments on uneven lengths (whole chunks, a remainder, an empty sample, a window of several chunks)."""
+    from transformers.models.qwen3_asr import modeling_qwen3_asr as asr
+
+    patched = audio_window_cu_seqlens(asr._get_feat_extract_output_lengths)
+    for mask_lengths, infer in (([100, 37, 300], 100), ([0, 250], 200), ([400, 399], 800)):
+        frames = 400
+        mask = (torch.arange(frames)[None] < torch.tensor(mask_lengths)[:, None]).long()
+        chunk_lengths = mask.view(len(mask_lengths), frames // 100, 100).sum(-1).reshape(-1)
+        args = (chunk_lengths, mask.sum(-1), infer, 50)
+        expected, got = asr.get_audio_cu_seqlens(*args), patched(*args)
+        length = int(expected[-1])
+        assert torch.equal(
+            segment_ids(got, length).unique_consecutive(return_counts=True)[1], expected.diff()[expected.diff() > 0]
+        )
 
 
 def test_models_without_a_grid_are_untouched() -> None:

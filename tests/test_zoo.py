@@ -109,12 +109,14 @@ def test_experts_trace_to_standard_ops_and_restore(cases: Any) -> None:
 
 
 class _SizeArithmetic(torch.nn.Module):
-    """Floor division of a negative size (a ceil division), ``%`` and ``min`` of two sizes, as traced."""
+    """Floor division of a negative size (a ceil division), ``%`` and ``min`` of two sizes, as traced; ``//`` of
+    integer tensors holding negative values (the Qwen3 audio encoders' frame counts)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows, cols = x.shape
         chunks = -(-cols // 4)
-        return x.new_ones(chunks, 2) * (cols % 3) + torch.sym_min(rows, cols)
+        counts = (torch.arange(cols) - 2) // 3 + torch.floor_divide(torch.arange(cols) - 4, 2)  # -1 // 3 is -1
+        return x.new_ones(chunks, 2) * (cols % 3) + torch.sym_min(rows, cols) + counts.sum()
 
 
 def test_openvino_size_arithmetic_follows_python() -> None:

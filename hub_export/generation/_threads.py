@@ -26,7 +26,7 @@ __all__ = ["loop_threads", "torch_free"]
 def torch_free(components: dict[str, Any]) -> bool:
     """Whether no component of an export runs on torch's thread pool (their runners say so)."""
     classes = [backend_for(c.export_format).runner_class for c in components.values()]
-    return bool(classes) and not any(getattr(cls, "uses_torch_threads", True) for cls in classes)
+    return bool(classes) and not any(cls.uses_torch_threads for cls in classes)
 
 
 @contextlib.contextmanager

@@ -25,16 +25,21 @@ Numbers are eager's exactly (the same values moved, the same per-token ops).
   projected features with a list comprehension over ``image_sizes`` only for ``forward`` to ``torch.cat`` them
   again (the form :func:`~hub_export.patches.multimodal.features_kept_whole` keeps whole, written without
   ``.tolist()``); the patch returns them as one piece.
+* ``get_image_features`` of ``LlavaNextModel``, ``LlavaNextVideoModel`` and ``LlavaOnevisionModel``: the "anyres"
+  tiles of each image, picked from a table of resolutions and packed per image in Python
+  (:mod:`hub_export.patches.anyres`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import PatchTargetMissing
+from .anyres import anyres_image_features
 from .modeling import ModelingPatch, symbolic_sizes
 
 __all__ = ["PER_IMAGE_PATCHES", "images_at_once", "merged_patches", "pixtral_patches"]
@@ -194,6 +199,21 @@ PER_IMAGE_PATCHES: tuple[ModelingPatch, ...] = (
         _lighton_features,
         "LightOnOcrModel.get_image_features splits the packed features by a Python list over image_sizes only for "
         "its caller to concatenate them again, pinning the image count",
+    ),
+    *(
+        ModelingPatch(
+            f"transformers.models.{kind}.modeling_{kind}",
+            owner,
+            "get_image_features",
+            functools.partial(anyres_image_features, onevision=kind == "llava_onevision"),
+            f"{owner}.get_image_features picks each image's tile grid from image_sizes.tolist() and packs the tiles "
+            "image by image in Python (select_best_resolution, unpad_image), pinning the image count",
+        )
+        for kind, owner in (
+            ("llava_next", "LlavaNextModel"),
+            ("llava_next_video", "LlavaNextVideoModel"),
+            ("llava_onevision", "LlavaOnevisionModel"),
+        )
     ),
 )
 

@@ -18,6 +18,10 @@ the number of patches:
 * The per-model helpers of the same contract some modeling modules define (``get_vision_frame_index``,
   ``get_vision_temporal_merge_index`` in transformers/models/kimi_k25/modeling_kimi_k25.py,
   ``get_vision_pixel_shuffle_index`` in transformers/models/muse_glimmer/modeling_muse_glimmer.py), likewise.
+* ``get_audio_cu_seqlens`` of the Qwen3 audio encoders (transformers/models/qwen3_asr/modeling_qwen3_asr.py and
+  ``qwen3_omni_moe``): each sample's attention windows in a Python loop over the batch, the window size read with
+  ``.item()``; the patch clips ``start + j * window`` to each sample's end for as many windows as there are chunks
+  (repeated boundaries: empty segments).
 * Every attention module whose forward splits the packed sequence by ``cu_seqlens.tolist()`` when no varlen kernel
   is available (``VisionAttention.forward`` in transformers/models/qwen2_vl/modeling_qwen2_vl.py and its ~30 copies)
   takes its varlen branch instead, served by the model's own attention function (SDPA or eager) with a
@@ -236,7 +240,9 @@ def segment_ids(cu_seqlens: Any, length: int) -> Any:
     import torch
 
     marks = torch.zeros(length + 1, dtype=torch.int64, device=cu_seqlens.device)
-    marks = marks.scatter_add(0, cu_seqlens.long(), torch.ones_like(cu_seqlens, dtype=torch.int64))
+    # boundaries at or past the end mark nothing that is read: clipped into the last slot, dropped below
+    bounds = cu_seqlens.long().clamp(min=0, max=length)
+    marks = marks.scatter_add(0, bounds, torch.ones_like(bounds))
     return marks.cumsum(0)[:length]
 
 
@@ -262,13 +268,53 @@ class _VarlenFunctions:
             cu_seqlens = kwargs.pop("cu_seq_lens_q")
             for name in ("cu_seq_lens_k", "max_length_q", "max_length_k"):
                 kwargs.pop(name, None)
-            segments = segment_ids(cu_seqlens, query.shape[-2])
+            length = query.shape[-2]
+            if isinstance(length, torch.SymInt) and not length.node.has_hint():
+                # a packed length read from the data (the Qwen3 audio encoders' valid frames): SDPA's
+                # `q_length > 1 and attention_mask is None` would guard on it; the mask is given, so the answer is
+                # False either way, and the hint only lets the trace through (one packed position in all is refused)
+                torch._check(length > 1)
+            segments = segment_ids(cu_seqlens, length)
             same = segments[:, None] == segments[None, :]
             zero = torch.zeros((), dtype=query.dtype, device=query.device)
             mask = torch.where(same, zero, torch.finfo(query.dtype).min)[None, None]
             return attend(module, query, key, value, mask, **kwargs)
 
         return varlen
+
+
+def audio_window_cu_seqlens(output_lengths: Callable[..., Any]) -> Callable[..., Any]:
+    """``get_audio_cu_seqlens`` of the Qwen3 audio encoders (transformers/models/qwen3_asr/modeling_qwen3_asr.py,
+    ``qwen3_omni_moe``) without its Python loop over the batch and its ``.item()`` of the window size: each sample's
+    window boundaries (``start + j * window``, clipped to the sample's end) for as many windows as there are chunks,
+    repeated boundaries making empty segments (``output_lengths``: the module's ``_get_feat_extract_output_lengths``).
+    """
+
+    def get_audio_cu_seqlens(
+        chunk_lengths: Any, feature_lens: Any, n_window_infer: int, n_window: int, kwargs: dict | None = None
+    ) -> Any:
+        import torch
+
+        if kwargs is not None and (cu_seqlens := kwargs.pop("cu_seqlens", None)) is not None:
+            return cu_seqlens
+        lengths = output_lengths(feature_lens, n_window)
+        window = output_lengths(chunk_lengths, n_window).max() * (n_window_infer // (n_window * 2))
+        ends = lengths.cumsum(0)
+        steps = torch.arange(chunk_lengths.shape[0] + 1, device=feature_lens.device)  # a window per chunk at most
+        bounds = torch.minimum((ends - lengths)[:, None] + steps[None, :] * window, ends[:, None])
+        zero = torch.zeros(1, dtype=bounds.dtype, device=bounds.device)
+        return torch.cat([zero, bounds.reshape(-1)]).to(torch.int32)
+
+    return get_audio_cu_seqlens
+
+
+def _audio_windows(module: Any) -> Callable[..., Any] | None:
+    """The patched ``get_audio_cu_seqlens`` for a modeling module defining the windowed form, else None."""
+    local = getattr(module, "get_audio_cu_seqlens", None)
+    output_lengths = getattr(module, "_get_feat_extract_output_lengths", None)
+    if local is None or output_lengths is None or getattr(local, "__module__", None) != module.__name__:
+        return None
+    return audio_window_cu_seqlens(output_lengths) if "n_window_infer" in inspect.signature(local).parameters else None
 
 
 def _always(*args: Any, **kwargs: Any) -> bool:
@@ -344,6 +390,10 @@ def grid_as_input(model: Any) -> Iterator[int]:
                 if getattr(local, "__module__", None) == module.__name__:
                     stack.enter_context(patch_attribute(module, name, replacement, reason=_REASON))
                     applied += 1
+            audio_windows = _audio_windows(module)
+            if audio_windows is not None:
+                stack.enter_context(patch_attribute(module, "get_audio_cu_seqlens", audio_windows, reason=_REASON))
+                applied += 1
         for module in model.modules():
             forward = getattr(type(module), "forward", None)
             if forward is not None and "grid_thw" in inspect.signature(forward).parameters:

@@ -361,7 +361,7 @@ def _lower(program: Any, config: Any, external: bool = False) -> Any:
     """The ExportedProgram lowered for ``config.backend`` and memory-planned: an ``ExecutorchProgramManager``; with
     ``external``, every weight goes to one external data file (``<tag>.ptd``), kept in temporary files rather than
     memory until it is written (:func:`._spill.external_weights_spilled`)."""
-    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
+    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig
     from executorch.exir.passes import MemoryPlanningPass
 
     passes, compile_config = None, EdgeCompileConfig()
@@ -378,9 +378,7 @@ def _lower(program: Any, config: Any, external: bool = False) -> Any:
         _tag_external(program)
     spilled = external_weights_spilled() if external else contextlib.nullcontext()
     with executorch_patches(), weights_shared_by_deep_copies(program), spilled:
-        edge = to_edge_transform_and_lower(
-            program, partitioner=_partitioners(config.backend), compile_config=compile_config, transform_passes=passes
-        )
+        edge = _to_edge(program, config.backend, compile_config, passes)
         for method in edge.methods:
             integer_powers_as_products(edge.exported_program(method))
         return edge.to_executorch(
@@ -388,6 +386,24 @@ def _lower(program: Any, config: Any, external: bool = False) -> Any:
                 memory_planning_pass=memory_plan, external_constants=(lambda node: _DATA_TAG) if external else False
             )
         )
+
+
+def _to_edge(program: Any, backend: str, compile_config: Any, passes: Any) -> Any:
+    """``to_edge_transform_and_lower`` for ``backend``: for XNNPACK, first with its ops kept whole by one
+    decomposition table (:func:`._decompose.one_table_partitioner`: two ``run_decompositions`` instead of three),
+    and when that program cannot be lowered, with XNNPACK's own node-by-node choice."""
+    from executorch.exir import to_edge_transform_and_lower
+
+    if backend == "xnnpack":
+        from ._decompose import one_table_partitioner
+
+        with contextlib.suppress(Exception):  # the node-by-node lowering below raises the error that stands, if any
+            return to_edge_transform_and_lower(
+                program, partitioner=[one_table_partitioner()], compile_config=compile_config, transform_passes=passes
+            )
+    return to_edge_transform_and_lower(
+        program, partitioner=_partitioners(backend), compile_config=compile_config, transform_passes=passes
+    )
 
 
 def _partitioners(backend: str) -> list[Any]:

@@ -162,6 +162,32 @@ def _floordiv(context: Any) -> list[Any]:
     return [ops.divide(ops.subtract(left, ops.floor_mod(left, right)), right).output(0)]
 
 
+def _floor_divide(context: Any) -> list[Any]:
+    import openvino.opset13 as ops
+
+    left, right = _int_operands(context)
+    if left.get_element_type().is_integral():  # the same exact form as a size's floor division
+        return [ops.divide(ops.subtract(left, ops.floor_mod(left, right)), right).output(0)]
+    return [ops.floor(ops.divide(left, right)).output(0)]
+
+
+def _divide_mode(context: Any) -> list[Any]:
+    import openvino.opset13 as ops
+
+    mode = context.get_attribute("rounding_mode") if context.has_attribute("rounding_mode") else None
+    if mode == "floor":
+        return _floor_divide(context)
+    left, right = _int_operands(context)
+    if mode is None:  # true division: floating (the default float32) for integers, as torch's
+        if left.get_element_type().is_integral():
+            left, right = ops.convert(left, "f32").output(0), ops.convert(right, "f32").output(0)
+        return [ops.divide(left, ops.convert_like(right, left)).output(0)]
+    if left.get_element_type().is_integral():  # trunc: integer Divide truncates
+        return [ops.divide(left, right).output(0)]
+    quotient = ops.divide(left, right)
+    return [ops.multiply(ops.sign(quotient), ops.floor(ops.abs(quotient))).output(0)]
+
+
 def _mod(context: Any) -> list[Any]:
     import openvino.opset13 as ops
 
@@ -195,6 +221,10 @@ def size_arithmetic_extensions() -> list[Any]:
       found for operations: <built-in function mod>, <function sym_min ...>"). Window and chunk padding traced
       with dynamic sizes emits them: Swin's ``(window - width % window) % window`` and ``min(height, width)``,
       Mamba-2's ``seq_len % chunk_size``. They map to ``FloorMod`` (Python's sign rule), ``Minimum``, ``Maximum``.
+    * ``aten.floor_divide.default`` and ``aten.div.Tensor_mode`` (``rounding_mode="floor"``, what ``//`` of tensors
+      exports to) of integer tensors: the same truncation at run time (``(x - 1) // 2`` of 0
+      gives 0, torch -1); the Qwen3 audio encoders' frame counts of an empty remainder come out one long. The same
+      exact form for integers; ``Floor(Divide)`` for floating tensors.
     """
     import operator
 
@@ -202,7 +232,9 @@ def size_arithmetic_extensions() -> list[Any]:
     from openvino.frontend.pytorch import ConversionExtension
 
     rules = {operator.floordiv: _floordiv, operator.mod: _mod, torch.sym_min: _sym_min, torch.sym_max: _sym_max}
-    return [ConversionExtension(str(target), rule) for target, rule in rules.items()]
+    extensions = [ConversionExtension(str(target), rule) for target, rule in rules.items()]
+    extensions.append(ConversionExtension("aten.floor_divide.default", _floor_divide))
+    return [*extensions, ConversionExtension("aten.div.Tensor_mode", _divide_mode)]
 
 
 @contextlib.contextmanager

@@ -1,0 +1,33 @@
+"""XNNPACK's partitioner, asking ``to_edge_transform_and_lower`` for one decomposition table instead of two.
+
+``to_edge_transform_and_lower`` (executorch 1.5.1, ``exir/program/_program.py``) decomposes a program to the core
+ATen opset while keeping whole the ops a partitioner lowers itself (``linear``, ``upsample_bilinear2d``, ...). For a
+partitioner whose ``ops_to_not_decompose`` returns a per-node check (XNNPACK's: can the delegate take this node?),
+it re-traces the whole program three times (``run_decompositions``): to functionalize it, to decompose every other
+op, and, once the nodes the check accepts are renamed out of the way, to decompose the nodes it refuses. For one
+that returns no check it re-traces twice (the third only existed for refused nodes), and then refuses any kept op
+that the partitioner did not take after all ("was not decomposed or delegated").
+
+:func:`one_table_partitioner` is XNNPACK's partitioner returning no check: each re-trace of a model costs as much as
+tracing it (40% of a tiny Llama's lowering went to the three), so this saves a third of that. Where every kept node is
+delegated, the program is the one the three re-traces give (the third decomposes nothing); where XNNPACK refuses one,
+the lowering fails and :func:`.exporter._to_edge` lowers again with XNNPACK's own partitioner, node by node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["one_table_partitioner"]
+
+
+def one_table_partitioner() -> Any:
+    """An ``XnnpackPartitioner`` whose ``ops_to_not_decompose`` returns its ops and no per-node check."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    class OneTableXnnpackPartitioner(XnnpackPartitioner):
+        def ops_to_not_decompose(self, ep: Any) -> tuple[list[Any], None]:
+            ops, _ = super().ops_to_not_decompose(ep)
+            return ops, None
+
+    return OneTableXnnpackPartitioner()
