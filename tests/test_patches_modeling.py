@@ -419,3 +419,63 @@ def test_placeholder_branches_trace_as_a_check_and_a_select() -> None:
     assert mask_of(owner, tokens, embeds, torch.zeros(2, 2))[..., 0].tolist() == [[True, True, False, False]]
     with pytest.raises(ValueError, match="Image features and image tokens do not match"):
         mask_of(owner, tokens, embeds, torch.zeros(3, 2))
+
+
+def test_longformer_global_attention_keeps_the_mask_an_input() -> None:
+    """Longformer (LED copies it) branched on any global token (.item() of the mask: data-dependent) and padded to its
+    window only when needed (the sequence bounded to [5, 7]): traced once, the graph serves masks with and without
+    global tokens at other lengths with eager's numbers, and keeps no Piecewise range check (a .pt2 refused it). The
+    batch stays static here (half the tracing time); the mask no longer fixes it either."""
+    from transformers import LongformerConfig, LongformerModel
+
+    from hub_export.patches.tracing import tracing_patches
+
+    config = LongformerConfig(
+        vocab_size=64, hidden_size=16, num_attention_heads=2, intermediate_size=32, num_hidden_layers=1,
+        attention_window=4, max_position_embeddings=40, pad_token_id=1,
+    )  # fmt: skip
+    model = _tiny(LongformerConfig, LongformerModel, **config.to_diff_dict())
+
+    def inputs(batch: int, length: int, global_tokens: bool) -> dict[str, torch.Tensor]:
+        sample = _ids(batch, length)
+        if global_tokens:
+            sample["attention_mask"][0, 0] = sample["attention_mask"][-1, 2] = 2
+        return sample
+
+    sample = inputs(2, 6, False)
+    with tracing_patches(True, model), torch.no_grad():
+        program = torch.export.export(model, (), sample, dynamic_shapes={k: {1: Dim.AUTO} for k in sample})
+        patched = [model(**inputs(2, length, True)).last_hidden_state for length in (6, 8)]
+    assert not any("Piecewise" in str(node.meta.get("val")) for node in program.graph.nodes)
+    with torch.no_grad():
+        for length, want in zip((6, 8), patched):  # the patched forward is upstream's, bit for bit
+            torch.testing.assert_close(want, model(**inputs(2, length, True)).last_hidden_state, rtol=0, atol=0)
+        module = program.module()
+        for length, global_tokens in ((11, True), (8, False)):
+            x = inputs(2, length, global_tokens)
+            got = module(**x)["last_hidden_state"]
+            torch.testing.assert_close(got, model(**x).last_hidden_state, rtol=0, atol=1e-5)
+
+
+def test_pegasus_x_block_padding_is_upstreams() -> None:
+    """Pegasus-X pads to its block only `if seq_len % block_size`: padded first (the same patch as Longformer's), its
+    encoder returns upstream's states on every length, padded or not."""
+    from transformers import PegasusXConfig, PegasusXModel
+
+    from hub_export.patches.modeling import symbolic_sizes
+
+    model = _tiny(
+        PegasusXConfig, PegasusXModel, vocab_size=64, d_model=16, encoder_layers=1, decoder_layers=1,
+        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, block_size=4,
+        num_global_tokens=2, max_position_embeddings=40,
+    )  # fmt: skip
+    encoder = model.get_encoder()
+    with torch.no_grad():
+        for length in (6, 8, 9):
+            x = _ids(2, length)
+            x["attention_mask"][1, :2] = 0
+            want = encoder(**x).last_hidden_state
+            with symbolic_sizes(model) as applied:
+                got = encoder(**x).last_hidden_state
+            assert applied == 1 and got.is_contiguous()
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
