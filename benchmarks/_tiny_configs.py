@@ -46,6 +46,7 @@ from _tiny_inputs import (
     _image_inputs,
     _image_like,
     _ones,
+    _own_cache_class,
     _params,
     _patch_positions,
     _required,
@@ -442,6 +443,9 @@ def _find_inputs(case: Case, ids: _Ids) -> None:
                 error = no_cache_error  # past the cache: the next error is the one to read
         if sample is None:
             raise error
+        if "use_cache" not in sample and _own_cache_class(model, sample):
+            sample = {**sample, "use_cache": False}
+            case.notes.append("use_cache=False (an export cannot carry the model's own cache class)")
         seq = sample["input_ids"].shape[1]
         others = [_text(model, ids, 3, seq + step, 1, pad_left=2) for step in (4, seq)]
         others += [_text(model, ids, 3, seq + step, 1) for step in (4, seq)]

@@ -187,6 +187,21 @@ def _eager(model: Any, inputs: dict[str, Any]) -> Any:
         return model(**inputs)
 
 
+def _own_cache_class(model: Any, inputs: dict[str, Any]) -> bool:
+    """Whether eager returns a cache of the model's own class, outside transformers' ``Cache`` hierarchy (xLSTM's
+    ``xLSTMCache``), which no export carries: hub_export refuses it and says to pass ``use_cache=False``."""
+    from hub_export.errors import ExportError
+    from hub_export.structure import flatten_value
+
+    try:
+        flatten_value(_eager(model, inputs), (), [])
+    except ExportError as exc:
+        return "use_cache=False" in str(exc)
+    except Exception:  # noqa: BLE001 - another refusal is the export's to report
+        return False
+    return False
+
+
 def _first_running(model: Any, candidates: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, BaseException | None]:
     """The first candidate eager runs; else the error of the candidate that ran furthest (the deepest traceback:
     a size mismatch inside a layer says more than the forward refusing a layout at its door)."""

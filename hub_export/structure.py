@@ -218,9 +218,14 @@ def flatten_value(
             "type": "dict",
             "items": [[str(k), flatten_value(v, (*path, str(k)), leaves, sizes)] for k, v in value.items()],
         }
+    way_out = (  # a model's own cache class (xLSTM's xLSTMCache), outside transformers' Cache hierarchy
+        " pass use_cache=False in the sample inputs to export the model without its cache."
+        if "cache" in cls_name.lower()
+        else ""
+    )
     raise ExportError(
         f"{_join(path) or 'value'}: cannot export a {cls_name}; exports take and return tensors, "
-        "DynamicCache/EncoderDecoderCache caches, tuples and constants."
+        f"DynamicCache/EncoderDecoderCache caches, tuples and constants.{way_out}"
     )
 
 

@@ -17,13 +17,14 @@ from hub_export.errors import InputBoundsError
 class _Blocks(torch.nn.Module):
     """Folds the sequence into blocks of 4 (a pooling / striding model): the sequence must be a multiple of 4."""
 
-    def __init__(self) -> None:
+    def __init__(self, block: int = 4) -> None:
         super().__init__()
-        self.proj = torch.nn.Linear(4, 3)
+        self.block = block
+        self.proj = torch.nn.Linear(block, 3)
 
     def forward(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
         batch, length = input_ids.shape
-        return {"logits": self.proj(input_ids.float().view(batch, length // 4, 4))}
+        return {"logits": self.proj(input_ids.float().view(batch, length // self.block, self.block))}
 
 
 class _Capped(torch.nn.Module):
@@ -65,6 +66,19 @@ def test_multiple_of_from_a_view_guard(tmp_path: Path) -> None:
             )
         with pytest.raises(InputBoundsError, match="Pad it to a multiple of 4"):
             runner(input_ids=_ids(3, 11))
+
+
+def test_a_multiple_longer_than_the_probe_window() -> None:
+    """Blocks of 160 (an audio encoder's samples per token): the window around the traced size holds no other
+    multiple, so the dim is probed in the guards' own steps rather than pinned to the sample's length."""
+    model = _Blocks(160).eval()
+    exported = _export(model, 320)
+    sequence = exported.components["model"].metadata.signature.dims["sequence"]
+    assert sequence.multiple_of == 160 and sequence.min <= 320 and sequence.max is None
+    with torch.no_grad():
+        torch.testing.assert_close(exported(input_ids=_ids(3, 800))["logits"], model(_ids(3, 800))["logits"])
+    with pytest.raises(InputBoundsError, match="multiple of 160"):
+        exported(input_ids=_ids(3, 400))
 
 
 def test_maximum_from_a_min_floordiv_guard() -> None:

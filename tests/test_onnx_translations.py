@@ -39,7 +39,8 @@ class Squeezes(torch.nn.Module):
     """``squeeze`` of axes that are not 1 (a no-op in ATen, as an RNN-T joint's ``logits.squeeze(2)`` over a
     decoder length above 1), of axes that are, and of a mix; a view to a size-0 axis past the input's rank (a
     zero-width rotary part's ``k_rot.view(batch, 1, seq, 0)``: ONNX reads a 0 as "copy" unless ``allowzero``); an
-    ``erfinv``, which ONNX lacks; an integer power past int64 (wraps in ATen)."""
+    ``erfinv``, which ONNX lacks; an integer power past int64 (wraps in ATen); an RMSNorm-style ``rsqrt`` whose 1e-8
+    epsilon onnxscript's optimizer took for ``+ 0`` (a zero input gave inf); a number minus an integer tensor."""
 
     def forward(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
         grid = input_ids[:, :, None, None].float() * torch.ones(1, 1, 3, 1)  # [batch, sequence, 3, 1]
@@ -56,6 +57,10 @@ class Squeezes(torch.nn.Module):
             ),
             # BLT's n-gram hash: an int64 power past the int64 range wraps in ATen (ONNX Runtime's Pow saturates)
             "power": torch.tensor(5915587277) ** torch.arange(length),
+            # Muse-Glimmer's RMSNorm on a left-padded row of zeros: eps 1e-8 keeps it finite
+            "epsilon": torch.rsqrt(input_ids.float()[..., None].pow(2).mean(-1) + 1e-8),
+            # ProphetNet's 1.0 - attention_mask: torch's type promotion found no aten.sub overload for it
+            "one_minus": 1.0 - input_ids,
         }
 
 

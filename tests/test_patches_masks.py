@@ -4,12 +4,14 @@ mask and for a padded one."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from tiny_models import seeded, text_inputs
 
 from hub_export import DynamoConfig, DynamoExporter
-from hub_export.patches.masks import causal_mask_skip_kept, no_padding_mask_skipped
+from hub_export.patches.masks import causal_mask_skip_kept, mask_functions_broadcast, no_padding_mask_skipped
 
 
 def _text_tower(kind: str) -> torch.nn.Module:
@@ -82,3 +84,38 @@ def test_no_padding_mask_is_skipped_while_exporting_as_in_eager() -> None:
     with no_padding_mask_skipped():
         traced = torch.export.export(model, (x,), strict=False).module()
     assert torch.equal(traced(x), x * 2)
+
+
+class _WindowMask(torch.nn.Module):
+    """A padded bidirectional mask with a model's own window function (T5Gemma 2's encoder: ``sdpa_mask`` vmaps it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from transformers import PretrainedConfig
+
+        self.config = PretrainedConfig()
+        self.config._attn_implementation = "sdpa"
+
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        from transformers.masking_utils import create_bidirectional_mask
+        from transformers.models.t5gemma2.modeling_t5gemma2 import sliding_window_mask_function
+
+        window = sliding_window_mask_function(3, is_causal=False)
+        return create_bidirectional_mask(
+            config=self.config, inputs_embeds=x, attention_mask=attention_mask, and_mask_function=window
+        )
+
+
+def test_a_models_own_mask_function_is_broadcast_and_the_export_saves(tmp_path: Any) -> None:
+    """A vmapped mask function traced to flat_apply, which torch.export.save refused (a TreeSpec constant): expanded
+    by broadcasting, the program saves and builds eager's mask at other lengths."""
+    model = _WindowMask()
+    sample = (torch.randn(2, 6, 4), torch.tensor([[1] * 6, [0] * 2 + [1] * 4]))
+    length = torch.export.Dim("length", min=2, max=32)
+    with mask_functions_broadcast():
+        program = torch.export.export(model, sample, dynamic_shapes=({1: length}, {1: length}), strict=False)
+    assert not [n for n in program.graph.nodes if "flat_apply" in str(n.target)]
+    torch.export.save(program, tmp_path / "mask.pt2")
+    for size in (6, 9):
+        inputs = (torch.randn(2, size, 4), torch.tensor([[1] * size, [0] * 3 + [1] * (size - 3)]))
+        assert torch.equal(program.module()(*inputs), model(*inputs))

@@ -348,3 +348,134 @@ def test_experts_loops_over_the_ids_hit_trace_per_expert(kind: str) -> None:
     with torch.no_grad():
         for inputs in (routed(7), routed(13)):
             torch.testing.assert_close(program.module()(*inputs), experts(*inputs), rtol=0, atol=1e-6)
+
+
+def test_switch_router_cast_and_experts_trace() -> None:
+    """Switch Transformers' router casts its classifier in every forward (Module.to swapped fake parameters held by
+    weakrefs: "Couldn't swap Linear.weight", pytorch/pytorch#153056) and its experts loop over the ids hit
+    (nonzero): traced as a no-op cast and a loop over every expert, the sparse MLP takes other token counts with
+    eager's numbers, and Module.to is torch's again after tracing."""
+    from transformers import SwitchTransformersConfig
+    from transformers.models.switch_transformers.modeling_switch_transformers import SwitchTransformersSparseMLP
+
+    from hub_export.patches.tracing import tracing_patches
+
+    original = torch.nn.Module.to
+    config = SwitchTransformersConfig(d_model=8, d_ff=12, num_experts=3, expert_capacity=3)
+    mlp = seeded(SwitchTransformersSparseMLP, config)
+    sequence = Dim("sequence", min=2, max=64)
+    with tracing_patches(True, mlp), torch.no_grad():
+        program = torch.export.export(mlp, (torch.randn(2, 5, 8),), dynamic_shapes=({1: sequence},), strict=False)
+    assert torch.nn.Module.to is original
+    with torch.no_grad():
+        for length in (5, 9):  # 9 tokens a row overflow the capacity of 3: tokens dropped as in eager
+            states = torch.randn(2, length, 8)
+            torch.testing.assert_close(program.module()(states), mlp(states), rtol=0, atol=1e-6)
+
+
+def test_placeholder_branches_trace_as_a_check_and_a_select() -> None:
+    """Ovis2 wrote its visual indicators under ``if mask.any()`` and HunYuan-VL checked its placeholder count with a
+    Python ``if`` (GuardOnDataDependentSymNode): Ovis2 exported keeps eager's logits at another length, and HunYuan-VL's
+    check still refuses a mismatch in eager."""
+    from types import SimpleNamespace
+
+    from transformers import Ovis2Config, Ovis2ForConditionalGeneration
+
+    from hub_export.patches.placeholders import hunyuan_vl_placeholder_mask
+    from hub_export.patches.tracing import tracing_patches
+
+    vision = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+    text = {**vision, "vocab_size": 64, "num_key_value_heads": 1, "head_dim": 8}
+    config = Ovis2Config(
+        vision_config={**vision, "image_size": 16, "patch_size": 8, "vocab_size": 32, "num_visual_indicator_tokens": 2},
+        text_config=text,
+        image_token_id=60,
+        visual_indicator_token_ids=[61, 62],
+        vocab_size=64,
+        hidden_size=16,
+    )
+    model = seeded(Ovis2ForConditionalGeneration, config)
+
+    def ids(extra: int) -> torch.Tensor:  # an indicator, the image's 4 placeholders, an indicator, text
+        return torch.tensor(
+            [[61, 60, 60, 60, 60, 62, *range(5, 7 + extra)], [1, 61, 60, 60, 60, 60, 62, *range(7, 8 + extra)]]
+        )
+
+    class Logits(torch.nn.Module):
+        def forward(self, input_ids: torch.Tensor, pixel_values: torch.Tensor) -> torch.Tensor:
+            return model(input_ids=input_ids, pixel_values=pixel_values).logits
+
+    pixels = torch.randn(2, 3, 16, 16)
+    with tracing_patches(True, model), torch.no_grad():
+        sample = (ids(0), pixels)
+        program = torch.export.export(Logits(), sample, dynamic_shapes=({1: Dim("s", max=64)}, None), strict=False)
+    with torch.no_grad():
+        for inputs in ((ids(0), pixels), (ids(3), pixels)):
+            torch.testing.assert_close(program.module()(*inputs), Logits()(*inputs), rtol=0, atol=0)
+
+    owner = SimpleNamespace(config=SimpleNamespace(image_token_id=3), get_input_embeddings=None)
+    mask_of = hunyuan_vl_placeholder_mask(None)
+    embeds, tokens = torch.zeros(1, 4, 2), torch.tensor([[3, 3, 1, 2]])
+    assert mask_of(owner, tokens, embeds, torch.zeros(2, 2))[..., 0].tolist() == [[True, True, False, False]]
+    with pytest.raises(ValueError, match="Image features and image tokens do not match"):
+        mask_of(owner, tokens, embeds, torch.zeros(3, 2))
+
+
+def test_longformer_global_attention_keeps_the_mask_an_input() -> None:
+    """Longformer (LED copies it) branched on any global token (.item() of the mask: data-dependent) and padded to its
+    window only when needed (the sequence bounded to [5, 7]): traced once, the graph serves masks with and without
+    global tokens at other lengths with eager's numbers, and keeps no Piecewise range check (a .pt2 refused it). The
+    batch stays static here (half the tracing time); the mask no longer fixes it either."""
+    from transformers import LongformerConfig, LongformerModel
+
+    from hub_export.patches.tracing import tracing_patches
+
+    config = LongformerConfig(
+        vocab_size=64, hidden_size=16, num_attention_heads=2, intermediate_size=32, num_hidden_layers=1,
+        attention_window=4, max_position_embeddings=40, pad_token_id=1,
+    )  # fmt: skip
+    model = _tiny(LongformerConfig, LongformerModel, **config.to_diff_dict())
+
+    def inputs(batch: int, length: int, global_tokens: bool) -> dict[str, torch.Tensor]:
+        sample = _ids(batch, length)
+        if global_tokens:
+            sample["attention_mask"][0, 0] = sample["attention_mask"][-1, 2] = 2
+        return sample
+
+    sample = inputs(2, 6, False)
+    with tracing_patches(True, model), torch.no_grad():
+        program = torch.export.export(model, (), sample, dynamic_shapes={k: {1: Dim.AUTO} for k in sample})
+        patched = [model(**inputs(2, length, True)).last_hidden_state for length in (6, 8)]
+    assert not any("Piecewise" in str(node.meta.get("val")) for node in program.graph.nodes)
+    with torch.no_grad():
+        for length, want in zip((6, 8), patched):  # the patched forward is upstream's, bit for bit
+            torch.testing.assert_close(want, model(**inputs(2, length, True)).last_hidden_state, rtol=0, atol=0)
+        module = program.module()
+        for length, global_tokens in ((11, True), (8, False)):
+            x = inputs(2, length, global_tokens)
+            got = module(**x)["last_hidden_state"]
+            torch.testing.assert_close(got, model(**x).last_hidden_state, rtol=0, atol=1e-5)
+
+
+def test_pegasus_x_block_padding_is_upstreams() -> None:
+    """Pegasus-X pads to its block only `if seq_len % block_size`: padded first (the same patch as Longformer's), its
+    encoder returns upstream's states on every length, padded or not."""
+    from transformers import PegasusXConfig, PegasusXModel
+
+    from hub_export.patches.modeling import symbolic_sizes
+
+    model = _tiny(
+        PegasusXConfig, PegasusXModel, vocab_size=64, d_model=16, encoder_layers=1, decoder_layers=1,
+        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, block_size=4,
+        num_global_tokens=2, max_position_embeddings=40,
+    )  # fmt: skip
+    encoder = model.get_encoder()
+    with torch.no_grad():
+        for length in (6, 8, 9):
+            x = _ids(2, length)
+            x["attention_mask"][1, :2] = 0
+            want = encoder(**x).last_hidden_state
+            with symbolic_sizes(model) as applied:
+                got = encoder(**x).last_hidden_state
+            assert applied == 1 and got.is_contiguous()
+            torch.testing.assert_close(got, want, rtol=0, atol=0)

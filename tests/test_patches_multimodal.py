@@ -16,6 +16,7 @@ from hub_export.configs import ExportConfig
 from hub_export.export.trace import trace
 from hub_export.patches.multimodal import (
     features_kept_whole,
+    rope_index_hunyuan_vl,
     rope_index_qwen2,
     rope_index_qwen2_5,
     rope_index_qwen3,
@@ -191,3 +192,22 @@ class _CountsRealPatches(torch.nn.Module):
         split_sizes = (mask.sum(dim=-1) // 4).tolist()
         outputs.pooler_output = torch.split(outputs.pooler_output, split_sizes)
         return outputs
+
+
+def test_hunyuan_vl_rope_index_equals_transformers() -> None:
+    """HunYuan-VL's own M-RoPE layout (grid rows with a row-end token, image ordinals, runs with or without begin and
+    end tokens) per token equals its get_rope_index on left-padded rows with a hole in the mask, two images a row."""
+    from transformers.models.hunyuan_vl.modeling_hunyuan_vl import HunYuanVLModel
+
+    owner = _owner(HunYuanVLModel)
+    owner.config.text_config = types.SimpleNamespace(rope_parameters={"mrope_section": [1, 1, 1, 1]})
+    grids = torch.tensor([[1, 4, 4], [1, 4, 2], [1, 2, 6]])  # 2x3, 2x2 and 1x4 tokens (a row-end token a row)
+    rows = [[0, 0, 0] + [1] * 8 + [0, 0] + [1] * 4 + [0], [0] * 6 + [1] * 4 + [0] * 8]
+    types_ = torch.tensor(rows)
+    mask = torch.ones_like(types_)
+    mask[0, :2], mask[1, :3], mask[1, 13] = 0, 0, 0
+    ids = torch.zeros_like(types_)
+    expected = HunYuanVLModel.get_rope_index(owner, ids, types_, grids, mask)
+    got = rope_index_hunyuan_vl(HunYuanVLModel.get_rope_index)(owner, ids, types_, grids, mask)
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    assert expected[0][3, 0, 13:17].tolist() == [1] * 4  # the second image of the row: ordinal 1

@@ -297,6 +297,13 @@ def test_state_of_a_models_own_cache_classes_is_carried_out_and_refused_in() -> 
     with pytest.raises(ExportError, match="a StaticLayer cache layer cannot be exported"):
         flatten_value(static, ("past_key_values",), [])
 
+    class OwnCache:  # a model's own cache class outside transformers' hierarchy (xLSTM's xLSTMCache)
+        def __init__(self) -> None:
+            self.state = {0: torch.zeros(1)}
+
+    with pytest.raises(ExportError, match=r"cache_params: cannot export a OwnCache; .* pass use_cache=False"):
+        flatten_value(OwnCache(), ("cache_params",), [])
+
 
 def test_a_model_with_cacheless_layers_exports_saves_and_loads_its_cache(tmp_path) -> None:
     """Nemotron-H's MLP layers keep no cache (a DummyLayer in its DynamicCache): the export returns the cache with

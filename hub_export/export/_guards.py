@@ -10,7 +10,10 @@ with ``Guard failed: <expression>`` (Dynamo) or runs into a wrong shape (the oth
 :class:`~hub_export.errors.InputBoundsError` ("pad it to a multiple of 4", "outside [2, 7]").
 
 The guards are sympy expressions evaluated at integer sizes (never code); each dim is probed over a window of
-sizes with the other dims at their traced sizes.
+sizes with the other dims at their traced sizes. A period longer than the window (an audio encoder folding 1920
+samples per token: ``Eq(Mod(samples, 1920), 0)``) leaves only the traced size in it; the dim is then probed again on
+the sizes the guards' own divisors step through (:func:`_period`), so it reads ``multiple_of=1920`` instead of
+pinning the sample's length.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ __all__ = ["bound_dims"]
 
 #: sizes probed on each side of the traced one (a run reaching the edge of the window is taken as unbounded)
 WINDOW = 64
+#: the longest period probed in steps (a longer one is left to torch's guards)
+MAX_PERIOD = 1 << 20
 #: guards read at most (a model with more non-linear size guards keeps the rest as torch guards only)
 MAX_GUARDS = 64
 
@@ -76,6 +81,29 @@ def _verdicts(expr: Any, values: dict[Any, Any], symbols: list[Any], sizes: rang
             result = sympy.false
         verdicts.append(result is not sympy.false)
     return tuple(verdicts)
+
+
+def _period(guards: list[Any], group: list[Any]) -> int:
+    """The period of the guards reading ``group``: the lcm of their ``//`` and ``%`` divisors, each multiplied by
+    the divisors it is nested in (``(s // 16) % 6`` steps by 96); 1 without any (or past ``MAX_PERIOD``)."""
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv, Mod, PythonMod
+
+    kinds = (FloorDiv, Mod, PythonMod)
+
+    def period(atom: Any) -> int:
+        divisor = atom.args[1]
+        if not isinstance(divisor, sympy.Integer) or int(divisor) < 1:
+            return 1
+        inner = [period(a) for a in atom.args[0].atoms(*kinds)]
+        return int(divisor) * math.lcm(1, *inner)
+
+    result = 1
+    for expr in guards:
+        if set(group) & expr.free_symbols:
+            for atom in expr.atoms(*kinds):
+                result = math.lcm(result, period(atom))
+    return result if result <= MAX_PERIOD else 1
 
 
 def _admitted(
@@ -163,6 +191,15 @@ def bound_dims(program: Any, symbols: dict[str, str], dims: dict[str, Dim]) -> d
             max(dim.min, hint - WINDOW, 0), hint + WINDOW + 1 if dim.max is None else min(dim.max, hint + WINDOW) + 1
         )
         narrowed = _bounds(_admitted(guards, group, groups, hints, sizes), hint, dim, sizes)
+        step = _period(guards, group)
+        if narrowed is not None and narrowed.min == narrowed.max and step > 1:
+            # only the traced size in the window: probe the sizes the guards' divisors step through
+            low = hint - step * min(WINDOW, (hint - max(dim.min, 0)) // step)
+            top = hint + step * WINDOW if dim.max is None else min(dim.max, hint + step * WINDOW)
+            stepped = range(low, top + 1, step)
+            wider = _bounds(_admitted(guards, group, groups, hints, stepped), hint, dim, stepped)
+            if wider is not None and wider.min != wider.max:
+                narrowed = wider
         if narrowed is not None:
             result[name] = narrowed
     return result

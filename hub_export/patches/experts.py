@@ -12,6 +12,9 @@ routing), in upstream's order (ascending expert id), so the sums are eager's:
   then ``zero_expert_num`` identity experts (ids past ``num_routed_experts``) that pass their tokens through.
 * ``Step3p7Experts.forward`` (transformers/models/step3p7/modeling_step3p7.py): its clamped SwiGLU
   (``_apply_gate``); the id ``num_experts`` is a sentinel no expert serves, as upstream.
+* ``SwitchTransformersExperts.forward`` (transformers/models/switch_transformers/modeling_switch_transformers.py):
+  a ``ModuleDict`` of dense experts indexed by ``f"expert_{expert_idx[0]}"`` of each id hit; the one-hot routing
+  (``selected_experts``, masked by the expert capacity) gives each expert its tokens.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["longcat_experts", "step3p7_experts"]
+__all__ = ["longcat_experts", "step3p7_experts", "switch_experts"]
 
 
 def _routed(hidden_states: Any, top_k_index: Any, top_k_weights: Any, count: int, expert: Callable[..., Any]) -> Any:
@@ -62,5 +65,23 @@ def step3p7_experts(original: Callable[..., Any]) -> Callable[..., Any]:
             return F.linear(self._apply_gate(F.linear(states, self.gate_up_proj[idx])), self.down_proj[idx])
 
         return _routed(hidden_states, top_k_index, top_k_weights, self.num_experts, expert)
+
+    return forward
+
+
+def switch_experts(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``SwitchTransformersExperts.forward`` over every expert."""
+
+    def forward(self: Any, hidden_states: Any, selected_experts: Any, routing_weights: Any) -> Any:
+        import torch
+
+        output = torch.zeros_like(hidden_states)
+        rows = (-1, hidden_states.shape[-1])
+        expert_mask = selected_experts.permute(2, 1, 0)  # [experts, 1, tokens], as upstream
+        for idx in range(self.num_experts):
+            slot, token_idx = torch.where(expert_mask[idx])
+            states = self[f"expert_{idx}"](hidden_states[token_idx]) * routing_weights[token_idx, slot, None]
+            output = output.scatter_add(0, token_idx[:, None].expand(rows), states.to(output.dtype))
+        return output
 
     return forward

@@ -23,6 +23,18 @@ views the scores by the mask's key length, which their auto-correlation / ProbSp
 ``Attention mask should be of size (b, 1, 2, 2), but is (b, 1, 4, 4)``, transformers/models/informer/
 modeling_informer.py ``InformerProbSparseAttention``), so the export failed where eager runs. The patch skips the
 mask while exporting too when no padding mask was given and no local window applies: a decision on no values.
+
+:func:`mask_functions_broadcast`: ``sdpa_mask`` (masking_utils.py) expands a model's own mask function (an
+``and_mask_function``/``or_mask_function``, such as T5Gemma 2's bidirectional sliding window,
+transformers/models/t5gemma2/modeling_t5gemma2.py ``sliding_window_mask_function``) with four nested
+``torch.vmap`` (``_vmap_expansion_sdpa``); transformers' own index-based functions take the broadcast path
+(``_non_vmap_expansion_sdpa``: the function called once on index tensors shaped to broadcast to
+``[batch, heads, query, key]``). The vmap runs under ``TransformGetItemToIndex`` (torch/_dynamo/
+_trace_wrapped_higher_order_op.py), whose indexing (``padding_mask[batch_idx, kv_idx]``) traces to a ``flat_apply``
+higher-order op holding a pytree ``TreeSpec`` constant, which the ``.pt2`` serializer refuses (``Unsupported getattr attribute
+function_const_func_spec0``): the export ran but could not be saved. The patch expands the function by broadcasting
+while tracing (the same booleans for a function of its indices written with tensor ops) and keeps the vmap for a
+function that fails on broadcast indices.
 """
 
 from __future__ import annotations
@@ -34,7 +46,7 @@ from typing import Any
 
 from ._base import patch_attribute
 
-__all__ = ["causal_mask_skip_kept", "no_padding_mask_skipped"]
+__all__ = ["causal_mask_skip_kept", "mask_functions_broadcast", "no_padding_mask_skipped"]
 
 _REASON = "create_causal_mask skipped on an all-ones mask under is_causal=False (cf. huggingface/transformers#42820)"
 
@@ -127,4 +139,34 @@ def no_padding_mask_skipped() -> Iterator[None]:
 
     reason = "create_bidirectional_mask builds an all-True mask while exporting without a padding mask"
     with patch_attribute(masking_utils, "_ignore_bidirectional_mask_sdpa", ignore, reason=reason):
+        yield
+
+
+@contextlib.contextmanager
+def mask_functions_broadcast() -> Iterator[None]:
+    """Inside the block, ``sdpa_mask`` expands a custom mask function by broadcasting its index tensors instead of
+    with ``torch.vmap``, which a ``.pt2`` cannot hold (see the module docstring); a function that raises on broadcast
+    indices, or whose result does not broadcast to the mask's shape, keeps the vmap."""
+    from transformers import masking_utils
+
+    original = masking_utils._vmap_expansion_sdpa
+    broadcast = masking_utils._non_vmap_expansion_sdpa
+    item_to_index = masking_utils.TransformGetItemToIndex  # vmap's indexing mode: its indexing traces to flat_apply
+
+    def expansion(mask_function: Any) -> Any:
+        def expanded(batch: Any, head: Any, query: Any, key: Any) -> Any:
+            shape = (batch.shape[0], head.shape[0], query.shape[0], key.shape[0])
+            try:
+                return mask_function(*broadcast(batch, head, query, key)).expand(shape)
+            except (RuntimeError, TypeError, IndexError, ValueError):  # not a function of broadcastable indices
+                with item_to_index():
+                    return original(mask_function)(batch, head, query, key)
+
+        return expanded
+
+    reason = "vmap-expanded mask functions trace to flat_apply, which .pt2 cannot serialize"
+    with (
+        patch_attribute(masking_utils, "_vmap_expansion_sdpa", expansion, reason=reason),
+        patch_attribute(masking_utils, "TransformGetItemToIndex", contextlib.nullcontext, reason=reason),
+    ):
         yield

@@ -27,8 +27,15 @@ type that is not used costs nothing, and a class or method that is gone raises `
   convolution's Python integers (:mod:`hub_export.patches.audio_codecs`).
 * ``EncodecModel.encode`` (same module), without chunks: a Python loop over ``range(0, length, length)`` (one
   chunk) pins the length; the patch runs its one iteration.
-* ``LongcatFlashExperts.forward`` and ``Step3p7Experts.forward``: loops over the experts hit (``nonzero``), run over
-  every expert instead (:mod:`hub_export.patches.experts`).
+* ``LongformerSelfAttention.forward`` and ``_get_global_attn_indices`` (transformers/models/longformer/
+  modeling_longformer.py; ``LEDEncoderSelfAttention`` copies them): the layer branches on ``is_global_attn``, read from
+  the mask's values; the patch takes the global branch for every mask (the same numbers without global tokens) with
+  the global-token count a bounded size (:mod:`hub_export.patches.global_attention`).
+* ``LongformerModel.forward``, ``LEDEncoder.forward``, ``PegasusXEncoder.forward``: the sequence is padded to a
+  multiple of the attention window / block only when it is not one, then cut by a strided slice; the patch pads the
+  inputs first (:mod:`hub_export.patches.padding`).
+* ``LongcatFlashExperts.forward``, ``Step3p7Experts.forward`` and ``SwitchTransformersExperts.forward``: loops
+  over the experts hit (``nonzero``), run over every expert instead (:mod:`hub_export.patches.experts`).
 * ``get_rope_index`` of the Qwen2-VL family's models (transformers/models/qwen2_vl/modeling_qwen2_vl.py and the
   modules copying it, three forms): M-RoPE positions from ``itertools.groupby`` over each row's token types and a loop
   over the images pin the batch, the sequence and the image count; the patch computes them per token
@@ -44,6 +51,8 @@ type that is not used costs nothing, and a class or method that is gone raises `
 * ``Lfm2VlModel.get_image_features``, ``Lfm3VlVisionShortConv.forward``, ``HunYuanVLVisionTransformer.forward``:
   per-image pixel unshuffle, per-frame depthwise convolution and per-image patch merger in Python loops over the grid, gathered for every patch at once
   (:mod:`hub_export.patches.packed_images`).
+* ``HunYuanVLModel.get_placeholder_mask``, ``Ovis2Model.forward``: a Python ``if`` on the placeholder tokens (a
+  count check, a write under ``mask.any()``), traced as a check and a select (:mod:`hub_export.patches.placeholders`).
 * ``torch.nn.LSTM.forward`` (torch/nn/modules/rnn.py): ``aten.lstm`` is a composite op that torch.export decomposes
   into one cell per time step at the traced length; the patch runs each layer's cell under ``scan`` / ``while_loop``.
 """
@@ -59,9 +68,12 @@ from typing import Any
 from ..errors import PatchTargetMissing
 from ._base import patch_attribute
 from .audio_codecs import CONV_PADDING_CLASSES, conv1d_padded_on_integers, encodec_encode_one_chunk
-from .experts import longcat_experts, step3p7_experts
-from .multimodal import rope_index_qwen2, rope_index_qwen2_5, rope_index_qwen3
+from .experts import longcat_experts, step3p7_experts, switch_experts
+from .global_attention import global_branch_always, global_flag_not_read, global_indices_bounded
+from .multimodal import rope_index_hunyuan_vl, rope_index_qwen2, rope_index_qwen2_5, rope_index_qwen3
 from .packed_images import hunyuan_vl_vision, lfm2_vl_image_features, lfm3_vl_grid_kept, lfm3_vl_short_conv
+from .padding import attention_window, block_size, padded_to_multiple
+from .placeholders import hunyuan_vl_placeholder_mask, ovis2_indicators_selected
 from .recurrence import lstm_forward, mamba_selective_scan, rglru_scan, rwkv_wkv_scan
 from .resized_positions import cosmos3_edge_resize, hunyuan_vl_patch_embed, siglip2_resize
 
@@ -262,6 +274,7 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
             ("cosmos3_omni", "Cosmos3OmniModel", rope_index_qwen3),
             ("cosmos3_edge", "Cosmos3EdgeModel", rope_index_qwen3),
             ("cohere_compass", "CohereCompassModel", rope_index_qwen3),
+            ("hunyuan_vl", "HunYuanVLModel", rope_index_hunyuan_vl),
         )
     ),
     *(
@@ -348,6 +361,39 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
         encodec_encode_one_chunk,
         "EnCodec without chunks loops over range(0, length, length) in Python (one chunk), pinning the length",
     ),
+    *(
+        ModelingPatch(
+            f"transformers.models.{kind}.modeling_{kind}",
+            owner,
+            name,
+            replacement,
+            f"{owner} branches on is_global_attn, read back from the attention mask's values with .item(): "
+            "GuardOnDataDependentSymNode, or an export for one mask",
+        )
+        for kind, owner, name, replacement in (
+            ("longformer", "LongformerSelfAttention", "forward", global_branch_always),
+            ("longformer", "LongformerSelfAttention", "_get_global_attn_indices", global_indices_bounded),
+            ("longformer", "LongformerEncoder", "forward", global_flag_not_read),
+            ("led", "LEDEncoderSelfAttention", "forward", global_branch_always),
+            ("led", "LEDEncoderSelfAttention", "_get_global_attn_indices", global_indices_bounded),
+            ("led", "LEDEncoder", "forward", global_flag_not_read),
+        )
+    ),
+    *(
+        ModelingPatch(
+            f"transformers.models.{kind}.modeling_{kind}",
+            owner,
+            "forward",
+            padded_to_multiple(multiple),
+            f"{owner} pads the sequence to a multiple of its block only when it is not one, then cuts the padding "
+            "off by a strided slice: guards on the sequence's remainder, which bound the sequence",
+        )
+        for kind, owner, multiple in (
+            ("longformer", "LongformerModel", attention_window),
+            ("led", "LEDEncoder", attention_window),
+            ("pegasus_x", "PegasusXEncoder", block_size),
+        )
+    ),
     ModelingPatch(
         "transformers.models.longcat_flash.modeling_longcat_flash",
         "LongcatFlashExperts",
@@ -361,6 +407,27 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
         "forward",
         step3p7_experts,
         "Step 3.7's experts loop over the ids hit (nonzero, then a compare per id): data-dependent values",
+    ),
+    ModelingPatch(
+        "transformers.models.hunyuan_vl.modeling_hunyuan_vl",
+        "HunYuanVLModel",
+        "get_placeholder_mask",
+        hunyuan_vl_placeholder_mask,
+        "HunYuan-VL checks its placeholder count with a Python if on a data-dependent numel()",
+    ),
+    ModelingPatch(
+        "transformers.models.ovis2.modeling_ovis2",
+        "Ovis2Model",
+        "forward",
+        ovis2_indicators_selected,
+        "Ovis2 writes its visual indicators under if mask.any(): a branch on the input ids",
+    ),
+    ModelingPatch(
+        "transformers.models.switch_transformers.modeling_switch_transformers",
+        "SwitchTransformersExperts",
+        "forward",
+        switch_experts,
+        "Switch Transformers' experts loop over the ids hit (nonzero, then an id as a module name): data-dependent",
     ),
 )
 

@@ -20,6 +20,14 @@ the same models pinned it again in two places, each fixed here while tracing:
   return the packed features as one piece, so the caller's ``torch.cat`` gets them back unchanged. A model that
   also returns the pieces (``image_hidden_states``, one output per image) is left as it is.
 
+HunYuan-VL's own layout (``HunYuanVLModel.get_rope_index``, transformers/models/hunyuan_vl/modeling_hunyuan_vl.py)
+walks the same groups in the same loops: the positions of a row count its unmasked tokens; an image's run of
+placeholder tokens (with or without a begin and an end token around its grid) writes, over its grid of
+``h // k`` rows of ``w // k + 1`` tokens (a row-end token each), the column and the row on the last three axes but
+one and the image's ordinal on the last. :func:`rope_index_hunyuan_vl` computes them per token (a token's run start
+from a running maximum, its image from the cumulative count of run starts in row-major order, its run length by a
+scatter over the images).
+
 Numbers are eager's exactly (integer arithmetic; the features are the same tensor).
 """
 
@@ -34,7 +42,14 @@ from typing import Any
 
 from ._base import patch_attribute
 
-__all__ = ["features_kept_whole", "mrope_positions", "rope_index_qwen2", "rope_index_qwen2_5", "rope_index_qwen3"]
+__all__ = [
+    "features_kept_whole",
+    "mrope_positions",
+    "rope_index_hunyuan_vl",
+    "rope_index_qwen2",
+    "rope_index_qwen2_5",
+    "rope_index_qwen3",
+]
 
 _SPLIT_REASON = (
     "get_image_features / get_video_features split the packed features by grid.prod(-1).tolist() (a Python list as "
@@ -154,13 +169,15 @@ _UNSPLIT = _Unsplit()
 
 def _splits_features(function: Any) -> Any:
     """The code object of ``function`` when it splits packed features by ``grid.prod(-1).tolist()`` (the pattern
-    of ``Qwen2VLModel.get_image_features``) or by a count of each image's real patches (``mask.sum(-1) //
-    k).tolist()``, ``Gemma4Model.get_image_features``), else None."""
+    of ``Qwen2VLModel.get_image_features``), by a count of each image's real patches (``mask.sum(-1) //
+    k).tolist()``, ``Gemma4Model.get_image_features``) or by sizes from the grid's rows and columns
+    (``HunYuanVLModel.get_image_features``), else None."""
     code = getattr(inspect.unwrap(function), "__code__", None) if function is not None else None
     if code is None or "split_sizes" not in code.co_varnames + code.co_cellvars:  # a cell when a comprehension reads it
         return None
-    names = set(code.co_names)  # sizes from the grid's product, or from a count of real patches (Gemma 4)
-    return code if {"tolist", "split", "pooler_output"} <= names and names & {"prod", "sum"} else None
+    names = set(code.co_names)  # sizes from the grid's product, a count of real patches (Gemma 4), or the grid's
+    # rows and columns (HunYuan-VL: ``merged_h * (merged_w + 1) + 2`` from ``grid[:, 1:].unbind(-1)``)
+    return code if {"tolist", "split", "pooler_output"} <= names and names & {"prod", "sum", "unbind"} else None
 
 
 def _caller_code() -> Any:
@@ -270,3 +287,54 @@ def features_kept_whole(model: Any) -> Iterator[int]:
                     stack.enter_context(patch_attribute(cls, name, _whole(original, code), reason=_SPLIT_REASON))
                     applied += 1
         yield applied
+
+
+def rope_index_hunyuan_vl(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``HunYuanVLModel.get_rope_index`` computed per token (see the module docstring)."""
+
+    def get_rope_index(
+        self: Any,
+        input_ids: Any,
+        mm_token_type_ids: Any,
+        image_grid_thw: Any = None,
+        attention_mask: Any = None,
+        **kwargs: Any,
+    ) -> tuple[Any, Any]:
+        import torch
+
+        axes = len((self.config.text_config.rope_parameters or {}).get("mrope_section", []))
+        if axes < 3 or image_grid_thw is None or image_grid_thw.shape[0] == 0:
+            return original(self, input_ids, mm_token_type_ids, image_grid_thw, attention_mask, **kwargs)
+        batch, length = input_ids.shape
+        steps = torch.arange(length, device=input_ids.device)
+        valid = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        position = valid.long().cumsum(1) - 1  # upstream's positions count the unmasked tokens of the row
+        image = (mm_token_type_ids == 1) & valid
+        latest = torch.where(valid, steps, -1).cummax(1).values  # groupby runs over the unmasked tokens only
+        before = torch.cat([latest.new_full((batch, 1), -1), latest[:, :-1]], dim=1)
+        start = image & ~(image.gather(1, before.clamp(min=0)) & (before >= 0))
+        ordinal = start.flatten().long().cumsum(0).view(batch, length) - 1  # grids are consumed in row-major order
+        run_start = torch.where(start, position, -1).cummax(1).values
+        merge = self.config.vision_config.spatial_merge_size
+        width = image_grid_thw[:, 2] // merge + 1  # a row-end token per row of the merged grid
+        tokens = (image_grid_thw[:, 1] // merge) * width
+        # the image count stays symbolic: no Python scalar of it (a Scalar argument would specialize it)
+        bucket = torch.where(image, ordinal + 1, 0).flatten()  # 0: not an image token
+        runs = tokens.new_zeros(tokens.shape[0] + 1)
+        runs = runs.scatter_add(0, bucket, torch.ones_like(bucket))[1:]
+        begin = (runs == tokens + 2).long()  # a begin token before the grid, an end token after it
+        which = ordinal.clamp(min=0)  # an image token's own image; any image for the others (masked below)
+        local = position - run_start - begin[which]
+        grid = image & (local >= 0) & (local < tokens[which])
+        local = local.clamp(min=0)
+        rows = [position] * (axes - 3) + [
+            torch.where(grid, local % width[which], position),
+            torch.where(grid, local // width[which], position),
+            torch.where(grid, ordinal, position),
+        ]
+        position_ids = torch.where(valid, torch.stack(rows), 0).to(input_ids.dtype)
+        highest = position_ids.masked_fill(~valid, torch.iinfo(position_ids.dtype).min).amax(dim=(0, 2))
+        deltas = (highest + 1 - valid.sum(1)).unsqueeze(1)
+        return position_ids, deltas
+
+    return get_rope_index

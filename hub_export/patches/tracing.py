@@ -17,9 +17,13 @@
 * :func:`~hub_export.patches.masks.causal_mask_skip_kept` — a causal mask that eager skips on an all-ones mask
   under ``is_causal=False`` attention (a branch on the mask's values), traced as eager's select;
   :func:`~hub_export.patches.masks.no_padding_mask_skipped` — a bidirectional mask with no padding mask skipped as
-  in eager.
+  in eager; :func:`~hub_export.patches.masks.mask_functions_broadcast` — a model's own mask function expanded by
+  broadcasting, not ``torch.vmap`` (a ``flat_apply`` node a ``.pt2`` cannot hold).
 * :func:`~hub_export.patches.shapes.unsolvable_guards_dropped` — torch's export constraint solver crashes on the
   guards of nested integer divisions (pytorch/pytorch#131897); they stay guards, read as ``multiple_of`` bounds.
+* :func:`module_conversions_without_swaps` — ``module.to(dtype)`` inside a forward (Switch Transformers' router
+  casts its classifier on every call) swaps fake parameters that export holds weakrefs on (pytorch/pytorch#153056):
+  a conversion that changes nothing returns the module as eager's does, without the swap.
 * :func:`experts_as_standard_ops` — transformers' mixture-of-experts layers (``@use_experts_implementation``)
   default to ``grouped_mm``: ``torch.histc`` + ``empty_permuted`` + the custom op
   ``transformers::grouped_mm_fallback``, which no backend but PyTorch itself can run (no ONNX function, no
@@ -37,7 +41,7 @@ from typing import Any
 from ..errors import PatchTargetMissing
 from ._base import patch_attribute
 from .lengths import conv_length_symbolic, size_division_symbolic, tensor_len_symbolic
-from .masks import causal_mask_skip_kept, no_padding_mask_skipped
+from .masks import causal_mask_skip_kept, mask_functions_broadcast, no_padding_mask_skipped
 from .modeling import symbolic_sizes
 from .multimodal import features_kept_whole
 from .per_image import images_at_once
@@ -51,6 +55,7 @@ __all__ = [
     "experts_as_standard_ops",
     "experts_per_expert_loop",
     "gathered_experts_forward",
+    "module_conversions_without_swaps",
     "size_one_dims_stay_dynamic",
     "tracing_patches",
 ]
@@ -218,6 +223,39 @@ def distribution_checks_skipped() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def module_conversions_without_swaps() -> Iterator[None]:
+    """Trace ``module.to(...)`` calls that convert nothing without swapping the module's parameters.
+
+    transformers' Switch Transformers router casts its classifier to the router dtype on every call
+    (``self.classifier = self.classifier.to(self.dtype)``, transformers/models/switch_transformers/
+    modeling_switch_transformers.py ``SwitchTransformersTop1Router.forward``). Under non-strict ``torch.export`` the
+    parameters are fake tensors, which ``Module._apply`` always converts with ``torch.utils.swap_tensors``, and the
+    tracer holds weakrefs on them: ``_apply(): Couldn't swap Linear.weight`` ("Cannot swap t1 because it has weakref
+    associated with it"; pytorch/pytorch#153056, fixed upstream by pytorch/pytorch#185595, which keeps fake tensors
+    off the swap path). In eager such a call changes no tensor when every parameter and buffer already has the
+    requested dtype and device; the patch returns the module itself then (``Module.to`` returns ``self`` too) and
+    leaves every other conversion to torch. Retire it when the pinned torch includes pytorch/pytorch#185595.
+    """
+    import torch
+
+    original = torch.nn.Module.to
+
+    def to(self: Any, *args: Any, **kwargs: Any) -> Any:
+        device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **kwargs)
+        tensors = [*self.parameters(), *self.buffers()]
+        unchanged = memory_format is None and all(
+            (device is None or t.device == device)
+            and (dtype is None or t.dtype == dtype or not (t.is_floating_point() or t.is_complex()))
+            for t in tensors
+        )
+        return self if unchanged else original(self, *args, **kwargs)
+
+    reason = "Module.to swaps fake parameters held by weakrefs while exporting (pytorch/pytorch#153056)"
+    with patch_attribute(torch.nn.Module, "to", to, reason=reason):
+        yield
+
+
+@contextlib.contextmanager
 def tracing_patches(
     dynamic: bool, model: Any = None, experts: ExpertsChoice | None = None, grid: bool = True
 ) -> Iterator[None]:
@@ -241,6 +279,8 @@ def tracing_patches(
                     stack.enter_context(images_at_once(model))
             stack.enter_context(causal_mask_skip_kept(model))
         stack.enter_context(no_padding_mask_skipped())
+        stack.enter_context(mask_functions_broadcast())
         stack.enter_context(decode_attention_without_kv_copies())
         stack.enter_context(distribution_checks_skipped())
+        stack.enter_context(module_conversions_without_swaps())
         yield

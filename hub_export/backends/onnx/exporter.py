@@ -40,7 +40,13 @@ from ._fusions import fuse_for_ort as _fuse_for_ort
 from ._moe import fused_experts_forward, moe_plan
 from ._weights import fold_weight_transposes, keep_large_weights
 from .config import FORMAT, OnnxConfig
-from .patches import onnx_export_patches, register_orphan_constants, single_output_rewrite_rules, translation_table
+from .patches import (
+    exact_no_op_rules,
+    onnx_export_patches,
+    register_orphan_constants,
+    single_output_rewrite_rules,
+    translation_table,
+)
 from .runner import OnnxRunner
 
 __all__ = ["OnnxExporter"]
@@ -151,11 +157,12 @@ def _optimize(model: Any) -> None:
     """What ``torch.onnx.export(optimize=True)`` runs (onnxscript's optimizer, then its ONNX fusions), except that a
     ``Transpose`` of a large weight is folded lazily (:func:`._weights.fold_weight_transposes`) instead of into a
     numpy copy of every linear weight held in memory until saving, and that the rewrite rules matching several
-    output nodes are left out (:func:`.patches.single_output_rewrite_rules`: quadratic in the graph's size)."""
+    output nodes are left out (:func:`.patches.single_output_rewrite_rules`: quadratic in the graph's size), and that
+    the no-op rules match only an exact 0 or 1 (:func:`.patches.exact_no_op_rules`: ``x + 1e-8`` is not ``x``)."""
     from onnxscript import optimizer
     from onnxscript.rewriter import onnx_fusions
 
-    with single_output_rewrite_rules():
+    with single_output_rewrite_rules(), exact_no_op_rules():
         optimizer.optimize_ir(model, should_fold=keep_large_weights)
     register_orphan_constants(model)  # onnxscript's rewriter may drop a rewrite's constants (patches.py)
     onnx_fusions.fuse(model)

@@ -4,7 +4,10 @@
   re-runs the graph on fake tensors to insert type promotions, and the strides it then gets for
   ``scaled_dot_product_attention`` differ from the ones the decomposition saw, so a ``view`` of a transposed
   attention output (T5, and any model doing ``transpose(1, 2).reshape(b, s, -1)``) fails with "Cannot view a tensor
-  with shape ... and strides ...". In ONNX both are a ``Reshape``: the views become reshapes before that pass.
+  with shape ... and strides ...". In ONNX both are a ``Reshape``: the views become reshapes before that pass. The
+  same hook makes the number of ``sub(number, tensor)`` (``1.0 - mask`` after decomposition) a 0-d tensor: that
+  pass cannot re-find an ``aten.sub`` overload for it after promoting an integer tensor (torch 2.13's
+  ``find_compatible_op_overload``; ProphetNet's ``1.0 - attention_mask``).
 * :func:`translation_table` — microsoft/onnxscript#2654 (issue #2561) switched torchlib's boolean-mask attention from
   ``-inf`` to the dtype's lowest value, which silently undid microsoft/onnxscript#2479: a query row that masks every
   key (left padding) now averages the values instead of returning zeros like ATen's ``_safe_softmax``. Our
@@ -42,6 +45,11 @@
   ``onnxscript/rewriter/_matcher.py``), so it costs nodes x nodes. The optimizer's one such default rule,
   ``SlicesSplit`` (two ``Slice`` halves of a value -> one ``Split``), took 18 of the 49 s of a Qwen2.5-0.5B export
   (6,000 nodes) and fired on none of them; the optimizer runs without it.
+* :func:`exact_no_op_rules` — onnxscript 0.7's no-op rules (``rewriter/rules/common/_no_op.py``: ``x + 0``,
+  ``x - 0``, ``x * 1``, ``x / 1`` become ``Identity``) match their constant through ``_pattern_ir.Constant``, whose
+  default tolerances (``abs_tol=1e-8``, ``rel_tol=1e-5``, ``math.isclose``) take ``x + 1e-8`` for ``x + 0``: an
+  RMSNorm's ``rsqrt(mean(x**2) + 1e-8)`` lost its epsilon, and a row of zeros (a left-padded row of a Muse-Glimmer
+  layer) became ``rsqrt(0) = inf``, then NaN. The optimizer runs them with exact constants.
 * :func:`register_orphan_constants` — onnxscript 0.7's rewriter (``RewriteRuleSet._apply_to_graph_or_function``)
   stores each new initializer of a rewrite under its name, replacing one of the same name (its "already exists" check
   skips nothing). The Min/Max-to-Clip rules name their bounds ``<input>_min`` / ``<input>_max``, so two clamps of one
@@ -63,11 +71,13 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from ...errors import PatchTargetMissing
 from ...patches import patch_attribute
 
 __all__ = [
     "onnx_export_patches",
     "register_orphan_constants",
+    "exact_no_op_rules",
     "single_output_rewrite_rules",
     "translation_table",
     "unbatch_fused_matmuls",
@@ -84,6 +94,7 @@ def views_as_reshapes() -> Iterator[None]:
     original = getattr(_fx_passes, "insert_type_promotion_nodes", None)
 
     views = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+    subtractions = (torch.ops.aten.sub.Tensor, torch.ops.aten.sub.Scalar)
 
     def insert_type_promotion_nodes(graph_module: Any) -> None:
         for module in graph_module.modules():
@@ -97,6 +108,9 @@ def views_as_reshapes() -> Iterator[None]:
                         changed = True
                     elif node.target == torch.ops.aten.unsqueeze.default and _is_complex(node.args[0]):
                         _unsqueeze_as_real(module.graph, node)
+                        changed = True
+                    elif node.target in subtractions and isinstance(node.args[0], (int, float)):
+                        _number_as_tensor(module.graph, node)
                         changed = True
                 if changed:
                     module.recompile()
@@ -112,6 +126,24 @@ def views_as_reshapes() -> Iterator[None]:
 def _is_complex(node: Any) -> bool:
     value: Any = getattr(node, "meta", {}).get("val")
     return hasattr(value, "is_complex") and bool(value.is_complex())
+
+
+def _number_as_tensor(graph: Any, node: Any) -> None:
+    """Make the number of ``sub(number, tensor)`` (what ``1.0 - mask`` decomposes to: ``aten.rsub`` has no torchlib
+    function) a 0-d tensor of the result's dtype. Torch's type-promotion pass re-finds the overload of a node whose
+    tensor it promoted, and no ``aten.sub`` overload takes a number first: an integer mask (ProphetNet's
+    ``1.0 - attention_mask``) failed with "Cannot find a compatible OpOverload for aten.sub" (torch 2.13,
+    ``torch/onnx/_internal/fx/passes/type_promotion.py``, ``find_compatible_op_overload``). A 0-d tensor of the
+    result's dtype promotes like the number, so the values are the same."""
+    import torch
+
+    value = node.meta["val"]
+    mode = getattr(value, "fake_mode", None)
+    with graph.inserting_before(node), mode if mode is not None else contextlib.nullcontext():
+        number = graph.call_function(torch.ops.aten.scalar_tensor.default, (node.args[0],), {"dtype": value.dtype})
+        number.meta["val"] = torch.ops.aten.scalar_tensor.default(node.args[0], dtype=value.dtype)
+    node.target = torch.ops.aten.sub.Tensor
+    node.args = (number, *node.args[1:])
 
 
 def _unsqueeze_as_real(graph: Any, node: Any) -> None:
@@ -416,6 +448,30 @@ def _single_output(rule: Any) -> bool:
     """Whether ``rule``'s pattern has one output node (a rule that does not say counts as one)."""
     target = getattr(rule, "_target_pattern", None)
     return bool(getattr(target, "has_single_output_node", True))
+
+
+@contextlib.contextmanager
+def exact_no_op_rules() -> Iterator[None]:
+    """onnxscript's no-op rules (``x + 0``, ``x * 1``, ...) matching only an exact 0 or 1 (see this module's
+    docstring): their constant patterns' tolerances are 0 inside the block."""
+    from onnxscript.rewriter import _pattern_ir
+    from onnxscript.rewriter.rules.common import _no_op
+
+    reason = "onnxscript 0.7's no-op rules taking x + 1e-8 for x + 0 (_pattern_ir.Constant's default tolerances)"
+    constants = [
+        value
+        for rule in _no_op.rules.rules
+        for node in getattr(rule._target_pattern, "_nodes", ())
+        for value in node.inputs
+        if isinstance(value, _pattern_ir.Constant)
+    ]
+    if not constants:
+        raise PatchTargetMissing(f"onnxscript's no-op rules have no constant patterns; the workaround for {reason}")
+    with contextlib.ExitStack() as stack:
+        for constant in constants:
+            stack.enter_context(patch_attribute(constant, "_abs_tol", 0.0, reason=reason))
+            stack.enter_context(patch_attribute(constant, "_rel_tol", 0.0, reason=reason))
+        yield
 
 
 @contextlib.contextmanager
