@@ -33,6 +33,8 @@ SLOW_MODULES = (
     "test_generation_multimodal.py",
     "test_quantization_generation.py",
     "test_zoo.py",
+    "test_generation_one_graph.py",
+    "test_patches_modeling.py",
     "test_cli.py",
     "test_sync_tasks.py",
     "test_dynamo_compiled.py",
