@@ -1,6 +1,11 @@
-"""Dynamo (torch.export) backend: the six tiny models export dynamically, save, load and match eager."""
+"""Dynamo (torch.export) backend: the six tiny models export dynamically, save, load and match eager.
+
+Every test here makes single calls: the models have one layer, and each is exported dynamically once for the module
+(``exports``) unless a test needs a sample or a config of its own."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 import torch
@@ -23,10 +28,23 @@ def max_diff(a, b) -> float:
     return max(float((x - y).abs().max()) for x, y in zip(fa, fb) if x.numel())
 
 
+@pytest.fixture(scope="module")
+def exports() -> Any:
+    """name -> (case, its dynamic export): each tiny model (one layer) is exported once for the module."""
+    done: dict[str, tuple[Any, Any]] = {}
+
+    def get(name: str) -> tuple[Any, Any]:
+        if name not in done:
+            case = build(name, layers=1)
+            done[name] = (case, DynamoExporter().export(case.model, case.sample, config=DynamoConfig(dynamic=True)))
+        return done[name]
+
+    return get
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_dynamic_export_save_load_run(name: str, tmp_path) -> None:
-    case = build(name)
-    exported = DynamoExporter().export(case.model, case.sample, config=DynamoConfig(dynamic=True))
+def test_dynamic_export_save_load_run(name: str, exports: Any, tmp_path) -> None:
+    case, exported = exports(name)
     metadata = exported.components["model"].metadata
     assert metadata.parity["max_abs_diff"] <= 1e-5
     exported.save_pretrained(tmp_path / "pt2")
@@ -42,11 +60,10 @@ def test_dynamic_export_save_load_run(name: str, tmp_path) -> None:
     assert metadata.signature.inputs[0].shape[0] == "batch"
 
 
-def test_cache_output_is_a_real_dynamic_cache(tmp_path) -> None:
+def test_cache_output_is_a_real_dynamic_cache(exports: Any) -> None:
     from transformers import DynamicCache
 
-    case = build("llama")
-    exported = DynamoExporter().export(case.model, case.sample, config=DynamoConfig(dynamic=True))
+    case, exported = exports("llama")
     out = exported(**case.other)
     assert isinstance(out.past_key_values, DynamicCache)
     assert out.past_key_values.get_seq_length() == case.other["input_ids"].shape[1]
@@ -55,7 +72,7 @@ def test_cache_output_is_a_real_dynamic_cache(tmp_path) -> None:
 
 
 def test_decode_step_with_cache_input_pairs_names() -> None:
-    case = build("llama")
+    case = build("llama", layers=1)
     prompt = case.sample
     with torch.no_grad():
         first = case.model(**prompt)
@@ -79,10 +96,9 @@ def test_decode_step_with_cache_input_pairs_names() -> None:
     assert max_diff(got, expected) <= 1e-5
 
 
-def test_all_ones_attention_mask_stays_an_input() -> None:
-    case = build("llama")
+def test_all_ones_attention_mask_stays_an_input(exports: Any) -> None:
+    case, exported = exports("llama")
     assert bool(case.sample["attention_mask"].all())
-    exported = DynamoExporter().export(case.model, case.sample, config=DynamoConfig(dynamic=True))
     assert [s.name for s in exported.components["model"].metadata.signature.inputs] == ["input_ids", "attention_mask"]
     # and it is honoured: a padded mask changes the logits exactly like eager
     padded = dict(case.other)
@@ -92,7 +108,7 @@ def test_all_ones_attention_mask_stays_an_input() -> None:
 
 
 def test_flags_are_trace_constants() -> None:
-    case = build("gpt2")
+    case = build("gpt2", layers=1)
     sample = {"input_ids": case.sample["input_ids"], "use_cache": False, "return_dict": True}
     exported = DynamoExporter().export(case.model, sample, config=DynamoConfig(dynamic=True))
     metadata = exported.components["model"].metadata
@@ -102,16 +118,15 @@ def test_flags_are_trace_constants() -> None:
     assert out.logits.shape[0] == 3 and out.past_key_values is None
 
 
-def test_batch_one_sample_stays_dynamic() -> None:
-    case = build("llama")  # a tokenizer("...") sample: batch 1
+def test_batch_one_sample_stays_dynamic(exports: Any) -> None:
+    case, exported = exports("llama")  # a tokenizer("...") sample: batch 1
     assert case.sample["input_ids"].shape[0] == 1
-    exported = DynamoExporter().export(case.model, case.sample, config=DynamoConfig(dynamic=True))
     assert exported.components["model"].metadata.signature.inputs[0].shape[0] == "batch"
     assert exported(**case.other).logits.shape[0] == 3
 
 
 def test_static_export_and_explicit_dims() -> None:
-    case = build("bert")
+    case = build("bert", layers=1)
     static = DynamoExporter().export(case.model, case.sample)
     assert static.components["model"].metadata.signature.inputs[0].shape == (2, 8)
     batch = torch.export.Dim("batch", min=1, max=16)
@@ -128,7 +143,7 @@ def test_static_export_and_explicit_dims() -> None:
 def test_in_memory_export_shares_the_weights_and_a_saved_one_is_independent(tmp_path) -> None:
     """Exporting keeps no second copy of the weights: the in-memory program reads the model's own parameters (as
     torch.export's does). What is saved is a snapshot: changing the model afterwards does not change it."""
-    case = build("vit")
+    case = build("vit", layers=1)  # its own: the test zeroes the weights
     exported = DynamoExporter().export(case.model, case.sample, config=DynamoConfig(dynamic=True))
     before = exported(**case.sample).logits.clone()
     exported.save_pretrained(tmp_path / "vit")

@@ -1,6 +1,7 @@
 """Vision- and audio-language models (tiny LLaVA, AudioFlamingo3): decomposed into encoder, projector, embeddings,
 language model, head and decode graphs, exported on each backend, and chained by generate() to the same tokens as
-eager generate."""
+eager generate. The text models have one layer: the chain of components is what these tests check (the caches of
+several layers are the generation tests')."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import json
 
 import pytest
 import torch
-from tiny_models import LLAVA_IMAGE_TOKEN, audio_flamingo_inputs, build, llava_inputs
+from tiny_models import LLAVA_IMAGE_TOKEN, audio_flamingo, audio_flamingo_inputs, llava_inputs
+from tiny_models import llava as tiny_llava
 
 from hub_export import (
     DynamoConfig,
@@ -33,7 +35,7 @@ _BACKENDS = {
 
 @pytest.fixture(scope="module")
 def llava():
-    return build("llava")
+    return tiny_llava(text_layers=1)
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +51,18 @@ def exports(llava, tmp_path_factory) -> dict:
         return cache[backend]
 
     return get
+
+
+@pytest.fixture(scope="module")
+def eager_runs(llava) -> list:
+    """(prompt, eager generate's tokens): computed once, compared with every backend's export."""
+    runs = [
+        llava.sample,
+        llava.other,  # batch 2, left padding, other text length
+        llava_inputs(1, 3, seed=4),
+        llava_inputs(2, 4, seed=5, image=False),  # a text-only prompt: embeddings and language model only
+    ]
+    return [(inputs, llava.model.generate(**inputs, max_new_tokens=8, do_sample=False)) for inputs in runs]
 
 
 def test_decompose_finds_the_multimodal_components(llava):
@@ -80,19 +94,12 @@ def test_decompose_finds_the_multimodal_components(llava):
 
 
 @pytest.mark.parametrize("backend", list(_BACKENDS))
-def test_generate_equals_eager_generate(llava, exports, backend):
+def test_generate_equals_eager_generate(eager_runs, exports, backend):
     exported, loaded, _ = exports(backend)
     assert list(loaded.components) == _COMPONENTS
     for component in exported.components.values():
         assert component.metadata.parity["max_abs_diff"] < 1e-5
-    runs = [
-        llava.sample,
-        llava.other,  # batch 2, left padding, other text length
-        llava_inputs(1, 3, seed=4),
-        llava_inputs(2, 4, seed=5, image=False),  # a text-only prompt: embeddings and language model only
-    ]
-    for inputs in runs:
-        expected = llava.model.generate(**inputs, max_new_tokens=8, do_sample=False)
+    for inputs, expected in eager_runs:
         produced = loaded.generate(**inputs, max_new_tokens=8)
         assert torch.equal(produced, expected), (backend, inputs["input_ids"].shape, produced, expected)
 
@@ -142,7 +149,7 @@ def test_a_chain_generate_cannot_follow_is_refused_with_its_reason(exports, tmp_
 
 @pytest.mark.parametrize("backend", ["dynamo"])  # ONNX and OpenVINO: checked by script (token-identical)
 def test_audio_language_model_generate_equals_eager(backend, tmp_path):
-    case = build("audio_flamingo")
+    case = audio_flamingo(text_layers=1)
     exporter, config = _BACKENDS[backend]
     exported = exporter().export_for_generation(case.model, case.sample, config=config(dynamic=True))
     assert list(exported.components) == [

@@ -27,7 +27,7 @@ from hub_export.formats import backend_for
 
 @pytest.fixture(scope="module")
 def llama_export():
-    case = build("llama")
+    case = build("llama", layers=1)  # single calls only
     return case, DynamoExporter().export(case.model, case.sample, config=DynamoConfig(dynamic=True))
 
 
@@ -204,7 +204,7 @@ def test_token_type_ids_the_config_implies_are_traced() -> None:
 
     from hub_export import OnnxConfig, OnnxExporter
 
-    case, tokenizer = build("bert"), bert_tokenizer()
+    case, tokenizer = build("bert", layers=1), bert_tokenizer()
     sample = {k: v for k, v in case.sample.items() if k != "token_type_ids"}
     exported = OnnxExporter().export(case.model, sample, config=OnnxConfig(dynamic=True))
     assert "token_type_ids" in dict(exported.components["model"].metadata.signature.input_structure)

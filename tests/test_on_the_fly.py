@@ -33,7 +33,7 @@ def cache_beside_the_hf_cache(monkeypatch):
 
 @pytest.fixture(scope="module")
 def llama():
-    return build("llama").model
+    return build("llama", layers=1).model  # one layer: these tests are about where exports come from
 
 
 def _requests(server: HubServer) -> int:
@@ -74,7 +74,7 @@ def test_export_on_the_fly_then_cached_then_offline_with_no_request(
 def test_a_new_commit_is_exported_again(llama, hub_api: HfApi, hub_env: HubServer, tmp_path):
     first_sha = _publish_model(hub_api, REPO, llama, tmp_path)
     first = ExportedModel.from_pretrained(REPO, export=OnnxConfig(dynamic=True))
-    changed = build("llama").model
+    changed = build("llama", layers=1).model
     with torch.no_grad():
         changed.lm_head.weight.mul_(-1.0)
     second_sha = _publish_model(hub_api, REPO, changed, tmp_path / "new")
@@ -87,7 +87,7 @@ def test_a_new_commit_is_exported_again(llama, hub_api: HfApi, hub_env: HubServe
 
 
 def test_a_classifier_repo_is_exported_for_its_task(hub_api: HfApi, hub_env: HubServer, tmp_path):
-    case = build("bert")
+    case = build("bert", layers=1)
     _publish_model(hub_api, "me/tiny-bert", case.model, tmp_path)
     exported = ExportedModel.from_pretrained("me/tiny-bert", export="openvino")
     assert type(exported) is ExportedModel and exported.config.architectures == ["BertForSequenceClassification"]

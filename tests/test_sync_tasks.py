@@ -68,12 +68,12 @@ def test_sync_task_publishes_self_contained_generation_exports_and_keeps_python_
     from hub_export import OnnxConfig, OnnxExporter
 
     first = _upload(hub_api, tmp_path / "seed-0", 0)
-    args = ["sync", SOURCE, "--target", TARGET, "--task", "text-generation", "-f", "openvino"]
+    args = ["sync", SOURCE, "--target", TARGET, "--task", "text-generation", "-f", "dynamo"]
     assert main([*args, "--quiet"]) == 0
     tokenizer = AutoTokenizer.from_pretrained(SOURCE)
     inputs = tokenizer([PROMPT], return_tensors="pt")
     eager = _greedy(_llama(0), inputs)
-    for sub in ("openvino",):
+    for sub in ("pt2",):
         manifest = _manifest(TARGET, sub)
         assert manifest.task == "text-generation" and manifest.generation is not None
         assert manifest.source.repo_id == SOURCE and manifest.source.revision == first
@@ -88,7 +88,7 @@ def test_sync_task_publishes_self_contained_generation_exports_and_keeps_python_
     meta = yaml.safe_load(card.split("---")[1])
     assert meta["pipeline_tag"] == "text-generation" and meta["license"] == "apache-2.0"
     assert meta["base_model"] == SOURCE and "base_model_relation" not in meta  # same weights, not quantized
-    assert 'AutoTokenizer.from_pretrained("me/tiny-llama-exports", subfolder="openvino")' in card
+    assert 'AutoTokenizer.from_pretrained("me/tiny-llama-exports", subfolder="pt2")' in card
     assert "model.generate(" in card
 
     # an export_for_generation export made in Python from transformers' own from_pretrained(repo id)
@@ -101,15 +101,15 @@ def test_sync_task_publishes_self_contained_generation_exports_and_keeps_python_
 
     # a new checkpoint: the sync re-exports the requested formats and the Python one, each as it was made
     second = _upload(hub_api, tmp_path / "seed-1", 1)
-    assert main(["sync", SOURCE, "--target", TARGET, "-f", "openvino", "--quiet"]) == 0
+    assert main(["sync", SOURCE, "--target", TARGET, "-f", "dynamo", "--quiet"]) == 0
     eager = _greedy(_llama(1), inputs)
-    for sub in ("openvino", "onnx-gen"):
+    for sub in ("pt2", "onnx-gen"):
         manifest = _manifest(TARGET, sub)
         assert manifest.source.revision == second and manifest.generation is not None, sub
         assert manifest.task == "text-generation"
-    for sub in ("onnx-gen", "openvino"):
+    for sub in ("onnx-gen", "pt2"):
         assert torch.equal(_greedy(ExportedModel.from_pretrained(TARGET, subfolder=sub), inputs), eager)
-    assert main(["sync", SOURCE, "--target", TARGET, "-f", "openvino", "--dry-run", "--quiet"]) == 0
+    assert main(["sync", SOURCE, "--target", TARGET, "-f", "dynamo", "--dry-run", "--quiet"]) == 0
 
 
 def test_an_unknown_task_is_refused_before_anything_is_downloaded(capsys):

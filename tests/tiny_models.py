@@ -230,8 +230,8 @@ def llava_inputs(batch: int, text: int, *, pad_left: int = 0, seed: int = 0, ima
     return inputs
 
 
-def llava() -> TinyCase:
-    """A tiny LLaVA (CLIP vision tower, 2-layer projector, Llama text model) built from a config."""
+def llava(text_layers: int = 2) -> TinyCase:
+    """A tiny LLaVA (CLIP vision tower, 2-layer projector, Llama text model of ``text_layers``) built from a config."""
     from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
 
     vision = CLIPVisionConfig(
@@ -247,7 +247,7 @@ def llava() -> TinyCase:
         vocab_size=96,
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=2,
+        num_hidden_layers=text_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=128,
@@ -294,8 +294,9 @@ def audio_flamingo_inputs(batch: int, text: int, *, seed: int = 0) -> dict[str, 
     }
 
 
-def audio_flamingo() -> TinyCase:
-    """A tiny AudioFlamingo3 (Whisper-like audio encoder, projector, Qwen2 text model) built from a config."""
+def audio_flamingo(text_layers: int = 2) -> TinyCase:
+    """A tiny AudioFlamingo3 (Whisper-like audio encoder, projector, Qwen2 text model of ``text_layers``) built from
+    a config."""
     from transformers import AudioFlamingo3Config, AudioFlamingo3ForConditionalGeneration
 
     config = AudioFlamingo3Config(
@@ -313,7 +314,7 @@ def audio_flamingo() -> TinyCase:
             vocab_size=96,
             hidden_size=32,
             intermediate_size=64,
-            num_hidden_layers=2,
+            num_hidden_layers=text_layers,
             num_attention_heads=4,
             num_key_value_heads=2,
             max_position_embeddings=128,
