@@ -15,6 +15,8 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # remembered file digests (hub_export._files) go to a folder of this run, not the user's cache
 os.environ.setdefault("HUB_EXPORT_CACHE", tempfile.mkdtemp(prefix="hub-export-test-cache-"))
+# exports several modules read (tiny_models.embedding_head_export): made once per run, shared by the xdist workers
+os.environ.setdefault("HUB_EXPORT_TEST_EXPORTS", tempfile.mkdtemp(prefix="hub-export-test-exports-"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hub_fixtures import HUB_TOKEN, hub_api, hub_env, hub_server  # noqa: E402,F401

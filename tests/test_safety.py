@@ -18,29 +18,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_models import EmbeddingHead
+from tiny_models import EmbeddingHead, embedding_head_export
 
 from hub_export import (
-    DynamoConfig,
-    DynamoExporter,
-    ExecutorchConfig,
-    ExecutorchExporter,
     ExportedModel,
-    OnnxConfig,
-    OnnxExporter,
-    OpenVINOConfig,
-    OpenVINOExporter,
 )
 from hub_export.backends.dynamo.safety import scan_pickle
 from hub_export.errors import IntegrityError, ManifestError, UnsafeExportError
 
 SAMPLE = {"input_ids": torch.tensor([[1, 5, 9, 3]])}
-EXPORTERS = {
-    "pt2": (DynamoExporter, DynamoConfig),
-    "onnx": (OnnxExporter, OnnxConfig),
-    "openvino": (OpenVINOExporter, OpenVINOConfig),
-    "executorch": (ExecutorchExporter, ExecutorchConfig),
-}
+FORMATS = ("pt2", "onnx", "openvino", "executorch")
 
 
 class Payload:
@@ -54,14 +41,10 @@ class Payload:
 
 
 @pytest.fixture(scope="module")
-def saved(tmp_path_factory) -> dict[str, Path]:
-    """One saved export of :class:`~tiny_models.EmbeddingHead` per format."""
-    root = tmp_path_factory.mktemp("exports")
-    model = EmbeddingHead().eval()
-    out = {}
-    for name, (exporter, config) in EXPORTERS.items():
-        out[name] = Path(exporter().export(model, SAMPLE, config=config()).save_pretrained(root / name))
-    return out
+def saved() -> dict[str, Path]:
+    """One saved export of :class:`~tiny_models.EmbeddingHead` per format, default configs (shared with other modules:
+    the tests copy it before changing it)."""
+    return {name: embedding_head_export(name) for name in FORMATS}
 
 
 def _copy(saved: dict[str, Path], fmt: str, tmp_path: Path) -> Path:

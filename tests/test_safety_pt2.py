@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import safety_corpus as corpus
 import torch
-from tiny_models import EmbeddingHead
+from tiny_models import EmbeddingHead, embedding_head_export
 
-from hub_export import DynamoConfig, DynamoExporter, ExportedModel
+from hub_export import ExportedModel
 from hub_export._pickle import walk_pickle
 from hub_export.backends.dynamo import io as pt2_io
 from hub_export.backends.dynamo._archive import StoredArchive
@@ -35,11 +35,9 @@ SAMPLE = {"input_ids": torch.tensor([[1, 5, 9, 3]])}
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
+def base() -> Path:
     """A dynamic ``.pt2`` export (it has symbolic sizes and guards)."""
-    root = tmp_path_factory.mktemp("pt2")
-    exported = DynamoExporter().export(EmbeddingHead().eval(), SAMPLE, config=DynamoConfig(dynamic=True))
-    return Path(exported.save_pretrained(root / "base"))
+    return embedding_head_export("pt2-dynamic")  # shared with other modules: copied before any change
 
 
 @pytest.fixture

@@ -20,23 +20,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from safety_corpus import reseal
-from tiny_models import EmbeddingHead
+from tiny_models import embedding_head_export
 
-from hub_export import ExecutorchConfig, ExecutorchExporter
 from hub_export.backends.executorch._flatbuf import Flat, Table
 from hub_export.backends.executorch._plan import check_plan_indices
 from hub_export.backends.executorch._xnnpack import check_xnnpack_delegates
 from hub_export.errors import UnsafeExportError
 
-SAMPLE = {"input_ids": torch.tensor([[1, 5, 9, 3]])}
-
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    exported = ExecutorchExporter().export(EmbeddingHead().eval(), SAMPLE, config=ExecutorchConfig())
-    return Path(exported.save_pretrained(tmp_path_factory.mktemp("xnnpack") / "base"))
+def base() -> Path:
+    return embedding_head_export("executorch")  # shared with other modules: copied before any change
 
 
 class Pte:

@@ -6,8 +6,12 @@ to run the export on. Every test module takes its models from here.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -38,6 +42,49 @@ class EmbeddingHead(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"logits": self.head(torch.tanh(self.embed(input_ids)))}
+
+
+#: The ids every export of :class:`EmbeddingHead` is traced with.
+EMBEDDING_HEAD_SAMPLE = {"input_ids": torch.tensor([[1, 5, 9, 3]])}
+
+
+def embedding_head_export(kind: str) -> Path:
+    """The saved export of :class:`EmbeddingHead` on :data:`EMBEDDING_HEAD_SAMPLE` that several test modules read:
+    ``kind`` is a format with its default config, or ``"pt2-dynamic"`` (``DynamoConfig(dynamic=True)``). Made once
+    per test run by whichever xdist worker asks first (a file lock in the run's folder, conftest.py's
+    ``HUB_EXPORT_TEST_EXPORTS``). Never change it: copy it first."""
+    from filelock import FileLock
+
+    from hub_export import (
+        DynamoConfig,
+        DynamoExporter,
+        ExecutorchConfig,
+        ExecutorchExporter,
+        OnnxConfig,
+        OnnxExporter,
+        OpenVINOConfig,
+        OpenVINOExporter,
+    )
+
+    exporters = {
+        "pt2": (DynamoExporter, DynamoConfig()),
+        "pt2-dynamic": (DynamoExporter, DynamoConfig(dynamic=True)),
+        "onnx": (OnnxExporter, OnnxConfig()),
+        "openvino": (OpenVINOExporter, OpenVINOConfig()),
+        "executorch": (ExecutorchExporter, ExecutorchConfig()),
+    }
+    exporter, config = exporters[kind]
+    if not os.environ.get("HUB_EXPORT_TEST_EXPORTS"):  # conftest.py sets it; a process of its own otherwise
+        os.environ["HUB_EXPORT_TEST_EXPORTS"] = tempfile.mkdtemp(prefix="hub-export-test-exports-")
+    root = Path(os.environ["HUB_EXPORT_TEST_EXPORTS"])
+    folder = root / f"embedding-head-{kind}"
+    with FileLock(f"{folder}.lock"):
+        if not folder.is_dir():
+            partial = root / f"{folder.name}.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            exporter().export(EmbeddingHead().eval(), EMBEDDING_HEAD_SAMPLE, config=config).save_pretrained(partial)
+            partial.rename(folder)
+    return folder
 
 
 def text_inputs(batch: int, seq: int, vocab: int = 96, *, pad_left: int = 0, seed: int = 0) -> dict[str, Any]:
