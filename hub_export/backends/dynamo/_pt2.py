@@ -8,14 +8,17 @@ with ``weights_only=False``). Instead :func:`read_pt2`:
 
 1. reads the zip's central directory strictly (:mod:`._archive`) and requires the entry list to be exactly what
    ``torch.export.save`` writes for one program: fixed markers, ``models/model.json``, the sample inputs, the weights
-   and constants configs and the payload files they name (every payload named by a config, no other file);
+   and constants configs and the payload files they name (every payload named by a config, no other file), or, for
+   payloads the export's components share, ``data/shared/model.json`` naming them in its checked
+   ``shared.safetensors`` (:mod:`._shared`);
 2. validates ``models/model.json`` and both configs against torch's schema and the grammars
    (:mod:`._program_schema`), each read with a byte budget and parsed with a bounded container count;
 3. walks every pickle (the sample inputs' ``torch.save``, pickled payloads) with the allow-list
    (:func:`hub_export._pickle.walk_pickle`);
 4. when building, creates each raw weight from its entry's bytes itself (``torch.frombuffer`` over a copy-on-write
-   map of the file + ``as_strided``, the view checked to fit its storage: nothing is copied), loads the pickles with ``torch.load(weights_only=True)`` and hands the checked
-   program to torch's deserializer, which has no archive to fall back on.
+   map of the file, or of the shared weights file, + ``as_strided``, the view checked to fit its storage: nothing is
+   copied), loads the pickles with ``torch.load(weights_only=True)`` and hands the checked program to torch's
+   deserializer, which has no archive to fall back on.
 
 ``trust_pickles`` lets pickles reference any global and loads them with ``weights_only=False``;
 ``trust_native_code`` accepts AOTInductor entries in the archive (they are never loaded from here).

@@ -82,15 +82,43 @@ class SharedPlan:
 
 
 def _storage_tensors(program: Any) -> dict[str, Any]:
-    """``{FQN: tensor}`` of a program's raw-stored weights and tensor constants (what its configs name)."""
+    """``{FQN: tensor}`` of a program's raw-stored weights and tensor constants (what its configs name), less the
+    buffers it mutates (a component's state stays its own, as it was before sharing)."""
     import torch
 
     found = {**program.state_dict, **program.constants}
+    mutated = _written_buffers(program)
     return {
         fqn: t
         for fqn, t in found.items()
-        if type(t) in (torch.Tensor, torch.nn.Parameter) and t.untyped_storage().nbytes() and t.data_ptr()
+        if type(t) in (torch.Tensor, torch.nn.Parameter)
+        and fqn not in mutated
+        and t.untyped_storage().nbytes()
+        and t.data_ptr()
     }
+
+
+def _written_buffers(program: Any) -> set[str]:
+    """FQNs of the buffers a program writes: returned as mutated, or passed (directly or through views) to an
+    operator argument its schema marks as written (torch.export keeps in-place ops on buffers)."""
+    from torch.export.graph_signature import InputKind
+
+    written = set(program.graph_signature.buffers_to_mutate.values())
+    buffers = {s.arg.name: s.target for s in program.graph_signature.input_specs if s.kind == InputKind.BUFFER}
+    origin = {name: target for name, target in buffers.items()}  # node name -> the buffer it is (a view of)
+    for node in program.graph.nodes:
+        schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+        if schema is None:
+            continue
+        for arg, spec in zip(node.args, schema.arguments):
+            target = origin.get(getattr(arg, "name", ""))
+            if target is None:
+                continue
+            if spec.alias_info is not None and spec.alias_info.is_write:
+                written.add(target)
+            elif spec.alias_info is not None or schema.returns and schema.returns[0].alias_info is not None:
+                origin[node.name] = target  # a view of the buffer
+    return written
 
 
 def plan_shared(programs: dict[str, Any]) -> SharedPlan:
@@ -334,10 +362,12 @@ def read_references(
         key, nbytes = ref["key"], ref["nbytes"]
         found = shared.entries.get(key) if isinstance(key, str) else None
         if found is None:
-            raise UnsafeExportError(f"{where}: {entry} names {str(key)[:80]!r}, which {shared.label} lacks.")
+            raise UnsafeExportError(
+                f"{where}: {entry} names {str(key)[:80]!r}, which {shared.label} lacks; refusing to load it."
+            )
         if not _count(nbytes) or found[2] != nbytes:
             raise UnsafeExportError(
-                f"{where}: {entry} is {nbytes} bytes, but {shared.label} holds {found[2]} for {key!r}; refusing it."
+                f"{where}: {entry} is {nbytes} bytes, but {shared.label} holds {found[2]} for {key!r}; refusing to load it."
             )
         out[entry] = (key, nbytes)
     return out
