@@ -209,9 +209,6 @@ class HfExporter:
             extra=dict(lowered.extra),
             weights=lowered.weights if lowered.weights is not None else _weights_by_dtype(traced.program),
         )
-        # the traced graph (its nodes' metadata and fake values) is not needed any more: dropped before the parity
-        # runner is built, which may collect it first (ExecuTorch: before XNNPACK packs its copy of the weights)
-        traced = traced.replace(program=None)
         with stage(f"checking parity{suffix}"):
             runner = self.parity_runner(lowered.program, metadata)
             produced = runner.run_flat([t.clone() for t in traced.sample])

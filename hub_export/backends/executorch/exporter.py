@@ -227,9 +227,8 @@ class ExecutorchExporter(HfExporter):
         """A runner whose method (and the delegate's packed copy of the weights) goes with it
         (:meth:`ExecutorchRunner.for_parity`), not kept with the exported program.
 
-        What lowering and tracing left (the lowering's programs and the traced graph, which hold reference cycles) is
-        collected and the C heap trimmed first, so that XNNPACK's packed copy (1.0x the weights it runs) is the one
-        large allocation the check adds."""
+        What lowering left (its programs hold reference cycles) is collected and the C heap trimmed first; XNNPACK's
+        packed copy (1.0x the weights it runs: every linear layer and a tied ``lm_head``) is what the check adds."""
         gc.collect()
         release_freed_heap()
         return ExecutorchRunner.for_parity(program, metadata)
