@@ -171,6 +171,27 @@ def test_the_parity_runner_goes_with_its_method_and_no_load_locks_pages(exports:
         assert _locked_kb() > locked
 
 
+def test_a_dropped_parity_runner_frees_its_method_then_trims_the_heap(
+    exports: Callable[[str], Export], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import weakref
+
+    from hub_export.backends.executorch import runner as runner_module
+
+    case, export, _ = exports("bert")
+    component = export.components["model"]
+    trims: list[bool] = []
+    runner = ExecutorchExporter().parity_runner(component.program, component.metadata)
+    with torch.no_grad():
+        assert _max_diff(runner(**case.sample), case.model(**case.sample)) <= ATOL
+    method = weakref.ref(runner.method)
+    # the heap is trimmed once the method (XNNPACK's packed weights) is gone, not before
+    monkeypatch.setattr(runner_module, "release_freed_heap", lambda: trims.append(method() is None))
+    del runner
+    assert method() is None and trims == [True]
+    assert component.metadata.parity["max_abs_diff"] <= ATOL  # the export's own check ran
+
+
 def _effective_capabilities() -> int:
     lines = Path("/proc/self/status").read_text().splitlines()
     return int(next(line.split()[1] for line in lines if line.startswith("CapEff:")), 16)
