@@ -391,16 +391,21 @@ def _lower(program: Any, config: Any, external: bool = False) -> Any:
 def _to_edge(program: Any, backend: str, compile_config: Any, passes: Any) -> Any:
     """``to_edge_transform_and_lower`` for ``backend``: for XNNPACK, first with its ops kept whole by one
     decomposition table (:func:`._decompose.one_table_partitioner`: two ``run_decompositions`` instead of three),
-    and when that program cannot be lowered, with XNNPACK's own node-by-node choice."""
+    and when XNNPACK then refuses a node kept whole (:func:`._decompose.is_kept_node_refused`), again with XNNPACK's
+    own node-by-node choice. Any other failure is raised as it is: the node-by-node lowering would only repeat it
+    (a model whose quantized linears XNNPACK cannot group lowered twice to fail twice)."""
     from executorch.exir import to_edge_transform_and_lower
 
     if backend == "xnnpack":
-        from ._decompose import one_table_partitioner
+        from ._decompose import is_kept_node_refused, one_table_partitioner
 
-        with contextlib.suppress(Exception):  # the node-by-node lowering below raises the error that stands, if any
+        try:
             return to_edge_transform_and_lower(
                 program, partitioner=[one_table_partitioner()], compile_config=compile_config, transform_passes=passes
             )
+        except RuntimeError as exc:
+            if not is_kept_node_refused(exc):
+                raise
     return to_edge_transform_and_lower(
         program, partitioner=_partitioners(backend), compile_config=compile_config, transform_passes=passes
     )
