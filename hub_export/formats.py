@@ -16,6 +16,7 @@ A third-party format calls :func:`register_backend` itself (see ``docs/extending
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 import threading
@@ -179,11 +180,12 @@ def register_backend(backend: Backend) -> Backend:
     return backend
 
 
-def _builtin_packages() -> list[str]:
-    """The names of the built-in backend packages (listed, not imported)."""
+@functools.cache
+def _builtin_packages() -> tuple[str, ...]:
+    """The names of the built-in backend packages (listed once, not imported)."""
     package = importlib.import_module(f"{__package__}.backends")
     found = [i.name for i in pkgutil.iter_modules(package.__path__) if i.ispkg and not i.name.startswith("_")]
-    return sorted(found)
+    return tuple(sorted(found))
 
 
 def _discover(name: str | None = None) -> None:

@@ -692,6 +692,123 @@ def _pt2_zip_variants() -> list[Variant]:
     return out
 
 
+# -- a .pt2 reading its weights from the export's shared.safetensors -------------------------------------------------
+SHARED = "shared.safetensors"
+_REFERENCES = "data/shared/model.json"
+
+
+def share_weights(
+    folder: Path,
+    header_edit: Callable[[dict[str, Any]], Any] | None = None,
+    refs_edit: Callable[[dict[str, Any]], Any] | None = None,
+    listed: bool = True,
+) -> None:
+    """Move the base ``.pt2``'s raw weight payloads into a ``shared.safetensors`` listed for its component, the
+    archive naming them in ``data/shared/model.json``, as a save of several components writes them; then let
+    ``header_edit`` / ``refs_edit`` alter the safetensors header / the references."""
+    entries = pt2_entries(folder)
+    config = json.loads(get_entry(entries, "data/weights/model_weights_config.json"))
+    header: dict[str, Any] = {}
+    refs: dict[str, Any] = {}
+    blobs = []
+    for fqn, meta in config["config"].items():
+        entry = "data/weights/" + meta["path_name"]
+        if entry in refs or meta["use_pickle"]:
+            continue
+        data = get_entry(entries, entry)
+        assert meta["tensor_meta"]["dtype"] == 7  # float32
+        start = sum(len(b) for b in blobs)
+        header[fqn] = {"dtype": "F32", "shape": [len(data) // 4], "data_offsets": [start, start + len(data)]}
+        refs[entry] = {"key": fqn, "nbytes": len(data)}
+        blobs.append(data)
+    assert refs, "the base .pt2 has no raw weights"
+    kept = [(name, data) for name, data in entries if name[len(ROOT) :] not in refs]
+    refs = (refs_edit(refs) or refs) if refs_edit else refs
+    kept.append((ROOT + _REFERENCES, json.dumps({"payloads": refs}).encode()))
+    write_zip(folder / "model.pt2", kept)
+    header = (header_edit(header) or header) if header_edit else header
+    text = json.dumps(header).encode()
+    text += b" " * (-(8 + len(text)) % 8)
+    (folder / SHARED).write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+    if listed:
+        list_file(folder, SHARED, "weights", "model")
+
+
+def _first(value: dict[str, Any]) -> Any:
+    return value[next(iter(value))]
+
+
+def _pt2_shared_variants() -> list[Variant]:
+    out: list[Variant] = []
+
+    def add(name: str, build: Callable[[Path, Context], None], cause: str = "code", **kw: Any) -> None:
+        out.append(Variant(f"pt2-shared-{name}", "pt2", cause, build, **kw))
+
+    add("control", lambda f, c: share_weights(f), may_load=True)
+    add("not-listed", lambda f, c: share_weights(f, listed=False), cause="roles")
+    add("key-missing", lambda f, c: share_weights(f, refs_edit=lambda r: _first(r).update(key="no.such.key")))
+    add("reference-size", lambda f, c: share_weights(f, refs_edit=lambda r: _first(r).update(nbytes=1 << 40)))
+    add("reference-unused", lambda f, c: share_weights(f, refs_edit=lambda r: r.update({"data/weights/weight_99": _first(r)})))  # fmt: skip
+    add("reference-bad-entry", lambda f, c: share_weights(f, refs_edit=lambda r: r.update({"../../x": _first(r)})))
+    add("wrong-dtype", lambda f, c: share_weights(f, header_edit=lambda h: _first(h).update(dtype="I32")))
+
+    def wrong_shape(header: dict[str, Any]) -> None:
+        _first(header)["shape"] = [_first(header)["shape"][0] * 2]
+
+    add("wrong-shape", lambda f, c: share_weights(f, header_edit=wrong_shape), cause="bounds")
+
+    def overlap(header: dict[str, Any]) -> None:
+        first = _first(header)
+        header["alias"] = {**first, "data_offsets": list(first["data_offsets"])}
+
+    add("overlapping-ranges", lambda f, c: share_weights(f, header_edit=overlap), cause="bounds")
+
+    def past_end(header: dict[str, Any]) -> None:
+        end = max(v["data_offsets"][1] for v in header.values())
+        header["past"] = {"dtype": "F32", "shape": [1 << 28], "data_offsets": [end, end + (1 << 30)]}
+
+    add("range-past-end", lambda f, c: share_weights(f, header_edit=past_end), cause="bounds")
+
+    def larger(folder: Path, ctx: Context) -> None:  # bytes no tensor covers, after the listed ones (resealed)
+        share_weights(folder)
+        with open(folder / SHARED, "ab") as handle:
+            handle.write(b"\0" * 4096)
+
+    add("larger-than-its-tensors", larger, cause="bounds")
+
+    def unlisted_size(folder: Path, ctx: Context) -> None:  # grown after the manifest was sealed
+        share_weights(folder)
+        reseal(folder)
+        with open(folder / SHARED, "ab") as handle:
+            handle.write(b"\0" * 4096)
+
+    add("larger-than-listed", unlisted_size, cause="bounds", reseal=False)
+
+    def huge_header(folder: Path, ctx: Context) -> None:
+        share_weights(folder)
+        data = (folder / SHARED).read_bytes()
+        (folder / SHARED).write_bytes(struct.pack("<Q", 1 << 40) + data[8:])
+
+    add("header-length-huge", huge_header, cause="bounds")
+    add("header-nested", lambda f, c: share_weights(f, header_edit=lambda h: h.update(__metadata__={"a": [[[]]]})))
+
+    def escape(folder: Path, ctx: Context) -> None:
+        share_weights(folder)
+        symlink_out(folder, SHARED, ctx)
+
+    add("symlink-out", escape, cause="side")
+
+    def both(folder: Path, ctx: Context) -> None:  # a payload kept in the archive and named as shared
+        entries = pt2_entries(folder)
+        share_weights(folder)
+        shared = pt2_entries(folder)
+        shared.extend(e for e in entries if e[0].startswith(ROOT + "data/weights/weight_"))
+        write_zip(folder / "model.pt2", shared)
+
+    add("also-in-archive", both)
+    return out
+
+
 # -- ONNX -------------------------------------------------------------------------------------------------------
 def edit_onnx(edit: Callable[..., Any]) -> Callable[[Path, Context], None]:
     def build(folder: Path, ctx: Context) -> None:
@@ -1296,6 +1413,7 @@ def variants() -> list[Variant]:
     return [
         *_pt2_code_variants(),
         *_pt2_zip_variants(),
+        *_pt2_shared_variants(),
         *_onnx_variants(),
         *_openvino_variants(),
         *_executorch_variants(),

@@ -122,12 +122,14 @@ def test_components_subset_and_lazy(exports, hub_api: HfApi, hub_env: HubServer,
     duo = ExportedModel(ExportFormat.DYNAMO, first.export_config, parts, config=case.model.config)
     duo.push_to_hub(REPO, subfolder="duo")
     sizes = _sizes(hub_api, "duo")
-    assert {"duo/first.pt2", "duo/second.pt2"} <= set(sizes)
+    assert {"duo/first.pt2", "duo/second.pt2", "duo/shared.safetensors"} <= set(sizes)  # one model: shared weights
 
     hub_env.clear_log()
     only = ExportedModel.from_pretrained(REPO, subfolder="duo", components=["second"], cache_dir=tmp_path / "a")
     assert list(only.components) == ["second"]
-    assert set(_fetched(hub_env)) == {"duo/export.json", "duo/config.json", "duo/second.pt2"}  # only listed files
+    fetched = _fetched(hub_env)  # only listed files: the component's own and the shared weights
+    assert set(fetched) == {"duo/export.json", "duo/config.json", "duo/second.pt2", "duo/shared.safetensors"}
+    assert sum(n for _, n in fetched["duo/shared.safetensors"]) == sizes["duo/shared.safetensors"]  # once
     assert torch.equal(_logits(only.components["second"].runner(), case.other), _logits(second, case.other))
 
     hub_env.clear_log()
@@ -136,7 +138,7 @@ def test_components_subset_and_lazy(exports, hub_api: HfApi, hub_env: HubServer,
     assert lazy.config.model_type == "llama" and lazy.generation_config is None
     hub_env.clear_log()
     assert torch.equal(_logits(lazy.components["first"].runner(), case.sample), _logits(first, case.sample))
-    assert set(_fetched(hub_env)) == {"duo/first.pt2"}
+    assert set(_fetched(hub_env)) == {"duo/first.pt2", "duo/shared.safetensors"}
     assert lazy.components["first"].loaded and not lazy.components["second"].loaded
     assert "not loaded" in repr(lazy.components["second"]) and not lazy.components["second"].loaded
     with pytest.raises(ManifestError, match="third"):

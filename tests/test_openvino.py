@@ -229,8 +229,9 @@ def test_cpu_threads_are_unpinned_by_default_and_configurable(exports: Any) -> N
 
 
 class _PaddedAttention(torch.nn.Module):
-    """The graph shapes the patches fix: an empty-cache ``cat``, a ``-1`` reshape, a fully masked row, a one-input
-    ``cat`` and a ``squeeze`` of an axis that is not 1 (features kept whole), a check on a tensor condition."""
+    """The graph shapes the patches fix: an empty-cache ``cat`` (also under ``no_grad``), a ``-1`` reshape, a fully
+    masked row, a one-input ``cat`` and a ``squeeze`` of an axis that is not 1 (features kept whole), a check on a
+    tensor condition, an output returned twice."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -242,18 +243,22 @@ class _PaddedAttention(torch.nn.Module):
         batch, seq = input_ids.shape
         x = self.proj(torch.nn.functional.one_hot(input_ids, 8).float()).view(batch, seq, 2, 4).transpose(1, 2)
         keys = torch.cat([torch.tensor([]), x], dim=-2)  # DynamicCache's first update
+        with torch.no_grad():  # the same inside a region traced as a higher-order op's subgraph
+            keys = keys + torch.cat([torch.tensor([]), x], dim=-2) * 0
         causal = torch.ones(seq, seq, dtype=torch.bool).tril()
         mask = causal[None, None] & attention_mask.bool()[:, None, None, :]
         torch._check_tensor_all(attention_mask >= 0)  # transformers' torch_compilable_check: aten._is_all_true
         out = torch.nn.functional.scaled_dot_product_attention(x, keys, keys, attn_mask=mask)
         out = torch.cat([out], dim=0).squeeze(0)  # a batch of 1 is not traced: the squeeze removes nothing
-        return BaseModelOutput(last_hidden_state=out.transpose(1, 2).reshape(batch, seq, -1))
+        hidden = out.transpose(1, 2).reshape(batch, seq, -1)
+        return BaseModelOutput(last_hidden_state=hidden, hidden_states=(hidden,))  # one tensor returned twice
 
 
 def test_patches_fix_the_graph_and_restore_it() -> None:
     from hub_export.backends.openvino.patches import (
         conversion_patches,
         copies_as_clones,
+        distinct_outputs,
         pin_reshape_wildcards,
         skip_empty_cat_inputs,
         zero_fully_masked_attention_rows,
@@ -265,9 +270,10 @@ def test_patches_fix_the_graph_and_restore_it() -> None:
     model = _PaddedAttention().eval()
     sample = {"input_ids": torch.randint(0, 8, (1, 5)), "attention_mask": torch.ones(1, 5, dtype=torch.long)}
     program = trace(model, sample, OpenVINOConfig(dynamic=True)).program
+    assert any(isinstance(m, torch.fx.GraphModule) for m in program.graph_module.children())  # the no_grad region
     before = program.graph_module.code
     patches = (skip_empty_cat_inputs, pin_reshape_wildcards, zero_fully_masked_attention_rows, all_true_checks_as_all)
-    for patch, least in zip((*patches, copies_as_clones), (1, 1, 1, 1, 2)):
+    for patch, least in zip((*patches, copies_as_clones, distinct_outputs), (2, 1, 1, 1, 2, 1)):
         with patch(program) as count:
             assert count >= least, patch.__name__
             assert program.graph_module.code != before
@@ -284,6 +290,42 @@ def test_patches_fix_the_graph_and_restore_it() -> None:
     got = exported(**padded)
     assert not got.last_hidden_state.isnan().any()
     assert max_diff(got, expected) <= ATOL
+
+
+def test_top_k_keeps_the_lower_index_among_equal_values() -> None:
+    """ONNX's rule (and ``sort(stable=True)``'s): the CPU plugin's unstable TopK returned 102, 101, 100, 103."""
+    import openvino
+
+    from hub_export.backends.openvino.patches import stable_top_k
+
+    class TopK(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> Any:
+            return torch.topk(x, 5).indices, torch.topk(x, x.shape[-1] // 50, largest=False).indices
+
+    x = torch.zeros(2, 300)
+    x[:, 7], x[:, 100:120] = 1.0, 0.5
+    program = torch.export.export(TopK(), (x,), dynamic_shapes=({1: torch.export.Dim("n", min=100, max=1000)},))
+    model = openvino.convert_model(program)
+    assert stable_top_k(model) == 2
+    compiled = openvino.Core().compile_model(model, "CPU")
+    for size in (300, 450):
+        y = torch.cat([x, torch.full((2, size - 300), 0.5)], -1)
+        top, bottom = compiled(y.numpy()).values()
+        assert top.tolist() == torch.sort(y, descending=True, stable=True).indices[:, :5].tolist()
+        assert bottom.tolist() == torch.sort(y, stable=True).indices[:, : size // 50].tolist()
+
+
+def test_the_parity_check_reads_convolution_weights_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parity runner's weight inputs keep a convolution's static shape (the CPU plugin refuses dynamic ones)."""
+    from hub_export.backends.openvino.runner import OpenVINORunner
+
+    monkeypatch.setattr(OpenVINORunner, "parity_weight_input_bytes", 256)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv1d(4, 8, 3), torch.nn.ConvTranspose1d(8, 4, 3)).eval()
+    exported = OpenVINOExporter().export(model, {"input": torch.randn(1, 4, 9)}, config=OpenVINOConfig(dynamic=True))
+    x = torch.randn(2, 4, 13)
+    with torch.no_grad():
+        torch.testing.assert_close(exported(input=x), model(x), rtol=0, atol=ATOL)
 
 
 def test_missing_openvino_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

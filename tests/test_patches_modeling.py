@@ -479,3 +479,99 @@ def test_pegasus_x_block_padding_is_upstreams() -> None:
                 got = encoder(**x).last_hidden_state
             assert applied == 1 and got.is_contiguous()
             torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_minimax_lightning_attention_keeps_the_sequence_dynamic() -> None:
+    """MiniMax's lightning attention loops over blocks of ``block_size`` tokens in Python (bounded to the traced
+    block count before): traced as one loop over zero-padded blocks, the export takes other block counts with
+    eager's numbers, and the state a prompt leaves in the cache is upstream's, bit for bit."""
+    from transformers import MiniMaxConfig
+    from transformers.models.minimax.modeling_minimax import MiniMaxCache, MiniMaxLightningAttention
+
+    config = MiniMaxConfig(hidden_size=16, num_attention_heads=2, head_dim=8, num_hidden_layers=2, block_size=4)
+
+    class Lightning(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.embed = torch.nn.Embedding(64, 16)
+            self.attention = MiniMaxLightningAttention(config, layer_idx=1)
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: Any = None) -> dict:
+            hidden = self.embed(input_ids)
+            return {"logits": self.attention(hidden, None, attention_mask, past_key_values=cache)[0]}
+
+    model = Lightning().eval()
+    original = MiniMaxLightningAttention.forward
+    padded = _ids(2, 6) | {"attention_mask": torch.tensor([[0, 0, 1, 1, 1, 1], [1] * 6])}
+    dims = _export_and_compare(model, _ids(2, 7), [_ids(3, 11), _ids(2, 4), padded])  # 2 blocks; 3, 1 and 2
+    assert dims["sequence"].max is None
+    assert MiniMaxLightningAttention.forward is original
+    for inputs in (_ids(2, 7), _ids(1, 8), padded):  # a prompt's state: the last block partial, whole, masked
+        want, got = MiniMaxCache(), MiniMaxCache()
+        with torch.no_grad():
+            model(**inputs, cache=want)
+            with symbolic_sizes(model):
+                model(**inputs, cache=got)
+        torch.testing.assert_close(got.linear_cache[1], want.linear_cache[1], rtol=0, atol=0)
+
+
+def test_canine_local_attention_keeps_the_sequence_dynamic() -> None:
+    """CANINE's local attention loops over chunks of the sequence in Python (pinned before): one attention with a
+    window mask, its export takes other lengths with eager's numbers; with the first position attending to all and
+    every window to the first key (upstream's other chunk layouts) it matches eager too."""
+    from transformers import CanineConfig
+    from transformers.models.canine.modeling_canine import CanineAttention
+
+    config = CanineConfig(hidden_size=16, num_attention_heads=2, intermediate_size=32)
+    windows = {"attend_from_chunk_width": 4, "attend_from_chunk_stride": 4, "attend_to_chunk_stride": 4}
+
+    class Local(torch.nn.Module):
+        def __init__(self, **flags: bool) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.embed = torch.nn.Embedding(64, 16)
+            self.attention = CanineAttention(config, local=True, attend_to_chunk_width=6, **windows, **flags)
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict:
+            mask = attention_mask[:, None, :].expand(-1, input_ids.shape[1], -1).float()
+            return {"logits": self.attention(self.embed(input_ids), mask)[0]}
+
+    original = CanineAttention.forward
+    padded = _ids(2, 8) | {"attention_mask": torch.tensor([[1, 1, 1, 0, 0, 0, 0, 0], [1] * 8])}  # a padded window
+    dims = _export_and_compare(Local().eval(), _ids(2, 7), [_ids(3, 11), _ids(2, 3), padded])
+    assert dims["sequence"].max is None
+    assert CanineAttention.forward is original
+    flags = {"first_position_attends_to_all": True, "always_attend_to_first_position": True}
+    model = Local(**flags).eval()
+    for inputs in (_ids(2, 7), padded):
+        with torch.no_grad():
+            want = model(**inputs)["logits"]
+            with symbolic_sizes(model):
+                torch.testing.assert_close(model(**inputs)["logits"], want, rtol=0, atol=1e-6)
+
+
+def test_canine_downsampled_mask_keeps_the_sequence_dynamic() -> None:
+    """CANINE pools its character mask with MaxPool1d, whose output size is computed on the traced length (pinned
+    before): the strided maximum traces with the length symbolic and gives upstream's mask at other lengths."""
+    from transformers import CanineConfig, CanineModel
+
+    config = CanineConfig(hidden_size=16, num_attention_heads=2, intermediate_size=32, num_hidden_layers=1)
+    model = seeded(CanineModel, config)
+
+    class Pool(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.canine = model
+
+        def forward(self, mask: torch.Tensor) -> torch.Tensor:
+            return self.canine._downsample_attention_mask(mask, config.downsampling_rate)
+
+    def mask(length: int) -> torch.Tensor:
+        return (torch.arange(length)[None, :] < torch.tensor([[length], [length // 2]])).long()
+
+    with symbolic_sizes(model):
+        program = torch.export.export(Pool(), (mask(12),), dynamic_shapes=({1: Dim.AUTO},))
+    for length in (9, 12, 19):  # two molecules or more (torch guards a derived size of 1)
+        want = model._downsample_attention_mask(mask(length), config.downsampling_rate)
+        torch.testing.assert_close(program.module()(mask(length)), want, rtol=0, atol=0)

@@ -116,11 +116,13 @@ class _SizeArithmetic(torch.nn.Module):
         rows, cols = x.shape
         chunks = -(-cols // 4)
         counts = (torch.arange(cols) - 2) // 3 + torch.floor_divide(torch.arange(cols) - 4, 2)  # -1 // 3 is -1
-        return x.new_ones(chunks, 2) * (cols % 3) + torch.sym_min(rows, cols) + counts.sum()
+        scale = torch.sym_float(cols) / 4
+        return x.new_ones(chunks, 2) * (cols % 3) + torch.sym_min(rows, cols) + counts.sum() + scale
 
 
 def test_openvino_size_arithmetic_follows_python() -> None:
-    """OpenVINO truncates ``//`` and has no rule for ``%``/``sym_min``: the conversion rules give Python's results."""
+    """OpenVINO truncates ``//`` and has no rule for ``%``/``sym_min``/``sym_float``: the conversion rules give
+    Python's results."""
     from hub_export import OpenVINOConfig
 
     model = _SizeArithmetic()

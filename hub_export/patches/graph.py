@@ -25,29 +25,39 @@ def _is_mutating(node: Any) -> bool:
 @contextlib.contextmanager
 def rewritten_nodes(program: Any, rewrite: NodeRewrite) -> Iterator[int]:
     """Set the attributes ``rewrite`` returns on every ``call_function`` node of ``program`` inside the block,
-    then restore the old values. The graph module is recompiled after the rewrite and after the restore (in
-    ``finally``).
+    then restore the old values. Nodes of nested graphs count too: a region the model runs under
+    ``torch.no_grad()`` or ``autocast`` is traced as a higher-order operator whose body is a submodule
+    (``wrap_with_set_grad_enabled``), which ``run_decompositions`` inlines. Each graph module that changed is
+    recompiled after the rewrite and after the restore (in ``finally``).
 
     Yields:
         How many nodes were rewritten.
     """
+    import torch
+
     changed: list[tuple[Any, dict[str, Any]]] = []
-    for node in program.graph.nodes:
-        new = rewrite(node) if node.op == "call_function" else None
-        if new:
-            changed.append((node, {name: getattr(node, name) for name in new}))
-            for name, value in new.items():
-                setattr(node, name, value)
-    if changed:
-        program.graph_module.recompile()
+    modules = []
+    for module in program.graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        before = len(changed)
+        for node in module.graph.nodes:
+            new = rewrite(node) if node.op == "call_function" else None
+            if new:
+                changed.append((node, {name: getattr(node, name) for name in new}))
+                for name, value in new.items():
+                    setattr(node, name, value)
+        if len(changed) > before:
+            modules.append(module)
+            module.recompile()
     try:
         yield len(changed)
     finally:
-        if changed:
-            for node, old in reversed(changed):
-                for name, value in old.items():
-                    setattr(node, name, value)
-            program.graph_module.recompile()
+        for node, old in reversed(changed):
+            for name, value in old.items():
+                setattr(node, name, value)
+        for module in modules:
+            module.recompile()
 
 
 @contextlib.contextmanager
@@ -67,7 +77,8 @@ def views_after_permutes_as_reshapes(program: Any) -> Iterator[int]:
     """
     import torch
 
-    calls = [n for n in program.graph.nodes if n.op == "call_function"]
+    graphs = [m.graph for m in program.graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
+    calls = [n for graph in graphs for n in graph.nodes if n.op == "call_function"]
     permutes = {torch.ops.aten.transpose.int, torch.ops.aten.permute.default}
 
     def as_reshape(node: Any) -> dict[str, Any] | None:

@@ -55,6 +55,13 @@ type that is not used costs nothing, and a class or method that is gone raises `
   count check, a write under ``mask.any()``), traced as a check and a select (:mod:`hub_export.patches.placeholders`).
 * ``torch.nn.LSTM.forward`` (torch/nn/modules/rnn.py): ``aten.lstm`` is a composite op that torch.export decomposes
   into one cell per time step at the traced length; the patch runs each layer's cell under ``scan`` / ``while_loop``.
+* ``CanineAttention.forward`` (transformers/models/canine/modeling_canine.py), local: a Python loop over chunks of
+  the sequence, each attending to its window, pins the sequence; the patch runs one attention with a window mask
+  (:mod:`hub_export.patches.local_attention`). ``CanineModel._downsample_attention_mask``: ``MaxPool1d`` computes
+  its output size on the traced length; the patch takes the windows' maximum after a reshape.
+* ``MiniMaxLightningAttention.forward`` (transformers/models/minimax/modeling_minimax.py), without a cache: a Python
+  loop over blocks of ``block_size`` tokens bounds the sequence to the traced block count; the patch runs each block
+  under ``scan`` / ``while_loop`` over the sequence zero-padded to whole blocks.
 """
 
 from __future__ import annotations
@@ -70,11 +77,12 @@ from ._base import patch_attribute
 from .audio_codecs import CONV_PADDING_CLASSES, conv1d_padded_on_integers, encodec_encode_one_chunk
 from .experts import longcat_experts, step3p7_experts, switch_experts
 from .global_attention import global_branch_always, global_flag_not_read, global_indices_bounded
+from .local_attention import canine_downsampled_mask, canine_local_attention
 from .multimodal import rope_index_hunyuan_vl, rope_index_qwen2, rope_index_qwen2_5, rope_index_qwen3
 from .packed_images import hunyuan_vl_vision, lfm2_vl_image_features, lfm3_vl_grid_kept, lfm3_vl_short_conv
 from .padding import attention_window, block_size, padded_to_multiple
 from .placeholders import hunyuan_vl_placeholder_mask, ovis2_indicators_selected
-from .recurrence import lstm_forward, mamba_selective_scan, rglru_scan, rwkv_wkv_scan
+from .recurrence import lightning_attention_blocks, lstm_forward, mamba_selective_scan, rglru_scan, rwkv_wkv_scan
 from .resized_positions import cosmos3_edge_resize, hunyuan_vl_patch_embed, siglip2_resize
 
 __all__ = ["ModelingPatch", "MODELING_PATCHES", "symbolic_sizes"]
@@ -421,6 +429,30 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
         "forward",
         ovis2_indicators_selected,
         "Ovis2 writes its visual indicators under if mask.any(): a branch on the input ids",
+    ),
+    ModelingPatch(
+        "transformers.models.canine.modeling_canine",
+        "CanineAttention",
+        "forward",
+        canine_local_attention,
+        "CANINE's local attention loops over chunks of the sequence in Python (range(0, seq_len, stride)), "
+        "pinning the sequence",
+    ),
+    ModelingPatch(
+        "transformers.models.canine.modeling_canine",
+        "CanineModel",
+        "_downsample_attention_mask",
+        canine_downsampled_mask,
+        "CANINE pools its character mask with MaxPool1d, whose output size is computed on the traced length, "
+        "pinning the sequence",
+    ),
+    ModelingPatch(
+        "transformers.models.minimax.modeling_minimax",
+        "MiniMaxLightningAttention",
+        "forward",
+        lightning_attention_blocks,
+        "MiniMax's lightning attention loops over blocks of block_size tokens in Python, bounding the sequence to "
+        "the traced block count",
     ),
     ModelingPatch(
         "transformers.models.switch_transformers.modeling_switch_transformers",

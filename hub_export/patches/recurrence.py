@@ -24,6 +24,8 @@ them to models holding the owning class):
   linear mode loops over the sequence.
 * ``rwkv_linear_attention_cpu`` (transformers/models/rwkv/modeling_rwkv.py): RWKV's WKV attention without its CUDA
   kernel loops over the sequence.
+* ``MiniMaxLightningAttention.forward`` (transformers/models/minimax/modeling_minimax.py): the lightning
+  attention loops over blocks of ``block_size`` tokens, carrying the decayed key-value state.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any
 
 __all__ = [
     "LOOP_OPERATORS",
+    "lightning_attention_blocks",
     "lstm_forward",
     "mamba_selective_scan",
     "over_time",
@@ -293,3 +296,90 @@ def rwkv_wkv_scan(original: Callable[..., Any]) -> Callable[..., Any]:
         return output, None
 
     return linear_attention
+
+
+def lightning_attention_blocks(original: Callable[..., Any]) -> Callable[..., Any]:
+    """MiniMax's ``MiniMaxLightningAttention.forward`` (transformers/models/minimax/modeling_minimax.py) without a
+    prior state (no cache, or a prompt's empty one), with its loop over blocks of ``block_size`` tokens as
+    :func:`over_time`.
+
+    Upstream loops ``for i in range(num_blocks)`` in Python, which pins the sequence to the traced number of blocks
+    (a bound ``[(n - 1) * block_size + 1, n * block_size]``). Here the sequence is zero-padded to whole blocks and
+    each block runs upstream's step (intra-block decayed attention, the inter-block state read and updated): zero
+    keys and values add nothing to the outputs of the real positions, and the padded outputs are cut off. The state
+    a cache keeps is upstream's: the carry also holds the state before the last block, and the last block's
+    ``current_block_size`` decays are applied to it as upstream does. A call with a prior state (decoding) runs
+    upstream's forward.
+    """
+
+    def forward(
+        self: Any,
+        hidden_states: Any,
+        position_embeddings: Any,
+        attention_mask: Any,
+        past_key_values: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        import sys
+
+        import torch
+        import torch.nn.functional as F  # noqa: N812
+
+        if past_key_values is not None and past_key_values.get_linear_cache(self.layer_idx) is not None:
+            return original(self, hidden_states, position_embeddings, attention_mask, past_key_values, **kwargs)
+        batch_size, seq_len, _ = hidden_states.shape
+        heads, head_dim, block = self.num_attention_heads, self.head_dim, self.block_size
+        padding_mask = sys.modules[type(self).__module__].apply_mask_to_padding_states
+        qkv_states = padding_mask(self.act_fn(self.qkv_proj(hidden_states)), attention_mask)
+        qkv_states = qkv_states.reshape(batch_size, seq_len, heads, 3 * head_dim)
+        num_blocks = (seq_len + block - 1) // block
+        padded = F.pad(qkv_states, (0, 0, 0, 0, 0, num_blocks * block - seq_len))
+        # [blocks, batch * heads, block, 3 * head_dim]: one block per step, batch and heads as one axis of bmm's
+        # (matmul's 4-D decomposition inside the loop body leaks unbacked sizes out of it when torch.onnx re-traces
+        # the scan); the keys transposed before the loop, as the step reads them
+        blocks = padded.reshape(batch_size, num_blocks, block, heads, 3 * head_dim).permute(1, 0, 3, 2, 4)
+        blocks = blocks.reshape(num_blocks, batch_size * heads, block, 3 * head_dim)
+        query_blocks, key_blocks, value_blocks = torch.split(blocks, head_dim, dim=3)
+        xs = [query_blocks.contiguous(), key_blocks.transpose(2, 3).contiguous(), value_blocks.contiguous()]
+        state = qkv_states.new_zeros(batch_size * heads, head_dim, head_dim)
+
+        def step(carry: list[Any], x: list[Any], _: list[Any]) -> tuple[list[Any], list[Any]]:
+            query, key_t, value, query_decay, key_decay_t, diagonal_decay, block_decay = x
+            intra = torch.bmm(torch.bmm(query, key_t) * diagonal_decay, value)
+            inter = torch.bmm(query * query_decay, carry[0])
+            new_state = carry[0] * block_decay + torch.bmm(key_t * key_decay_t, value)
+            return [new_state, carry[0].clone()], [inter + intra]  # a carry may not alias an output
+
+        # the decays per block, batch row and head, read as inputs of each step (not constants of the loop: torch.onnx
+        # re-traces a loop whose constants have symbolic sizes into unbacked ones), without size-1 axes: the body is
+        # traced with symbolic sizes, and a broadcast against a size-1 axis made symbolic fails there
+        def per_step(decay: Any, *shape: Any) -> Any:
+            return decay.expand(heads, *shape).repeat(num_blocks, batch_size, 1, 1).reshape(num_blocks, -1, *shape)
+
+        xs += [
+            per_step(self.query_decay, block, head_dim),
+            per_step(self.key_decay.transpose(1, 2), head_dim, block),
+            per_step(self.diagonal_decay[0], block, block),
+            per_step(torch.exp(-self.slope_rate * block), head_dim, head_dim),
+        ]
+        (_, before_last), (outputs,) = over_time(step, [state, state.clone()], xs)
+        # [blocks, batch, heads, block, head_dim] -> [batch, sequence, heads * head_dim], the padding cut off
+        outputs = outputs.reshape(num_blocks, batch_size, heads, block, head_dim).permute(1, 0, 3, 2, 4)
+        attn_output = outputs.reshape(batch_size, num_blocks * block, heads * head_dim)
+        attn_output = self.norm(attn_output[:, :seq_len])
+        attn_output = F.sigmoid(self.output_gate(hidden_states)) * attn_output
+        attn_output = self.out_proj(attn_output)
+        if past_key_values is None:
+            return attn_output, None  # the state is a cache's only (the decoder layer drops it)
+        # upstream's last block: `current_block_size` real tokens, key decays key_decay[:, -current_block_size:]
+        last = seq_len - (num_blocks - 1) * block
+        rows = (torch.arange(block, device=qkv_states.device) + (block - last)).clamp(max=block - 1)
+        key_decay = self.key_decay.index_select(1, rows)  # the padded rows (zero keys) read the last decay
+        shape = (batch_size, heads, block, head_dim)
+        key, value = key_blocks[num_blocks - 1].reshape(shape), value_blocks[num_blocks - 1].reshape(shape)
+        final = before_last.reshape(batch_size, heads, head_dim, head_dim) * torch.exp(-self.slope_rate * last)
+        final = final + torch.matmul((key * key_decay).transpose(-1, -2), value)
+        past_key_values.set_linear_cache(self.layer_idx, final)
+        return attn_output, final
+
+    return forward

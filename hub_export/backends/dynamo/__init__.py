@@ -21,6 +21,7 @@ BACKEND = register_backend(
         runner_class=DynamoRunner,
         layout=LAYOUT,
         save_program=io.save_program,
+        save_programs=io.save_programs,
         load_program=io.load_program,
         check_files=safety.check,
         card_tags=("pt2", "torch-export"),

@@ -8,14 +8,17 @@ with ``weights_only=False``). Instead :func:`read_pt2`:
 
 1. reads the zip's central directory strictly (:mod:`._archive`) and requires the entry list to be exactly what
    ``torch.export.save`` writes for one program: fixed markers, ``models/model.json``, the sample inputs, the weights
-   and constants configs and the payload files they name (every payload named by a config, no other file);
+   and constants configs and the payload files they name (every payload named by a config, no other file), or, for
+   payloads the export's components share, ``data/shared/model.json`` naming them in its checked
+   ``shared.safetensors`` (:mod:`._shared`);
 2. validates ``models/model.json`` and both configs against torch's schema and the grammars
    (:mod:`._program_schema`), each read with a byte budget and parsed with a bounded container count;
 3. walks every pickle (the sample inputs' ``torch.save``, pickled payloads) with the allow-list
    (:func:`hub_export._pickle.walk_pickle`);
 4. when building, creates each raw weight from its entry's bytes itself (``torch.frombuffer`` over a copy-on-write
-   map of the file + ``as_strided``, the view checked to fit its storage: nothing is copied), loads the pickles with ``torch.load(weights_only=True)`` and hands the checked
-   program to torch's deserializer, which has no archive to fall back on.
+   map of the file, or of the shared weights file, + ``as_strided``, the view checked to fit its storage: nothing is
+   copied), loads the pickles with ``torch.load(weights_only=True)`` and hands the checked program to torch's
+   deserializer, which has no archive to fall back on.
 
 ``trust_pickles`` lets pickles reference any global and loads them with ``weights_only=False``;
 ``trust_native_code`` accepts AOTInductor entries in the archive (they are never loaded from here).
@@ -35,6 +38,7 @@ from ...errors import DeviceUnavailableError, UnsafeExportError
 from ...formats import SafetyOptions
 from ._archive import StoredArchive
 from ._program_schema import validate_document
+from ._shared import MAX_REFERENCES, REFERENCES, SharedWeights, read_references
 
 __all__ = ["ALLOWED_GLOBALS", "Pt2Contents", "read_pt2"]
 
@@ -107,6 +111,7 @@ class _Payload:
     entry: str
     pickled: bool
     users: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    shared: str | None = None  # its key in the export's shared weights file, when the archive omits it
 
 
 @dataclass
@@ -125,6 +130,7 @@ def read_pt2(
     options: SafetyOptions,
     expected_size: int | None = None,
     build: bool = False,
+    shared: SharedWeights | None = None,
 ) -> Pt2Contents:
     """Check a ``.pt2`` archive (see the module docstring) and, with ``build=True``, rebuild its program.
 
@@ -134,21 +140,23 @@ def read_pt2(
         options: What the user trusts.
         expected_size: The size export.json lists: the archive's byte budget.
         build: Also rebuild the ``ExportedProgram`` (``Pt2Contents.program``).
+        shared: The export's shared weights file, checked, where export.json lists one for the component: payloads
+            the archive names in its ``data/shared/model.json`` are read from it (see :mod:`._shared`).
 
     Raises:
         UnsafeExportError: Naming the file, the entry and the rule it breaks.
     """
     with StoredArchive.open(path, label, max_entries=MAX_ENTRIES, expected_size=expected_size) as archive:
         identity = archive.identity()
-        key = (str(Path(path).resolve()), identity, options)
+        key = (str(Path(path).resolve()), identity, options, shared and (shared.label, shared.identity))
         checked = _CHECKED.pop(key, None) if build and identity is not None else None
         if checked is not None:  # checked by the safety walk just before this load: the same bytes
             contents = Pt2Contents(checked.program_json, checked.payloads)
             sample = archive.read(_SAMPLE_INPUTS, MAX_SAMPLE_INPUTS)
         else:
-            contents, sample = _check(archive, options)
+            contents, sample = _check(archive, options, shared)
         if build:
-            contents.program = _build(archive, contents, sample, options)
+            contents.program = _build(archive, contents, sample, options, shared)
         elif identity is not None:
             while len(_CHECKED) >= _MAX_CHECKED:
                 _CHECKED.pop(next(iter(_CHECKED)))
@@ -162,13 +170,19 @@ _CHECKED: dict[tuple[Any, ...], Pt2Contents] = {}
 _MAX_CHECKED = 4
 
 
-def _check(archive: StoredArchive, options: SafetyOptions) -> tuple[Pt2Contents, bytes]:
+def _check(archive: StoredArchive, options: SafetyOptions, shared: SharedWeights | None) -> tuple[Pt2Contents, bytes]:
     """Steps 1-3 of the module docstring; returns what was checked and the sample inputs' bytes."""
     label = archive.label
     payload_names = _check_entry_names(archive, options)
+    refs: dict[str, tuple[str, int]] = {}
+    if REFERENCES in archive.entries:
+        where = f"{label}:{REFERENCES}"
+        refs = read_references(archive.read(REFERENCES, MAX_REFERENCES), where, shared, _PAYLOAD)
+        if payload_names & set(refs):
+            raise _refuse(archive, sorted(payload_names & set(refs))[0], "is both in the archive and shared")
     program_json = _read_json(archive, _PROGRAM, MAX_PROGRAM_JSON, "ExportedProgram")
-    payloads = {kind: _payloads(archive, kind, payload_names, options) for kind in _CONFIGS}
-    unused = sorted(payload_names - {p.entry for group in payloads.values() for p in group.values()})
+    payloads = {kind: _payloads(archive, kind, payload_names, options, refs, shared) for kind in _CONFIGS}
+    unused = sorted((payload_names | set(refs)) - {p.entry for group in payloads.values() for p in group.values()})
     if unused:
         raise _refuse(archive, unused[0], "is a payload file no config names")
     sample = archive.read(_SAMPLE_INPUTS, MAX_SAMPLE_INPUTS)
@@ -191,7 +205,7 @@ def _check_entry_names(archive: StoredArchive, options: SafetyOptions) -> set[st
     required = {*_MARKERS, _PROGRAM, _SAMPLE_INPUTS, *(config for config, _, _ in _CONFIGS.values())}
     payloads: set[str] = set()
     for name in archive.entries:
-        if name in required:
+        if name in required or name == REFERENCES:
             continue
         if _PAYLOAD.fullmatch(name):
             payloads.add(name)
@@ -230,8 +244,16 @@ def _read_json(archive: StoredArchive, name: str, limit: int, kind: str) -> Any:
     return value
 
 
-def _payloads(archive: StoredArchive, kind: str, present: set[str], options: SafetyOptions) -> dict[str, _Payload]:
-    """``{path_name: payload}`` of a config, each payload's entry present and each meta consistent with it."""
+def _payloads(
+    archive: StoredArchive,
+    kind: str,
+    present: set[str],
+    options: SafetyOptions,
+    refs: dict[str, tuple[str, int]],
+    shared: SharedWeights | None,
+) -> dict[str, _Payload]:
+    """``{path_name: payload}`` of a config, each payload's entry present (or shared: ``refs``) and each meta
+    consistent with it."""
     config_name, folder, prefixes = _CONFIGS[kind]
     config = _read_json(archive, config_name, MAX_CONFIG_JSON, "PayloadConfig")
     found: dict[str, _Payload] = {}
@@ -239,7 +261,7 @@ def _payloads(archive: StoredArchive, kind: str, present: set[str], options: Saf
         path_name, pickled = meta["path_name"], meta["use_pickle"]
         entry = folder + path_name
         where = f"{config_name}: {fqn!r}"
-        if not path_name.startswith(prefixes) or entry not in present:
+        if not path_name.startswith(prefixes) or (entry not in present and entry not in refs):
             raise _refuse(archive, where, f"names payload {path_name!r}, which is not a {kind} file of this archive")
         is_object = path_name.startswith(("custom_obj_", "opaque_obj_"))
         if is_object and not options.trust_pickles:
@@ -248,10 +270,15 @@ def _payloads(archive: StoredArchive, kind: str, present: set[str], options: Saf
                 where,
                 f"is a pickled Python or TorchBind object ({path_name}); loading it runs code. {_TRUST_HINT}",
             )
-        payload = found.setdefault(path_name, _Payload(entry, pickled))
-        if payload.pickled != pickled or (is_object and not pickled):
+        key = refs[entry][0] if entry in refs else None
+        payload = found.setdefault(path_name, _Payload(entry, pickled, shared=key))
+        if payload.pickled != pickled or (is_object and not pickled) or (key is not None and pickled):
             raise _refuse(archive, where, f"disagrees with another config entry about how {path_name} is stored")
-        if not pickled:
+        if key is not None and shared is not None:
+            _check_raw_meta(archive, where, meta.get("tensor_meta"), refs[entry][1])
+            if shared.entries[key][0] != meta["tensor_meta"]["dtype"]:
+                raise _refuse(archive, where, f"reads {shared.label}'s {key!r} with another dtype than it holds")
+        elif not pickled:
             _check_raw_meta(archive, where, meta.get("tensor_meta"), archive.entries[entry].size)
             if payload.users and payload.users[0][1]["tensor_meta"]["dtype"] != meta["tensor_meta"]["dtype"]:
                 raise _refuse(archive, where, f"reads {path_name} with another dtype than the other users of it")
@@ -325,12 +352,14 @@ def _check_pickled_payload(archive: StoredArchive, payload: _Payload, label: str
 
 
 # -- 4. building --------------------------------------------------------------------------------------------------
-def _build(archive: StoredArchive, contents: Pt2Contents, sample: bytes, options: SafetyOptions) -> Any:
+def _build(
+    archive: StoredArchive, contents: Pt2Contents, sample: bytes, options: SafetyOptions, shared: SharedWeights | None
+) -> Any:
     import torch
     from torch._export.serde import schema
     from torch._export.serde.serialize import ExportedProgramDeserializer, _dict_to_dataclass
 
-    tensors = {kind: _materialize(archive, group, options) for kind, group in contents.payloads.items()}
+    tensors = {kind: _materialize(archive, group, options, shared) for kind, group in contents.payloads.items()}
     example_inputs = _load_torch_save(sample, f"{archive.label}:{_SAMPLE_INPUTS}", options)
     _check_example_inputs(example_inputs, f"{archive.label}:{_SAMPLE_INPUTS}")
     try:
@@ -348,7 +377,9 @@ def _build(archive: StoredArchive, contents: Pt2Contents, sample: bytes, options
         ) from None
 
 
-def _materialize(archive: StoredArchive, group: dict[str, _Payload], options: SafetyOptions) -> dict[str, Any]:
+def _materialize(
+    archive: StoredArchive, group: dict[str, _Payload], options: SafetyOptions, shared: SharedWeights | None
+) -> dict[str, Any]:
     import pickle
 
     import torch
@@ -371,7 +402,10 @@ def _materialize(archive: StoredArchive, group: dict[str, _Payload], options: Sa
             continue
         first = payload.users[0][1]["tensor_meta"]
         dtype = deserialize_scalar_type(first["dtype"])
-        storage = archive.map_entry(payload.entry)
+        if payload.shared is not None and shared is not None:
+            storage = shared.map(payload.shared)
+        else:
+            storage = archive.map_entry(payload.entry)
         if storage.numel() % dtype.itemsize:
             raise UnsafeExportError(f"{where}: {storage.numel()} bytes is not a whole number of {dtype}; refusing it.")
         flat = storage.view(dtype)

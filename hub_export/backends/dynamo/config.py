@@ -9,12 +9,20 @@ from ...configs import ExportConfig
 from ...errors import ConfigError
 from ...formats import ExportFormat, FileLayout
 
-__all__ = ["FORMAT", "LAYOUT", "DynamoConfig"]
+__all__ = ["FORMAT", "LAYOUT", "SHARED_WEIGHTS", "DynamoConfig"]
 
 FORMAT = ExportFormat.declare("dynamo")
+#: The weights the components of one export share, stored once (a safetensors file; see ``_shared.py``).
+SHARED_WEIGHTS = "shared.safetensors"
 #: One ``<component>.pt2`` archive per component, in ``pt2/`` on the Hub; a compiled export (``compile="aoti"``) adds
-#: ``<component>.aoti.pt2``, the AOTInductor package (native code).
-LAYOUT = FileLayout(subfolder="pt2", files=((".pt2", "program"),), optional=((".aoti.pt2", "native"),))
+#: ``<component>.aoti.pt2``, the AOTInductor package (native code); the weights two or more components read are in
+#: ``shared.safetensors``, which their archives name instead of holding them.
+LAYOUT = FileLayout(
+    subfolder="pt2",
+    files=((".pt2", "program"),),
+    shared=((SHARED_WEIGHTS, "weights"),),
+    optional=((".aoti.pt2", "native"),),
+)
 
 
 @dataclass

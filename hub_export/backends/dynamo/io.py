@@ -5,6 +5,9 @@ rebuilds the program from the checked entries only (see :mod:`.safety` for what 
 component's AOTInductor package (``<component>.aoti.pt2``, role ``native``) is not read here: it is returned as a
 :class:`~.compiled.CompiledProgram` naming it, which the runner loads after checking the target (and only when the
 user trusts native code: :func:`.safety.check`).
+
+The components of one export are written together (:func:`save_programs`): the weights several of them hold are
+stored once, in ``shared.safetensors``, which their archives name (see :mod:`._shared`).
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ from typing import Any
 from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
 from ._pt2 import read_pt2
+from ._shared import open_shared, plan_shared, strip_shared, write_shared
 from .compiled import CompiledProgram
-from .config import LAYOUT
+from .config import LAYOUT, SHARED_WEIGHTS
 from .safety import refuse_untrusted_native
 
-__all__ = ["load_program", "read_program", "save_program"]
+__all__ = ["load_program", "read_program", "save_program", "save_programs"]
 
 
 def _names(component: str) -> tuple[str, str]:
@@ -46,6 +50,30 @@ def save_program(program: Any, directory: Path, component: str) -> list[str]:
     return [name, native]
 
 
+def save_programs(programs: dict[str, Any], directory: Path) -> dict[str, list[str]]:
+    """Save the components of one export (:func:`save_program` each), storing a weight two or more of them hold once
+    in ``shared.safetensors``; returns each component's files, its ``.pt2`` first."""
+    directory = Path(directory)
+    exported = {name: _exported(program) for name, program in programs.items()}
+    plan = plan_shared({name: ep for name, ep in exported.items() if ep is not None})
+    if plan.tensors:
+        write_shared(plan, directory / SHARED_WEIGHTS)
+    sizes = {key: t.numel() * t.element_size() for key, t in plan.tensors.items()}
+    written = {}
+    for name, program in programs.items():
+        files = save_program(program, directory, name)
+        if plan.users.get(name):
+            strip_shared(directory / files[0], plan.users[name], sizes)
+            files.insert(1, SHARED_WEIGHTS)
+        written[name] = files
+    return written
+
+
+def _exported(program: Any) -> Any:
+    """The ``ExportedProgram`` a component's ``.pt2`` is written from (None: a file copied as it is)."""
+    return program.exported if isinstance(program, CompiledProgram) else program
+
+
 def load_program(directory: Path, component: str, entry: ComponentEntry, options: SafetyOptions | None = None) -> Any:
     """The component's ``ExportedProgram``, rebuilt from its checked ``.pt2`` (the file found by its exact name).
 
@@ -60,15 +88,21 @@ def load_program(directory: Path, component: str, entry: ComponentEntry, options
     paths = LAYOUT.paths(component, [f.path for f in entry.files])
     name = paths["program"]
     size = next(f.size for f in entry.files if f.path == name)
-    if "native" in paths:
-        refuse_untrusted_native(paths["native"], component, options)  # also when the check was skipped
-        read_pt2(Path(directory) / name, name, options=options, expected_size=size)
-        return CompiledProgram(
-            package=Path(directory) / paths["native"],
-            target=dict(entry.extra.get("target") or {}),
-            program_path=Path(directory) / name,
-        )
-    return read_pt2(Path(directory) / name, name, options=options, expected_size=size, build=True).program
+    shared = open_shared(directory, paths, entry)
+    try:
+        if "native" in paths:
+            refuse_untrusted_native(paths["native"], component, options)  # also when the check was skipped
+            read_pt2(Path(directory) / name, name, options=options, expected_size=size, shared=shared)
+            return CompiledProgram(
+                package=Path(directory) / paths["native"],
+                target=dict(entry.extra.get("target") or {}),
+                program_path=Path(directory) / name,
+            )
+        built = read_pt2(Path(directory) / name, name, options=options, expected_size=size, build=True, shared=shared)
+        return built.program
+    finally:
+        if shared is not None:
+            shared.close()
 
 
 def read_program(path: Path, label: str, options: SafetyOptions, expected_size: int | None = None) -> Any:

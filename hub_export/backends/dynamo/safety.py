@@ -35,6 +35,7 @@ from ...errors import UnsafeExportError
 from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
 from ._pt2 import ALLOWED_GLOBALS, MAX_PICKLE, read_pt2
+from ._shared import open_shared
 from .config import LAYOUT
 
 __all__ = ["ALLOWED_GLOBALS", "check", "refuse_untrusted_native", "scan_pickle"]
@@ -53,7 +54,12 @@ def check(directory: Path, component: str, entry: ComponentEntry, options: Safet
         refuse_untrusted_native(paths["native"], component, options)
     name = paths["program"]
     size = next(f.size for f in entry.files if f.path == name)
-    read_pt2(Path(directory) / name, name, options=options, expected_size=size)
+    shared = open_shared(directory, paths, entry)
+    try:
+        read_pt2(Path(directory) / name, name, options=options, expected_size=size, shared=shared)
+    finally:
+        if shared is not None:
+            shared.close()
 
 
 def refuse_untrusted_native(native: str, component: str, options: SafetyOptions) -> None:

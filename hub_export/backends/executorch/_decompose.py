@@ -11,14 +11,16 @@ that the partitioner did not take after all ("was not decomposed or delegated").
 :func:`one_table_partitioner` is XNNPACK's partitioner returning no check: each re-trace of a model costs as much as
 tracing it (40% of a tiny Llama's lowering went to the three), so this saves a third of that. Where every kept node is
 delegated, the program is the one the three re-traces give (the third decomposes nothing); where XNNPACK refuses one,
-the lowering fails and :func:`.exporter._to_edge` lowers again with XNNPACK's own partitioner, node by node.
+the lowering fails ("was not decomposed or delegated": :func:`is_kept_node_refused`) and
+:func:`.exporter._to_edge` lowers again with XNNPACK's own partitioner, node by node; any other failure is the
+lowering's own and is raised at once.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["one_table_partitioner"]
+__all__ = ["is_kept_node_refused", "one_table_partitioner"]
 
 
 def one_table_partitioner() -> Any:
@@ -31,3 +33,10 @@ def one_table_partitioner() -> Any:
             return ops, None
 
     return OneTableXnnpackPartitioner()
+
+
+def is_kept_node_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is ``to_edge_transform_and_lower``'s refusal of a node kept whole that no partitioner took
+    (executorch 1.5.1, ``_sanity_check_graph_for_non_decomp_ops``: a ``RuntimeError`` "Node ... with op ... was not
+    decomposed or delegated"): the one failure XNNPACK's node-by-node choice can avoid, by decomposing that node."""
+    return isinstance(exc, RuntimeError) and "was not decomposed or delegated" in str(exc)

@@ -220,14 +220,17 @@ class ExecutorchExporter(HfExporter):
         if external:
             extra["external_data"] = True
         files = _write(manager)
-        del manager, program  # the lowering's copy of the weights goes before the program is loaded to run
-        gc.collect()
-        release_freed_heap()
+        del manager, program  # collected with the traced program before the parity runner loads (parity_runner)
         return Lowered(load_runtime_program(files, traced.architecture or "the lowered program"), planned, extra)
 
     def parity_runner(self, program: Any, metadata: ComponentEntry) -> Any:
         """A runner whose method (and the delegate's packed copy of the weights) goes with it
-        (:meth:`ExecutorchRunner.for_parity`), not kept with the exported program."""
+        (:meth:`ExecutorchRunner.for_parity`), not kept with the exported program.
+
+        What lowering left (its programs hold reference cycles) is collected and the C heap trimmed first; XNNPACK's
+        packed copy (1.0x the weights it runs: every linear layer and a tied ``lm_head``) is what the check adds."""
+        gc.collect()
+        release_freed_heap()
         return ExecutorchRunner.for_parity(program, metadata)
 
     def _external_data(self, program: Any, config: ExportConfig) -> bool:
@@ -391,16 +394,21 @@ def _lower(program: Any, config: Any, external: bool = False) -> Any:
 def _to_edge(program: Any, backend: str, compile_config: Any, passes: Any) -> Any:
     """``to_edge_transform_and_lower`` for ``backend``: for XNNPACK, first with its ops kept whole by one
     decomposition table (:func:`._decompose.one_table_partitioner`: two ``run_decompositions`` instead of three),
-    and when that program cannot be lowered, with XNNPACK's own node-by-node choice."""
+    and when XNNPACK then refuses a node kept whole (:func:`._decompose.is_kept_node_refused`), again with XNNPACK's
+    own node-by-node choice. Any other failure is raised as it is: the node-by-node lowering would only repeat it
+    (a model whose quantized linears XNNPACK cannot group lowered twice to fail twice)."""
     from executorch.exir import to_edge_transform_and_lower
 
     if backend == "xnnpack":
-        from ._decompose import one_table_partitioner
+        from ._decompose import is_kept_node_refused, one_table_partitioner
 
-        with contextlib.suppress(Exception):  # the node-by-node lowering below raises the error that stands, if any
+        try:
             return to_edge_transform_and_lower(
                 program, partitioner=[one_table_partitioner()], compile_config=compile_config, transform_passes=passes
             )
+        except RuntimeError as exc:
+            if not is_kept_node_refused(exc):
+                raise
     return to_edge_transform_and_lower(
         program, partitioner=_partitioners(backend), compile_config=compile_config, transform_passes=passes
     )

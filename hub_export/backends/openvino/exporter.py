@@ -30,7 +30,7 @@ from ...signature import Signature, TensorSpec
 from ._stateful import fuse_state_attention
 from .config import FORMAT, OpenVINOConfig
 from .io import COMPRESS_KEY, PRECISION_KEY
-from .patches import conversion_patches
+from .patches import conversion_patches, stable_top_k
 from .runner import OpenVINORunner
 
 __all__ = ["OpenVINOExporter"]
@@ -101,6 +101,7 @@ class OpenVINOExporter(HfExporter):
                 f"OpenVINO could not convert {traced.architecture}: {type(exc).__name__}: {str(exc)[:2000]}\n"
                 "Check that the installed openvino supports these operators, or export to ONNX instead."
             ) from exc
+        stable_top_k(model)
         placeholders = list(traced.program.graph_signature.user_inputs)
         _name_inputs(model, signature, placeholders)
         _name_outputs(model, signature.outputs)

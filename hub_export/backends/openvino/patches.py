@@ -3,10 +3,12 @@
 * :func:`skip_empty_cat_inputs`, :func:`pin_reshape_wildcards` — node args rewritten inside the block
   (:func:`_rewritten_args`), restored after.
 * :func:`zero_fully_masked_attention_rows` — a zero key/value added to each masked attention, removed after.
-* :func:`size_arithmetic_rules` — conversion rules for ``//``, ``%``, ``sym_min``/``sym_max`` on sizes, given to
-  ``openvino.convert_model`` inside the block.
+* :func:`distinct_outputs` — an identity op for each repeat of a tensor returned twice, removed after.
+* :func:`size_arithmetic_rules` — conversion rules for ``//``, ``%``, ``sym_min``/``sym_max``/``sym_float`` on
+  sizes, given to ``openvino.convert_model`` inside the block.
 
-:func:`conversion_patches` applies all of them.
+:func:`conversion_patches` applies all of them. :func:`stable_top_k` edits the converted model itself (``TopK``
+made stable, as ONNX's rule).
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from ...patches.graph import rewritten_nodes, views_after_permutes_as_reshapes
 __all__ = [
     "conversion_patches",
     "copies_as_clones",
+    "distinct_outputs",
     "pin_reshape_wildcards",
     "size_arithmetic_extensions",
     "size_arithmetic_rules",
     "skip_empty_cat_inputs",
+    "stable_top_k",
     "zero_fully_masked_attention_rows",
 ]
 
@@ -206,6 +210,19 @@ def _sym_max(context: Any) -> list[Any]:
     return [ops.maximum(*_int_operands(context)).output(0)]
 
 
+def _sym_float(context: Any) -> list[Any]:
+    import openvino.opset13 as ops
+
+    return [ops.convert(context.get_input(0), "f32").output(0)]  # a Python float is an f32 scalar in the IR
+
+
+def _truediv(context: Any) -> list[Any]:
+    import openvino.opset13 as ops
+
+    left, right = (ops.convert(context.get_input(i), "f32").output(0) for i in (0, 1))
+    return [ops.divide(left, right).output(0)]
+
+
 def size_arithmetic_extensions() -> list[Any]:
     """OpenVINO ``ConversionExtension`` rules for the size arithmetic its PyTorch frontend gets wrong or lacks.
 
@@ -221,6 +238,8 @@ def size_arithmetic_extensions() -> list[Any]:
       found for operations: <built-in function mod>, <function sym_min ...>"). Window and chunk padding traced
       with dynamic sizes emits them: Swin's ``(window - width % window) % window`` and ``min(height, width)``,
       Mamba-2's ``seq_len % chunk_size``. They map to ``FloorMod`` (Python's sign rule), ``Minimum``, ``Maximum``.
+    * ``torch.sym_float`` and ``operator.truediv`` (a size used in float arithmetic, as Mask2Former's does): no rule
+      either; a ``Convert`` to f32 (the type the frontend gives other Python floats), and ``Divide`` in f32.
     * ``aten.floor_divide.default`` and ``aten.div.Tensor_mode`` (``rounding_mode="floor"``, what ``//`` of tensors
       exports to) of integer tensors: the same truncation at run time (``(x - 1) // 2`` of 0
       gives 0, torch -1); the Qwen3 audio encoders' frame counts of an empty remainder come out one long. The same
@@ -231,7 +250,9 @@ def size_arithmetic_extensions() -> list[Any]:
     import torch
     from openvino.frontend.pytorch import ConversionExtension
 
-    rules = {operator.floordiv: _floordiv, operator.mod: _mod, torch.sym_min: _sym_min, torch.sym_max: _sym_max}
+    rules: dict[Any, Callable[[Any], list[Any]]] = {operator.floordiv: _floordiv, operator.mod: _mod}
+    rules.update({torch.sym_min: _sym_min, torch.sym_max: _sym_max, torch.sym_float: _sym_float})
+    rules[operator.truediv] = _truediv
     extensions = [ConversionExtension(str(target), rule) for target, rule in rules.items()]
     extensions.append(ConversionExtension("aten.floor_divide.default", _floor_divide))
     return [*extensions, ConversionExtension("aten.div.Tensor_mode", _divide_mode)]
@@ -396,6 +417,103 @@ def zero_fully_masked_attention_rows(program: Any) -> Iterator[int]:
             program.graph_module.recompile()
 
 
+def stable_top_k(model: Any) -> int:
+    """Make every value-sorted ``TopK`` of a converted ``openvino.Model`` stable (equal values in input order).
+
+    The PyTorch frontend converts ``aten.topk`` (and ``sort``/``argsort``) to ``TopK`` without ``stable``, which
+    leaves the order of equal values to the plugin: the CPU plugin returns them in an order of its own (indices 102,
+    101, 100, 103 of four equal scores, where ONNX's TopK specifies the lower index first). A model that picks its
+    top-k of scores that tie (DETR-style query selection over a tiny or saturated logit map) then gathers other rows
+    than eager. A stable sort keeps the lower index first, ONNX's rule, and ATen's own for ``sort(stable=True)``;
+    for other values the output is the same. Replaces ``TopK`` v1/v3/v11 by v11 with ``stable=True`` in place.
+
+    Returns:
+        How many ``TopK`` nodes were replaced.
+    """
+    import openvino.opset11 as ops
+
+    count = 0
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "TopK":
+            continue
+        attributes = op.get_attributes()
+        if attributes.get("sort") != "value" or attributes.get("stable"):
+            continue
+        stable = ops.topk(
+            op.input_value(0),
+            op.input_value(1),
+            attributes["axis"],
+            attributes["mode"],
+            "value",
+            attributes["index_element_type"],
+            stable=True,
+        )
+        stable.set_friendly_name(op.get_friendly_name())
+        for index in range(2):
+            op.output(index).replace(stable.output(index))
+        count += 1
+    return count
+
+
+@contextlib.contextmanager
+def distinct_outputs(program: Any) -> Iterator[int]:
+    """Return a tensor the program returns more than once through an identity of its own at each repeat (a
+    product by one; ``logical_or`` with itself for booleans), inside the block; the graph and its signature are
+    restored after.
+
+    A model whose outputs share one tensor (a vision tower whose ``pooler_output`` is its ``last_hidden_state``,
+    BLIP's and Cosmos-3 Edge's) exports a graph returning one node twice. OpenVINO's PyTorch frontend (openvino
+    2026.4) fails on it ("Tensor name is not a number: getitem:0", ``translate_session.cpp``); a clone does not
+    help, as the frontend's ``run_decompositions`` removes it. The identity gives exactly the same values; :func:`~hub_export.backends.openvino.exporter.OpenVINOExporter` then gives every output port its own
+    name.
+
+    Yields:
+        How many outputs were given an identity op.
+    """
+    import torch
+    from torch.export.graph_signature import OutputKind, TensorArgument
+
+    graph = program.graph
+    output = graph.output_node()
+    old_args = output.args
+    specs = [spec for spec in program.graph_signature.output_specs if spec.kind == OutputKind.USER_OUTPUT]
+    values = list(output.args[0])
+    # the user outputs come first among the graph's outputs after any mutated buffers, in signature order
+    first = len(program.graph_signature.output_specs) - len(specs)
+    seen: set[Any] = set()
+    created: list[Any] = []
+    renamed: list[tuple[Any, Any]] = []
+    for offset, spec in enumerate(specs):
+        value = values[first + offset]
+        if not isinstance(value, torch.fx.Node) or not isinstance(spec.arg, TensorArgument) or value not in seen:
+            seen.add(value)
+            continue
+        val = value.meta.get("val")
+        with graph.inserting_before(output):  # a product by one: decompositions drop a clone or an alias
+            if val is not None and val.dtype == torch.bool:
+                clone = graph.call_function(torch.ops.aten.logical_or.default, (value, value))
+            else:
+                clone = graph.call_function(torch.ops.aten.mul.Scalar, (value, 1))
+        clone.meta.update({k: v for k, v in value.meta.items() if k in ("val", "tensor_meta", "stack_trace")})
+        values[first + offset] = clone
+        created.append(clone)
+        renamed.append((spec, spec.arg))
+        spec.arg = TensorArgument(name=clone.name)
+    if created:
+        output.args = (tuple(values), *old_args[1:])
+        program.graph_module.recompile()
+    try:
+        yield len(created)
+    finally:
+        if created:
+            output.args = old_args
+            for spec, arg in renamed:
+                spec.arg = arg
+            for clone in reversed(created):
+                graph.erase_node(clone)
+            program.graph_module.recompile()
+
+
 @contextlib.contextmanager
 def conversion_patches(program: Any) -> Iterator[None]:
     """Every workaround needed while ``openvino.convert_model`` reads ``program``."""
@@ -406,5 +524,6 @@ def conversion_patches(program: Any) -> Iterator[None]:
         views_after_permutes_as_reshapes(program),
         size_arithmetic_rules(),
         zero_fully_masked_attention_rows(program),
+        distinct_outputs(program),
     ):
         yield

@@ -372,9 +372,17 @@ class OpenVINORunner(ModelRunner):
         self._seeded = True
 
 
+#: operations whose weights the CPU plugin takes as an input only with a static shape ("Doesn't support dynamic
+#: weights shape", openvino 2026.4)
+_STATIC_WEIGHTS = frozenset(
+    {"Convolution", "GroupConvolution", "ConvolutionBackpropData", "GroupConvolutionBackpropData"}
+)
+
+
 def _weights_as_inputs(program: Any, min_bytes: int) -> tuple[Any, dict[str, Any]]:
     """A clone of ``program`` (sharing its constants' memory) whose floating-point constants of at least
-    ``min_bytes`` are inputs of dynamic shape instead, and ``{input name: tensor viewing the constant's memory}``."""
+    ``min_bytes`` are inputs of dynamic shape instead (the constant's static shape for a convolution's weights),
+    and ``{input name: tensor viewing the constant's memory}``."""
     import openvino
     import openvino.opset13 as ops
 
@@ -388,7 +396,11 @@ def _weights_as_inputs(program: Any, min_bytes: int) -> tuple[Any, dict[str, Any
         if op.get_output_element_type(0) not in floats:
             continue
         name = f"hub_export.parity_weight.{len(params)}"
-        shape = openvino.PartialShape.dynamic(op.get_output_partial_shape(0).rank)
+        targets = op.output(0).get_target_inputs()
+        if any(t.get_node().get_type_name() in _STATIC_WEIGHTS for t in targets):
+            shape = op.get_output_partial_shape(0)  # the CPU plugin's convolutions refuse weights of dynamic shape
+        else:
+            shape = openvino.PartialShape.dynamic(op.get_output_partial_shape(0).rank)
         param = ops.parameter(shape, op.get_output_element_type(0), name=name)
         param.output(0).get_tensor().set_names({name})
         for target in list(op.output(0).get_target_inputs()):

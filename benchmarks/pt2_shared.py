@@ -1,0 +1,113 @@
+"""A two-graph Dynamo generation export (``prefill`` + ``decode``) of a real-size model: its files and the memory of
+loading it and generating, each relative to the weights, with the components sharing ``shared.safetensors`` and,
+in the same run, each component holding its own copy (``save_programs`` switched off: the layout before issue #17).
+
+A generation export on Dynamo is usually one graph; this one is forced to two (as when the one-graph check fails,
+or for ``compile="aoti"``, a static cache, encoder-decoder or multimodal exports), so both components are written.
+
+    flock /work/tmp/s9/bench.lock env PYTHONPATH=$PWD .venv/bin/python benchmarks/pt2_shared.py --layers 4
+
+Each load + generate runs in a fresh process (RSS above the process with the libraries imported).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # the hub_export of this checkout
+os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
+
+
+def _child(folder: Path) -> None:
+    """Load + generate in this fresh process; print the RSS figures and whether the components share memory."""
+    import torch
+    from scale import RssSampler, _inputs
+
+    from hub_export import ExportedModel
+
+    sample = _inputs(1, 32, 0)
+    sampler = RssSampler()
+    base = sampler.reset()
+    loaded = ExportedModel.from_pretrained(folder)
+    with torch.no_grad():
+        tokens = loaded.generate(**sample, max_new_tokens=8)
+    held = sampler.now() - base
+    peak = sampler.peak - base
+    prefill, decode = (dict(loaded.runners[n].module.named_parameters()) for n in ("prefill", "decode"))
+    shared = sum(prefill[n].data_ptr() == decode[n].data_ptr() for n in prefill)
+    print(json.dumps({"held": held, "peak": peak, "shared": shared, "params": len(prefill), "tokens": tokens.tolist()}))
+
+
+def _fresh(folder: Path) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", str(folder)], capture_output=True, text=True, check=False
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        raise RuntimeError(done.stderr[-2000:])
+    return json.loads(lines[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="qwen2.5-0.5b")
+    parser.add_argument("--layers", type=int, default=None)
+    parser.add_argument("--child", type=Path)
+    args = parser.parse_args()
+    if args.child:
+        return _child(args.child)
+    import pytest
+    import torch
+    from _models import build, unique_weight_bytes
+    from scale import _inputs, versions
+
+    from hub_export import DynamoConfig, DynamoExporter
+    from hub_export import formats as registry
+    from hub_export.generation import export as generation_export
+
+    print(f"load average {os.getloadavg()}; {versions()}")
+    model = build(args.model, layers=args.layers)
+    weights = unique_weight_bytes(model)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(generation_export, "_export_one_graph", lambda *a: "two graphs (benchmark)")
+        exported = DynamoExporter().export_for_generation(model, _inputs(1, 16, 0), config=DynamoConfig(dynamic=True))
+    with torch.no_grad():
+        expected = model.generate(**_inputs(1, 32, 0), max_new_tokens=8, do_sample=False).tolist()
+    del model
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for layout in ("shared", "own copies"):
+            with pytest.MonkeyPatch.context() as patch:
+                if layout != "shared":
+                    backend = registry.backend_for("dynamo")
+                    patch.setitem(registry._BACKENDS, "dynamo", dataclasses.replace(backend, save_programs=None))
+                for component in exported.components.values():  # written from the programs, not copied
+                    component._files_dir = None
+                start = time.perf_counter()
+                folder = exported.save_pretrained(Path(tmp) / layout.replace(" ", "-"))
+                save_s = time.perf_counter() - start
+            files = {p.name: p.stat().st_size for p in folder.iterdir()}
+            fresh = _fresh(folder)
+            assert fresh.pop("tokens") == expected, layout
+            rows.append((layout, sum(files.values()) / weights, fresh["held"] / weights, fresh["peak"] / weights))
+            print(f"{layout}: files {files}; save {save_s:.1f} s; shared params {fresh['shared']}/{fresh['params']}")
+    print(f"\n{args.model} layers={args.layers or 'all'}: weights {weights / 1e6:.0f} MB; tokens == eager")
+    print("| layout | files / weights | RSS after load + generate / weights | peak / weights |\n|---|---|---|---|")
+    for layout, files_ratio, held, peak in rows:
+        print(f"| {layout} | {files_ratio:.3f}x | {held:.2f}x | {peak:.2f}x |")
+    print(f"load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
