@@ -37,12 +37,13 @@ def test_atomic_save_keeps_previous_export_on_failure(llama_export, tmp_path: Pa
     exported.save_pretrained(target)
     before = {p.name: p.read_bytes() for p in target.iterdir()}
 
-    def boom(program, directory, component):
+    def boom(programs, directory, *component):  # save_program(program, directory, component) or save_programs
         (Path(directory) / "model.pt2").write_bytes(b"half written")
         raise OSError("disk full")
 
     backend = backend_for("dynamo")
-    monkeypatch.setitem(formats._BACKENDS, "dynamo", dataclasses.replace(backend, save_program=boom))
+    failing = dataclasses.replace(backend, save_program=boom, save_programs=boom)
+    monkeypatch.setitem(formats._BACKENDS, "dynamo", failing)
     fresh = DynamoExporter().export(case.model, case.sample, config=DynamoConfig(dynamic=True))
     with pytest.raises(OSError, match="disk full"):
         fresh.save_pretrained(target)
