@@ -100,13 +100,21 @@ def _storage_tensors(program: Any) -> dict[str, Any]:
 
 def _written_buffers(program: Any) -> set[str]:
     """FQNs of the buffers a program writes: returned as mutated, or passed (directly or through views) to an
-    operator argument its schema marks as written (torch.export keeps in-place ops on buffers)."""
+    operator argument its schema marks as written (torch.export keeps in-place ops on buffers). A buffer passed to
+    a higher-order operator (``scan``, ``while_loop``, ``cond``: its body is a subgraph this walk does not enter)
+    counts as written: kept in the component's own archive, never shared."""
+    import torch
     from torch.export.graph_signature import InputKind
 
     written = set(program.graph_signature.buffers_to_mutate.values())
     buffers = {s.arg.name: s.target for s in program.graph_signature.input_specs if s.kind == InputKind.BUFFER}
     origin = {name: target for name, target in buffers.items()}  # node name -> the buffer it is (a view of)
     for node in program.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
+            operands: list[Any] = []
+            torch.fx.node.map_arg((node.args, node.kwargs), operands.append)
+            written.update(origin[a.name] for a in operands if a.name in origin)
+            continue
         schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
         if schema is None:
             continue
