@@ -255,6 +255,28 @@ def test_openvino_hostile_xml_is_refused(saved, tmp_path: Path, edit, message) -
         ExportedModel.from_pretrained(folder)
 
 
+def test_openvino_constant_sizes_are_checked_against_their_shapes() -> None:
+    """A Const's byte size must match its shape and type; an empty constant (a dimension 0, as an `unfold` of
+    nothing gives) is one OpenVINO writes with size 1, and loads."""
+    from xml.etree import ElementTree
+
+    from hub_export.backends.openvino.safety import _const_end
+
+    def const(shape: str, size: int, element_type: str = "i32") -> ElementTree.Element:
+        layer = ElementTree.fromstring(
+            f'<layer><data element_type="{element_type}" shape="{shape}" offset="8" /></layer>'
+        )
+        layer.find("data").set("size", str(size))  # type: ignore[union-attr]
+        return layer
+
+    assert _const_end(const("3, 0", 1), "m.xml", "empty") == 9  # what OpenVINO writes for an empty constant
+    assert _const_end(const("0", 0), "m.xml", "empty") == 8
+    assert _const_end(const("2, 3", 24), "m.xml", "full") == 32
+    for shape, size in (("0", 2), ("2, 3", 23), ("2, 3", 25), ("", 1)):
+        with pytest.raises(UnsafeExportError, match="expected"):
+            _const_end(const(shape, size), "m.xml", "wrong")
+
+
 # -- ExecuTorch -------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("position", "message"), [(4, "bad file identifier"), (0, "root offset"), (20, "extended header")]
