@@ -336,3 +336,18 @@ def test_missing_openvino_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> No
     case = build("bert")
     with pytest.raises(BackendUnavailableError, match=r"hub-export\[openvino\]"):
         OpenVINOExporter().export(case.model, case.sample, config=OpenVINOConfig(dynamic=True))
+
+
+def test_sizes_seen_at_the_sample_stay_symbolic_through_conversion() -> None:
+    """``convert_model``'s re-trace guarded ``n > 1`` and ``n - 1 < 2`` (the gaps' metadata) at the sample's 2,
+    which made ``n`` the constant 2: 3 inputs gave numbers scaled by 2 (cosmos3_omni, cohere_compass: 2 images)."""
+
+    class Gaps(torch.nn.Module):
+        def forward(self, lengths: torch.Tensor) -> torch.Tensor:
+            x = lengths.float()
+            return torch.cat([x[1:] - x[:-1], x]) * x.shape[0]
+
+    model = Gaps()
+    exported = OpenVINOExporter().export(model, {"lengths": torch.tensor([4, 9])}, config=OpenVINOConfig(dynamic=True))
+    other = torch.tensor([4, 9, 16])
+    torch.testing.assert_close(exported(lengths=other), model(other), rtol=0, atol=0)

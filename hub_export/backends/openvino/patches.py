@@ -4,6 +4,7 @@
   (:func:`_rewritten_args`), restored after.
 * :func:`zero_fully_masked_attention_rows` — a zero key/value added to each masked attention, removed after.
 * :func:`distinct_outputs` — an identity op for each repeat of a tensor returned twice, removed after.
+* :func:`retrace_size_oblivious` — ``backed_size_oblivious`` set while ``convert_model`` re-traces the graph.
 * :func:`size_arithmetic_rules` — conversion rules for ``//``, ``%``, ``sym_min``/``sym_max``/``sym_float`` on
   sizes, given to ``openvino.convert_model`` inside the block.
 
@@ -19,12 +20,14 @@ from typing import Any
 
 from ...patches import patch_attribute
 from ...patches.graph import rewritten_nodes, views_after_permutes_as_reshapes
+from ...patches.tracing import size_one_dims_stay_dynamic
 
 __all__ = [
     "conversion_patches",
     "copies_as_clones",
     "distinct_outputs",
     "pin_reshape_wildcards",
+    "retrace_size_oblivious",
     "size_arithmetic_extensions",
     "size_arithmetic_rules",
     "skip_empty_cat_inputs",
@@ -514,10 +517,26 @@ def distinct_outputs(program: Any) -> Iterator[int]:
             program.graph_module.recompile()
 
 
+def retrace_size_oblivious() -> contextlib.AbstractContextManager[None]:
+    """Re-trace with ``backed_size_oblivious``, as the export was traced, while the block runs.
+
+    ``convert_model`` re-runs ``ExportedProgram.run_decompositions``, which re-traces the graph and evaluates the
+    metadata checks of every node (``is_contiguous``: ``numel() < 2``) with each symbol's sample value as its hint,
+    adding a guard each time (decompositions adding guards, pytorch/pytorch#175281). Two of them can narrow a dim's
+    range to one value, which then replaces the symbol in the whole graph: with 2 images in the sample,
+    ``images > 1`` and ``images - 1 < 2`` (the metadata of a tensor of ``images - 1`` elements) made the image count the
+    constant 2, and OpenVINO computed wrong numbers for 3 images (guards are not checked at run time). The export
+    itself traced those dims size-obliviously (:func:`~hub_export.patches.tracing.size_one_dims_stay_dynamic`);
+    the re-trace then decides such checks without guarding, so the converted graph stays general.
+    """
+    return size_one_dims_stay_dynamic()
+
+
 @contextlib.contextmanager
 def conversion_patches(program: Any) -> Iterator[None]:
     """Every workaround needed while ``openvino.convert_model`` reads ``program``."""
     with (
+        retrace_size_oblivious(),
         skip_empty_cat_inputs(program),
         copies_as_clones(program),
         pin_reshape_wildcards(program),
