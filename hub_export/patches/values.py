@@ -41,7 +41,7 @@ def fixed_values_fold(numel: int = FOLD_NUMEL) -> Iterator[None]:
     import torch._subclasses.fake_tensor as fake_tensor
 
     mode = fake_tensor.FakeTensorMode
-    dispatch = mode._dispatch_impl
+    dispatch, cached_dispatch = mode._dispatch_impl, mode._cached_dispatch_impl
     factories = {
         torch.ops.aten.arange.default,
         torch.ops.aten.arange.start,
@@ -51,20 +51,35 @@ def fixed_values_fold(numel: int = FOLD_NUMEL) -> Iterator[None]:
         torch.ops.aten.full.default,
     }
 
-    def folding_dispatch(self: Any, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        if func in factories and _concrete(args, kwargs):
-            from torch.utils._mode_utils import no_dispatch
+    def folded_factory(self: Any, func: Any, args: Any, kwargs: Any) -> Any:
+        """The factory's output as a constant fake tensor, or None when it is not folded."""
+        if func not in factories or not _concrete(args, kwargs):
+            return None
+        from torch.utils._mode_utils import no_dispatch
 
-            with no_dispatch():
-                value = func(*args, **{k: v for k, v in kwargs.items() if k != "device"}, device="cpu")
-            if value.numel() <= numel:
-                target = kwargs.get("device")
-                value = value if target is None else value.to(target)
-                return self.fake_tensor_converter.from_real_tensor(self, value, make_constant=True)
+        with no_dispatch():
+            value = func(*args, **{k: v for k, v in kwargs.items() if k != "device"}, device="cpu")
+        if value.numel() > numel:
+            return None
+        target = kwargs.get("device")
+        value = value if target is None else value.to(target)
+        return self.fake_tensor_converter.from_real_tensor(self, value, make_constant=True)
+
+    def folding_dispatch(self: Any, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        folded = folded_factory(self, func, args, kwargs)
+        if folded is not None:
+            return folded
         out: Any = dispatch(self, func, types, args, kwargs)
         if "empty" in str(func) and getattr(out, "constant", None) is not None:
             out.constant = None  # uninitialized memory is no value: `new_empty` on a constant would fold garbage
         return out
+
+    def folding_cached_dispatch(self: Any, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        # FakeTensorMode's dispatch cache is class-wide and keyed on the op and its arguments: a factory traced
+        # earlier in the process (`arange(6)` of any export) would be answered from the cache without a value,
+        # never reaching `_dispatch_impl`. Ops reading a constant bypass the cache already.
+        folded = folded_factory(self, func, args, kwargs)
+        return folded if folded is not None else cached_dispatch(self, func, types, args, kwargs)
 
     build = torch.tensor
 
@@ -81,6 +96,7 @@ def fixed_values_fold(numel: int = FOLD_NUMEL) -> Iterator[None]:
             fake_tensor, "CONSTANT_NUMEL_LIMIT", max(numel, fake_tensor.CONSTANT_NUMEL_LIMIT), reason=reason
         ),
         patch_attribute(mode, "_dispatch_impl", folding_dispatch, reason=reason),
+        patch_attribute(mode, "_cached_dispatch_impl", folding_cached_dispatch, reason=reason),
         patch_attribute(torch, "tensor", tensor, reason="torch.tensor over a list of 0-d fake tensors"),
     ):
         yield
