@@ -351,3 +351,61 @@ def test_sizes_seen_at_the_sample_stay_symbolic_through_conversion() -> None:
     exported = OpenVINOExporter().export(model, {"lengths": torch.tensor([4, 9])}, config=OpenVINOConfig(dynamic=True))
     other = torch.tensor([4, 9, 16])
     torch.testing.assert_close(exported(lengths=other), model(other), rtol=0, atol=0)
+
+
+class _MissingOps(torch.nn.Module):
+    """Ops OpenVINO's frontend lacks or refuses: ceil-mode pools with a kernel over the input (global, padded,
+    padding not counted, a divisor), ``fft``/``ifft``/``fftn``/``rfft``/``irfft``/``conj``, ``polar``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        pool = torch.nn.AvgPool2d
+        self.pools = torch.nn.ModuleList(
+            [
+                pool(8, ceil_mode=True),
+                pool(3, 4, 1, ceil_mode=True),
+                pool(3, 3, 1, ceil_mode=True, count_include_pad=False),
+                pool((2, 3), 3, ceil_mode=True, divisor_override=5),
+            ]
+        )
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> Any:
+        fourier = torch.fft.fftn(x, dim=(2, 3)).real + torch.fft.ifft(torch.fft.fft(x, dim=-1), dim=2).imag
+        spectrum = torch.fft.rfft(x[..., :6], dim=-1)
+        correlation = torch.fft.irfft(spectrum * torch.conj(spectrum), n=6, dim=-1)
+        angle = ids.float()[:, :, None] * torch.arange(4.0)
+        rotary = torch.polar(torch.ones_like(angle), angle) * torch.view_as_complex(torch.stack([angle, -angle], -1))
+        return (*(p(x) for p in self.pools), fourier, correlation, torch.view_as_real(rotary))
+
+
+def test_missing_ops_are_rewritten_with_the_same_numbers() -> None:
+    """``polar``, ``fft`` ops and ceil-mode pools with a kernel over the input (EfficientNet's global pool) become
+    standard ops (exact on the traced graph, restored after) that OpenVINO converts and runs at other sizes."""
+    from hub_export.backends.openvino._op_rewrites import ceil_pools_as_padded, fft_as_matmuls, polar_as_complex
+    from hub_export.export.trace import trace
+
+    torch.manual_seed(0)
+    model = _MissingOps()
+    sample = {"x": torch.randn(2, 2, 7, 9), "ids": torch.arange(5).repeat(2, 1) * 3}
+    program = trace(model, sample, OpenVINOConfig(dynamic=True)).program
+    before = program.graph_module.code
+    others = [
+        (torch.randn(2, 2, 10, 9), torch.arange(7).repeat(2, 1)),
+        (torch.randn(3, 2, 3, 9), torch.arange(3).repeat(3, 1)),
+    ]
+    x, ids = others[0]
+    with torch.no_grad():
+        expected = model(x, ids)
+    with polar_as_complex(program) as polars, fft_as_matmuls(program) as ffts, ceil_pools_as_padded(program) as pools:
+        assert (polars, ffts, pools) == (1, 6, 4)
+        with torch.no_grad():
+            patched = program.module()(x, ids)
+    assert program.graph_module.code == before
+    for got, want in zip(patched, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+    exported = OpenVINOExporter().export(model, sample, config=OpenVINOConfig(dynamic=True))
+    for x, ids in others:
+        got, want = exported(x=x, ids=ids), model(x, ids)
+        for got_leaf, want_leaf in zip(got, want, strict=True):
+            torch.testing.assert_close(got_leaf, want_leaf, rtol=0, atol=1e-5)

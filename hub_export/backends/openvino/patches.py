@@ -8,6 +8,9 @@
 * :func:`size_arithmetic_rules` — conversion rules for ``//``, ``%``, ``sym_min``/``sym_max``/``sym_float`` on
   sizes, given to ``openvino.convert_model`` inside the block.
 
+* ``_op_rewrites`` — operators the frontend lacks or mis-infers (``polar``, ``fft``, a ceil-mode pool with a kernel
+  over its input) rewritten as standard ops with the same numbers.
+
 :func:`conversion_patches` applies all of them. :func:`stable_top_k` edits the converted model itself (``TopK``
 made stable, as ONNX's rule).
 """
@@ -21,6 +24,7 @@ from typing import Any
 from ...patches import patch_attribute
 from ...patches.graph import rewritten_nodes, views_after_permutes_as_reshapes
 from ...patches.tracing import size_one_dims_stay_dynamic
+from ._op_rewrites import op_rewrites
 
 __all__ = [
     "conversion_patches",
@@ -537,6 +541,7 @@ def conversion_patches(program: Any) -> Iterator[None]:
     """Every workaround needed while ``openvino.convert_model`` reads ``program``."""
     with (
         retrace_size_oblivious(),
+        op_rewrites(program),
         skip_empty_cat_inputs(program),
         copies_as_clones(program),
         pin_reshape_wildcards(program),
