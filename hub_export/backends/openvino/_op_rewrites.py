@@ -5,8 +5,8 @@
 * :func:`fft_as_matmuls` — ``aten.fft_fft``/``fft_ifft``/``fft_fftn``/``fft_rfft``/``fft_irfft`` and ``_conj``
   (no rule: FNet's Fourier mixing, Autoformer's autocorrelation) as products with DFT matrices built in the graph
   from ``arange`` of the (possibly dynamic) length.
-* :func:`ceil_pools_as_padded` — an ``avg_pool`` in ceil mode with windows that do not overlap, whose kernel may
-  be larger than its input (EfficientNet's and ALIGN's global pool, ``AvgPool2d(hidden_dim, ceil_mode=True)``):
+* :func:`ceil_pools_as_sums` — an ``avg_pool`` in ceil mode with windows that do not overlap, whose kernel may
+  be larger than its input, as window sums over the input (EfficientNet's and ALIGN's global pool, ``AvgPool2d(hidden_dim, ceil_mode=True)``):
   OpenVINO's shape inference refuses such a kernel at run time.
 
 Every rewrite inserts the new nodes before the rewritten node and turns the node itself into the last op of the
@@ -21,7 +21,7 @@ import operator
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["ceil_pools_as_padded", "expanded_nodes", "fft_as_matmuls", "op_rewrites", "polar_as_complex"]
+__all__ = ["ceil_pools_as_sums", "expanded_nodes", "fft_as_matmuls", "op_rewrites", "polar_as_complex"]
 
 
 class _Builder:
@@ -347,56 +347,78 @@ def _per_axis(value: Any, count: int) -> list[int]:
     return values * count if len(values) == 1 else values
 
 
+def _windows(add: _Builder, positions: Any, shift: int, starts: Any, kernel: int, dtype: Any, device: Any) -> Any:
+    """``[t, i]`` 1.0 where position ``t`` (``< positions``, moved by ``shift``) is in window ``i`` (``[start, start
+    + kernel)``)."""
+    import torch
+
+    aten = torch.ops.aten
+    index = add(aten.arange.default, positions, dtype=torch.int64, device=device)
+    offsets = add(aten.sub.Tensor, add(aten.unsqueeze.default, add(aten.add.Scalar, index, shift), 1), starts)
+    inside = add(aten.logical_and.default, add(aten.ge.Scalar, offsets, 0), add(aten.lt.Scalar, offsets, kernel))
+    return add(aten._to_copy.default, inside, dtype=dtype)
+
+
 def _expand_pool(node: Any, add: _Builder) -> tuple[Any, tuple[Any, ...]] | None:
-    """``sum / count`` over windows of the input zero-padded by ``k - 1`` at each end: the same windows as ceil mode
-    (``s >= k``: every window that starts inside the input or its left padding) and ATen's divisor (the padding
-    ``p`` counted when ``count_include_pad``, the overhang past it never), with the kernel never over the input."""
+    """Per axis, the window sums as a product with a 0/1 matrix (position, window) and ATen's divisor as the column
+    sums of the same matrix over the input (padding not counted) or over the padded input: with ``s >= k`` ceil mode
+    keeps every window that starts inside the input or its left padding, ``ceil((n + p) / s)`` of them."""
     import torch
 
     aten = torch.ops.aten
     args = _arguments(node)
     x = args["self"]
+    val = x.meta["val"]
     count = {aten.avg_pool1d.default: 1, aten.avg_pool2d.default: 2, aten.avg_pool3d.default: 3}[node.target]
     kernel = _per_axis(args["kernel_size"], count)
     stride = _per_axis(args["stride"] or kernel, count)
     padding = _per_axis(args["padding"], count)
     if not args["ceil_mode"] or any(s < k for s, k in zip(stride, kernel, strict=True)):
         return None
-    spatial = x.meta["val"].shape[-count:]
+    spatial = val.shape[-count:]
     if all(isinstance(n, int) and n + 2 * p >= k for n, p, k in zip(spatial, padding, kernel, strict=True)):
         return None  # the kernel fits every input: the frontend's own pool is right
-
-    def pads(before: list[int], after: list[int]) -> list[int]:  # constant_pad_nd's order: the last axis first
-        return [v for b, a in zip(reversed(before), reversed(after), strict=True) for v in (b, a)]
-
-    def pool(value: Any) -> Any:  # the mean of every full window of an already padded input
-        return add(node.target, value, kernel, stride, [0] * count, False, True)
-
-    overhang = [k - 1 for k in kernel]  # >= p: ATen requires p <= k / 2
-    sums = pool(add(aten.constant_pad_nd.default, x, pads(padding, overhang), 0.0))
-    area = math.prod(kernel)
     divisor = args.get("divisor_override")
+    sums, divisors = x, []
+    for offset, (k, s, p) in enumerate(zip(kernel, stride, padding, strict=True)):
+        axis = val.dim() - count + offset
+        size = _size(add, x, axis)
+        windows = (
+            (size + p + s - 1) // s
+            if isinstance(size, int)
+            else add(operator.floordiv, add(operator.add, size, p + s - 1), s)
+        )
+        starts = add(aten.unsqueeze.default, add(aten.mul.Scalar, add(aten.arange.default, windows,
+                     dtype=torch.int64, device=val.device), s), 0)  # fmt: skip
+        inside = _windows(add, size, p, starts, k, val.dtype, val.device)
+        sums = _along(add, sums, axis, inside)
+        if divisor:
+            continue
+        if args["count_include_pad"] and p:  # the padded positions [-p, n + p) count
+            padded = size + 2 * p if isinstance(size, int) else add(operator.add, size, 2 * p)
+            inside = _windows(add, padded, 0, starts, k, val.dtype, val.device)
+        column = add(aten.sum.dim_IntList, inside, [0])
+        for _ in range(val.dim() - 1 - axis):
+            column = add(aten.unsqueeze.default, column, -1)
+        divisors.append(column)
     if divisor:
-        return aten.mul.Scalar, (sums, area / divisor)
-    ones = add(aten.ones_like.default, x)
-    if args["count_include_pad"]:
-        counted = add(aten.constant_pad_nd.default, ones, pads(padding, padding), 1.0)
-        rest = [o - p for o, p in zip(overhang, padding, strict=True)]
-        mask = add(aten.constant_pad_nd.default, counted, pads([0] * count, rest), 0.0)
-    else:
-        mask = add(aten.constant_pad_nd.default, ones, pads(padding, overhang), 0.0)
-    return aten.div.Tensor, (sums, pool(mask))
+        return aten.div.Scalar, (sums, divisor)
+    total = divisors[0]
+    for column in divisors[1:]:
+        total = add(aten.mul.Tensor, total, column)
+    return aten.div.Tensor, (sums, total)
 
 
-def ceil_pools_as_padded(program: Any) -> contextlib.AbstractContextManager[int]:
+def ceil_pools_as_sums(program: Any) -> contextlib.AbstractContextManager[int]:
     """An ``avg_pool1d/2d/3d`` in ceil mode whose windows do not overlap (``stride >= kernel``) and whose kernel may
-    be larger than its input, as the same pool over an input padded with zeros, divided by the pool of a mask,
-    inside the block.
+    be larger than its input, as window sums (a product with a 0/1 matrix per axis, built in the graph from
+    ``arange``) divided by ATen's divisor, inside the block.
 
     EfficientNet and ALIGN pool globally with ``nn.AvgPool2d(hidden_dim, ceil_mode=True)``: a kernel larger than
     the feature map, which ATen allows (one window, clipped to the input) and OpenVINO's shape inference refuses at
     run time ("Kernel after dilation has size (dim: 8) larger than the data shape after padding (dim: 5)", openvino
-    2026.4). The padded input always holds the kernel; the windows and divisors are ATen's, for any input size.
+    2026.4). The windows and divisors are ATen's for any input size; no tensor is larger than the input (padding
+    it to hold a 1280-wide kernel took gigabytes).
 
     Yields:
         How many nodes were rewritten.
@@ -411,5 +433,5 @@ def ceil_pools_as_padded(program: Any) -> contextlib.AbstractContextManager[int]
 @contextlib.contextmanager
 def op_rewrites(program: Any) -> Iterator[None]:
     """Every rewrite of this module, inside the block."""
-    with polar_as_complex(program), fft_as_matmuls(program), ceil_pools_as_padded(program):
+    with polar_as_complex(program), fft_as_matmuls(program), ceil_pools_as_sums(program):
         yield
