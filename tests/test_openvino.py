@@ -355,7 +355,8 @@ def test_sizes_seen_at_the_sample_stay_symbolic_through_conversion() -> None:
 
 class _MissingOps(torch.nn.Module):
     """Ops OpenVINO's frontend lacks or refuses: ceil-mode pools with a kernel over the input (global, padded,
-    padding not counted, a divisor), ``fft``/``ifft``/``fftn``/``rfft``/``irfft``/``conj``, ``polar``."""
+    padding not counted, a divisor), ``fft``/``ifft``/``fftn``/``rfft``/``irfft``/``conj``, ``polar``,
+    ``scatter_reduce``."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -375,12 +376,18 @@ class _MissingOps(torch.nn.Module):
         correlation = torch.fft.irfft(spectrum * torch.conj(spectrum), n=6, dim=-1)
         angle = ids.float()[:, :, None] * torch.arange(4.0)
         rotary = torch.polar(torch.ones_like(angle), angle) * torch.view_as_complex(torch.stack([angle, -angle], -1))
-        return (*(p(x) for p in self.pools), fourier, correlation, torch.view_as_real(rotary))
+        slots = (x > 0).long() * 3  # rows 0 and 3 of 4 (1 and 2 keep their zeros when the input is not counted)
+        base = torch.zeros(*x.shape[:2], 4, x.shape[3])
+        maxima = base.scatter_reduce(2, slots, x, "amax", include_self=False)
+        sums = base.scatter_reduce(2, slots[:, :, :2], x, "sum")  # the part of ``x`` the index covers
+        pooled = (p(x) for p in self.pools)
+        return (*pooled, fourier, correlation, torch.view_as_real(rotary), maxima, sums)
 
 
 def test_missing_ops_are_rewritten_with_the_same_numbers() -> None:
     """``polar``, ``fft`` ops and ceil-mode pools with a kernel over the input (EfficientNet's global pool) become
-    standard ops (exact on the traced graph, restored after) that OpenVINO converts and runs at other sizes."""
+    standard ops (exact on the traced graph, restored after) that OpenVINO converts and runs at other sizes;
+    ``scatter_reduce`` gets a conversion rule."""
     from hub_export.backends.openvino._op_rewrites import ceil_pools_as_sums, fft_as_matmuls, polar_as_complex
     from hub_export.export.trace import trace
 

@@ -435,3 +435,31 @@ def op_rewrites(program: Any) -> Iterator[None]:
     """Every rewrite of this module, inside the block."""
     with polar_as_complex(program), fft_as_matmuls(program), ceil_pools_as_sums(program):
         yield
+
+
+#: ``torch.Tensor.scatter_reduce``'s ``reduce`` -> ``ScatterElementsUpdate``'s ``reduction``
+_REDUCTIONS = {"sum": "sum", "prod": "prod", "mean": "mean", "amax": "max", "amin": "min"}
+
+
+def scatter_reduce_rule(context: Any) -> list[Any]:
+    """The conversion rule of ``aten.scatter_reduce.two``, which OpenVINO's frontend lacks (openvino 2026.4: "No
+    conversion rule found for operations: aten.scatter_reduce.two"; BLT's patch pooling, TAPAS's segment
+    reductions): ``ScatterElementsUpdate`` (opset 12) has the same reductions, ``use_init_val`` as
+    ``include_self``. ATen reads only the part of ``src`` the index covers; the opset's updates are that part."""
+    import numpy as np
+    import openvino.opset12 as ops
+
+    data, axis, index, src = (context.get_input(i) for i in range(4))
+    reduce = bytes(context.get_input(4).get_node().get_data()).decode()  # the frontend's strings are u8 constants
+    include_self = True
+    if context.get_input_size() > 5 and not context.input_is_none(5):
+        include_self = bool(context.get_input(5).get_node().get_data())
+    elif context.has_attribute("include_self"):  # a bool keyword the Python context cannot read
+        read = {context.get_attribute("include_self", default_value=d) for d in (False, True)}
+        # unreadable: present, so not its default (tracing drops arguments equal to their defaults)
+        include_self = read.pop() if len(read) == 1 else False
+    shape = ops.shape_of(index)  # i64
+    zeros = ops.multiply(shape, ops.constant(np.int64(0)))
+    updates = ops.slice(src, zeros, shape, ops.add(zeros, ops.constant(np.int64(1))))
+    node = ops.scatter_elements_update(data, index, updates, axis, _REDUCTIONS[reduce], include_self)
+    return [node.output(0)]

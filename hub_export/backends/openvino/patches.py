@@ -24,7 +24,7 @@ from typing import Any
 from ...patches import patch_attribute
 from ...patches.graph import rewritten_nodes, views_after_permutes_as_reshapes
 from ...patches.tracing import size_one_dims_stay_dynamic
-from ._op_rewrites import op_rewrites
+from ._op_rewrites import op_rewrites, scatter_reduce_rule
 
 __all__ = [
     "conversion_patches",
@@ -251,6 +251,7 @@ def size_arithmetic_extensions() -> list[Any]:
       exports to) of integer tensors: the same truncation at run time (``(x - 1) // 2`` of 0
       gives 0, torch -1); the Qwen3 audio encoders' frame counts of an empty remainder come out one long. The same
       exact form for integers; ``Floor(Divide)`` for floating tensors.
+    * ``aten.scatter_reduce.two``: no rule (:func:`~._op_rewrites.scatter_reduce_rule`).
     """
     import operator
 
@@ -262,6 +263,7 @@ def size_arithmetic_extensions() -> list[Any]:
     rules[operator.truediv] = _truediv
     extensions = [ConversionExtension(str(target), rule) for target, rule in rules.items()]
     extensions.append(ConversionExtension("aten.floor_divide.default", _floor_divide))
+    extensions.append(ConversionExtension("aten.scatter_reduce.two", scatter_reduce_rule))
     return [*extensions, ConversionExtension("aten.div.Tensor_mode", _divide_mode)]
 
 
