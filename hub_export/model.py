@@ -249,7 +249,8 @@ class ExportedModel:
             backend = backend_for(self.export_format)
             programs = {name: c.program for name, c in self.components.items()}  # lazy ones fetch their files
             fresh = {name: programs[name] for name, c in self.components.items() if not c.on_disk}
-            written = backend.save_programs(fresh, staged) if fresh and _may_share(self, backend) else {}
+            save_programs = backend.save_programs if _may_share(self, backend) else None
+            written = save_programs(fresh, staged) if fresh and save_programs is not None else {}
             entries = {name: c.save(staged, written.get(name)) for name, c in self.components.items()}
             if self.config is not None:
                 self.config.to_json_file(str(staged / "config.json"))
@@ -424,8 +425,6 @@ def _may_share(model: ExportedModel, backend: Any) -> bool:
     weights in its ``shared`` files): not where a component copied from disk lists one of those files, which
     names the weights it reads there: the fresh components are then written each on its own (their weights in
     their own files), so that the copied file stays the one its references were written for."""
-    if backend.save_programs is None:
-        return False
     shared = {name for name, _ in backend.layout.shared}
     return not any(f.path in shared for c in model.components.values() if c.on_disk for f in c.metadata.files)
 

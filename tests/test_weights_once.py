@@ -193,8 +193,9 @@ def test_generation_components_share_one_weights_file(fmt: str, tmp_path: Path, 
     assert sorted(p.name for p in resaved.iterdir()) == names
 
 
-def test_a_dynamo_export_resaved_from_its_programs_names_the_shared_file_it_writes(
-    tmp_path: Path, two_graph_exports: Any
+@pytest.mark.parametrize("fmt", ["dynamo", "onnx"])
+def test_components_written_again_name_the_shared_file_written_with_them(
+    fmt: str, tmp_path: Path, two_graph_exports: Any
 ) -> None:
     import dataclasses
     import shutil
@@ -204,45 +205,46 @@ def test_a_dynamo_export_resaved_from_its_programs_names_the_shared_file_it_writ
     from hub_export.component import ExportedComponent
     from hub_export.errors import ExportError
 
-    model, inputs, folder = two_graph_exports("dynamo")
+    model, inputs, folder = two_graph_exports(fmt)
+    shared = SHARED_FILES[fmt][0]
     with torch.no_grad():
         expected = model.generate(**inputs, max_new_tokens=4, do_sample=False)
-    original = (folder / "shared.safetensors").read_bytes()
+    original = (folder / shared).read_bytes()
 
-    def refs(path: Path) -> dict[str, Any]:
-        with zipfile.ZipFile(path) as archive:
-            listed = [n for n in archive.namelist() if n.endswith(REFERENCES)]
-            return json.loads(archive.read(listed[0]))["payloads"] if listed else {}
+    def readers(saved: Path) -> set[str]:
+        """The components export.json lists the shared file for (of a .pt2, also the archive names it)."""
+        components = json.loads((saved / "export.json").read_text())["components"]
+        listing = {name for name, entry in components.items() if shared in entry["files"]}
+        if fmt == "dynamo":
+            for name in components:
+                with zipfile.ZipFile(saved / f"{name}.pt2") as archive:
+                    assert any(n.endswith(REFERENCES) for n in archive.namelist()) == (name in listing), name
+        return listing
 
-    # over its own folder, both components written again from their programs (which map the file being replaced)
+    # over its own folder, both components written again from their programs (which read the file being replaced)
     own = Path(shutil.copytree(folder, tmp_path / "own"))
     loaded = ExportedModel.from_pretrained(own)
     for component in loaded.components.values():
         component._files_dir = None
     loaded.save_pretrained(own)
-    assert (own / "shared.safetensors").read_bytes() == original  # the same keys and bytes: written deterministically
-    assert refs(own / "prefill.pt2") and refs(own / "decode.pt2")
+    assert readers(own) == {"prefill", "decode"}
+    assert fmt != "dynamo" or (own / shared).read_bytes() == original  # the same keys and bytes: deterministic
     assert torch.equal(ExportedModel.from_pretrained(own).generate(**inputs, max_new_tokens=4), expected)
 
     # one component copied from disk (reading the shared file) and two written from their programs: those two hold
     # their weights, never a new shared file under the name the copied one's references were written for
     mixed = ExportedModel.from_pretrained(folder)
-    mixed.components["decode"]._files_dir = None
     decode = mixed.components["decode"]
-    mixed.components["again"] = ExportedComponent(
-        "again", "dynamo", decode.program, dataclasses.replace(decode.metadata)
-    )
+    decode._files_dir = None
+    mixed.components["again"] = ExportedComponent("again", fmt, decode.program, dataclasses.replace(decode.metadata))
     saved = mixed.save_pretrained(tmp_path / "mixed")
-    assert (saved / "shared.safetensors").read_bytes() == original
-    assert refs(saved / "prefill.pt2") and not refs(saved / "decode.pt2") and not refs(saved / "again.pt2")
+    assert (saved / shared).read_bytes() == original and readers(saved) == {"prefill"}
     assert torch.equal(ExportedModel.from_pretrained(saved).generate(**inputs, max_new_tokens=4), expected)
 
     # two components copied from different shared files cannot go to one folder
     clash = ExportedModel.from_pretrained(folder)
     decode = clash.components["decode"]
-    files = tuple(
-        dataclasses.replace(f, sha256="0" * 64) if f.path == "shared.safetensors" else f for f in decode.metadata.files
-    )
+    files = tuple(dataclasses.replace(f, sha256="0" * 64) if f.path == shared else f for f in decode.metadata.files)
     decode.metadata = dataclasses.replace(decode.metadata, files=files)
     with pytest.raises(ExportError, match="different file"):
         clash.save_pretrained(tmp_path / "clash")
