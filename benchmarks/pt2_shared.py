@@ -7,7 +7,8 @@ or for ``compile="aoti"``, a static cache, encoder-decoder or multimodal exports
 
     flock /work/tmp/s12/bench.lock env PYTHONPATH=$PWD .venv/bin/python benchmarks/pt2_shared.py --layers 4
 
-Each load + generate runs in a fresh process (RSS above the process with the libraries imported).
+Each load + generate runs in a fresh process (RSS above the process with the libraries imported). Each save reports
+its seconds, the bytes it wrote and read (``/proc/self/io``: write and read calls) and its RSS peak, over the weights.
 """
 
 from __future__ import annotations
