@@ -5,9 +5,10 @@ in the same run, each component holding its own copy (``save_programs`` switched
 A generation export on Dynamo is usually one graph; this one is forced to two (as when the one-graph check fails,
 or for ``compile="aoti"``, a static cache, encoder-decoder or multimodal exports), so both components are written.
 
-    flock /work/tmp/s9/bench.lock env PYTHONPATH=$PWD .venv/bin/python benchmarks/pt2_shared.py --layers 4
+    flock /work/tmp/s12/bench.lock env PYTHONPATH=$PWD .venv/bin/python benchmarks/pt2_shared.py --layers 4
 
-Each load + generate runs in a fresh process (RSS above the process with the libraries imported).
+Each load + generate runs in a fresh process (RSS above the process with the libraries imported). Each save reports
+its seconds, the bytes it wrote and read (``/proc/self/io``: write and read calls) and its RSS peak, over the weights.
 """
 
 from __future__ import annotations
@@ -49,6 +50,12 @@ def _child(folder: Path) -> None:
     print(json.dumps({"held": held, "peak": peak, "shared": shared, "params": len(prefill), "tokens": tokens.tolist()}))
 
 
+def _io() -> dict[str, int]:
+    """This process's I/O counters (``wchar``: bytes handed to write calls; ``rchar``: bytes read)."""
+    with open("/proc/self/io") as handle:
+        return {key: int(value) for key, value in (line.split(": ") for line in handle)}
+
+
 def _fresh(folder: Path) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, __file__, "--child", str(folder)], capture_output=True, text=True, check=False
@@ -70,7 +77,7 @@ def main() -> None:
     import pytest
     import torch
     from _models import build, unique_weight_bytes
-    from scale import _inputs, versions
+    from scale import RssSampler, _inputs, versions
 
     from hub_export import DynamoConfig, DynamoExporter
     from hub_export import formats as registry
@@ -85,7 +92,8 @@ def main() -> None:
     with torch.no_grad():
         expected = model.generate(**_inputs(1, 32, 0), max_new_tokens=8, do_sample=False).tolist()
     del model
-    rows = []
+    sampler = RssSampler()
+    rows, saves = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for layout in ("shared", "own copies"):
             with pytest.MonkeyPatch.context() as patch:
@@ -94,18 +102,26 @@ def main() -> None:
                     patch.setitem(registry._BACKENDS, "dynamo", dataclasses.replace(backend, save_programs=None))
                 for component in exported.components.values():  # written from the programs, not copied
                     component._files_dir = None
+                base, before = sampler.reset(), _io()
                 start = time.perf_counter()
                 folder = exported.save_pretrained(Path(tmp) / layout.replace(" ", "-"))
                 save_s = time.perf_counter() - start
+                after, save_peak = _io(), sampler.peak - base
             files = {p.name: p.stat().st_size for p in folder.iterdir()}
             fresh = _fresh(folder)
             assert fresh.pop("tokens") == expected, layout
+            written, read = (after[k] - before[k] for k in ("wchar", "rchar"))
             rows.append((layout, sum(files.values()) / weights, fresh["held"] / weights, fresh["peak"] / weights))
+            saves.append((layout, save_s, written / weights, read / weights, save_peak / weights))
             print(f"{layout}: files {files}; save {save_s:.1f} s; shared params {fresh['shared']}/{fresh['params']}")
     print(f"\n{args.model} layers={args.layers or 'all'}: weights {weights / 1e6:.0f} MB; tokens == eager")
     print("| layout | files / weights | RSS after load + generate / weights | peak / weights |\n|---|---|---|---|")
     for layout, files_ratio, held, peak in rows:
         print(f"| {layout} | {files_ratio:.3f}x | {held:.2f}x | {peak:.2f}x |")
+    print("\n| layout | save s | bytes written / weights | bytes read / weights | save RSS peak / weights |")
+    print("|---|---|---|---|---|")
+    for layout, seconds, written, read, save_peak in saves:
+        print(f"| {layout} | {seconds:.1f} | {written:.2f}x | {read:.2f}x | {save_peak:.2f}x |")
     print(f"load average after: {os.getloadavg()}")
 
 

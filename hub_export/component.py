@@ -8,7 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ._files import copy_file, file_entry
+from ._files import copy_file, file_entry, sha256_file
+from .errors import ExportError
 from .formats import ExportFormat, backend_for, parse_format
 from .manifest import ComponentEntry
 
@@ -95,10 +96,17 @@ class ExportedComponent:
         roles = backend.layout.component_files(self.name) | dict(backend.layout.shared)
         if self.on_disk:
             relative = [f.path for f in self.metadata.files]
-            for rel in relative:
-                (directory / rel).parent.mkdir(parents=True, exist_ok=True)
-                if not (directory / rel).exists():  # a file shared with a component saved before
-                    copy_file(self._files_dir / rel, directory / rel)  # type: ignore[operator]
+            for listed in self.metadata.files:
+                target = directory / listed.path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if not target.exists():
+                    copy_file(self._files_dir / listed.path, target)  # type: ignore[operator]
+                elif sha256_file(target) != listed.sha256:  # not the file shared with a component saved before
+                    raise ExportError(
+                        f"Component {self.name!r} reads {listed.path} of the folder it was loaded from, but another "
+                        "component of this export comes with a different file of that name; save components "
+                        "loaded from different exports into separate folders."
+                    )
         elif written is not None:
             relative = list(written)
         else:

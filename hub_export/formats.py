@@ -207,7 +207,14 @@ def _discover(name: str | None = None) -> None:
 def backends() -> dict[str, Backend]:
     """Every registered backend, by name (built-in ones first, in name order)."""
     _discover()
-    return dict(_BACKENDS)
+    return _ordered()
+
+
+def _ordered() -> dict[str, Backend]:
+    """The registered backends, built-in ones first, each group in name order (registration order depends on what
+    was imported first)."""
+    builtin = set(_builtin_packages())
+    return {name: _BACKENDS[name] for name in sorted(_BACKENDS, key=lambda name: (name not in builtin, name))}
 
 
 def backend_for(export_format: ExportFormat | str) -> Backend:
@@ -225,7 +232,7 @@ def backend_for(export_format: ExportFormat | str) -> Backend:
         _discover()
         backend = _BACKENDS.get(name)
     if backend is None:
-        known = ", ".join(_BACKENDS)
+        known = ", ".join(_ordered())
         raise UnknownFormatError(
             f"Unknown export format {str(export_format)!r}; known formats: {known}. A format of another package is "
             "available once that package registers it with hub_export.register_backend(...)."

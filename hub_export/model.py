@@ -249,7 +249,8 @@ class ExportedModel:
             backend = backend_for(self.export_format)
             programs = {name: c.program for name, c in self.components.items()}  # lazy ones fetch their files
             fresh = {name: programs[name] for name, c in self.components.items() if not c.on_disk}
-            written = backend.save_programs(fresh, staged) if fresh and backend.save_programs is not None else {}
+            save_programs = backend.save_programs if _may_share(self, backend) else None
+            written = save_programs(fresh, staged) if fresh and save_programs is not None else {}
             entries = {name: c.save(staged, written.get(name)) for name, c in self.components.items()}
             if self.config is not None:
                 self.config.to_json_file(str(staged / "config.json"))
@@ -417,6 +418,15 @@ class ExportedModel:
         exported.task = manifest.task
         exported.preprocessing = listed_preprocessing(loaded.source.directory, manifest)
         return exported
+
+
+def _may_share(model: ExportedModel, backend: Any) -> bool:
+    """Whether the components written in this process go to the backend's ``save_programs`` together (sharing
+    weights in its ``shared`` files): not where a component copied from disk lists one of those files, which
+    names the weights it reads there: the fresh components are then written each on its own (their weights in
+    their own files), so that the copied file stays the one its references were written for."""
+    shared = {name for name, _ in backend.layout.shared}
+    return not any(f.path in shared for c in model.components.values() if c.on_disk for f in c.metadata.files)
 
 
 def exported_model_class(generation: dict[str, Any] | None = None, *, task: str | None = None) -> type[ExportedModel]:

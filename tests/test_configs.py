@@ -61,7 +61,12 @@ def test_every_config_round_trips(cls) -> None:
     assert back.to_dict()["export_format"] == cls.export_format.value
 
 
-def test_auto_config_errors() -> None:
+def test_auto_config_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hub_export import formats
+
+    formats.backends()  # every built-in registered, then in the order another import sequence would leave them
+    monkeypatch.setattr(formats, "_BACKENDS", dict(reversed(list(formats._BACKENDS.items()))))
+    assert list(formats.backends())[:4] == ["dynamo", "executorch", "onnx", "openvino"]
     with pytest.raises(UnknownFormatError, match="dynamo, executorch, onnx, openvino"):
         AutoExportConfig.from_dict({"export_format": "tflite"})
     with pytest.raises(ConfigError, match="Unknown OnnxConfig field"):

@@ -51,6 +51,15 @@ def test_compiled_generate_equals_eager(compiled: Any) -> None:
     for component in exported.components.values():
         assert component.metadata.parity["max_abs_diff"] <= 1e-4  # measured on the compiled package
 
+    # written again from the loaded programs (not copied): each portable .pt2 names the shared file written with it
+    for component in loaded.components.values():
+        component._files_dir = None
+    again = ExportedModel.from_pretrained(loaded.save_pretrained(folder.parent / "again"), trust_native_code=True)
+    for component in again.components.values():
+        assert "shared.safetensors" in [f.path for f in component.metadata.files]
+    expected = _eager(case, case.sample, 3)
+    assert torch.equal(again.generate(**case.sample, max_new_tokens=3, eos_token_id=[]), expected)
+
 
 def test_native_code_is_refused_by_default(compiled: Any) -> None:
     _, _, folder = compiled

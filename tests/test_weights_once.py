@@ -193,6 +193,62 @@ def test_generation_components_share_one_weights_file(fmt: str, tmp_path: Path, 
     assert sorted(p.name for p in resaved.iterdir()) == names
 
 
+@pytest.mark.parametrize("fmt", ["dynamo", "onnx"])
+def test_components_written_again_name_the_shared_file_written_with_them(
+    fmt: str, tmp_path: Path, two_graph_exports: Any
+) -> None:
+    import dataclasses
+    import shutil
+    import zipfile
+
+    from hub_export.backends.dynamo._shared import REFERENCES
+    from hub_export.component import ExportedComponent
+    from hub_export.errors import ExportError
+
+    model, inputs, folder = two_graph_exports(fmt)
+    shared = SHARED_FILES[fmt][0]
+    with torch.no_grad():
+        expected = model.generate(**inputs, max_new_tokens=3, do_sample=False)
+    original = (folder / shared).read_bytes()
+
+    def readers(saved: Path) -> set[str]:
+        """The components export.json lists the shared file for (of a .pt2, also the archive names it)."""
+        components = json.loads((saved / "export.json").read_text())["components"]
+        listing = {name for name, entry in components.items() if shared in entry["files"]}
+        if fmt == "dynamo":
+            for name in components:
+                with zipfile.ZipFile(saved / f"{name}.pt2") as archive:
+                    assert any(n.endswith(REFERENCES) for n in archive.namelist()) == (name in listing), name
+        return listing
+
+    # over its own folder, both components written again from their programs (which read the file being replaced)
+    own = Path(shutil.copytree(folder, tmp_path / "own"))
+    loaded = ExportedModel.from_pretrained(own)
+    for component in loaded.components.values():
+        component._files_dir = None
+    loaded.save_pretrained(own)
+    assert readers(own) == {"prefill", "decode"}
+    assert fmt != "dynamo" or (own / shared).read_bytes() == original  # the same keys and bytes: deterministic
+    assert torch.equal(ExportedModel.from_pretrained(own).generate(**inputs, max_new_tokens=3), expected)
+
+    # two components copied from different shared files cannot go to one folder (loaded is read from own again)
+    decode = loaded.components["decode"]
+    listed = decode.metadata
+    files = tuple(dataclasses.replace(f, sha256="0" * 64) if f.path == shared else f for f in listed.files)
+    decode.metadata = dataclasses.replace(listed, files=files)
+    with pytest.raises(ExportError, match="different file"):
+        loaded.save_pretrained(tmp_path / "clash")
+    decode.metadata = listed
+
+    # one component copied from disk (reading the shared file) and two written from their programs: those two hold
+    # their weights, never a new shared file under the name the copied one's references were written for
+    decode._files_dir = None
+    loaded.components["again"] = ExportedComponent("again", fmt, decode.program, dataclasses.replace(listed))
+    saved = loaded.save_pretrained(tmp_path / "mixed")
+    assert (saved / shared).read_bytes() == (own / shared).read_bytes() and readers(saved) == {"prefill"}
+    assert torch.equal(ExportedModel.from_pretrained(saved).generate(**inputs, max_new_tokens=3), expected)
+
+
 def test_openvino_shared_weights_file_is_checked(tmp_path: Path, two_graph_exports: Any) -> None:
     import hashlib
     import shutil

@@ -7,9 +7,10 @@ are written together (:func:`hub_export.backends.dynamo.io.save_programs`):
 * a storage that two or more components' programs hold (the same memory: they were exported from one model) is
   written once to :data:`.config.SHARED_WEIGHTS`, a plain safetensors file (data only: a JSON header and raw bytes)
   keyed by the first parameter name using it, holding the whole storage flat (a tied embedding is one storage);
-* each component's ``.pt2`` is the archive ``torch.export.save`` wrote, less the payload files of those storages,
+* each component's ``.pt2`` is the archive ``torch.export.save`` writes, less the payload files of those storages,
   plus one entry, :data:`REFERENCES` (``{"payloads": {payload entry: {"key": ..., "nbytes": ...}}}``), naming the
-  key each omitted payload is found under. The weights configs and their tensor metadata stay as torch wrote them.
+  key each omitted payload is found under; it is written once, without them (:func:`._writer.write_pt2`). The
+  weights configs and their tensor metadata are torch's.
 
 Reading (:class:`SharedWeights`): the file is opened only where ``export.json`` lists it for the component, at
 exactly its listed size; the header is read with a byte budget and checked (dtypes, shapes, ranges inside the file,
@@ -43,7 +44,6 @@ __all__ = [
     "open_shared",
     "plan_shared",
     "read_references",
-    "strip_shared",
     "write_shared",
 ]
 
@@ -159,8 +159,11 @@ def plan_shared(programs: dict[str, Any]) -> SharedPlan:
 
 def write_shared(plan: SharedPlan, path: Path) -> None:
     """Write ``plan.tensors`` as a safetensors file, each tensor's bytes straight from its memory (no copy in Python
-    of a CPU tensor), the larger elements first so every tensor starts at a multiple of its element size."""
+    of a CPU tensor), the larger elements first so every tensor starts at a multiple of its element size; hashed as
+    it is written (the manifest's sha256 costs no second read)."""
     import torch
+
+    from ..._files import HashingWriter
 
     order = sorted(plan.tensors, key=lambda key: (-plan.tensors[key].element_size(), key))
     header: dict[str, Any] = {"__metadata__": {"format": "pt", "hub_export": "dynamo shared weights"}}
@@ -173,47 +176,11 @@ def write_shared(plan: SharedPlan, path: Path) -> None:
         offset += nbytes
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-(8 + len(text)) % 8)
-    with open(path, "wb") as handle:
+    with HashingWriter(path) as handle:
         handle.write(struct.pack("<Q", len(text)) + text)
         for key in order:
             tensor = plan.tensors[key].detach().cpu().contiguous()
             handle.write(memoryview(tensor.view(-1).view(torch.uint8).numpy()))
-
-
-def strip_shared(path: Path, users: dict[str, str], sizes: dict[str, int]) -> None:
-    """Rewrite the ``.pt2`` at ``path`` (written by ``torch.export.save`` in this process) without the payloads of
-    the storages in ``users`` (``{FQN: key}``), adding :data:`REFERENCES`. A payload whose users disagree on the
-    key, that is pickled or whose size differs from the key's stays in the archive."""
-    from torch.export.pt2_archive._package import PT2ArchiveWriter
-
-    from ._archive import StoredArchive
-
-    full = path.with_name(path.name + ".full")
-    path.replace(full)
-    try:
-        with StoredArchive.open(full, path.name, max_entries=1 << 30) as archive:
-            refs: dict[str, dict[str, Any]] = {}
-            for config_name, folder in _CONFIGS.items():
-                by_payload: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-                config = json.loads(archive.read(config_name, archive.entries[config_name].size))
-                for fqn, meta in config["config"].items():
-                    by_payload.setdefault(meta["path_name"], []).append((fqn, meta))
-                for path_name, payload_users in by_payload.items():
-                    keys = {users.get(fqn) for fqn, _ in payload_users}
-                    key = keys.pop() if len(keys) == 1 else None
-                    entry = archive.entries.get(folder + path_name)
-                    pickled = any(meta["use_pickle"] for _, meta in payload_users)
-                    if key is not None and entry is not None and not pickled and entry.size == sizes[key]:
-                        refs[entry.name] = {"key": key, "nbytes": entry.size}
-            with PT2ArchiveWriter(str(path)) as writer:
-                for entry in sorted(archive.entries.values(), key=lambda e: e.offset):
-                    if entry.name not in refs and not entry.name.startswith(".data/"):
-                        writer.write_bytes(entry.name, archive.read(entry.name, entry.size))
-                writer.write_string(REFERENCES, json.dumps({"payloads": refs}, sort_keys=True))
-    except BaseException:
-        full.replace(path)
-        raise
-    full.unlink()
 
 
 # -- reading ------------------------------------------------------------------------------------------------------
@@ -351,7 +318,7 @@ def read_references(
     """``{payload entry: (key, nbytes)}`` of a ``.pt2``'s :data:`REFERENCES`, each key in ``shared`` with that size.
 
     Raises:
-        UnsafeExportError: Not the JSON :func:`strip_shared` writes, no shared file listed, or a key it lacks or
+        UnsafeExportError: Not the JSON :func:`._writer.write_pt2` writes, no shared file listed, or a key it lacks or
             holds with another size.
     """
     document = loads_bounded_json(data, where, max_containers=len(data) // 8 + 2)
