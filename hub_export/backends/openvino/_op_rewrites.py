@@ -21,7 +21,14 @@ import operator
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["ceil_pools_as_sums", "expanded_nodes", "fft_as_matmuls", "op_rewrites", "polar_as_complex"]
+__all__ = [
+    "ceil_pools_as_sums",
+    "expanded_nodes",
+    "fake_value",
+    "fft_as_matmuls",
+    "op_rewrites",
+    "polar_as_complex",
+]
 
 
 class _Builder:
@@ -36,21 +43,29 @@ class _Builder:
 
     def __call__(self, target: Any, *args: Any, **kwargs: Any) -> Any:
         import torch
-        from torch._subclasses.fake_tensor import disable_fake_tensor_cache
 
         node = self.graph.call_function(target, args, kwargs)
         unwrap = lambda a: self.val(a) if isinstance(a, torch.fx.Node) else a  # noqa: E731
         values = torch.utils._pytree.tree_map(unwrap, (args, kwargs))
         self.created.append(node)
-        env = self.mode.shape_env
-        guards = env.suppress_guards() if env is not None else contextlib.nullcontext()
-        with self.mode, guards, disable_fake_tensor_cache(self.mode):
-            self.vals[node] = target(*values[0], **values[1])
+        self.vals[node] = fake_value(self.mode, target, *values[0], **values[1])
         return node
 
     def val(self, node: Any) -> Any:
         """A node's value on fake tensors (a new node's from here, another's from its ``meta``)."""
         return self.vals[node] if node in self.vals else node.meta.get("val")
+
+
+def fake_value(mode: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
+    """``target(*args, **kwargs)`` on fake tensors of ``mode``: the value of a node inserted into a traced graph,
+    computed without guards and with FakeTensorMode's class-wide dispatch cache off (a cached entry of another
+    trace's sizes, or a guard recorded here, made ``convert_model``'s re-trace fix every size to the sample's)."""
+    from torch._subclasses.fake_tensor import disable_fake_tensor_cache
+
+    env = mode.shape_env
+    guards = env.suppress_guards() if env is not None else contextlib.nullcontext()
+    with mode, guards, disable_fake_tensor_cache(mode):
+        return target(*args, **kwargs)
 
 
 #: ``expand(node, add) -> (target, args) | None``: the node's new op; ``add(target, *args)`` inserts helper nodes.

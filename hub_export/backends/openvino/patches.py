@@ -24,7 +24,7 @@ from typing import Any
 from ...patches import patch_attribute
 from ...patches.graph import rewritten_nodes, views_after_permutes_as_reshapes
 from ...patches.tracing import size_one_dims_stay_dynamic
-from ._op_rewrites import op_rewrites, scatter_reduce_rule
+from ._op_rewrites import fake_value, op_rewrites, scatter_reduce_rule
 
 __all__ = [
     "conversion_patches",
@@ -293,10 +293,7 @@ def _fake_value(target: Any, args: tuple[Any, ...]) -> Any:
 
     values = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in args]
     mode = detect_fake_mode([v for v in values if isinstance(v, torch.Tensor)])
-    if mode is None:
-        return None
-    with mode:
-        return target(*values)
+    return None if mode is None else fake_value(mode, target, *values)
 
 
 def _sdpa_operands(node: Any) -> tuple[Any, Any, Any, Any] | None:
