@@ -288,8 +288,8 @@ class OpenVINORunner(ModelRunner):
 
         The CPU plugin repacks every constant weight of a linear layer into its own layout when it compiles: a full
         copy of the weights, on top of the model's own that the export still holds. So the check compiles a clone of
-        the program whose large floating-point constants (:attr:`parity_weight_input_bytes`) are inputs of dynamic
-        shape, fed the constants' own memory (which the converted program shares with the PyTorch model): the same
+        the program whose large floating-point constants (:attr:`parity_weight_input_bytes`) are inputs of their
+        own shape, fed the constants' own memory (which the converted program shares with the PyTorch model): the same
         graph computed by the same plugin, with the weights read in place instead of repacked (the runtime's
         matrix multiplications on an input rather than a constant: results within float32 rounding of the
         repacked ones). The compiled model is not cached with the program and goes with the runner.
@@ -372,17 +372,10 @@ class OpenVINORunner(ModelRunner):
         self._seeded = True
 
 
-#: operations whose weights the CPU plugin takes as an input only with a static shape ("Doesn't support dynamic
-#: weights shape", openvino 2026.4)
-_STATIC_WEIGHTS = frozenset(
-    {"Convolution", "GroupConvolution", "ConvolutionBackpropData", "GroupConvolutionBackpropData"}
-)
-
-
 def _weights_as_inputs(program: Any, min_bytes: int) -> tuple[Any, dict[str, Any]]:
     """A clone of ``program`` (sharing its constants' memory) whose floating-point constants of at least
-    ``min_bytes`` are inputs of dynamic shape instead (the constant's static shape for a convolution's weights),
-    and ``{input name: tensor viewing the constant's memory}``."""
+    ``min_bytes`` are inputs of the constant's shape instead, and ``{input name: tensor viewing the constant's
+    memory}``."""
     import openvino
     import openvino.opset13 as ops
 
@@ -396,12 +389,9 @@ def _weights_as_inputs(program: Any, min_bytes: int) -> tuple[Any, dict[str, Any
         if op.get_output_element_type(0) not in floats:
             continue
         name = f"hub_export.parity_weight.{len(params)}"
-        targets = op.output(0).get_target_inputs()
-        if any(t.get_node().get_type_name() in _STATIC_WEIGHTS for t in targets):
-            shape = op.get_output_partial_shape(0)  # the CPU plugin's convolutions refuse weights of dynamic shape
-        else:
-            shape = openvino.PartialShape.dynamic(op.get_output_partial_shape(0).rank)
-        param = ops.parameter(shape, op.get_output_element_type(0), name=name)
+        # the constant's static shape: the CPU plugin's convolutions refuse weights of dynamic shape, and a linear
+        # layer whose bias it fuses needs its output channels ("data.size() == OC" failed at Qwen2-0.5B's size)
+        param = ops.parameter(op.get_output_partial_shape(0), op.get_output_element_type(0), name=name)
         param.output(0).get_tensor().set_names({name})
         for target in list(op.output(0).get_target_inputs()):
             target.replace_source_output(param.output(0))
