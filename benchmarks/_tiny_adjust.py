@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -65,13 +66,15 @@ def _adjustment(exc: BaseException, default: dict[str, Any], notes: list[str] = 
     if (
         "is not finite (the tiny random model" in text or "the tiny random model's activations vanish" in text
     ):  # activations vanished (or overflowed) through the stack
+        wider = "initializer_range x5 (the random model's outputs were not finite, or vanished)"
+        factor = 5.0 if wider not in notes else 1 / 25  # still not finite: they overflowed, narrower than the default
 
         def init(d: dict[str, Any]) -> None:
             for level in levels(d):
                 if isinstance(level.get("initializer_range"), float):
-                    level["initializer_range"] *= 5
+                    level["initializer_range"] *= factor
 
-        return "initializer_range x5 (the random model's outputs were not finite, or vanished)", init
+        return (wider, init) if factor > 1 else ("initializer_range /5 (wider still overflowed)", init)
     missing = _MISSING_ID.search(text)
     if missing:  # the modeling code reads a token id its config class does not declare (the checkpoint's does)
         name = missing.group(1)
@@ -97,6 +100,18 @@ def _adjustment(exc: BaseException, default: dict[str, Any], notes: list[str] = 
                 level.setdefault(name, 0.0)
 
         return f"{name}=0.0 set", dropout
+    attribute = _MISSING_CONFIG_FIELD.search(text)
+    if attribute and _elsewhere(default, attribute.group(1)) is not None:  # a field the checkpoint's sub-config has
+        name = attribute.group(1)
+
+        def field(d: dict[str, Any]) -> None:
+            value = _elsewhere(d, name)  # the shrunk value (a head count shrunk with the others)
+            value = _elsewhere(default, name) if value is None else value
+            for level in levels(d):
+                if "model_type" in level:
+                    level.setdefault(name, copy.deepcopy(value))
+
+        return f"{name} copied to the config levels lacking it", field
     if _NOTHING_TO_TIE.search(text):  # weights shared by the layers of one kind (Zamba's shared transformer)
 
         def twice(d: dict[str, Any]) -> None:
@@ -133,6 +148,16 @@ _SIZE_BACKOFFS: list[tuple[str, Any]] = [
     ("channel lists kept (the modeling code ties them)", lambda k, v: bool(_STAGE_SIZES.match(k))),
     ("widths kept, layers shrunk (the modeling code ties them)", _is_size),
 ]
+
+
+_MISSING_CONFIG_FIELD = re.compile(r"'\w+Config' object has no attribute '(\w+)'")
+
+
+def _elsewhere(default: dict[str, Any], name: str) -> Any:
+    """The value of ``name`` at another level of the defaults (another sub-config, or a dict field such as
+    ``rope_parameters``), where the modeling code reads it from a config level that does not declare it (DBRX's
+    attention config, its ``rope_theta``): None when no level holds it."""
+    return next((level[name] for level in levels(default) if level.get(name) is not None), None)
 
 
 _MISSING_ID = re.compile(r"object has no attribute '(\w+_token_id)'")

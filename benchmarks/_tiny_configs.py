@@ -19,7 +19,8 @@ cannot know it):
 The harness is split by concern: ``_tiny_enumerate`` (the types and their heads, skip reasons),
 ``_tiny_overrides`` (the per-type table), ``_tiny_fields`` (field names and target sizes), ``_tiny_shrink`` (the
 shrinker), ``_config_backoff`` (the config classes' validators), ``_tiny_adjust`` (fixes read from the model's
-errors), ``_tiny_inputs`` and ``_sample_inputs`` (sample inputs); this module builds the case.
+errors), ``_tiny_inputs`` and ``_sample_inputs`` (sample inputs), ``_tiny_missing`` (inputs the forward asks for by
+its error, built from the shapes its docstring documents); this module builds the case.
 
 Run it directly to probe builds: ``python benchmarks/_tiny_configs.py [model_type ...]``.
 """
@@ -37,6 +38,7 @@ from _tiny_enumerate import HEADS, Arch, BuildSkip, _one_line, arch_of, enumerat
 from _tiny_fields import _LAYER_KEYS, _int
 from _tiny_inputs import (
     _audio_feature_inputs,
+    _complete,
     _decoder_inputs,
     _eager,
     _extras,
@@ -53,11 +55,12 @@ from _tiny_inputs import (
     _same_layout,
     _text,
     _vlm_inputs,
+    _wanted_length,
     _waveform_inputs,
     _with_decoder,
 )
 from _tiny_overrides import OVERRIDES
-from _tiny_random import break_ties, fix_randomness
+from _tiny_random import break_ties, check_finite, fix_randomness
 from _tiny_shrink import _min_vocab, _remap_ids, _shrink, _special_ids
 
 __all__ = [
@@ -305,7 +308,7 @@ def build_case(model_type: str, head: str | None = None) -> Case:
             randomness = fix_randomness(model, case.sample, case.other)
             if randomness:
                 case.notes.append(randomness)
-            _check_finite(model, case.sample)
+            check_finite(model, case.sample)
             _fixed_canvas(case, _Ids(config))
             return case
         except Exception as exc:
@@ -434,6 +437,15 @@ def _find_inputs(case: Case, ids: _Ids) -> None:
         if extra:
             sample, extra_error = _first_running(model, [_extras(model, ids, x, 0) for x in samples])
             error = extra_error if _extras(model, ids, samples[0], 0).keys() != samples[0].keys() else error
+        wanted = _wanted_length(error, [x["input_ids"].shape[1] for x in samples]) if sample is None else None
+        if wanted:  # the text must be as long as another input's frames (Kyutai STT): the length the error wants
+            retry = _text(model, ids, 2, wanted, 0)
+            sample, _error = _first_running(model, [retry])
+            extra = sample is None
+            if extra:
+                sample, _error = _first_running(model, [_extras(model, ids, retry, 0)])
+            if sample is not None:
+                case.notes.append(f"text length {wanted} (the model ties it to another input's)")
         no_cache = sample is None and ("use_cache" in _params(model) or hasattr(model.config, "use_cache"))
         if no_cache:  # a forward whose own cache cannot be built from its config (BLT): without a cache
             sample, no_cache_error = _first_running(model, [{**x, "use_cache": False} for x in samples])
@@ -477,7 +489,7 @@ def _find_inputs(case: Case, ids: _Ids) -> None:
         if extra:
             other = _extras(model, ids, other, 1)
         _decoder_inputs(model, ids, other, 3, 5, 1)
-        _eager(model, other)
+        other = _complete(model, other, 1)
     elif main == "input_features":
         sample = other = None
         error = None
@@ -502,11 +514,12 @@ def _find_inputs(case: Case, ids: _Ids) -> None:
         if other is None:
             raise _err
     elif main == "input_values" or main == "inputs":  # waveforms (a speech encoder-decoder names them inputs)
+        main = main if main in _params(model) or not required else required[0]  # the forward's own name for it
 
         def waves(batch: int, samples: int, seed: int) -> list[dict[str, Any]]:
             return [
                 {(main if k == "input_values" else k): v for k, v in c.items()}
-                for c in _waveform_inputs(model, batch, samples, seed)
+                for c in _waveform_inputs(model, batch, samples, seed, latents=main == "hidden_states")
             ]
 
         sample = other = None
@@ -555,34 +568,6 @@ def _fixed_canvas(case: Case, ids: _Ids) -> None:
         first = next(v for v in inputs.values() if torch.is_tensor(v))
         inputs.setdefault("decoder_input_ids", ids(first.shape[0], length, seed + 11))
     _eager(case.model, case.sample)
-
-
-#: a floating output whose largest magnitude is below this (and not exactly zero) has vanished through the stack
-VANISHED = 1e-12
-
-
-def _check_finite(model: Any, inputs: dict[str, Any]) -> None:
-    """Raise when eager's floating outputs on ``inputs`` are not all finite, or have vanished (all below
-    :data:`VANISHED` but not zero: then every score a top-k ranks is its bias alone, an exact tie): a degenerate
-    reference. The build then retries with a wider ``initializer_range`` (``_tiny_adjust``)."""
-    import torch
-
-    out = _eager(model, inputs)
-    stack = [out]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, dict):
-            stack += list(value.values())
-        elif isinstance(value, (tuple, list)):
-            stack += list(value)
-        elif torch.is_tensor(value) and value.is_floating_point() and value.numel():
-            if not bool(torch.isfinite(value).all()):
-                raise ValueError("eager output is not finite (the tiny random model overflows or vanishes)")
-            largest = float(value.abs().max())
-            if 0.0 < largest < VANISHED:
-                raise ValueError(
-                    f"eager output vanishes (max {largest:.1e}: the tiny random model's activations vanish)"
-                )
 
 
 def _probe(types: list[str]) -> None:

@@ -45,6 +45,7 @@ _HIDDEN = re.compile(
     r"classifier_proj_size|pooler_output_size|fpn_hidden_size|mlp_hidden_size|encoder_hidden_dim|"
     r"downsample_hidden_size|vision_output_dim|text_config_hidden_size|d_embed|qformer_hidden_size|"
     r"multimodal_projector_hidden_size|adaptor_hidden_size|lm_hidden_size|feature_size_out|"
+    r"adapter_in_dim|adapter_out_dim|adapter_input_size|"
     r".*_hidden_size)$"
 )
 _FFN = re.compile(

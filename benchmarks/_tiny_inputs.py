@@ -39,8 +39,8 @@ class _Ids:
 
     def __init__(self, config: Any) -> None:
         text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-        vocab = _get(text, "vocab_size", default=None) or _get(config, "vocab_size", default=VOCAB)
-        self.vocab = int(vocab)
+        vocab = _get(text, "vocab_size", default=None) or _get(config, "vocab_size", default=None)
+        self.vocab = int(vocab or _sub_vocab(config) or VOCAB)
         specials = special_token_ids(config)
         self.allowed = [i for i in range(3, self.vocab) if i not in specials] or list(range(self.vocab))
 
@@ -50,6 +50,17 @@ class _Ids:
         gen = torch.Generator().manual_seed(seed)
         pick = torch.randint(0, len(self.allowed), (batch, seq), generator=gen)
         return torch.tensor(self.allowed)[pick]
+
+
+def _sub_vocab(config: Any) -> int | None:
+    """The smallest vocab of a composite config's sub-configs (FastSpeech2 + HiFi-GAN: the text encoder's, under
+    ``model_config``), where the config itself holds none."""
+    sizes = [
+        v.vocab_size
+        for v in vars(config).values()
+        if hasattr(v, "to_dict") and _int(getattr(v, "vocab_size", None)) and v.vocab_size > 0
+    ]
+    return min(sizes) if sizes else None
 
 
 def _ones(batch: int, seq: int) -> Any:
@@ -93,8 +104,31 @@ def _image_inputs(model: Any, batch: int, seed: int) -> list[dict[str, Any]]:
         layouts.insert(0, (batch, frames, channels, *size))
     layouts.append((batch, 2, channels, *size))  # keypoint matchers: a pair of images per row
     layouts.append((batch, channels, size[0] // 2, size[1]))  # half the height: the model stacks a prompt on it
+    processed = _processor_size(model)
+    if processed and processed not in (size, (IMAGE, IMAGE)):  # the size its image processor makes (OCR: 48 x 320)
+        layouts.append((batch, channels, *processed))
     candidates = [{"pixel_values": torch.randn(*shape, generator=gen)} for shape in layouts]
     return [*candidates, _flat_patches(model, batch, gen)]
+
+
+def _processor_size(model: Any, largest: int = 512) -> tuple[int, int] | None:
+    """The (height, width) the model type's image processor resizes to by default (its class's ``size``), where
+    it is fixed and at most ``largest`` a side; else None."""
+    try:
+        from transformers.models.auto.image_processing_auto import (
+            IMAGE_PROCESSOR_MAPPING_NAMES,
+            get_image_processor_class_from_name,
+        )
+
+        names = IMAGE_PROCESSOR_MAPPING_NAMES.get(model.config.model_type)
+        name = (names.get("torchvision") or next(iter(names.values()))) if isinstance(names, dict) else names
+        size = getattr(get_image_processor_class_from_name(name), "size", None) if name else None
+    except Exception:  # noqa: BLE001 - no image processor to read
+        return None
+    if not isinstance(size, dict) or not _int(size.get("height")) or not _int(size.get("width")):
+        return None
+    height, width = size["height"], size["width"]
+    return (height, width) if max(height, width) <= largest else None
 
 
 def _flat_patches(model: Any, batch: int, gen: Any) -> dict[str, Any]:
@@ -159,7 +193,9 @@ def _audio_feature_inputs(model: Any, batch: int, frames: int, seed: int) -> lis
     return candidates
 
 
-def _waveform_inputs(model: Any, batch: int, samples: int, seed: int) -> list[dict[str, Any]]:
+def _waveform_inputs(model: Any, batch: int, samples: int, seed: int, latents: bool = False) -> list[dict[str, Any]]:
+    """Waveform candidates; ``latents``: the forward names its input ``hidden_states`` (an audio tokenizer's decoder
+    alone takes latents, ``(batch, hidden_size, frames)``, a frame per 500 samples)."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
@@ -167,6 +203,9 @@ def _waveform_inputs(model: Any, batch: int, samples: int, seed: int) -> list[di
         {"input_values": torch.randn(batch, samples, generator=gen)},
         {"input_values": torch.randn(batch, 1, samples, generator=gen)},
     ]
+    hidden = _get(model.config, "hidden_size", default=None)
+    if latents and _int(hidden):
+        candidates.append({"input_values": torch.randn(batch, hidden, max(2, samples // 500), generator=gen)})
     mels = _get(model.config, "num_mel_bins", default=None)
     if _int(mels):  # spectrogram transformers: (batch, frames, mel bins), frames fixed by the config
         frames = _get(model.config, "max_length", default=64)
@@ -202,6 +241,42 @@ def _own_cache_class(model: Any, inputs: dict[str, Any]) -> bool:
     return False
 
 
+def _builders(model: Any, name: str, batch: int, seed: int) -> list[dict[str, Any]]:
+    """Candidates for an input the forward asked for by its error (``_tiny_missing``), from the builder of its
+    kind; [] where none builds it (then the shape the forward documents is used)."""
+    if name == "input_features":
+        return _audio_feature_inputs(model, batch, 64, seed)
+    if name == "pixel_values":
+        return _image_inputs(model, batch, seed)
+    if name in ("input_ids", "decoder_input_ids"):
+        return [{name: _Ids(model.config)(batch, 7 if name == "input_ids" else 3, seed + 7)}]
+    if name == "flattened_patches":
+        return [_row_col_patches(model, batch, seed)]
+    return []
+
+
+def _row_col_patches(model: Any, batch: int, seed: int, side: int = 4) -> dict[str, Any]:
+    """Pix2Struct-style flattened patches, ``(batch, patches, 2 + C*P*P)``: each patch's row and column (from 1;
+    0 pads) before its pixels, a ``side`` x ``side`` grid."""
+    import torch
+
+    vision = _get(model.config, "vision_config", default=model.config)
+    patch = _get(vision, "patch_size", default=PATCH)
+    width = _get(vision, "patch_embed_hidden_size", default=None) or 3 * patch * patch
+    pixels = torch.randn(batch, side * side, width, generator=torch.Generator().manual_seed(seed + 5))
+    rows = torch.arange(1, side + 1).repeat_interleave(side).float()
+    cols = torch.arange(1, side + 1).repeat(side).float()
+    grid = torch.stack([rows, cols], -1).expand(batch, -1, -1)
+    return {"flattened_patches": torch.cat([grid, pixels], -1)}
+
+
+def _complete(model: Any, inputs: dict[str, Any], seed: int = 0) -> dict[str, Any]:
+    """``inputs`` with the inputs eager's errors ask for added, once eager runs on them (``_tiny_missing``)."""
+    from _tiny_missing import run_completing
+
+    return run_completing(model, inputs, _builders, seed)
+
+
 def _first_running(model: Any, candidates: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, BaseException | None]:
     """The first candidate eager runs; else the error of the candidate that ran furthest (the deepest traceback:
     a size mismatch inside a layer says more than the forward refusing a layout at its door)."""
@@ -210,8 +285,7 @@ def _first_running(model: Any, candidates: list[dict[str, Any]]) -> tuple[dict[s
     error, depth = None, -1
     for inputs in candidates:
         try:
-            _eager(model, inputs)
-            return inputs, None
+            return _complete(model, inputs), None
         except Exception as exc:  # noqa: BLE001 - the oracle: the next candidate
             frames = len(traceback.extract_tb(exc.__traceback__))
             if frames > depth:
@@ -276,6 +350,9 @@ def _vlm_inputs(model: Any, ids: _Ids, batch: int, text: int, seed: int) -> tupl
     if "image_grid_thw" in params:
         image_sets = [_grid_pixels(model, batch, gen, layout) for layout in (0, 1, 2)]
         count = 4
+    elif "flattened_patches" in params:  # Pix2Struct: patches with their row and column
+        image_sets = [_row_col_patches(model, batch, seed)]
+        count = 0
     elif positions:  # Gemma 4: flattened patches and their (x, y) positions
         image_sets = [_patch_positions(model, batch, gen, positions)]
         count = 4
@@ -321,12 +398,22 @@ def _placeholders(
     token = _get(config, "image_token_id", "image_token_index", default=None)
     if token is None:  # no placeholders: the image features are prepended (BLIP-2's legacy path) or cross-attended
         inputs = {**_text(model, ids, batch, text, seed), **images}
+        if "input_ids" not in params:  # the encoder reads the image alone (Pix2Struct): the text is the decoder's
+            inputs = {k: v for k, v in inputs.items() if k in images or k.startswith("decoder_")}
+        marks = next((n for n in params if n.startswith("image") and n.endswith("position_mask")), None)
+        latents = _get(config, "latent_query_num", default=None)
+        if marks and _int(latents):  # Kosmos-2: a mask marks the positions the image's latent queries fill
+            seq = 2 + latents + text
+            inputs.update(_text(model, ids, batch, seq, seed))
+            inputs[marks] = torch.zeros(batch, seq, dtype=torch.int64)
+            inputs[marks][:, 2 : 2 + latents] = 1
+        if "bbox" in params:  # a layout model (UDOP): the tokens' boxes
+            inputs["bbox"] = _boxes(model, *inputs["input_ids"].shape, torch.Generator().manual_seed(seed + 3))
         if "qformer_input_ids" in params:
             inputs["qformer_input_ids"] = ids(batch, 4, seed + 2)
             inputs["qformer_attention_mask"] = _ones(batch, 4)
         try:
-            _eager(model, inputs)
-            return inputs, None
+            return _complete(model, inputs, seed), None
         except Exception as exc:  # noqa: BLE001
             return {}, exc
     start = _get(config, "vision_start_token_id", "image_start_token_id", "boi_token_id", default=None)
@@ -356,9 +443,9 @@ def _placeholders(
             inputs["qformer_attention_mask"] = _ones(batch, 4)
         if "mm_token_type_ids" in params:  # M-RoPE: 1 marks an image token
             inputs["mm_token_type_ids"] = (input_ids == int(token)).long()
+        _decoder_inputs(model, ids, inputs, batch, 3, seed)  # an encoder-decoder VLM (T5Gemma 2)
         try:
-            _eager(model, inputs)
-            return inputs, None
+            return _complete(model, inputs, seed), None
         except Exception as exc:  # noqa: BLE001
             match = _MISMATCH.search(str(exc))
             error = exc if match is None or error is None or _MISMATCH.search(str(error)) else error  # the telling one
@@ -398,10 +485,19 @@ def _extras(model: Any, ids: _Ids, inputs: dict[str, Any], seed: int) -> dict[st
     if "input_features" in params and "input_features" not in out:  # audio-text models (CLVP, speech LMs)
         out.update(_audio_feature_inputs(model, batch, 64, seed)[0])
     if "bbox" in params and "input_ids" in out:
-        seq = out["input_ids"].shape[1]
-        corners = torch.randint(0, 500, (batch, seq, 2), generator=gen)
-        out["bbox"] = torch.cat([corners, corners + torch.randint(1, 500, (batch, seq, 2), generator=gen)], -1)
+        out["bbox"] = _boxes(model, *out["input_ids"].shape, gen)
     return out
+
+
+def _boxes(model: Any, batch: int, seq: int, gen: Any) -> Any:
+    """A layout model's token boxes, ``(batch, seq, 4)``: (x0, y0, x1, y1) with x0 < x1, y0 < y1, within 1000 and
+    within its (shrunk) coordinate table, ``max_2d_position_embeddings``."""
+    import torch
+
+    table = _get(model.config, "max_2d_position_embeddings", default=1024)
+    half = min(1000, table if _int(table) else 1024) // 2
+    corners = torch.randint(0, half, (batch, seq, 2), generator=gen)
+    return torch.cat([corners, corners + torch.randint(1, half, (batch, seq, 2), generator=gen)], -1)
 
 
 def _same_layout(candidate: dict[str, Any], sample: dict[str, Any], frames_axis: int) -> bool:
@@ -414,3 +510,17 @@ def _with_decoder(model: Any, ids: _Ids, candidates: list[dict[str, Any]], batch
     for inputs in candidates:
         _decoder_inputs(model, ids, inputs, batch, dec, seed)
     return candidates
+
+
+_SIZES = re.compile(
+    r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton dimension 1"
+)
+
+
+def _wanted_length(error: BaseException | None, tried: list[int]) -> int | None:
+    """The sequence length a size mismatch on axis 1 asks for, where the other size is one of the ``tried``."""
+    match = _SIZES.search(str(error))
+    if not match:
+        return None
+    a, b = int(match.group(1)), int(match.group(2))
+    return b if a in tried and b not in tried else a if b in tried and a not in tried else None

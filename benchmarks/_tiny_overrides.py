@@ -97,6 +97,26 @@ OVERRIDES: dict[str, tuple[dict[str, Any], str]] = {
         "the config rounds the query/key and value widths (hidden x 0.5, hidden x 1.0) up to a multiple of 64 for "
         "the cache but the layers use them unrounded: 128 is the smallest hidden size where both agree",
     ),
+    "llama4_vision_model": (
+        {"intermediate_size": 128, "projector_input_dim": 32, "projector_output_dim": 32},
+        "the pixel-shuffle MLP takes hidden / ratio^2 channels (32 / 0.5^2 = 128) as its intermediate size, and its "
+        "projector widths (4096) are the vision output width (shrunk to 32)",
+    ),
+    "dbrx": (
+        {"attn_config": {"attn_pdrop": 0.0, "clip_qkv": 8.0, "kv_n_heads": 2, "rope_theta": 10000.0}},
+        "its attention clamps q/k/v by clip_qkv unconditionally (None fails) and reads rope_theta from the attention "
+        "config, which declares neither (the checkpoint's attn_config sets both)",
+    ),
+    "lfm2_moe": (
+        {"layer_types": ["conv", "full_attention"]},
+        "layer_types defaults to None (the checkpoint sets it) while every layer reads its kind from it: one "
+        "convolution and one attention layer (the 2 tiny layers)",
+    ),
+    "tvp": (
+        {"max_img_size": 64, "visual_prompt_size": 16},
+        "the visual prompter pads every frame to max_img_size (448) with a visual_prompt_size (96) border: the "
+        "frames must be max_img_size square, so both shrink with the tiny image (64)",
+    ),
     "bamba": (
         {"attn_layer_indices": [1]},
         "the defaults hold no attention layer (attn_layer_indices=None), which the model's cache cannot serve",

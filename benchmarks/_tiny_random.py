@@ -19,6 +19,8 @@ Ties the weights do not make remain: a top-k over scores that are exactly equal 
 indexer scores of DeepSeek-V3.2's sparse attention, zero for every key no head attends to) may keep any of the tied
 keys. ONNX's TopK keeps the lower index (its specification); torch's CPU top-k does not say which it keeps. Under
 :func:`lower_index_ties` eager keeps the lower index too: a second, equally valid reference for such a model.
+
+A reference whose outputs overflowed or vanished through the random stack is refused by :func:`check_finite`.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import inspect
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["break_ties", "fix_randomness", "lower_index_ties"]
+__all__ = ["break_ties", "check_finite", "fix_randomness", "lower_index_ties"]
 
 #: the std of the noise added to a constant-initialised weight (the usual initializer_range)
 TIE_NOISE = 0.02
@@ -154,3 +156,32 @@ def lower_index_ties() -> Iterator[list[int]]:
             del torch.Tensor.topk  # the C method of the base class shows through again
         else:
             torch.Tensor.topk = own  # type: ignore[method-assign]
+
+
+#: a floating output whose largest magnitude is below this (and not exactly zero) has vanished through the stack
+VANISHED = 1e-12
+
+
+def check_finite(model: Any, inputs: dict[str, Any]) -> None:
+    """Raise when eager's floating outputs on ``inputs`` are not all finite, or have vanished (all below
+    :data:`VANISHED` but not zero: then every score a top-k ranks is its bias alone, an exact tie): a degenerate
+    reference. The build then retries with a wider ``initializer_range`` (``_tiny_adjust``)."""
+    import torch
+
+    with torch.no_grad():
+        out = model(**inputs)
+    stack = [out]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack += list(value.values())
+        elif isinstance(value, (tuple, list)):
+            stack += list(value)
+        elif torch.is_tensor(value) and value.is_floating_point() and value.numel():
+            if not bool(torch.isfinite(value).all()):
+                raise ValueError("eager output is not finite (the tiny random model overflows or vanishes)")
+            largest = float(value.abs().max())
+            if 0.0 < largest < VANISHED:
+                raise ValueError(
+                    f"eager output vanishes (max {largest:.1e}: the tiny random model's activations vanish)"
+                )

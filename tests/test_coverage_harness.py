@@ -137,3 +137,64 @@ def test_sizes_the_config_derives_are_handed_back_to_it() -> None:
     config = Zamba2Config.from_dict(shrunk)  # the class derives them from the shrunk sizes again
     assert config.mamba_headdim * config.n_mamba_heads == config.mamba_expand * config.hidden_size
     assert config.attention_hidden_size == 2 * config.hidden_size
+
+
+def test_an_input_the_forward_asks_for_is_built_from_its_documented_shape() -> None:
+    """LXMERT-style: optional parameters the forward's code requires, built from the shapes its docstring
+    documents (the config's sizes by name, the batch of the other inputs)."""
+    import torch
+    from _tiny_missing import LENGTH, run_completing
+
+    class Config:
+        def __init__(self) -> None:
+            self.visual_feat_dim = 6
+
+    class Visual(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.config = Config()
+
+        def forward(self, input_ids: torch.Tensor, visual_feats: torch.Tensor | None = None, box_ids=None):
+            """
+            visual_feats (`torch.Tensor` of shape `(batch_size, num_visual_features, visual_feat_dim)`):
+            box_ids (`torch.Tensor` of shape `(batch_size, 2 x 2)`):
+            """
+            if visual_feats is None:
+                raise ValueError("`visual_feats` cannot be `None`")
+            if box_ids is None:
+                raise ValueError("You have to specify box_ids")
+            if input_ids.shape[1] > 4:
+                raise ValueError("sequence too long")
+            return visual_feats.sum(-1) + box_ids.sum()
+
+    built = run_completing(Visual(), {"input_ids": torch.ones(3, 4, dtype=torch.int64)}, lambda *args: [])
+    assert built["visual_feats"].shape == (3, LENGTH, 6) and built["visual_feats"].dtype == torch.float32
+    assert built["box_ids"].shape == (3, 4) and built["box_ids"].dtype == torch.int64
+    with pytest.raises(ValueError, match="sequence too long"):  # any other error is the model's own
+        run_completing(Visual(), {"input_ids": torch.ones(3, 5, dtype=torch.int64)}, lambda *args: [])
+
+    class Merged(torch.nn.Module):  # a None the code dereferences, held by a forward parameter (Video-LLaMA 3)
+        def __init__(self) -> None:
+            super().__init__()
+            self.config = Config()
+
+        def forward(self, pixel_values: torch.Tensor, image_merge_index: torch.Tensor | None = None) -> torch.Tensor:
+            """image_merge_index (`torch.LongTensor` of shape `(batch_size,)`):"""
+            return pixel_values[:, image_merge_index[0]]
+
+    built = run_completing(Merged(), {"pixel_values": torch.randn(2, 3)}, lambda *args: [])
+    assert built["image_merge_index"].tolist() == [1, 1]
+
+
+def test_a_length_and_a_config_field_are_read_from_the_models_errors() -> None:
+    from _tiny_adjust import _adjustment
+    from _tiny_inputs import _wanted_length
+
+    error = RuntimeError("The size of tensor a (7) must match the size of tensor b (33) at non-singleton dimension 1")
+    assert _wanted_length(error, [7, 8, 16]) == 33  # the text must be as long as the audio's frames
+    default = {"model_type": "dbrx", "attn_config": {"model_type": ""}, "rope_parameters": {"rope_theta": 5e5}}
+    shrunk = {"model_type": "dbrx", "attn_config": {"model_type": ""}, "rope_parameters": {"rope_theta": 5e5}}
+    fix = _adjustment(AttributeError("'DbrxAttentionConfig' object has no attribute 'rope_theta'"), default)
+    assert fix is not None
+    fix[1](shrunk)  # the modeling code reads a field its config class lacks: the value another level holds
+    assert shrunk["attn_config"]["rope_theta"] == 5e5
