@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import inspect
+import math
 import re
+import traceback
 from typing import Any
 
 from _sample_inputs import _get
@@ -241,17 +243,30 @@ def _own_cache_class(model: Any, inputs: dict[str, Any]) -> bool:
     return False
 
 
-def _builders(model: Any, name: str, batch: int, seed: int) -> list[dict[str, Any]]:
+def _builders(model: Any, name: str, inputs: dict[str, Any], seed: int) -> list[dict[str, Any]]:
     """Candidates for an input the forward asked for by its error (``_tiny_missing``), from the builder of its
     kind; [] where none builds it (then the shape the forward documents is used)."""
-    if name == "input_features":
-        return _audio_feature_inputs(model, batch, 64, seed)
+    from _tiny_missing import _batch
+
+    batch = _batch(inputs)
+    if name == "input_features":  # beside a waveform (an audio codec's semantic branch): its frame rate
+        wave = inputs.get("input_values")
+        ratios = _get(model.config, "downsampling_ratios", default=None)
+        hop = math.prod(ratios) if isinstance(ratios, (list, tuple)) and ratios else None
+        frames = wave.shape[-1] // hop if wave is not None and hop else 64
+        return _audio_feature_inputs(model, batch, max(frames, 2), seed)
     if name == "pixel_values":
         return _image_inputs(model, batch, seed)
     if name in ("input_ids", "decoder_input_ids"):
         return [{name: _Ids(model.config)(batch, 7 if name == "input_ids" else 3, seed + 7)}]
     if name == "flattened_patches":
         return [_row_col_patches(model, batch, seed)]
+    if name == "image_attention_mask" and "input_ids" in inputs:  # IDEFICS: which images each token attends to
+        import torch
+
+        pixels = inputs.get("pixel_values")
+        images = pixels.shape[1] if pixels is not None and pixels.dim() == 5 else 1
+        return [{name: torch.ones(batch, inputs["input_ids"].shape[1], images, dtype=torch.int64)}]
     return []
 
 
@@ -376,11 +391,14 @@ def _vlm_inputs(model: Any, ids: _Ids, batch: int, text: int, seed: int) -> tupl
             size[0] // patch
         ) * (size[1] // patch)
     first_error: BaseException | None = None
+    depth = -1
     for images in image_sets:
         inputs, error = _placeholders(model, ids, images, count, batch, text, seed)
         if error is None:
             return inputs, None
-        first_error = first_error or error
+        frames = len(traceback.extract_tb(error.__traceback__))
+        if frames > depth:  # the layout that ran furthest: its error is the telling one (an M-RoPE split to fix)
+            first_error, depth = error, frames
         patches = re.search(r"got split_sizes=\[(\d+)", str(error))
         if patches and images["pixel_values"].dim() == 4:  # LLaVA-NeXT: (B, patches, C, H, W), patches per image
             tiles = images["pixel_values"][:, None].expand(-1, int(patches.group(1)), -1, -1, -1).contiguous()

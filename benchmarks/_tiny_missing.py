@@ -8,7 +8,7 @@ built and the call retried (a few inputs deep). An input is built by the builder
 (``visual_feats (`torch.Tensor` of shape `(batch_size, num_visual_features, visual_feat_dim)`)``): ``batch_size``
 is the batch of the other inputs, a sequence axis the text's length, ``num_images`` 1, a name the config holds
 (``visual_feat_dim``) its value, a product (``C x P x P``) the product of its parts, any other length
-:data:`LENGTH`. Ids, masks and indices are integer ones (a valid
+:data:`LENGTH`. Ids, masks, indices and sizes are integer ones (a valid
 id, offset by one where 0 pads); anything else is seeded normal noise.
 """
 
@@ -58,8 +58,13 @@ def _none_parameter(params: set[str], inputs: dict[str, Any], exc: BaseException
         code = tb.tb_frame.f_code
         line = linecache.getline(code.co_filename, tb.tb_lineno)
         for name in re.findall(r"[A-Za-z_]\w*", line):
-            if name in params and name not in inputs and tb.tb_frame.f_locals.get(name, 0) is None:
-                return name
+            if tb.tb_frame.f_locals.get(name, 0) is not None:
+                continue
+            # the parameter itself, or the forward's name for it (Video-LLaMA 3: merge_sizes <- image_merge_sizes)
+            found = [p for p in sorted(params) if (p == name or p.endswith("_" + name)) and p not in inputs]
+            images = [p for p in found if p == name or ("pixel_values" in inputs and p.startswith("image"))]
+            if images or found:
+                return (images or found)[0]
     return None
 
 
@@ -99,15 +104,16 @@ def _axis(config: Any, axis: str, inputs: dict[str, Any]) -> int:
             size *= _batch(inputs)
         elif "seq" in part and "input_ids" in inputs:  # the text's length (a mask over the tokens)
             size *= int(inputs["input_ids"].shape[-1])
-        elif part in ("num_images", "max_num_images"):
-            size *= 1
+        elif part.startswith(("num_images", "max_num_images")):  # one image per row, or a grid row per image
+            grid = next((inputs[n] for n in ("image_grid_thw", "grid_thw") if n in inputs), None)
+            size *= int(grid.shape[0]) if grid is not None else 1
         else:
             size *= _config_int(config, part) or LENGTH
     return size
 
 
 def _integer(name: str) -> bool:
-    return bool(re.search(r"(_ids|_mask|_masks|_indices|_index|_idx)$", name)) or name in ("ids", "mask")
+    return bool(re.search(r"(_ids|_mask|_masks|_indices|_index|_idx|_sizes)$", name)) or name in ("ids", "mask")
 
 
 def documented_input(model: Any, name: str, inputs: dict[str, Any], seed: int) -> Any | None:
@@ -134,15 +140,15 @@ def _batch(inputs: dict[str, Any]) -> int:
 def run_completing(
     model: Any,
     inputs: dict[str, Any],
-    builders: Callable[[Any, str, int, int], list[dict[str, Any]]],
+    builders: Callable[[Any, str, dict[str, Any], int], list[dict[str, Any]]],
     seed: int = 0,
     depth: int = 3,
 ) -> dict[str, Any]:
     """``inputs``, completed with every input eager's errors name (see the module's docstring), once eager runs on
     them; raises eager's error otherwise.
 
-    ``builders(model, name, batch, seed)``: candidate dicts holding ``name`` (and its companions, a mask), from the
-    builder of its kind; an empty list falls back to the documented shape.
+    ``builders(model, name, inputs, seed)``: candidate dicts holding ``name`` (and its companions, a mask), from
+    the builder of its kind, sized to go with ``inputs``; an empty list falls back to the documented shape.
     """
     import inspect
 
@@ -157,8 +163,7 @@ def run_completing(
         name = missing_input(params, inputs, exc)
         if name is None or depth <= 0:
             raise
-        batch = _batch(inputs)
-        candidates = builders(model, name, batch, seed)
+        candidates = builders(model, name, inputs, seed)
         if not candidates:
             built = documented_input(model, name, inputs, seed)
             candidates = [{name: built}] if built is not None else []

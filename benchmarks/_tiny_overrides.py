@@ -107,15 +107,19 @@ OVERRIDES: dict[str, tuple[dict[str, Any], str]] = {
         "its attention clamps q/k/v by clip_qkv unconditionally (None fails) and reads rope_theta from the attention "
         "config, which declares neither (the checkpoint's attn_config sets both)",
     ),
+    "xcodec2": (
+        {"quantization_dim": 64},
+        "the quantizer projects the fused semantic + acoustic width (2 x hidden_size: 2048 at the defaults, 64 "
+        "tiny) from quantization_dim",
+    ),
+    "neucodec": (
+        {"quantization_dim": 64},
+        "as xcodec2: the quantizer's input is the fused width, 2 x hidden_size",
+    ),
     "lfm2_moe": (
         {"layer_types": ["conv", "full_attention"]},
         "layer_types defaults to None (the checkpoint sets it) while every layer reads its kind from it: one "
         "convolution and one attention layer (the 2 tiny layers)",
-    ),
-    "tvp": (
-        {"max_img_size": 64, "visual_prompt_size": 16},
-        "the visual prompter pads every frame to max_img_size (448) with a visual_prompt_size (96) border: the "
-        "frames must be max_img_size square, so both shrink with the tiny image (64)",
     ),
     "bamba": (
         {"attn_layer_indices": [1]},
