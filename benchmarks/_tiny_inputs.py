@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 import math
 import re
-import traceback
 from typing import Any
 
 from _sample_inputs import _get
@@ -365,7 +364,7 @@ def _vlm_inputs(model: Any, ids: _Ids, batch: int, text: int, seed: int) -> tupl
     if "image_grid_thw" in params:
         image_sets = [_grid_pixels(model, batch, gen, layout) for layout in (0, 1, 2)]
         count = 4
-    elif "flattened_patches" in params:  # Pix2Struct: patches with their row and column
+    elif getattr(model, "main_input_name", None) == "flattened_patches":  # Pix2Struct: patches, row and column
         image_sets = [_row_col_patches(model, batch, seed)]
         count = 0
     elif positions:  # Gemma 4: flattened patches and their (x, y) positions
@@ -391,14 +390,11 @@ def _vlm_inputs(model: Any, ids: _Ids, batch: int, text: int, seed: int) -> tupl
             size[0] // patch
         ) * (size[1] // patch)
     first_error: BaseException | None = None
-    depth = -1
     for images in image_sets:
         inputs, error = _placeholders(model, ids, images, count, batch, text, seed)
         if error is None:
             return inputs, None
-        frames = len(traceback.extract_tb(error.__traceback__))
-        if frames > depth:  # the layout that ran furthest: its error is the telling one (an M-RoPE split to fix)
-            first_error, depth = error, frames
+        first_error = first_error or error
         patches = re.search(r"got split_sizes=\[(\d+)", str(error))
         if patches and images["pixel_values"].dim() == 4:  # LLaVA-NeXT: (B, patches, C, H, W), patches per image
             tiles = images["pixel_values"][:, None].expand(-1, int(patches.group(1)), -1, -1, -1).contiguous()
@@ -420,7 +416,7 @@ def _placeholders(
             inputs = {k: v for k, v in inputs.items() if k in images or k.startswith("decoder_")}
         marks = next((n for n in params if n.startswith("image") and n.endswith("position_mask")), None)
         latents = _get(config, "latent_query_num", default=None)
-        if marks and _int(latents):  # Kosmos-2: a mask marks the positions the image's latent queries fill
+        if marks and _int(latents) and "pixel_values" in params:  # Kosmos-2: the positions its latent queries fill
             seq = 2 + latents + text
             inputs.update(_text(model, ids, batch, seq, seed))
             inputs[marks] = torch.zeros(batch, seq, dtype=torch.int64)
