@@ -394,12 +394,20 @@ def _vlm_inputs(model: Any, ids: _Ids, batch: int, text: int, seed: int) -> tupl
         inputs, error = _placeholders(model, ids, images, count, batch, text, seed)
         if error is None:
             return inputs, None
-        first_error = first_error or error
+        if first_error is None or (_config_fix(error) and not _config_fix(first_error)):
+            first_error = error  # the first layout's, unless a later one got as far as a config fix (M-RoPE sections)
         patches = re.search(r"got split_sizes=\[(\d+)", str(error))
         if patches and images["pixel_values"].dim() == 4:  # LLaVA-NeXT: (B, patches, C, H, W), patches per image
             tiles = images["pixel_values"][:, None].expand(-1, int(patches.group(1)), -1, -1, -1).contiguous()
             image_sets.append({**images, "pixel_values": tiles})
     return {}, first_error
+
+
+def _config_fix(error: BaseException) -> bool:
+    """Whether the build's config rules read a fix from ``error`` (a size back-off aside)."""
+    from _tiny_adjust import _SIZE_BACKOFFS, _adjustment
+
+    return _adjustment(error, {}, [note for note, _keep in _SIZE_BACKOFFS]) is not None
 
 
 def _placeholders(
