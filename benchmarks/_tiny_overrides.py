@@ -62,6 +62,11 @@ OVERRIDES: dict[str, tuple[dict[str, Any], str]] = {
         "the QSA indexer fields default to None while every full-attention layer builds its indexer from them "
         "(indexer_budget // indexer_compress_ratio): a config must set them",
     ),
+    "ernie4_5_vl_moe_text": (
+        {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0, "mrope_section": [1, 1, 2]}},
+        "its RoPE init pre-rotates by M-RoPE sections its modeling code defaults to [22, 22, 20] (half of head_dim "
+        "128): the tiny head_dim 8 needs sections summing to 4",
+    ),
     "recurrent_gemma": (
         {"num_hidden_layers": 3},
         "the layer kinds cycle through block_types (recurrent, recurrent, attention): 2 layers hold no attention",
