@@ -9,6 +9,7 @@ from typing import Any
 
 from _sample_inputs import _get
 from _tiny_fields import HIDDEN, IMAGE, PATCH, VOCAB, _int
+from _tiny_missing import documented_shape
 from _tiny_shrink import special_token_ids
 
 
@@ -70,6 +71,17 @@ def _ones(batch: int, seq: int) -> Any:
     return torch.ones(batch, seq, dtype=torch.int64)
 
 
+def _decoder_ids(model: Any, ids: Any, batch: int, length: int, seed: int) -> Any:
+    """``decoder_input_ids``: ``(batch, length)``, or ``(batch, length, codebooks)`` where the forward documents
+    one id per codebook, ``(batch_size * num_codebooks, ...)`` (Dia: its decoder config's channels)."""
+    shape = " ".join(documented_shape(model.forward, "decoder_input_ids") or [])
+    decoder = _get(model.config, "decoder_config", default=model.config)
+    codebooks = _get(model.config, "num_codebooks", default=None) or _get(decoder, "num_codebooks", "num_channels")
+    if "batch_size * num_codebooks" not in shape or not _int(codebooks):
+        return ids(batch, length, seed)
+    return ids(batch, length * codebooks, seed).reshape(batch, length, codebooks)
+
+
 def _text(model: Any, ids: _Ids, batch: int, seq: int, seed: int, pad_left: int = 0) -> dict[str, Any]:
     import torch
 
@@ -84,7 +96,7 @@ def _text(model: Any, ids: _Ids, batch: int, seq: int, seed: int, pad_left: int 
             mask[0, :pad_left] = 0
         inputs["attention_mask"] = mask
     if "decoder_input_ids" in params and getattr(model.config, "is_encoder_decoder", False):
-        inputs["decoder_input_ids"] = ids(batch, max(2, seq // 2 - 1), seed + 7)
+        inputs["decoder_input_ids"] = _decoder_ids(model, ids, batch, max(2, seq // 2 - 1), seed + 7)
     return inputs
 
 
@@ -217,7 +229,7 @@ def _waveform_inputs(model: Any, batch: int, samples: int, seed: int, latents: b
 def _decoder_inputs(model: Any, ids: _Ids, inputs: dict[str, Any], batch: int, dec: int, seed: int) -> None:
     params = _params(model)
     if "decoder_input_ids" in params and getattr(model.config, "is_encoder_decoder", False):
-        inputs["decoder_input_ids"] = ids(batch, dec, seed + 7)
+        inputs["decoder_input_ids"] = _decoder_ids(model, ids, batch, dec, seed + 7)
 
 
 def _eager(model: Any, inputs: dict[str, Any]) -> Any:
