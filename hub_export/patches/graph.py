@@ -117,7 +117,8 @@ def edited_nodes(program: Any, edit: NodeEdit, *, nested: bool = True, record_va
     touched = []
     try:
         for module in modules if nested else modules[:1]:
-            graph, before, new_nodes = module.graph, len(changed), []
+            graph, before = module.graph, len(changed)
+            new_nodes: list[Any] = []
             created.append((graph, new_nodes))
             for node in list(graph.nodes):
                 if node.op != "call_function":
