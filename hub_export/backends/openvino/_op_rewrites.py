@@ -68,14 +68,16 @@ def fake_value(mode: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
         return target(*args, **kwargs)
 
 
-#: ``expand(node, add) -> (target, args) | None``: the node's new op; ``add(target, *args)`` inserts helper nodes.
-Expansion = Callable[[Any, _Builder], "tuple[Any, tuple[Any, ...]] | None"]
+#: ``expand(node, add) -> (target, args[, kwargs]) | None``: the node's new op; ``add(target, *args)`` inserts helper
+#: nodes.
+Expansion = Callable[[Any, _Builder], "tuple[Any, ...] | None"]
 
 
 @contextlib.contextmanager
 def expanded_nodes(program: Any, targets: set[Any], expand: Expansion) -> Iterator[int]:
     """Rewrite every ``call_function`` node of ``targets`` that ``expand`` accepts (nested graphs too) inside the
-    block: helper nodes inserted before it, the node's own target and args replaced; restored and erased after.
+    block: helper nodes inserted before it, the node's own target, args and kwargs (none unless ``expand`` returns
+    them) replaced; restored and erased after.
 
     Yields:
         How many nodes were rewritten.
@@ -105,7 +107,7 @@ def expanded_nodes(program: Any, targets: set[Any], expand: Expansion) -> Iterat
                 if result is None:
                     continue
                 changed.append((node, node.target, node.args, dict(node.kwargs)))
-                node.target, node.args, node.kwargs = result[0], result[1], {}
+                node.target, node.args, node.kwargs = result[0], result[1], dict(result[2]) if len(result) > 2 else {}
             created.append((graph, new_nodes))
             if len(changed) > before or new_nodes:
                 modules.append(module)
