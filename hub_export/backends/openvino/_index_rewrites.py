@@ -94,7 +94,7 @@ def cummax_as_masked_max(program: Any) -> contextlib.AbstractContextManager[int]
     ``(n, n)`` mask built from ``arange``), inside the block.
 
     OpenVINO's frontend has no rule for ``aten.cummax`` (openvino 2026.4: "No conversion rule found for operations:
-    aten.cummax.default"); :func:`~hub_export.patches.multimodal` reads the running maximum of token positions to
+    aten.cummax.default"); :mod:`hub_export.patches.multimodal` reads the running maximum of token positions to
     find the runs of image placeholders (HunYuan-VL). The values are exactly cummax's; a node whose indices are read
     is left to the frontend (``max`` returns the first index of a tie, cummax the last).
 
