@@ -145,3 +145,21 @@ def test_boolean_index_put_after_a_full_slice() -> None:
     got, expected = exported(**sample), MaskedWrites()(**sample)
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=0)
+
+
+class Streams(torch.nn.Module):
+    """ProphetNet's n-gram streams: ``chunk`` of a dynamic length, a ``SplitToSequence`` whose split size the
+    graph computes (onnxscript's constant folding read its unknown value: ``backends/onnx/patches.known_split_folding``)."""
+
+    def forward(self, hidden: torch.Tensor) -> dict[str, torch.Tensor]:
+        main, first, second = hidden.chunk(3, dim=1)
+        return {"logits": torch.cat([second, main * 2, first], dim=1)}
+
+
+def test_a_split_of_a_computed_size_exports() -> None:
+    model = Streams().eval()
+    exported = OnnxExporter().export(model, {"hidden": torch.randn(2, 6, 4)}, config=OnnxConfig(dynamic=True))
+    graph = exported.components["model"].program.graph
+    assert any(node.op_type == "SplitToSequence" for node in graph)  # the node the folding could not count
+    hidden = torch.randn(3, 9, 4)
+    torch.testing.assert_close(exported(hidden=hidden)["logits"], model(hidden)["logits"])

@@ -194,6 +194,37 @@ class _CountsRealPatches(torch.nn.Module):
         return outputs
 
 
+def test_the_running_maximum_of_hunyuan_vl_positions_needs_no_cummax() -> None:
+    """``_at_last_mark`` equals ``cummax`` of the marked values (non-decreasing along a row) on random rows, and
+    traces to ops every format converts (``aten.cummax`` has no ONNX function and no OpenVINO rule), with a dynamic
+    length that runs other lengths with the same numbers."""
+    from hub_export.patches.multimodal import _at_last_mark
+
+    generator = torch.Generator().manual_seed(0)
+
+    def rows(batch: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        marks = torch.rand(batch, length, generator=generator) < 0.3
+        marks[0] = False  # a row without a mark: -1 throughout
+        values = torch.randint(0, 3, (batch, length), generator=generator).cumsum(1)  # ties too
+        return marks, values
+
+    class Latest(torch.nn.Module):
+        def forward(self, marks: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+            return _at_last_mark(marks, values)
+
+    marks, values = rows(3, 17)
+    batch, length = torch.export.Dim("batch", min=2, max=8), torch.export.Dim("length", min=2, max=64)
+    shapes = ({0: batch, 1: length},) * 2
+    program = torch.export.export(Latest(), (marks, values), dynamic_shapes=shapes)
+    targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+    assert not any("cummax" in t for t in targets), targets
+    for batch, size in ((3, 17), (2, 40), (4, 5)):
+        marks, values = rows(batch, size)
+        expected = torch.where(marks, values, -1).cummax(1).values
+        assert torch.equal(_at_last_mark(marks, values), expected)
+        assert torch.equal(program.module()(marks, values), expected)
+
+
 def test_hunyuan_vl_rope_index_equals_transformers() -> None:
     """HunYuan-VL's own M-RoPE layout (grid rows with a row-end token, image ordinals, runs with or without begin and
     end tokens) per token equals its get_rope_index on left-padded rows with a hole in the mask, two images a row."""

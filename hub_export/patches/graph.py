@@ -1,6 +1,9 @@
-"""Graph rewrites shared by the formats that re-run ``ExportedProgram.run_decompositions`` while lowering.
+"""Reversible edits of a traced graph, and the rewrites shared by the formats that re-run
+``ExportedProgram.run_decompositions`` while lowering.
 
-Each is reversible: it edits the program's nodes inside a ``with`` block and restores them in ``finally``.
+:func:`edited_nodes` is the one place that edits an ``ExportedProgram``'s graphs inside a ``with`` block: it walks
+the graph modules, inserts helper nodes (:class:`Inserter`, values from :func:`fake_value`), sets node attributes,
+and restores, erases and recompiles in ``finally``. The rewrites here and the backends' own go through it.
 """
 
 from __future__ import annotations
@@ -9,7 +12,16 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["NodeRewrite", "all_true_checks_as_all", "rewritten_nodes", "views_after_permutes_as_reshapes"]
+__all__ = [
+    "Inserter",
+    "NodeEdit",
+    "NodeRewrite",
+    "all_true_checks_as_all",
+    "edited_nodes",
+    "fake_value",
+    "rewritten_nodes",
+    "views_after_permutes_as_reshapes",
+]
 
 #: ``rewrite(node) -> {attribute: new value} | None``: what :func:`rewritten_nodes` sets on a node (``target``,
 #: ``args``), or None to leave it.
@@ -22,42 +34,127 @@ def _is_mutating(node: Any) -> bool:
     return bool(schema is not None and schema.is_mutable and schema.name != "aten::detach_")
 
 
+def fake_value(mode: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
+    """``target(*args, **kwargs)`` on fake tensors of ``mode``: the value of a node inserted into a traced graph,
+    computed without guards and with FakeTensorMode's class-wide dispatch cache off (a cached entry of another
+    trace's sizes, or a guard recorded here, made OpenVINO's ``convert_model`` re-trace fix every size to the
+    sample's)."""
+    from torch._subclasses.fake_tensor import disable_fake_tensor_cache
+
+    env = mode.shape_env
+    guards = env.suppress_guards() if env is not None else contextlib.nullcontext()
+    with mode, guards, disable_fake_tensor_cache(mode):
+        return target(*args, **kwargs)
+
+
+class Inserter:
+    """Inserts ``call_function`` nodes before one node of a graph (``add(target, *args, **kwargs)`` returns the new
+    node) and computes their values with :func:`fake_value` in the fake mode of that node's inputs (None where it
+    has none). The values are kept here (:meth:`val`) and, with ``record``, in each new node's ``meta["val"]``."""
+
+    def __init__(self, graph: Any, node: Any, *, record: bool) -> None:
+        self.graph, self.node, self.record = graph, node, record
+        self.created: list[Any] = []
+        self._vals: dict[Any, Any] = {}
+        self._mode: Any = ...
+
+    @property
+    def mode(self) -> Any:
+        """The FakeTensorMode of the node's input values, or None."""
+        if self._mode is ...:
+            import torch
+            from torch._guards import detect_fake_mode
+
+            values = [a.meta.get("val") for a in self.node.all_input_nodes]
+            self._mode = detect_fake_mode([v for v in values if isinstance(v, torch.Tensor)])
+        return self._mode
+
+    def __call__(self, target: Any, *args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        with self.graph.inserting_before(self.node):
+            new = self.graph.call_function(target, args, kwargs)
+        self.created.append(new)
+        unwrap = lambda a: self.val(a) if isinstance(a, torch.fx.Node) else a  # noqa: E731
+        values = torch.utils._pytree.tree_map(unwrap, (args, kwargs))
+        mode = self.mode
+        self._vals[new] = None if mode is None else fake_value(mode, target, *values[0], **values[1])
+        if self.record:
+            new.meta["val"] = self._vals[new]
+        return new
+
+    def val(self, node: Any) -> Any:
+        """A node's value on fake tensors (a new node's from here, another's from its ``meta``)."""
+        return self._vals[node] if node in self._vals else node.meta.get("val")
+
+
+#: ``edit(node, add) -> {attribute: new value} | None``: what :func:`edited_nodes` sets on a node, after inserting
+#: any helper nodes before it with ``add`` (an :class:`Inserter`).
+NodeEdit = Callable[[Any, Inserter], "dict[str, Any] | None"]
+
+
 @contextlib.contextmanager
-def rewritten_nodes(program: Any, rewrite: NodeRewrite) -> Iterator[int]:
-    """Set the attributes ``rewrite`` returns on every ``call_function`` node of ``program`` inside the block,
-    then restore the old values. Nodes of nested graphs count too: a region the model runs under
-    ``torch.no_grad()`` or ``autocast`` is traced as a higher-order operator whose body is a submodule
-    (``wrap_with_set_grad_enabled``), which ``run_decompositions`` inlines. Each graph module that changed is
-    recompiled after the rewrite and after the restore (in ``finally``).
+def edited_nodes(program: Any, edit: NodeEdit, *, nested: bool = True, record_values: bool = False) -> Iterator[int]:
+    """Edit the ``call_function`` nodes of ``program`` inside the block: ``edit`` may insert helper nodes before a
+    node (``add``) and returns the attributes to set on it (``target``, ``args``, ``kwargs``), or None. In
+    ``finally`` the attributes are restored, the helper nodes erased (those of a node left unchanged too) and each
+    graph module that changed is recompiled, as it was after the edit.
+
+    Args:
+        nested: also edit the nested graphs: a region the model runs under ``torch.no_grad()`` or ``autocast`` is
+            traced as a higher-order operator whose body is a submodule (``wrap_with_set_grad_enabled``), which
+            ``run_decompositions`` inlines. False: the top graph only.
+        record_values: also store each helper node's fake value in its ``meta["val"]`` (:class:`Inserter`).
 
     Yields:
-        How many nodes were rewritten.
+        How many nodes were edited.
     """
     import torch
 
+    modules = [m for m in program.graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
     changed: list[tuple[Any, dict[str, Any]]] = []
-    modules = []
-    for module in program.graph_module.modules():
-        if not isinstance(module, torch.fx.GraphModule):
-            continue
-        before = len(changed)
-        for node in module.graph.nodes:
-            new = rewrite(node) if node.op == "call_function" else None
-            if new:
-                changed.append((node, {name: getattr(node, name) for name in new}))
-                for name, value in new.items():
-                    setattr(node, name, value)
-        if len(changed) > before:
-            modules.append(module)
-            module.recompile()
+    created: list[tuple[Any, list[Any]]] = []
+    touched = []
     try:
+        for module in modules if nested else modules[:1]:
+            graph, before = module.graph, len(changed)
+            new_nodes: list[Any] = []
+            created.append((graph, new_nodes))
+            for node in list(graph.nodes):
+                if node.op != "call_function":
+                    continue
+                add = Inserter(graph, node, record=record_values)
+                try:
+                    new = edit(node, add)
+                finally:  # erased in the end, even where ``edit`` failed half-way
+                    new_nodes.extend(add.created)
+                if new:
+                    changed.append((node, {name: getattr(node, name) for name in new}))
+                    for name, value in new.items():
+                        setattr(node, name, value)
+            if len(changed) > before or new_nodes:
+                touched.append(module)
+                module.recompile()
         yield len(changed)
     finally:
         for node, old in reversed(changed):
             for name, value in old.items():
                 setattr(node, name, value)
-        for module in modules:
+        for graph, new_nodes in created:
+            for new in reversed(new_nodes):
+                graph.erase_node(new)
+        for module in touched:
             module.recompile()
+
+
+def rewritten_nodes(program: Any, rewrite: NodeRewrite) -> contextlib.AbstractContextManager[int]:
+    """Set the attributes ``rewrite`` returns on every ``call_function`` node of ``program`` (nested graphs
+    included) inside the block, then restore the old values (:func:`edited_nodes` without helper nodes).
+
+    Yields:
+        How many nodes were rewritten.
+    """
+    return edited_nodes(program, lambda node, add: rewrite(node))
 
 
 @contextlib.contextmanager

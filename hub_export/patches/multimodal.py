@@ -289,6 +289,22 @@ def features_kept_whole(model: Any) -> Iterator[int]:
         yield applied
 
 
+def _at_last_mark(marks: Any, values: Any) -> Any:
+    """Per position of each row, ``values`` at the last marked position at or before it (-1 before the first mark).
+
+    The same as ``torch.where(marks, values, -1).cummax(1).values`` where ``values`` do not decrease along a row,
+    written as a scatter and a gather: ``aten.cummax`` has no ONNX function and no OpenVINO conversion rule
+    (onnxscript 0.7, openvino 2026.4), while every format converts these two.
+    """
+    import torch
+
+    values = values.expand_as(marks)  # a row of values may stand for every row
+    count = marks.long().cumsum(1)  # marks so far, 0 before the first
+    table = values.new_full((marks.shape[0], marks.shape[1] + 1), -1)  # slot k: the value at the k-th mark
+    table = table.scatter(1, torch.where(marks, count, 0), torch.where(marks, values, -1))  # unmarked: -1 into 0
+    return table.gather(1, count)
+
+
 def rope_index_hunyuan_vl(original: Callable[..., Any]) -> Callable[..., Any]:
     """``HunYuanVLModel.get_rope_index`` computed per token (see the module docstring)."""
 
@@ -310,11 +326,11 @@ def rope_index_hunyuan_vl(original: Callable[..., Any]) -> Callable[..., Any]:
         valid = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
         position = valid.long().cumsum(1) - 1  # upstream's positions count the unmasked tokens of the row
         image = (mm_token_type_ids == 1) & valid
-        latest = torch.where(valid, steps, -1).cummax(1).values  # groupby runs over the unmasked tokens only
+        latest = _at_last_mark(valid, steps)  # groupby runs over the unmasked tokens only
         before = torch.cat([latest.new_full((batch, 1), -1), latest[:, :-1]], dim=1)
         start = image & ~(image.gather(1, before.clamp(min=0)) & (before >= 0))
         ordinal = start.flatten().long().cumsum(0).view(batch, length) - 1  # grids are consumed in row-major order
-        run_start = torch.where(start, position, -1).cummax(1).values
+        run_start = _at_last_mark(start, position)
         merge = self.config.vision_config.spatial_merge_size
         width = image_grid_thw[:, 2] // merge + 1  # a row-end token per row of the merged grid
         tokens = (image_grid_thw[:, 1] // merge) * width

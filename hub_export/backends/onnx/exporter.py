@@ -42,6 +42,7 @@ from ._weights import fold_weight_transposes, keep_large_weights
 from .config import FORMAT, OnnxConfig
 from .patches import (
     exact_no_op_rules,
+    known_split_folding,
     onnx_export_patches,
     register_orphan_constants,
     single_output_rewrite_rules,
@@ -158,11 +159,12 @@ def _optimize(model: Any) -> None:
     ``Transpose`` of a large weight is folded lazily (:func:`._weights.fold_weight_transposes`) instead of into a
     numpy copy of every linear weight held in memory until saving, and that the rewrite rules matching several
     output nodes are left out (:func:`.patches.single_output_rewrite_rules`: quadratic in the graph's size), and that
-    the no-op rules match only an exact 0 or 1 (:func:`.patches.exact_no_op_rules`: ``x + 1e-8`` is not ``x``)."""
+    the no-op rules match only an exact 0 or 1 (:func:`.patches.exact_no_op_rules`: ``x + 1e-8`` is not ``x``), and
+    that a ``SplitToSequence`` of a split it cannot count is left unfolded (:func:`.patches.known_split_folding`)."""
     from onnxscript import optimizer
     from onnxscript.rewriter import onnx_fusions
 
-    with single_output_rewrite_rules(), exact_no_op_rules():
+    with single_output_rewrite_rules(), exact_no_op_rules(), known_split_folding():
         optimizer.optimize_ir(model, should_fold=keep_large_weights)
     register_orphan_constants(model)  # onnxscript's rewriter may drop a rewrite's constants (patches.py)
     onnx_fusions.fuse(model)

@@ -50,6 +50,11 @@
   default tolerances (``abs_tol=1e-8``, ``rel_tol=1e-5``, ``math.isclose``) take ``x + 1e-8`` for ``x + 0``: an
   RMSNorm's ``rsqrt(mean(x**2) + 1e-8)`` lost its epsilon, and a row of zeros (a left-padded row of a Muse-Glimmer
   layer) became ``rsqrt(0) = inf``, then NaN. The optimizer runs them with exact constants.
+* :func:`known_split_folding` — onnxscript 0.7's constant folding of ``SplitToSequence``
+  (``optimizer/_constant_folding.py``, ``split_to_sequence``) reads ``split_value.ndim`` when the ``split`` input is a
+  0-d tensor of unknown value (a split size computed from a dynamic dim: ProphetNet's n-gram streams), and the
+  export fails with "'NoneType' object has no attribute 'ndim'". Such a node has no static output count to fold to;
+  inside the block the folding leaves it as it is (what the rule does for any other split it cannot count).
 * :func:`register_orphan_constants` — onnxscript 0.7's rewriter (``RewriteRuleSet._apply_to_graph_or_function``)
   stores each new initializer of a rewrite under its name, replacing one of the same name (its "already exists" check
   skips nothing). The Min/Max-to-Clip rules name their bounds ``<input>_min`` / ``<input>_max``, so two clamps of one
@@ -78,6 +83,7 @@ __all__ = [
     "onnx_export_patches",
     "register_orphan_constants",
     "exact_no_op_rules",
+    "known_split_folding",
     "single_output_rewrite_rules",
     "translation_table",
     "unbatch_fused_matmuls",
@@ -471,6 +477,34 @@ def exact_no_op_rules() -> Iterator[None]:
         for constant in constants:
             stack.enter_context(patch_attribute(constant, "_abs_tol", 0.0, reason=reason))
             stack.enter_context(patch_attribute(constant, "_rel_tol", 0.0, reason=reason))
+        yield
+
+
+@contextlib.contextmanager
+def known_split_folding() -> Iterator[None]:
+    """onnxscript's ``SplitToSequence`` folding, applied only where the ``split`` input's value or 1-D static shape
+    is known (see this module's docstring)."""
+    from onnxscript.optimizer import _constant_folding as folding
+
+    reason = "onnxscript 0.7's SplitToSequence folding reading the value of a split it does not know"
+    evaluators = folding.registry.op_evaluators.get(("", "SplitToSequence"), [])
+    if not evaluators:
+        raise PatchTargetMissing(f"onnxscript has no SplitToSequence folding; the workaround for {reason}")
+
+    def known(function: Any) -> Any:
+        def split_to_sequence(node: Any, op: Any, state: Any) -> Any:
+            split = node.inputs[1] if len(node.inputs) > 1 else None
+            shape = getattr(split, "shape", None)
+            one_d = shape is not None and shape.is_static() and len(shape) == 1
+            if split is not None and not one_d and folding._get_numpy_value(split) is None:
+                return None  # nothing to count the outputs by: left as it is
+            return function(node, op, state)
+
+        return split_to_sequence
+
+    with contextlib.ExitStack() as stack:
+        for evaluator in evaluators:
+            stack.enter_context(patch_attribute(evaluator, "function", known(evaluator.function), reason=reason))
         yield
 
 

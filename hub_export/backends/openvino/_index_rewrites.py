@@ -17,12 +17,13 @@ import operator
 from collections.abc import Iterator
 from typing import Any
 
-from ._op_rewrites import _Builder, _size, expanded_nodes
+from ...patches.graph import Inserter
+from ._op_rewrites import _size, expanded_nodes
 
 __all__ = ["cummax_as_masked_max", "gqa_heads_repeated", "index_rewrites", "unfold_as_gather"]
 
 
-def _expand_unfold(node: Any, add: _Builder) -> tuple[Any, tuple[Any, ...]] | None:
+def _expand_unfold(node: Any, add: Inserter) -> tuple[Any, tuple[Any, ...]] | None:
     """``x.unfold(dim, size, step)`` as ``x`` indexed along ``dim`` by ``[w * step + s]`` (a ``(windows, size)``
     index), then permuted to unfold's layout (``dim`` replaced by the windows, ``size`` last)."""
     import torch
@@ -65,7 +66,7 @@ def unfold_as_gather(program: Any) -> contextlib.AbstractContextManager[int]:
     return expanded_nodes(program, {torch.ops.aten.unfold.default}, _expand_unfold)
 
 
-def _expand_cummax(node: Any, add: _Builder) -> tuple[Any, tuple[Any, ...]] | None:
+def _expand_cummax(node: Any, add: Inserter) -> tuple[Any, tuple[Any, ...]] | None:
     """``cummax(x, dim).values`` as ``max`` over a new axis of ``x`` with the later positions masked to the lowest
     value: ``[..., i, j, ...] = x[..., j, ...]`` where ``j <= i``."""
     import torch
@@ -106,7 +107,7 @@ def cummax_as_masked_max(program: Any) -> contextlib.AbstractContextManager[int]
     return expanded_nodes(program, {torch.ops.aten.cummax.default}, _expand_cummax)
 
 
-def _expand_gqa(node: Any, add: _Builder) -> tuple[Any, tuple[Any, ...], dict[str, Any]] | None:
+def _expand_gqa(node: Any, add: Inserter) -> tuple[Any, tuple[Any, ...], dict[str, Any]] | None:
     """The key and value heads picked ``heads // kv_heads`` times each (``index_select`` of ``arange(kv_heads)``
     repeated), and the flag dropped."""
     import torch

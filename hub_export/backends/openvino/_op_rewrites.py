@@ -21,109 +21,46 @@ import operator
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ...patches.graph import Inserter, edited_nodes
+
 __all__ = [
     "ceil_pools_as_sums",
     "expanded_nodes",
-    "fake_value",
     "fft_as_matmuls",
     "op_rewrites",
     "polar_as_complex",
 ]
 
 
-class _Builder:
-    """Inserts ``call_function`` nodes before a node and computes their values on fake tensors (kept here, not in
-    ``meta``), without guards and with FakeTensorMode's class-wide dispatch cache off: a cached entry of these
-    symbolic sizes made ``convert_model``'s re-trace fix every size of the graph to the sample's."""
-
-    def __init__(self, graph: Any, mode: Any) -> None:
-        self.graph, self.mode = graph, mode
-        self.created: list[Any] = []
-        self.vals: dict[Any, Any] = {}
-
-    def __call__(self, target: Any, *args: Any, **kwargs: Any) -> Any:
-        import torch
-
-        node = self.graph.call_function(target, args, kwargs)
-        unwrap = lambda a: self.val(a) if isinstance(a, torch.fx.Node) else a  # noqa: E731
-        values = torch.utils._pytree.tree_map(unwrap, (args, kwargs))
-        self.created.append(node)
-        self.vals[node] = fake_value(self.mode, target, *values[0], **values[1])
-        return node
-
-    def val(self, node: Any) -> Any:
-        """A node's value on fake tensors (a new node's from here, another's from its ``meta``)."""
-        return self.vals[node] if node in self.vals else node.meta.get("val")
-
-
-def fake_value(mode: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
-    """``target(*args, **kwargs)`` on fake tensors of ``mode``: the value of a node inserted into a traced graph,
-    computed without guards and with FakeTensorMode's class-wide dispatch cache off (a cached entry of another
-    trace's sizes, or a guard recorded here, made ``convert_model``'s re-trace fix every size to the sample's)."""
-    from torch._subclasses.fake_tensor import disable_fake_tensor_cache
-
-    env = mode.shape_env
-    guards = env.suppress_guards() if env is not None else contextlib.nullcontext()
-    with mode, guards, disable_fake_tensor_cache(mode):
-        return target(*args, **kwargs)
-
-
 #: ``expand(node, add) -> (target, args[, kwargs]) | None``: the node's new op; ``add(target, *args)`` inserts helper
 #: nodes.
-Expansion = Callable[[Any, _Builder], "tuple[Any, ...] | None"]
+Expansion = Callable[[Any, Inserter], "tuple[Any, ...] | None"]
 
 
-@contextlib.contextmanager
-def expanded_nodes(program: Any, targets: set[Any], expand: Expansion) -> Iterator[int]:
+def expanded_nodes(program: Any, targets: set[Any], expand: Expansion) -> contextlib.AbstractContextManager[int]:
     """Rewrite every ``call_function`` node of ``targets`` that ``expand`` accepts (nested graphs too) inside the
     block: helper nodes inserted before it, the node's own target, args and kwargs (none unless ``expand`` returns
-    them) replaced; restored and erased after.
+    them) replaced; restored and erased after
+    (:func:`~hub_export.patches.graph.edited_nodes`). The helper nodes' values stay out of their ``meta`` (nothing
+    reads them there: only the rewritten node reads the helpers, and ``convert_model`` re-traces the graph); a node
+    whose inputs have no fake values is left as it is.
 
     Yields:
         How many nodes were rewritten.
     """
-    import torch
-    from torch._guards import detect_fake_mode
 
-    changed: list[tuple[Any, Any, tuple[Any, ...], dict[str, Any]]] = []
-    created: list[tuple[Any, list[Any]]] = []
-    modules = []
-    try:
-        for module in program.graph_module.modules():
-            if not isinstance(module, torch.fx.GraphModule):
-                continue
-            graph, before, new_nodes = module.graph, len(changed), []
-            for node in list(graph.nodes):
-                if node.op != "call_function" or node.target not in targets:
-                    continue
-                inputs = [a.meta.get("val") for a in node.all_input_nodes]
-                mode = detect_fake_mode([v for v in inputs if isinstance(v, torch.Tensor)])
-                if mode is None:
-                    continue
-                add = _Builder(graph, mode)
-                with graph.inserting_before(node):
-                    result = expand(node, add)
-                new_nodes.extend(add.created)
-                if result is None:
-                    continue
-                changed.append((node, node.target, node.args, dict(node.kwargs)))
-                node.target, node.args, node.kwargs = result[0], result[1], dict(result[2]) if len(result) > 2 else {}
-            created.append((graph, new_nodes))
-            if len(changed) > before or new_nodes:
-                modules.append(module)
-                module.recompile()
-        yield len(changed)
-    finally:
-        for node, target, args, kwargs in reversed(changed):
-            node.target, node.args, node.kwargs = target, args, kwargs
-        for graph, new_nodes in created:
-            for new in reversed(new_nodes):
-                graph.erase_node(new)
-        for module in modules:
-            module.recompile()
+    def edit(node: Any, add: Inserter) -> dict[str, Any] | None:
+        if node.target not in targets or add.mode is None:
+            return None
+        result = expand(node, add)
+        if result is None:
+            return None
+        return {"target": result[0], "args": result[1], "kwargs": dict(result[2]) if len(result) > 2 else {}}
+
+    return edited_nodes(program, edit)
 
 
-def _complex(add: _Builder, real: Any, imag: Any) -> tuple[Any, tuple[Any, ...]]:
+def _complex(add: Inserter, real: Any, imag: Any) -> tuple[Any, tuple[Any, ...]]:
     """``view_as_complex(stack([real, imag], -1))``: a complex tensor OpenVINO's frontend marks as such."""
     import torch
 
@@ -131,7 +68,7 @@ def _complex(add: _Builder, real: Any, imag: Any) -> tuple[Any, tuple[Any, ...]]
     return aten.view_as_complex.default, (add(aten.stack.default, [real, imag], -1),)
 
 
-def _expand_polar(node: Any, add: _Builder) -> tuple[Any, tuple[Any, ...]] | None:
+def _expand_polar(node: Any, add: Inserter) -> tuple[Any, tuple[Any, ...]] | None:
     import torch
 
     aten = torch.ops.aten
@@ -165,7 +102,7 @@ def _arguments(node: Any) -> dict[str, Any]:
     return values
 
 
-def _parts(add: _Builder, x: Any) -> tuple[Any, Any]:
+def _parts(add: Inserter, x: Any) -> tuple[Any, Any]:
     """``(real, imag)`` of ``x``: ``imag`` is None for a real tensor."""
     import torch
 
@@ -176,14 +113,14 @@ def _parts(add: _Builder, x: Any) -> tuple[Any, Any]:
     return add(aten.select.int, pairs, -1, 0), add(aten.select.int, pairs, -1, 1)
 
 
-def _as_float(add: _Builder, value: Any, dtype: Any) -> Any:
+def _as_float(add: Inserter, value: Any, dtype: Any) -> Any:
     """A size (int or a ``sym_size`` node) as a 0-dim tensor of ``dtype``."""
     import torch
 
     return add(torch.ops.aten.scalar_tensor.default, value, dtype=dtype)
 
 
-def _along(add: _Builder, x: Any, axis: int, matrix: Any) -> Any:
+def _along(add: Inserter, x: Any, axis: int, matrix: Any) -> Any:
     """``x`` multiplied by ``matrix`` along ``axis`` (``x``'s ``axis`` sized like ``matrix``'s rows)."""
     import torch
 
@@ -195,7 +132,7 @@ def _along(add: _Builder, x: Any, axis: int, matrix: Any) -> Any:
     return add(aten.transpose.int, moved, axis, last)
 
 
-def _dft_matrices(add: _Builder, rows: Any, cols: Any, n: Any, dtype: Any, device: Any) -> tuple[Any, Any]:
+def _dft_matrices(add: Inserter, rows: Any, cols: Any, n: Any, dtype: Any, device: Any) -> tuple[Any, Any]:
     """``cos`` and ``sin`` of ``2 pi (j k mod n) / n`` for ``j < rows``, ``k < cols``: the angle is reduced in
     integers first, so it stays under ``2 pi`` (float32 ``cos`` of ``2 pi j k / n`` loses digits as ``j k`` grows)."""
     import torch
@@ -211,7 +148,7 @@ def _dft_matrices(add: _Builder, rows: Any, cols: Any, n: Any, dtype: Any, devic
     return add(aten.cos.default, angle), add(aten.sin.default, angle)
 
 
-def _scaled(add: _Builder, x: Any, n: Any, power: float) -> Any:
+def _scaled(add: Inserter, x: Any, n: Any, power: float) -> Any:
     """``x / n ** power`` (``power`` 0, 0.5 or 1)."""
     import torch
 
@@ -229,7 +166,7 @@ def _norm_power(norm: str | None, inverse: bool) -> float:
     return float(inverse) if norm in (None, "backward") else float(not inverse)
 
 
-def _size(add: _Builder, x: Any, axis: int) -> Any:
+def _size(add: Inserter, x: Any, axis: int) -> Any:
     """``x``'s size on ``axis``: an int, or a ``sym_size`` node when it is symbolic."""
     import torch
 
@@ -237,7 +174,7 @@ def _size(add: _Builder, x: Any, axis: int) -> Any:
     return int(size) if isinstance(size, int) else add(torch.ops.aten.sym_size.int, x, axis)
 
 
-def _c2c(add: _Builder, real: Any, imag: Any, axis: int, n: Any, inverse: bool, norm: str | None) -> tuple[Any, Any]:
+def _c2c(add: Inserter, real: Any, imag: Any, axis: int, n: Any, inverse: bool, norm: str | None) -> tuple[Any, Any]:
     """The DFT of ``real + i imag`` along ``axis`` (length ``n``): ``(a + ib)(C -+ iS)``."""
     import torch
 
@@ -270,7 +207,7 @@ def _same_length(x: Any, axis: int, n: Any) -> bool:
     return str(size) == str(n)
 
 
-def _expand_fft(node: Any, add: _Builder) -> tuple[Any, tuple[Any, ...]] | None:  # noqa: C901 - one case per op
+def _expand_fft(node: Any, add: Inserter) -> tuple[Any, tuple[Any, ...]] | None:  # noqa: C901 - one case per op
     import torch
 
     aten = torch.ops.aten
@@ -364,7 +301,7 @@ def _per_axis(value: Any, count: int) -> list[int]:
     return values * count if len(values) == 1 else values
 
 
-def _windows(add: _Builder, positions: Any, shift: int, starts: Any, kernel: int, dtype: Any, device: Any) -> Any:
+def _windows(add: Inserter, positions: Any, shift: int, starts: Any, kernel: int, dtype: Any, device: Any) -> Any:
     """``[t, i]`` 1.0 where position ``t`` (``< positions``, moved by ``shift``) is in window ``i`` (``[start, start
     + kernel)``)."""
     import torch
@@ -376,7 +313,7 @@ def _windows(add: _Builder, positions: Any, shift: int, starts: Any, kernel: int
     return add(aten._to_copy.default, inside, dtype=dtype)
 
 
-def _expand_pool(node: Any, add: _Builder) -> tuple[Any, tuple[Any, ...]] | None:
+def _expand_pool(node: Any, add: Inserter) -> tuple[Any, tuple[Any, ...]] | None:
     """Per axis, the window sums as a product with a 0/1 matrix (position, window) and ATen's divisor as the column
     sums of the same matrix over the input (padding not counted) or over the padded input: with ``s >= k`` ceil mode
     keeps every window that starts inside the input or its left padding, ``ceil((n + p) / s)`` of them."""

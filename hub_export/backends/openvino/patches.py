@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...patches import patch_attribute
-from ...patches.graph import rewritten_nodes, views_after_permutes_as_reshapes
+from ...patches.graph import Inserter, edited_nodes, rewritten_nodes, views_after_permutes_as_reshapes
 from ...patches.tracing import size_one_dims_stay_dynamic
 from ._index_rewrites import index_rewrites
-from ._op_rewrites import fake_value, op_rewrites, scatter_reduce_rule
+from ._op_rewrites import op_rewrites, scatter_reduce_rule
 
 __all__ = [
     "conversion_patches",
@@ -298,16 +298,6 @@ def size_arithmetic_rules() -> Iterator[None]:
         yield
 
 
-def _fake_value(target: Any, args: tuple[Any, ...]) -> Any:
-    """The output metadata of ``target(*args)`` computed on the inputs' fake tensors (None if unknown)."""
-    import torch
-    from torch._guards import detect_fake_mode
-
-    values = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in args]
-    mode = detect_fake_mode([v for v in values if isinstance(v, torch.Tensor)])
-    return None if mode is None else fake_value(mode, target, *values)
-
-
 def _sdpa_operands(node: Any) -> tuple[Any, Any, Any, Any] | None:
     """``(query, key, value, mask)`` of an ``aten.scaled_dot_product_attention`` node whose mask is a traced
     tensor with a known value, else None."""
@@ -350,8 +340,7 @@ def _reads_a_cache_input(key: Any, inputs: set[str]) -> bool:
     return any(isinstance(t, torch.fx.Node) and t.op == "placeholder" and t.name in inputs for t in parts)
 
 
-@contextlib.contextmanager
-def zero_fully_masked_attention_rows(program: Any) -> Iterator[int]:
+def zero_fully_masked_attention_rows(program: Any) -> contextlib.AbstractContextManager[int]:
     """Give each masked ``aten.scaled_dot_product_attention`` one more key, all zeros with a zero value, that only
     the query rows whose mask lets no key through may attend to; restore the graph after.
 
@@ -380,59 +369,38 @@ def zero_fully_masked_attention_rows(program: Any) -> Iterator[int]:
     import torch
 
     aten = torch.ops.aten
-    graph = program.graph
     inputs = set(program.graph_signature.user_inputs)
-    changed: list[tuple[Any, tuple[Any, ...], dict[str, Any], list[Any]]] = []
-    for node in list(graph.nodes):
+
+    def edit(node: Any, add: Inserter) -> dict[str, Any] | None:
         operands = _sdpa_operands(node)
         if operands is None:
-            continue
+            return None
         query, key, value, mask = operands
         is_bool = mask.meta["val"].dtype == torch.bool
-        created: list[Any] = []
-
-        def add(target: Any, *args: Any, created: list[Any] = created) -> Any:
-            new = graph.call_function(target, args)
-            new.meta["val"] = _fake_value(target, args)
-            created.append(new)
-            return new
-
-        with graph.inserting_before(node):
-            allowed = mask if is_bool else add(aten.ne.Scalar, mask, float("-inf"))
-            blind = add(aten.logical_not.default, add(aten.any.dim, allowed, -1, True))  # rows that see no key
-            if _reads_a_cache_input(key, inputs):  # the mask alone changes: such a row sees every key
-                new_key, new_value = key, value
-                if is_bool:
-                    new_mask = add(aten.logical_or.default, mask, blind)
-                else:
-                    new_mask = add(aten.masked_fill.Scalar, mask, blind, 0.0)
+        allowed = mask if is_bool else add(aten.ne.Scalar, mask, float("-inf"))
+        blind = add(aten.logical_not.default, add(aten.any.dim, allowed, -1, True))  # rows that see no key
+        if _reads_a_cache_input(key, inputs):  # the mask alone changes: such a row sees every key
+            new_key, new_value = key, value
+            if is_bool:
+                new_mask = add(aten.logical_or.default, mask, blind)
             else:
-                if is_bool:
-                    extra = blind
-                else:  # 0 where the row sees no key, -inf elsewhere
-                    zero = add(aten.zeros_like.default, add(aten.slice.Tensor, mask, -1, 0, 1))
-                    extra = add(aten.masked_fill.Scalar, zero, add(aten.logical_not.default, blind), float("-inf"))
-                new_mask = add(aten.cat.default, [mask, extra], -1)
-                zero_key = add(aten.zeros_like.default, add(aten.slice.Tensor, key, -2, 0, 1))
-                zero_value = add(aten.zeros_like.default, add(aten.slice.Tensor, value, -2, 0, 1))
-                new_key = add(aten.cat.default, [key, zero_key], -2)
-                new_value = add(aten.cat.default, [value, zero_value], -2)
-        old_args, old_kwargs = node.args, dict(node.kwargs)
+                new_mask = add(aten.masked_fill.Scalar, mask, blind, 0.0)
+        else:
+            if is_bool:
+                extra = blind
+            else:  # 0 where the row sees no key, -inf elsewhere
+                zero = add(aten.zeros_like.default, add(aten.slice.Tensor, mask, -1, 0, 1))
+                extra = add(aten.masked_fill.Scalar, zero, add(aten.logical_not.default, blind), float("-inf"))
+            new_mask = add(aten.cat.default, [mask, extra], -1)
+            zero_key = add(aten.zeros_like.default, add(aten.slice.Tensor, key, -2, 0, 1))
+            zero_value = add(aten.zeros_like.default, add(aten.slice.Tensor, value, -2, 0, 1))
+            new_key = add(aten.cat.default, [key, zero_key], -2)
+            new_value = add(aten.cat.default, [value, zero_value], -2)
         kwargs = {k: v for k, v in node.kwargs.items() if k != "attn_mask"}
-        node.args = (query, new_key, new_value, new_mask, *node.args[4:])
-        node.kwargs = kwargs
-        changed.append((node, old_args, old_kwargs, created))
-    if changed:
-        program.graph_module.recompile()
-    try:
-        yield len(changed)
-    finally:
-        if changed:
-            for node, old_args, old_kwargs, created in changed:
-                node.args, node.kwargs = old_args, old_kwargs
-                for new in reversed(created):
-                    graph.erase_node(new)
-            program.graph_module.recompile()
+        return {"args": (query, new_key, new_value, new_mask, *node.args[4:]), "kwargs": kwargs}
+
+    # the top graph only (the cache inputs are its placeholders); the helper nodes carry their values in ``meta``
+    return edited_nodes(program, edit, nested=False, record_values=True)
 
 
 def stable_top_k(model: Any) -> int:
