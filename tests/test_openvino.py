@@ -340,23 +340,32 @@ def test_missing_openvino_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_sizes_seen_at_the_sample_stay_symbolic_through_conversion() -> None:
     """``convert_model``'s re-trace guarded ``n > 1`` and ``n - 1 < 2`` (the gaps' metadata) at the sample's 2,
-    which made ``n`` the constant 2: 3 inputs gave numbers scaled by 2 (cosmos3_omni, cohere_compass: 2 images)."""
+    which made ``n`` the constant 2: 3 inputs gave numbers scaled by 2 (cosmos3_omni, cohere_compass: 2 images).
+
+    The first input is read by nothing: the frontend drops its Parameter and gave the shapes by position to the
+    inputs left ("Incompatible shape was requested for input #0 ... update shape: [?,?,?]": Idefics3's vision tower,
+    VisionEncoderDecoder, PP-FormulaNet). Each input keeps its own shape, the unread one is still an input."""
 
     class Gaps(torch.nn.Module):
-        def forward(self, lengths: torch.Tensor) -> torch.Tensor:
+        def forward(self, unread: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
             x = lengths.float()
             return torch.cat([x[1:] - x[:-1], x]) * x.shape[0]
 
     model = Gaps()
-    exported = OpenVINOExporter().export(model, {"lengths": torch.tensor([4, 9])}, config=OpenVINOConfig(dynamic=True))
+    sample = {"unread": torch.ones(1, 2, 3), "lengths": torch.tensor([4, 9])}
+    exported = OpenVINOExporter().export(model, sample, config=OpenVINOConfig(dynamic=True))
+    ranks = {port.get_any_name(): port.get_partial_shape().rank.get_length() for port in exported.program.inputs}
+    assert ranks == {"unread": 3, "lengths": 1}
     other = torch.tensor([4, 9, 16])
-    torch.testing.assert_close(exported(lengths=other), model(other), rtol=0, atol=0)
+    got = exported(unread=torch.ones(2, 1, 4), lengths=other)
+    torch.testing.assert_close(got, model(None, other), rtol=0, atol=0)
 
 
 class _MissingOps(torch.nn.Module):
     """Ops OpenVINO's frontend lacks or refuses: ceil-mode pools with a kernel over the input (global, padded,
     padding not counted, a divisor), ``fft``/``ifft``/``fftn``/``rfft``/``irfft``/``conj``, ``polar``,
-    ``scatter_reduce``."""
+    ``scatter_reduce``, ``unfold`` of dynamic sizes, ``cummax``, attention with ``enable_gqa``, ``div`` with
+    ``rounding_mode=None``."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -381,7 +390,12 @@ class _MissingOps(torch.nn.Module):
         maxima = base.scatter_reduce(2, slots, x, "amax", include_self=False)
         sums = base.scatter_reduce(2, slots[:, :, :2], x, "sum")  # the part of ``x`` the index covers
         pooled = (p(x) for p in self.pools)
-        return (*pooled, fourier, correlation, torch.view_as_real(rotary), maxima, sums)
+        windows = (x.unfold(2, 2, 1), x.unfold(-1, 3, 2))
+        running = (ids.cummax(1).values, x.cummax(2).values)
+        grouped = torch.nn.functional.scaled_dot_product_attention(x, x[:, :1], x[:, :1] * 2, enable_gqa=True)
+        quotient = torch.div(x, x.abs() + 1, rounding_mode=None)
+        rotary = torch.view_as_real(rotary)
+        return (*pooled, fourier, correlation, rotary, maxima, sums, *windows, *running, grouped, quotient)
 
 
 def test_missing_ops_are_rewritten_with_the_same_numbers() -> None:
@@ -390,6 +404,7 @@ def test_missing_ops_are_rewritten_with_the_same_numbers() -> None:
     ``scatter_reduce`` gets a conversion rule."""
     import openvino
 
+    from hub_export.backends.openvino._index_rewrites import index_rewrites
     from hub_export.backends.openvino._op_rewrites import ceil_pools_as_sums, fft_as_matmuls, polar_as_complex
     from hub_export.backends.openvino.patches import conversion_patches
     from hub_export.export.trace import trace
@@ -408,8 +423,10 @@ def test_missing_ops_are_rewritten_with_the_same_numbers() -> None:
         expected = model(x, ids)
     with polar_as_complex(program) as polars, fft_as_matmuls(program) as ffts, ceil_pools_as_sums(program) as pools:
         assert (polars, ffts, pools) == (1, 6, 4)
-        with torch.no_grad():
-            patched = program.module()(x, ids)
+        with index_rewrites(program) as (unfolds, cummaxes, attentions):
+            assert (unfolds, cummaxes, attentions) == (2, 2, 1)
+            with torch.no_grad():
+                patched = program.module()(x, ids)
     assert program.graph_module.code == before
     for got, want in zip(patched, expected, strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-5)

@@ -32,13 +32,15 @@ __all__ = [
 ]
 
 
-#: ``expand(node, add) -> (target, args) | None``: the node's new op; ``add(target, *args)`` inserts helper nodes.
-Expansion = Callable[[Any, Inserter], "tuple[Any, tuple[Any, ...]] | None"]
+#: ``expand(node, add) -> (target, args[, kwargs]) | None``: the node's new op; ``add(target, *args)`` inserts helper
+#: nodes.
+Expansion = Callable[[Any, Inserter], "tuple[Any, ...] | None"]
 
 
 def expanded_nodes(program: Any, targets: set[Any], expand: Expansion) -> contextlib.AbstractContextManager[int]:
     """Rewrite every ``call_function`` node of ``targets`` that ``expand`` accepts (nested graphs too) inside the
-    block: helper nodes inserted before it, the node's own target and args replaced; restored and erased after
+    block: helper nodes inserted before it, the node's own target, args and kwargs (none unless ``expand`` returns
+    them) replaced; restored and erased after
     (:func:`~hub_export.patches.graph.edited_nodes`). The helper nodes' values stay out of their ``meta`` (nothing
     reads them there: only the rewritten node reads the helpers, and ``convert_model`` re-traces the graph); a node
     whose inputs have no fake values is left as it is.
@@ -51,7 +53,9 @@ def expanded_nodes(program: Any, targets: set[Any], expand: Expansion) -> contex
         if node.target not in targets or add.mode is None:
             return None
         result = expand(node, add)
-        return None if result is None else {"target": result[0], "args": result[1], "kwargs": {}}
+        if result is None:
+            return None
+        return {"target": result[0], "args": result[1], "kwargs": dict(result[2]) if len(result) > 2 else {}}
 
     return edited_nodes(program, edit)
 

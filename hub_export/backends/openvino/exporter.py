@@ -1,7 +1,8 @@
 """``OpenVINOExporter``: the traced ExportedProgram as an ``openvino.Model`` (``openvino_model.xml`` + ``.bin``).
 
 The flat program goes through ``openvino.convert_model`` with one input spec per graph input: static dims stay
-static, symbolic ones become ``Dimension(min, max)`` ranges from the trace. Every input and output port then
+static, symbolic ones become ``Dimension(min, max)`` ranges from the trace (set after conversion instead when an
+input is never read: see :func:`_name_inputs`). Every input and output port then
 gets its manifest name (``input_ids``, ``logits``, ``past_key_values.0.key``) as its tensor name, so the IR
 reads like the model's own signature. Weights stay float32 unless ``compress_to_fp16=True`` (OpenVINO's
 ``save_model`` compresses by default; this exporter never does unless asked).
@@ -93,17 +94,20 @@ class OpenVINOExporter(HfExporter):
 
         signature = traced.signature
         specs = [(_partial_shape(spec, signature), getattr(openvino.Type, _ov_type(spec))) for spec in signature.inputs]
+        placeholders = list(traced.program.graph_signature.user_inputs)
+        # the frontend drops an input nothing reads, then gives the shapes by position to the inputs left
+        # ("Incompatible shape was requested for input #0"): such a program's shapes are set once its inputs are named
+        given = specs if not _unread_inputs(traced.program, placeholders) else None
         try:
             with conversion_patches(traced.program):
-                model = openvino.convert_model(traced.program, input=specs)
+                model = openvino.convert_model(traced.program, input=given)
         except Exception as exc:  # the frontend raises OpConversionFailure, RuntimeError, ...
             raise ExportError(
                 f"OpenVINO could not convert {traced.architecture}: {type(exc).__name__}: {str(exc)[:2000]}\n"
                 "Check that the installed openvino supports these operators, or export to ONNX instead."
             ) from exc
         stable_top_k(model)
-        placeholders = list(traced.program.graph_signature.user_inputs)
-        _name_inputs(model, signature, placeholders)
+        _name_inputs(model, signature, placeholders, shaped=given is None)
         _name_outputs(model, signature.outputs)
         model.validate_nodes_and_infer_types()
         quantizer = find_quantizer(config, "openvino")
@@ -232,9 +236,20 @@ def _partial_shape(spec: TensorSpec, signature: Signature) -> Any:
     return openvino.PartialShape(out)
 
 
-def _name_inputs(model: Any, signature: Signature, placeholders: list[str]) -> None:
-    """Give each input port its spec name; re-add inputs the frontend dropped as unused, so the IR's
-    signature is the manifest's."""
+def _unread_inputs(program: Any, placeholders: list[str]) -> list[str]:
+    """The user inputs of ``program`` that no node reads."""
+    return [n.name for n in program.graph.nodes if n.op == "placeholder" and n.name in placeholders and not n.users]
+
+
+def _name_inputs(model: Any, signature: Signature, placeholders: list[str], shaped: bool = False) -> None:
+    """Give each input port its spec name (and, with ``shaped``, its spec's shape: the input was converted without
+    one); re-add inputs the frontend dropped as unused, so the IR's signature is the manifest's.
+
+    OpenVINO's PyTorch frontend (openvino 2026.4) drops the ``Parameter`` of an input that no op reads and then
+    merges the shapes given to ``convert_model`` with the ``Parameter`` s left by position, so every later input
+    gets the shape of the one before it ("Incompatible shape was requested for input #0 ... Original shape:
+    [?,3,?,?] update shape: [?,?]": Idefics3's vision tower, PP-FormulaNet, VisionEncoderDecoder). A program with
+    such an input is converted with the frontend's own dynamic shapes and its inputs shaped here, by name."""
     import openvino
     import openvino.opset13 as ops
 
@@ -255,6 +270,8 @@ def _name_inputs(model: Any, signature: Signature, placeholders: list[str]) -> N
             raise ExportError(f"OpenVINO created an input {sorted(names)} that matches no traced input {placeholders}.")
         param.output(0).get_tensor().set_names({found.name})
         param.set_friendly_name(found.name)
+        if shaped:
+            param.set_partial_shape(_partial_shape(found, signature))
         seen.add(found.name)
     missing = [spec for spec in specs if spec.name not in seen]
     if missing:

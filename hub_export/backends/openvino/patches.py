@@ -8,8 +8,9 @@
 * :func:`size_arithmetic_rules` — conversion rules for ``//``, ``%``, ``sym_min``/``sym_max``/``sym_float`` on
   sizes, given to ``openvino.convert_model`` inside the block.
 
-* ``_op_rewrites`` — operators the frontend lacks or mis-infers (``polar``, ``fft``, a ceil-mode pool with a kernel
-  over its input) rewritten as standard ops with the same numbers.
+* ``_op_rewrites``, ``_index_rewrites`` — operators the frontend lacks or mis-infers (``polar``, ``fft``, a
+  ceil-mode pool with a kernel over its input; ``unfold``, ``cummax``, attention with ``enable_gqa``) rewritten as
+  standard ops with the same numbers.
 
 :func:`conversion_patches` applies all of them. :func:`stable_top_k` edits the converted model itself (``TopK``
 made stable, as ONNX's rule).
@@ -24,6 +25,7 @@ from typing import Any
 from ...patches import patch_attribute
 from ...patches.graph import Inserter, edited_nodes, rewritten_nodes, views_after_permutes_as_reshapes
 from ...patches.tracing import size_one_dims_stay_dynamic
+from ._index_rewrites import index_rewrites
 from ._op_rewrites import op_rewrites, scatter_reduce_rule
 
 __all__ = [
@@ -182,10 +184,20 @@ def _floor_divide(context: Any) -> list[Any]:
     return [ops.floor(ops.divide(left, right)).output(0)]
 
 
+def _rounding_mode(context: Any) -> str | None:
+    """``aten.div.Tensor_mode``'s ``rounding_mode``: None when absent or given as None, which the Python context
+    cannot read ("Attribute rounding_mode can't be converted to defined types"; SeamlessM4T v2's
+    ``torch.div(..., rounding_mode=None)``): read with two defaults, an unreadable value gives each back."""
+    if not context.has_attribute("rounding_mode"):
+        return None
+    read = {context.get_attribute("rounding_mode", default_value=d) for d in ("floor", "trunc")}
+    return str(read.pop()) if len(read) == 1 else None
+
+
 def _divide_mode(context: Any) -> list[Any]:
     import openvino.opset13 as ops
 
-    mode = context.get_attribute("rounding_mode") if context.has_attribute("rounding_mode") else None
+    mode = _rounding_mode(context)
     if mode == "floor":
         return _floor_divide(context)
     left, right = _int_operands(context)
@@ -509,6 +521,7 @@ def conversion_patches(program: Any) -> Iterator[None]:
     with (
         retrace_size_oblivious(),
         op_rewrites(program),
+        index_rewrites(program),
         skip_empty_cat_inputs(program),
         copies_as_clones(program),
         pin_reshape_wildcards(program),
