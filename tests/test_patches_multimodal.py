@@ -16,6 +16,7 @@ from hub_export.configs import ExportConfig
 from hub_export.export.trace import trace
 from hub_export.patches.multimodal import (
     features_kept_whole,
+    rope_index_ernie,
     rope_index_hunyuan_vl,
     rope_index_qwen2,
     rope_index_qwen2_5,
@@ -25,15 +26,15 @@ from hub_export.patches.multimodal import (
 
 def _owner(cls: type) -> types.SimpleNamespace:
     """What ``get_rope_index`` reads of ``self``: the vision config and ``get_vision_position_ids``."""
-    vision = types.SimpleNamespace(spatial_merge_size=2, tokens_per_second=3)
+    vision = types.SimpleNamespace(spatial_merge_size=2, tokens_per_second=3, temporal_merge_size=2)
     owner = types.SimpleNamespace(config=types.SimpleNamespace(vision_config=vision))
     owner.get_vision_position_ids = lambda *args, **kwargs: cls.get_vision_position_ids(owner, *args, **kwargs)
     return owner
 
 
-def _prompts(rng: random.Random, frames_apart: bool) -> tuple[torch.Tensor, ...]:
+def _prompts(rng: random.Random, frames_apart: bool, frames_merged: int = 1) -> tuple[torch.Tensor, ...]:
     """Rows of text with images (type 1) and videos (type 2), odd rows left-padded; Qwen3-VL prompts put text (a
-    timestamp) between a video's frames."""
+    timestamp) between a video's frames; ERNIE-4.5-VL's grids count ``frames_merged`` frames per video token."""
     rows: list[list[int]] = []
     images: list[list[int]] = []
     videos: list[list[int]] = []
@@ -45,7 +46,7 @@ def _prompts(rng: random.Random, frames_apart: bool) -> tuple[torch.Tensor, ...]
                 images.append([1, h, w])
                 tokens += [1] * (h * w // 4)
             else:
-                videos.append([t, h, w])
+                videos.append([t * frames_merged, h, w])
                 frame = [2] * (h * w // 4)
                 tokens += sum(([*frame, 0] for _ in range(t)), []) if frames_apart else frame * t
             tokens += [0] * rng.randint(1, 2)
@@ -61,8 +62,9 @@ def _prompts(rng: random.Random, frames_apart: bool) -> tuple[torch.Tensor, ...]
     return torch.zeros_like(types_), types_, mask, *grids
 
 
-@pytest.mark.parametrize("form", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+@pytest.mark.parametrize("form", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "ernie4_5_vl"])
 def test_rope_index_equals_transformers(form: str) -> None:
+    from transformers.models.ernie4_5_vl_moe.modeling_ernie4_5_vl_moe import Ernie4_5_VLMoeModel
     from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
     from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
     from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
@@ -71,12 +73,13 @@ def test_rope_index_equals_transformers(form: str) -> None:
         "qwen2_vl": (Qwen2VLModel, rope_index_qwen2),
         "qwen2_5_vl": (Qwen2_5_VLModel, rope_index_qwen2_5),
         "qwen3_vl": (Qwen3VLModel, rope_index_qwen3),
+        "ernie4_5_vl": (Ernie4_5_VLMoeModel, rope_index_ernie),
     }[form]
     original, owner = cls.get_rope_index, _owner(cls)
     patched = replacement(original)
     rng = random.Random(form)
     for trial in range(12):
-        ids, types_, mask, images, videos = _prompts(rng, frames_apart=form == "qwen3_vl")
+        ids, types_, mask, images, videos = _prompts(rng, form == "qwen3_vl", 2 if form == "ernie4_5_vl" else 1)
         grids = {"image_grid_thw": images, "video_grid_thw": videos}
         if form == "qwen2_5_vl" and videos is not None and trial % 2:
             grids["second_per_grid_ts"] = torch.rand(len(videos)) * 2

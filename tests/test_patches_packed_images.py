@@ -12,7 +12,12 @@ import torch.nn.functional as F
 
 from hub_export.configs import ExportConfig
 from hub_export.export.trace import trace
-from hub_export.patches.packed_images import _hunyuan_vl_merged, lfm2_vl_image_features, lfm3_vl_short_conv
+from hub_export.patches.packed_images import (
+    _hunyuan_vl_merged,
+    ernie4_5_vl_temporal_slicing,
+    lfm2_vl_image_features,
+    lfm3_vl_short_conv,
+)
 from hub_export.patches.resized_positions import (
     cosmos3_edge_resize,
     hunyuan_vl_patch_embed,
@@ -138,3 +143,44 @@ def test_naflex_embeddings_export_with_images_and_grids_dynamic() -> None:
             expected = model(**inputs)
             torch.testing.assert_close(program(*inputs.values())[0], expected, rtol=0, atol=1e-5)
     assert model.__class__.__dict__["resize_positional_embeddings"] is resize  # restored as the staticmethod it was
+
+
+def test_paddleocr_vl_projector_exports_with_images_and_grids_dynamic() -> None:
+    """PaddleOCR-VL's projector (a per-image 2 x 2 merge in a loop over the grid) traced on two images runs three
+    images and a two-frame clip of other sizes, as eager does."""
+    from transformers.models.paddleocr_vl.configuration_paddleocr_vl import PaddleOCRVLConfig
+    from transformers.models.paddleocr_vl.modeling_paddleocr_vl import PaddleOCRProjector
+
+    config = PaddleOCRVLConfig()
+    config.vision_config.hidden_size, config.vision_config.spatial_merge_size = 4, 2
+    config.text_config.hidden_size = 6
+    torch.manual_seed(0)
+    projector = PaddleOCRProjector(config).eval()
+    forward = projector.__class__.__dict__["forward"]
+
+    def images(grid: list[list[int]]) -> dict[str, torch.Tensor]:
+        thw = torch.tensor(grid)
+        return {"image_features": torch.randn(int(thw.prod(-1).sum()), 4), "image_grid_thw": thw}
+
+    traced = trace(projector, images([[1, 2, 4], [1, 4, 4]]), ExportConfig(dynamic=True))
+    assert not traced.signature.constants
+    program = traced.program.module()
+    with torch.no_grad():
+        for inputs in (images(GRID), images([[1, 6, 2]])):
+            expected = projector(**inputs)
+            torch.testing.assert_close(program(*inputs.values())[0], expected, rtol=0, atol=1e-5)
+    assert projector.__class__.__dict__["forward"] is forward
+
+
+def test_ernie4_5_vl_temporal_slicing_over_every_image() -> None:
+    """ERNIE-4.5-VL's frame pairing (an image's one frame twice, a clip's even and odd frames) as one gather."""
+    from transformers.models.ernie4_5_vl_moe.modeling_ernie4_5_vl_moe import (
+        Ernie4_5_VLMoeVariableResolutionResamplerModel as Resampler,
+    )
+
+    owner = types.SimpleNamespace(spatial_merge_size=2)
+    grid = torch.tensor([[1, 4, 6], [2, 2, 4], [3, 4, 2], [1, 8, 2], [4, 2, 2]])
+    hidden = torch.randn(int((grid.prod(-1) // 4).sum()), 5)
+    expected = Resampler._temporal_slicing(owner, hidden, grid)
+    got = ernie4_5_vl_temporal_slicing(Resampler._temporal_slicing)(owner, hidden, grid)
+    assert torch.equal(got, expected)

@@ -78,8 +78,21 @@ from .audio_codecs import CONV_PADDING_CLASSES, conv1d_padded_on_integers, encod
 from .experts import longcat_experts, step3p7_experts, switch_experts
 from .global_attention import global_branch_always, global_flag_not_read, global_indices_bounded
 from .local_attention import canine_downsampled_mask, canine_local_attention
-from .multimodal import rope_index_hunyuan_vl, rope_index_qwen2, rope_index_qwen2_5, rope_index_qwen3
-from .packed_images import hunyuan_vl_vision, lfm2_vl_image_features, lfm3_vl_grid_kept, lfm3_vl_short_conv
+from .multimodal import (
+    rope_index_ernie,
+    rope_index_hunyuan_vl,
+    rope_index_qwen2,
+    rope_index_qwen2_5,
+    rope_index_qwen3,
+)
+from .packed_images import (
+    ernie4_5_vl_temporal_slicing,
+    hunyuan_vl_vision,
+    lfm2_vl_image_features,
+    lfm3_vl_grid_kept,
+    lfm3_vl_short_conv,
+    paddleocr_vl_projector,
+)
 from .padding import attention_window, block_size, padded_to_multiple
 from .placeholders import hunyuan_vl_placeholder_mask, ovis2_indicators_selected
 from .recurrence import lightning_attention_blocks, lstm_forward, mamba_selective_scan, rglru_scan, rwkv_wkv_scan
@@ -283,6 +296,7 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
             ("cosmos3_edge", "Cosmos3EdgeModel", rope_index_qwen3),
             ("cohere_compass", "CohereCompassModel", rope_index_qwen3),
             ("hunyuan_vl", "HunYuanVLModel", rope_index_hunyuan_vl),
+            ("ernie4_5_vl_moe", "Ernie4_5_VLMoeModel", rope_index_ernie),
         )
     ),
     *(
@@ -306,6 +320,22 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
         "get_image_features",
         lfm2_vl_image_features,
         "LFM2-VL cuts, pixel-unshuffles and projects each image's features in a Python loop over the images",
+    ),
+    ModelingPatch(
+        "transformers.models.paddleocr_vl.modeling_paddleocr_vl",
+        "PaddleOCRProjector",
+        "forward",
+        paddleocr_vl_projector,
+        "PaddleOCR-VL's projector splits the features by grid_thw.prod(-1).tolist() and merges each image's blocks in "
+        "a Python loop over the grid, pinning the image count and the grid",
+    ),
+    ModelingPatch(
+        "transformers.models.ernie4_5_vl_moe.modeling_ernie4_5_vl_moe",
+        "Ernie4_5_VLMoeVariableResolutionResamplerModel",
+        "_temporal_slicing",
+        ernie4_5_vl_temporal_slicing,
+        "ERNIE-4.5-VL's resampler builds its frame offsets with torch.arange in a Python loop over the grid's rows "
+        "and range(t), pinning the image count",
     ),
     ModelingPatch(
         "transformers.models.lfm3_vl.modeling_lfm3_vl",

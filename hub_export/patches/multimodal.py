@@ -131,9 +131,13 @@ def _rope_index(variant: str) -> Callable[[Callable[..., Any]], Callable[..., An
                 if videos is not None:
                     seconds = torch.ones(videos.shape[0]) if seconds is None else torch.as_tensor(seconds)
                     video_interval = vision.tokens_per_second * seconds
+            videos = bound.get("video_grid_thw")
+            if variant == "ernie" and videos is not None:  # a clip's frames merged in pairs by the resampler
+                merge = vision.temporal_merge_size
+                videos = torch.cat([videos[:, :1] // merge, videos[:, 1:]], dim=-1)
             grids = {
                 1: (bound.get("image_grid_thw"), None, False),
-                2: (bound.get("video_grid_thw"), video_interval, variant == "qwen3"),
+                2: (videos, video_interval, variant == "qwen3"),
             }
             return mrope_positions(
                 bound["input_ids"],
@@ -156,6 +160,9 @@ rope_index_qwen2_5 = _rope_index("qwen2_5")
 #: ``get_rope_index`` of Qwen3-VL (transformers/models/qwen3_vl/modeling_qwen3_vl.py): a video's grid split into
 #: one-frame grids (``repeat_interleave(grid, grid[:, 0])``, ``t = 1``), each frame a run of its own
 rope_index_qwen3 = _rope_index("qwen3")
+#: ``get_rope_index`` of ERNIE-4.5-VL (transformers/models/ernie4_5_vl_moe/modeling_ernie4_5_vl_moe.py): a video's
+#: frames divided by the resampler's ``temporal_merge_size`` (``get_vision_position_ids``' ``temp_merge_size``)
+rope_index_ernie = _rope_index("ernie")
 
 
 class _Unsplit:

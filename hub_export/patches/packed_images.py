@@ -220,3 +220,49 @@ def hunyuan_vl_vision(original: Callable[..., Any]) -> Callable[..., Any]:
         )
 
     return sys.modules[original.__module__].capture_outputs(forward)
+
+
+def paddleocr_vl_projector(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``PaddleOCRProjector.forward`` with every image's ``merge x merge`` blocks gathered at once (the raster-order
+    patches of all images read in block order, then projected together)."""
+
+    def forward(self: Any, image_features: Any, image_grid_thw: Any) -> Any:
+        from .vision_grid import _block_order, _patch_index
+
+        merge, other = self.merge_kernel_size
+        if merge != other or image_features.dim() != 2:
+            return original(self, image_features, image_grid_thw)
+        image, local, counts = _patch_index(image_grid_thw, patches=image_features.shape[0])
+        height, width = image_grid_thw[image, 1], image_grid_thw[image, 2]
+        frame, row, col = _block_order(local, height, width, merge)
+        source = (counts.cumsum(0) - counts)[image] + frame * height * width + row * width + col
+        features = self.pre_norm(image_features)[source]
+        features = features.reshape(-1, merge * merge * features.shape[-1])
+        return self.linear_2(self.act(self.linear_1(features)))
+
+    return forward
+
+
+def ernie4_5_vl_temporal_slicing(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``Ernie4_5_VLMoeVariableResolutionResamplerModel._temporal_slicing`` without its loop over the grid: each
+    output row's image, frame pair and spatial position from its index, the even and odd frames gathered at once
+    (an image, ``t == 1``, reads its one frame twice; a clip of ``t`` frames pairs ``t // 2`` of them, as upstream's
+    ``zip`` of the two ranges does)."""
+
+    def _temporal_slicing(self: Any, hidden_states: Any, grid_thw: Any) -> Any:
+        import torch
+
+        from .vision_grid import _patch_index
+
+        frames = grid_thw[:, 0]
+        spatial = grid_thw[:, 1] * grid_thw[:, 2] // (self.spatial_merge_size**2)
+        pairs = torch.where(frames > 1, frames // 2, torch.ones_like(frames))
+        image, local, _ = _patch_index(torch.stack([pairs, spatial, torch.ones_like(spatial)], dim=-1))
+        size = spatial[image]
+        pair, within = local // size, local % size
+        start = (frames * spatial).cumsum(0) - frames * spatial
+        first = start[image] + 2 * pair * size + within
+        second = first + torch.where(frames[image] > 1, size, torch.zeros_like(size))
+        return torch.cat([hidden_states[first], hidden_states[second]], dim=-1)
+
+    return _temporal_slicing

@@ -88,14 +88,19 @@ def _count(total: Any, grid_thw: Any, per_patch: int = 1) -> Any:
     return total
 
 
-def _patch_index(grid_thw: Any, source: Any = None, per_patch: int = 1) -> tuple[Any, Any, Any]:
+def _patch_index(grid_thw: Any, source: Any = None, per_patch: int = 1, patches: Any = None) -> tuple[Any, Any, Any]:
     """For every patch of the packed sequence: its image, its index within that image, and the images' counts
-    (``source``: the encoder's grid ``grid_thw`` was derived from, ``per_patch`` of its patches in each here)."""
+    (``source``: the encoder's grid ``grid_thw`` was derived from, ``per_patch`` of its patches in each here;
+    ``patches``: the packed tensor's own patch count, when the caller holds it, which the grid's total must equal)."""
     import torch
 
     counts = grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]
     ends = counts.cumsum(0)
-    total = _count(counts.sum().item(), grid_thw if source is None else source, per_patch)
+    if patches is not None:
+        torch._check(counts.sum().item() == patches)
+        total = patches
+    else:
+        total = _count(counts.sum().item(), grid_thw if source is None else source, per_patch)
     patch = torch.arange(total, device=grid_thw.device)
     image = (patch[:, None] >= ends[None, :]).sum(-1)
     local = patch - (ends - counts)[image]
