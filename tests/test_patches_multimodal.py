@@ -14,6 +14,7 @@ import torch
 
 from hub_export.configs import ExportConfig
 from hub_export.export.trace import trace
+from hub_export.patches import multimodal
 from hub_export.patches.multimodal import (
     features_kept_whole,
     rope_index_ernie,
@@ -245,3 +246,54 @@ def test_hunyuan_vl_rope_index_equals_transformers() -> None:
     got = rope_index_hunyuan_vl(HunYuanVLModel.get_rope_index)(owner, ids, types_, grids, mask)
     assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
     assert expected[0][3, 0, 13:17].tolist() == [1] * 4  # the second image of the row: ordinal 1
+
+
+def _idefics2_image_side() -> torch.nn.Module:
+    """An ``Idefics2Model`` (so its ``get_image_features`` runs) reduced to its image side: padding images (all
+    zeros) dropped, a linear 'encoder' over 2 x 2 patches, the per-row pieces concatenated again."""
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+    from transformers.models.idefics2.modeling_idefics2 import Idefics2Model
+
+    class ImageSide(Idefics2Model):
+        get_image_features = Idefics2Model.get_image_features  # a method of this class: features_kept_whole reads it
+
+        def __init__(self) -> None:
+            torch.nn.Module.__init__(self)
+            self.config = types.SimpleNamespace(vision_config=types.SimpleNamespace(patch_size=2), return_dict=True)
+            self.patches = torch.nn.Linear(12, 5)
+
+        @property
+        def dtype(self) -> torch.dtype:
+            return torch.float32
+
+        def vision_model(self, pixel_values: torch.Tensor, patch_attention_mask: torch.Tensor) -> Any:
+            patches = pixel_values.unfold(2, 2, 2).unfold(3, 2, 2).permute(0, 2, 3, 1, 4, 5)
+            return BaseModelOutputWithPooling(last_hidden_state=self.patches(patches.reshape(-1, 4, 12)))
+
+        def connector(self, states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+            return states * attention_mask[..., None]
+
+        def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+            return torch.cat(self.get_image_features(pixel_values).pooler_output)
+
+    return ImageSide().eval()
+
+
+def test_idefics2_features_kept_whole_keep_the_batch_dynamic() -> None:
+    """Idefics2's split of the features by each row's count of real images (a list as long as the batch) is kept
+    whole: traced on two rows of two images, the export runs three rows, one image a padding image."""
+    from transformers.models.idefics2.modeling_idefics2 import Idefics2Model
+    from transformers.models.smolvlm.modeling_smolvlm import SmolVLMModel
+
+    model = _idefics2_image_side()
+    generator = torch.Generator().manual_seed(0)
+    traced = trace(model, {"pixel_values": torch.randn(2, 2, 3, 4, 4, generator=generator)}, ExportConfig(dynamic=True))
+    assert traced.signature.dims["batch"].max != 2
+    other = torch.randn(3, 2, 3, 4, 4, generator=generator)
+    other[1, 1] = 0  # a padding image: dropped
+    with torch.no_grad():
+        expected = model(other)
+        got = traced.program.module()(other)[0]
+    assert expected.shape == (5 * 4, 5) and torch.equal(got, expected)
+    assert type(model).__dict__["get_image_features"] is Idefics2Model.get_image_features  # restored after tracing
+    assert multimodal._returns_pieces(SmolVLMModel)  # SmolVLM returns the per-row pieces: they stay

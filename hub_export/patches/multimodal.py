@@ -177,10 +177,12 @@ _UNSPLIT = _Unsplit()
 def _splits_features(function: Any) -> Any:
     """The code object of ``function`` when it splits packed features by ``grid.prod(-1).tolist()`` (the pattern
     of ``Qwen2VLModel.get_image_features``), by a count of each image's real patches (``mask.sum(-1) //
-    k).tolist()``, ``Gemma4Model.get_image_features``) or by sizes from the grid's rows and columns
-    (``HunYuanVLModel.get_image_features``), else None."""
+    k).tolist()``, ``Gemma4Model.get_image_features``), by sizes from the grid's rows and columns
+    (``HunYuanVLModel.get_image_features``) or by each row's count of real images (``Idefics2Model``), else None."""
     code = getattr(inspect.unwrap(function), "__code__", None) if function is not None else None
-    if code is None or "split_sizes" not in code.co_varnames + code.co_cellvars:  # a cell when a comprehension reads it
+    # ``split_sizes`` (a cell when a comprehension reads it), or Idefics2's split by each row's count of real images
+    # (``image_features.split(num_real_images_per_batch.tolist())``, transformers/models/idefics2/modeling_idefics2.py)
+    if code is None or not {"split_sizes", "num_real_images_per_batch"} & set(code.co_varnames + code.co_cellvars):
         return None
     names = set(code.co_names)  # sizes from the grid's product, a count of real patches (Gemma 4), or the grid's
     # rows and columns (HunYuan-VL: ``merged_h * (merged_w + 1) + 2`` from ``grid[:, 1:].unbind(-1)``)
@@ -212,8 +214,22 @@ def _returns_pieces(cls: type) -> bool:
     return any(
         isinstance(node, ast.keyword)
         and node.arg in ("image_hidden_states", "video_hidden_states")
-        and any(isinstance(part, ast.Attribute) and part.attr == "pooler_output" for part in ast.walk(node.value))
+        and any(_holds_pieces(part) for part in ast.walk(node.value))
         for node in ast.walk(tree)
+    )
+
+
+def _holds_pieces(node: Any) -> bool:
+    """Whether an expression of an output keyword reads the per-image pieces: ``....pooler_output``, or the whole
+    encoder output that holds them (``mm_encoder_outputs.get("image")``, transformers/models/smolvlm)."""
+    import ast
+
+    if isinstance(node, ast.Attribute):
+        return node.attr == "pooler_output" or (
+            node.attr == "get" and isinstance(node.value, ast.Name) and node.value.id == "mm_encoder_outputs"
+        )
+    return (
+        isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "mm_encoder_outputs"
     )
 
 
@@ -233,8 +249,8 @@ def _tensor_classes() -> list[type]:
 
 
 def _whole(original: Callable[..., Any], code: Any) -> Callable[..., Any]:
-    """``original`` with its own ``.tolist()`` returning :data:`_UNSPLIT` and ``torch.split`` by that returning the
-    tensor whole (every other call is the original's).
+    """``original`` with its own ``.tolist()`` returning :data:`_UNSPLIT` and ``torch.split`` / ``Tensor.split`` by
+    that returning the tensor whole (every other call is the original's).
 
     Why swapping ``tolist`` on the tensor classes is safe: ``tensor.tolist()`` is a Python attribute lookup along
     ``type(tensor).__mro__``, which ends at the first class defining ``tolist``; the swap covers ``torch.Tensor``
@@ -256,6 +272,13 @@ def _whole(original: Callable[..., Any], code: Any) -> Callable[..., Any]:
                 return (tensor,)
             return split(tensor, split_size_or_sections, dim)
 
+        method_split = torch.Tensor.split
+
+        def whole_method_split(tensor: Any, split_size: Any, dim: int = 0) -> Any:
+            if split_size is _UNSPLIT:
+                return (tensor,)
+            return method_split(tensor, split_size, dim)
+
         with contextlib.ExitStack() as stack:
             for cls in _tensor_classes():
                 tolist = cls.__dict__.get("tolist", torch.Tensor.tolist)
@@ -265,6 +288,7 @@ def _whole(original: Callable[..., Any], code: Any) -> Callable[..., Any]:
 
                 stack.enter_context(patch_attribute(cls, "tolist", marked, reason=_SPLIT_REASON))
             stack.enter_context(patch_attribute(torch, "split", whole_split, reason=_SPLIT_REASON))
+            stack.enter_context(patch_attribute(torch.Tensor, "split", whole_method_split, reason=_SPLIT_REASON))
             return original(self, *args, **kwargs)
 
     return method
