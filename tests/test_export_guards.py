@@ -37,6 +37,19 @@ class _Capped(torch.nn.Module):
         return input_ids.float() * 2
 
 
+class _FramedPooled(torch.nn.Module):
+    """Frames of 80 samples, pooled by 4 frames after padding the last group (an audio encoder's subsampling): the
+    guards read ``s // 80`` and ``(s // 80 - 1) // 4``, of period 320, but every multiple of 80 runs."""
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        batch, length = input_ids.shape
+        frames = input_ids.float().view(batch, length // 80, 80).mean(-1)
+        pooled = (frames.shape[1] - 1) // 4 + 1
+        if pooled == 1:  # a branch on the pooled count: a guard through both divisions
+            return frames.sum(-1, keepdim=True)
+        return torch.nn.functional.pad(frames, (0, 4 * pooled - frames.shape[1])).view(batch, pooled, 4).sum(-1)
+
+
 class _Plain(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return input_ids.float().cumsum(-1)
@@ -79,6 +92,17 @@ def test_a_multiple_longer_than_the_probe_window() -> None:
         torch.testing.assert_close(exported(input_ids=_ids(3, 800))["logits"], model(_ids(3, 800))["logits"])
     with pytest.raises(InputBoundsError, match="multiple of 160"):
         exported(input_ids=_ids(3, 400))
+
+
+def test_the_finest_step_of_the_guards_is_probed_first() -> None:
+    """Traced at 400 samples (not a multiple of the period 320): probed in steps of 80, not pinned to 400."""
+    model = _FramedPooled()
+    exported = _export(model, 400)
+    samples = exported.components["model"].metadata.signature.dims["sequence"]
+    assert samples.multiple_of == 80 and samples.min <= 400 and samples.max is None
+    torch.testing.assert_close(exported(input_ids=_ids(3, 480)), model(_ids(3, 480)), rtol=0, atol=1e-6)
+    with pytest.raises(InputBoundsError, match="multiple of 80"):
+        exported(input_ids=_ids(3, 500))
 
 
 def test_maximum_from_a_min_floordiv_guard() -> None:

@@ -12,7 +12,7 @@ with ``Guard failed: <expression>`` (Dynamo) or runs into a wrong shape (the oth
 The guards are sympy expressions evaluated at integer sizes (never code); each dim is probed over a window of
 sizes with the other dims at their traced sizes. A period longer than the window (an audio encoder folding 1920
 samples per token: ``Eq(Mod(samples, 1920), 0)``) leaves only the traced size in it; the dim is then probed again on
-the sizes the guards' own divisors step through (:func:`_period`), so it reads ``multiple_of=1920`` instead of
+the sizes the guards' own divisors step through (:func:`_periods`, finest first), so it reads ``multiple_of=1920`` instead of
 pinning the sample's length.
 """
 
@@ -83,9 +83,11 @@ def _verdicts(expr: Any, values: dict[Any, Any], symbols: list[Any], sizes: rang
     return tuple(verdicts)
 
 
-def _period(guards: list[Any], group: list[Any]) -> int:
-    """The period of the guards reading ``group``: the lcm of their ``//`` and ``%`` divisors, each multiplied by
-    the divisors it is nested in (``(s // 16) % 6`` steps by 96); 1 without any (or past ``MAX_PERIOD``)."""
+def _periods(guards: list[Any], group: list[Any]) -> list[int]:
+    """The steps to probe the guards reading ``group`` in, finest first: each ``//`` and ``%`` divisor multiplied by
+    the divisors it is nested in (``(s // 16) % 6`` steps by 96), then their lcm, the period of them all; empty
+    without any (those past ``MAX_PERIOD`` left out). An audio encoder framing 80 samples, then pooling frames by 4
+    (``(s // 80 - 1) // 4``) has the period 320 but admits every multiple of 80: the finer step is tried first."""
     import sympy
     from torch.utils._sympy.functions import FloorDiv, Mod, PythonMod
 
@@ -98,12 +100,12 @@ def _period(guards: list[Any], group: list[Any]) -> int:
         inner = [period(a) for a in atom.args[0].atoms(*kinds)]
         return int(divisor) * math.lcm(1, *inner)
 
-    result = 1
+    steps: set[int] = set()
     for expr in guards:
         if set(group) & expr.free_symbols:
-            for atom in expr.atoms(*kinds):
-                result = math.lcm(result, period(atom))
-    return result if result <= MAX_PERIOD else 1
+            steps.update(period(atom) for atom in expr.atoms(*kinds))
+    steps.add(math.lcm(1, *steps))
+    return sorted(step for step in steps if 1 < step <= MAX_PERIOD)
 
 
 def _admitted(
@@ -191,8 +193,7 @@ def bound_dims(program: Any, symbols: dict[str, str], dims: dict[str, Dim]) -> d
             max(dim.min, hint - WINDOW, 0), hint + WINDOW + 1 if dim.max is None else min(dim.max, hint + WINDOW) + 1
         )
         narrowed = _bounds(_admitted(guards, group, groups, hints, sizes), hint, dim, sizes)
-        step = _period(guards, group)
-        if narrowed is not None and narrowed.min == narrowed.max and step > 1:
+        for step in _periods(guards, group) if narrowed is not None and narrowed.min == narrowed.max else ():
             # only the traced size in the window: probe the sizes the guards' divisors step through
             low = hint - step * min(WINDOW, (hint - max(dim.min, 0)) // step)
             top = hint + step * WINDOW if dim.max is None else min(dim.max, hint + step * WINDOW)
@@ -200,6 +201,7 @@ def bound_dims(program: Any, symbols: dict[str, str], dims: dict[str, Dim]) -> d
             wider = _bounds(_admitted(guards, group, groups, hints, stepped), hint, dim, stepped)
             if wider is not None and wider.min != wider.max:
                 narrowed = wider
+                break
         if narrowed is not None:
             result[name] = narrowed
     return result
