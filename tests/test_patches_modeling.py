@@ -350,6 +350,33 @@ def test_experts_loops_over_the_ids_hit_trace_per_expert(kind: str) -> None:
             torch.testing.assert_close(program.module()(*inputs), experts(*inputs), rtol=0, atol=1e-6)
 
 
+def test_dbrx_experts_trace_per_expert() -> None:
+    """DBRX's experts iterate over the ids hit (``for expert_idx in expert_hit``: GuardOnDataDependentSymNode
+    ``Eq(u0, 0)`` in unbind). Traced per expert, they take other batches and lengths with eager's numbers, experts
+    no token picked included."""
+    from transformers.models.dbrx.configuration_dbrx import DbrxFFNConfig
+    from transformers.models.dbrx.modeling_dbrx import DbrxExperts
+
+    experts = seeded(DbrxExperts, DbrxFFNConfig(hidden_size=8, ffn_hidden_size=6, moe_num_experts=4, moe_top_k=2))
+    for weight in experts.parameters():
+        torch.nn.init.normal_(weight, std=0.2)
+    generator = torch.Generator().manual_seed(1)
+
+    def routed(batch: int, length: int) -> tuple[torch.Tensor, ...]:
+        ids = torch.stack([torch.randperm(3, generator=generator)[:2] for _ in range(batch * length)])  # 3 unused
+        weights = torch.rand(batch * length, 2, generator=generator)
+        return torch.randn(batch, length, 8, generator=generator), ids, weights
+
+    batch, tokens = Dim("batch", min=1, max=8), Dim("tokens", min=2, max=64)
+    shapes = ({0: batch, 1: Dim("sequence", min=2, max=8)}, {0: tokens}, {0: tokens})
+    with symbolic_sizes(experts) as applied, torch.no_grad():
+        program = torch.export.export(experts, routed(2, 3), dynamic_shapes=shapes, strict=False)
+    assert applied == 1
+    with torch.no_grad():
+        for inputs in (routed(2, 3), routed(3, 5)):
+            torch.testing.assert_close(program.module()(*inputs), experts(*inputs), rtol=0, atol=1e-6)
+
+
 def test_switch_router_cast_and_experts_trace() -> None:
     """Switch Transformers' router casts its classifier in every forward (Module.to swapped fake parameters held by
     weakrefs: "Couldn't swap Linear.weight", pytorch/pytorch#153056) and its experts loop over the ids hit

@@ -297,3 +297,91 @@ def test_idefics2_features_kept_whole_keep_the_batch_dynamic() -> None:
     assert expected.shape == (5 * 4, 5) and torch.equal(got, expected)
     assert type(model).__dict__["get_image_features"] is Idefics2Model.get_image_features  # restored after tracing
     assert multimodal._returns_pieces(SmolVLMModel)  # SmolVLM returns the per-row pieces: they stay
+
+
+class _SplitsByMethod(torch.nn.Module):
+    """Dots3-Note's spelling: the packed features split by the tensor method, ``features.split(split_sizes)``
+    (``Tensor.split`` calls ``torch._VF.split_with_sizes``, never ``torch.split``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(6, 5)
+
+    def get_image_features(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> Any:
+        outputs = types.SimpleNamespace(pooler_output=self.proj(pixel_values))
+        split_sizes = (image_grid_thw.prod(-1) // 4).tolist()
+        outputs.pooler_output = outputs.pooler_output.split(split_sizes)
+        return outputs
+
+    def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
+        return torch.cat(self.get_image_features(pixel_values, image_grid_thw).pooler_output, dim=0).tanh()
+
+
+def _images(count: int) -> dict[str, torch.Tensor]:
+    grid = torch.tensor([[1, 2, 4 * (i + 1)] for i in range(count)])
+    rows = int(grid.prod(-1).sum()) // 4
+    return {"pixel_values": torch.randn(rows, 6, generator=torch.Generator().manual_seed(rows)), "image_grid_thw": grid}
+
+
+# each spelling as a features method of its own: ``self.proj(pixel_values)`` split by the grid, every name the
+# pattern reads (``split_sizes``, ``tolist``, ``prod``, ``pooler_output``) in its code
+def _by_keywords(self: Any, pixel_values: torch.Tensor, grid: torch.Tensor) -> Any:
+    outputs = types.SimpleNamespace(pooler_output=self.proj(pixel_values))
+    split_sizes = (grid.prod(-1) // 4).tolist()
+    outputs.pooler_output = outputs.pooler_output.split(split_size=split_sizes, dim=0)
+    return outputs
+
+
+def _by_split_with_sizes_method(self: Any, pixel_values: torch.Tensor, grid: torch.Tensor) -> Any:
+    outputs = types.SimpleNamespace(pooler_output=self.proj(pixel_values))
+    split_sizes = (grid.prod(-1) // 4).tolist()
+    outputs.pooler_output = outputs.pooler_output.split_with_sizes(split_sizes)
+    return outputs
+
+
+def _by_split_with_sizes_function(self: Any, pixel_values: torch.Tensor, grid: torch.Tensor) -> Any:
+    outputs = types.SimpleNamespace(pooler_output=self.proj(pixel_values))
+    split_sizes = (grid.prod(-1) // 4).tolist()
+    outputs.pooler_output = torch.split_with_sizes(outputs.pooler_output, split_sizes)
+    return outputs
+
+
+def _by_function(self: Any, pixel_values: torch.Tensor, grid: torch.Tensor) -> Any:
+    outputs = types.SimpleNamespace(pooler_output=self.proj(pixel_values))
+    split_sizes = (grid.prod(-1) // 4).tolist()
+    outputs.pooler_output = torch.split(outputs.pooler_output, split_sizes)
+    return outputs
+
+
+def _inline(self: Any, pixel_values: torch.Tensor, grid: torch.Tensor) -> Any:  # Inkling2's: no split_sizes
+    outputs = types.SimpleNamespace(pooler_output=self.proj(pixel_values))
+    outputs.pooler_output = outputs.pooler_output.split((grid.prod(-1) // 4).tolist())
+    return outputs
+
+
+def test_every_spelling_of_the_split_keeps_the_features_whole() -> None:
+    """The packed features stay one piece whichever spelling splits them (the tensor method Dots3-Note uses, the
+    function, ``split_with_sizes``, the sizes inline); a traced method spelling runs other image counts with
+    eager's numbers; the tensor classes and ``torch`` get their splits back."""
+    originals = (torch.split, torch.split_with_sizes, torch.Tensor.__dict__["split"], torch.Tensor.tolist)
+    model = _SplitsByMethod().eval()
+    traced = trace(model, _images(2), ExportConfig(dynamic=True))
+    assert all(d.min != d.max for d in traced.signature.dims.values())
+    program = traced.program.module()
+    with torch.no_grad():
+        for count in (1, 3, 4):
+            inputs = _images(count)
+            (got,) = program(*inputs.values())
+            torch.testing.assert_close(got, model(**inputs), rtol=0, atol=1e-6)
+    spellings = (_by_keywords, _by_split_with_sizes_method, _by_split_with_sizes_function, _by_function, _inline)
+    for spelling in spellings:
+        spelled = type("Spelled", (_SplitsByMethod,), {"get_image_features": spelling})()
+        inputs = _images(3)
+        with features_kept_whole(spelled) as applied:
+            assert applied == 1, spelling
+            pieces = spelled.get_image_features(*inputs.values()).pooler_output
+            assert len(pieces) == 1 and pieces[0].shape[0] == inputs["pixel_values"].shape[0], spelling
+            assert len(torch.arange(6).split([2, 4])) == 2  # other splits are the original's
+        assert len(spelled.get_image_features(*inputs.values()).pooler_output) == 3, spelling
+    assert (torch.split, torch.split_with_sizes, torch.Tensor.__dict__["split"], torch.Tensor.tolist) == originals
+    assert "split_with_sizes" not in torch.Tensor.__dict__

@@ -77,3 +77,56 @@ def test_traced_tower_runs_other_image_counts_and_sizes(model: _TowerAndMerger) 
             inputs = _images(list(sizes))
             got, expected = program(*inputs.values()), model(**inputs)
             assert all(torch.allclose(g, e, atol=1e-5) for g, e in zip(got, expected))
+
+
+def _udop_inputs(batch: int, length: int, seed: int) -> tuple[torch.Tensor, ...]:
+    """Image and token embeddings, token boxes (row 0's first box all zeros: a box whose patch is not added) and a
+    mask, for a 4 x 4 patch grid."""
+    generator = torch.Generator().manual_seed(seed)
+    bbox = torch.rand(batch, length, 4, generator=generator)
+    bbox[0, 0] = 0.0
+    return (
+        torch.randn(batch, 16, 5, generator=generator),
+        torch.randn(batch, length, 5, generator=generator),
+        bbox,
+        torch.ones(batch, length, dtype=torch.long),
+    )
+
+
+def test_udop_combined_embeddings_equal_the_row_loop_and_trace() -> None:
+    """UDOP's ``combine_image_text_embeddings`` (``zip(*ind)`` over batch x sequence, a list comprehension over the
+    rows: "not enough values to unpack" under torch.export) computed over every row equals upstream bit for bit
+    (with and without visual boxes, padded to the patch count or cut to ``max_len``), and traced it takes other
+    batches and lengths."""
+    from transformers.models.udop import modeling_udop
+
+    from hub_export.patches.per_image import udop_combined
+
+    combine = modeling_udop.combine_image_text_embeddings
+    patched = udop_combined(combine)
+    for seed, (batch, length) in enumerate(((1, 3), (2, 6), (3, 9))):
+        image, embeds, bbox, mask = _udop_inputs(batch, length, seed)
+        visual = torch.rand(batch, 16, 4, generator=torch.Generator().manual_seed(seed))
+        for visual_bbox, max_len in ((None, 0), (visual, 0), (None, length + 7)):
+            expected = combine(image, embeds.clone(), bbox, visual_bbox, mask, 4, max_len, 64, 16)
+            got = patched(image, embeds.clone(), bbox, visual_bbox, mask, 4, max_len, 64, 16)
+            assert all(g.dtype == e.dtype and torch.equal(g, e) for g, e in zip(got, expected))
+
+    class Combined(modeling_udop.UdopStack):  # a UdopStack: the patch applies to models holding one
+        def __init__(self) -> None:
+            torch.nn.Module.__init__(self)
+
+        def forward(
+            self, image: torch.Tensor, embeds: torch.Tensor, bbox: torch.Tensor, mask: torch.Tensor
+        ) -> tuple[torch.Tensor, ...]:
+            return modeling_udop.combine_image_text_embeddings(image, embeds * 1, bbox, None, mask, 4, 0, 64, 16)
+
+    batch, length = torch.export.Dim("batch", min=1, max=8), torch.export.Dim("length", min=2, max=64)
+    shapes = tuple({0: batch, 1: length} if i else {0: batch} for i in range(4))
+    with images_at_once(Combined()) as applied:
+        assert applied == 1
+        program = torch.export.export(Combined(), _udop_inputs(2, 5, 0), dynamic_shapes=shapes, strict=False)
+    assert modeling_udop.combine_image_text_embeddings is combine
+    inputs = _udop_inputs(3, 8, 1)
+    got, expected = program.module()(*inputs), Combined()(*inputs)
+    assert all(torch.equal(g, e) for g, e in zip(got, expected))

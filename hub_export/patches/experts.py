@@ -15,6 +15,9 @@ routing), in upstream's order (ascending expert id), so the sums are eager's:
 * ``SwitchTransformersExperts.forward`` (transformers/models/switch_transformers/modeling_switch_transformers.py):
   a ``ModuleDict`` of dense experts indexed by ``f"expert_{expert_idx[0]}"`` of each id hit; the one-hot routing
   (``selected_experts``, masked by the expert capacity) gives each expert its tokens.
+* ``DbrxExperts.forward`` (transformers/models/dbrx/modeling_dbrx.py): ``for expert_idx in expert_hit`` over the
+  ``nonzero`` of the hit mask (``GuardOnDataDependentSymNode: Eq(u0, 0)`` in ``unbind``); each expert's GLU
+  weights are rows ``idx`` of ``mlp.w1`` / ``v1`` / ``w2`` viewed ``(experts, ffn, hidden)``, as upstream.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["longcat_experts", "step3p7_experts", "switch_experts"]
+__all__ = ["dbrx_experts", "longcat_experts", "step3p7_experts", "switch_experts"]
 
 
 def _routed(hidden_states: Any, top_k_index: Any, top_k_weights: Any, count: int, expert: Callable[..., Any]) -> Any:
@@ -83,5 +86,22 @@ def switch_experts(original: Callable[..., Any]) -> Callable[..., Any]:
             states = self[f"expert_{idx}"](hidden_states[token_idx]) * routing_weights[token_idx, slot, None]
             output = output.scatter_add(0, token_idx[:, None].expand(rows), states.to(output.dtype))
         return output
+
+    return forward
+
+
+def dbrx_experts(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``DbrxExperts.forward`` over every expert."""
+
+    def forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
+        batch = hidden_states.shape[0]
+        shape = (-1, self.ffn_hidden_size, self.hidden_size)
+
+        def expert(idx: int, states: Any) -> Any:
+            weights = (self.mlp.w1.view(shape)[idx], self.mlp.v1.view(shape)[idx], self.mlp.w2.view(shape)[idx])
+            return self.mlp(states, *weights).view(-1, self.hidden_size)
+
+        flat = hidden_states.reshape(-1, self.hidden_size)
+        return _routed(flat, top_k_index, top_k_weights, self.num_experts, expert).view(batch, -1, self.hidden_size)
 
     return forward

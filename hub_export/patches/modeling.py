@@ -34,8 +34,9 @@ type that is not used costs nothing, and a class or method that is gone raises `
 * ``LongformerModel.forward``, ``LEDEncoder.forward``, ``PegasusXEncoder.forward``: the sequence is padded to a
   multiple of the attention window / block only when it is not one, then cut by a strided slice; the patch pads the
   inputs first (:mod:`hub_export.patches.padding`).
-* ``LongcatFlashExperts.forward``, ``Step3p7Experts.forward`` and ``SwitchTransformersExperts.forward``: loops
-  over the experts hit (``nonzero``), run over every expert instead (:mod:`hub_export.patches.experts`).
+* ``LongcatFlashExperts.forward``, ``Step3p7Experts.forward``, ``SwitchTransformersExperts.forward`` and
+  ``DbrxExperts.forward``: loops over the experts hit (``nonzero``), run over every expert instead
+  (:mod:`hub_export.patches.experts`).
 * ``get_rope_index`` of the Qwen2-VL family's models (transformers/models/qwen2_vl/modeling_qwen2_vl.py and the
   modules copying it, three forms): M-RoPE positions from ``itertools.groupby`` over each row's token types and a loop
   over the images pin the batch, the sequence and the image count; the patch computes them per token
@@ -75,7 +76,7 @@ from typing import Any
 from ..errors import PatchTargetMissing
 from ._base import patch_attribute
 from .audio_codecs import CONV_PADDING_CLASSES, conv1d_padded_on_integers, encodec_encode_one_chunk
-from .experts import longcat_experts, step3p7_experts, switch_experts
+from .experts import dbrx_experts, longcat_experts, step3p7_experts, switch_experts
 from .global_attention import global_branch_always, global_flag_not_read, global_indices_bounded
 from .local_attention import canine_downsampled_mask, canine_local_attention
 from .multimodal import (
@@ -483,6 +484,13 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
         lightning_attention_blocks,
         "MiniMax's lightning attention loops over blocks of block_size tokens in Python, bounding the sequence to "
         "the traced block count",
+    ),
+    ModelingPatch(
+        "transformers.models.dbrx.modeling_dbrx",
+        "DbrxExperts",
+        "forward",
+        dbrx_experts,
+        "DBRX's experts loop over the ids hit (nonzero, then unbind): data-dependent values",
     ),
     ModelingPatch(
         "transformers.models.switch_transformers.modeling_switch_transformers",

@@ -14,8 +14,9 @@ the same models pinned it again in two places, each fixed here while tracing:
   cumulative sum of the steps before it (1 per text token, ``max(h, w)`` after an image's last token, or after
   each frame's in the Qwen3-VL form).
 * ``get_image_features`` / ``get_video_features`` (every modeling module of the family, ~30 classes): the encoder's
-  packed output is split per image with ``torch.split(features, (grid.prod(-1) // k).tolist())``, a Python list as
-  long as the image count, which pins it; every caller concatenates the pieces again (``torch.cat(pooler_output)``).
+  packed output is split per image with ``torch.split(features, (grid.prod(-1) // k).tolist())`` (or the
+  ``features.split(sizes)`` method: Dots3-Note, Inkling2), a Python list as long as the image count, which pins
+  it; every caller concatenates the pieces again (``torch.cat(pooler_output)``).
   :func:`features_kept_whole` makes that one ``.tolist()`` (in the method's own frame) and the split that consumes it
   return the packed features as one piece, so the caller's ``torch.cat`` gets them back unchanged. A model that
   also returns the pieces (``image_hidden_states``, one output per image) is left as it is.
@@ -177,16 +178,44 @@ _UNSPLIT = _Unsplit()
 def _splits_features(function: Any) -> Any:
     """The code object of ``function`` when it splits packed features by ``grid.prod(-1).tolist()`` (the pattern
     of ``Qwen2VLModel.get_image_features``), by a count of each image's real patches (``mask.sum(-1) //
-    k).tolist()``, ``Gemma4Model.get_image_features``), by sizes from the grid's rows and columns
-    (``HunYuanVLModel.get_image_features``) or by each row's count of real images (``Idefics2Model``), else None."""
-    code = getattr(inspect.unwrap(function), "__code__", None) if function is not None else None
-    # ``split_sizes`` (a cell when a comprehension reads it), or Idefics2's split by each row's count of real images
-    # (``image_features.split(num_real_images_per_batch.tolist())``, transformers/models/idefics2/modeling_idefics2.py)
-    if code is None or not {"split_sizes", "num_real_images_per_batch"} & set(code.co_varnames + code.co_cellvars):
+    k).tolist()``, ``Gemma4Model.get_image_features``) or by sizes from the grid's rows and columns
+    (``HunYuanVLModel.get_image_features``) or by each row's count of real images (``Idefics2Model``:
+    ``image_features.split(num_real_images_per_batch.tolist())``), the sizes named ``split_sizes`` or passed straight to the split
+    (``features.split(grid.prod(-1).tolist())``, Inkling2), else None."""
+    function = inspect.unwrap(function) if function is not None else None
+    code = getattr(function, "__code__", None)
+    if code is None:
         return None
     names = set(code.co_names)  # sizes from the grid's product, a count of real patches (Gemma 4), or the grid's
     # rows and columns (HunYuan-VL: ``merged_h * (merged_w + 1) + 2`` from ``grid[:, 1:].unbind(-1)``)
-    return code if {"tolist", "split", "pooler_output"} <= names and names & {"prod", "sum", "unbind"} else None
+    if not (
+        {"tolist", "pooler_output"} <= names and names & set(_SPLIT_FUNCTIONS) and names & {"prod", "sum", "unbind"}
+    ):
+        return None
+    # a cell when a comprehension reads it
+    return code if "split_sizes" in code.co_varnames + code.co_cellvars or _splits_by_tolist(function) else None
+
+
+def _splits_by_tolist(function: Any) -> bool:
+    """Whether ``function``'s source passes a ``.tolist()`` straight to a split (no source: False)."""
+    import ast
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+
+    def is_tolist(node: ast.AST) -> bool:
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "tolist"
+
+    return any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _SPLIT_FUNCTIONS
+        and any(is_tolist(arg) for arg in (*node.args, *(keyword.value for keyword in node.keywords)))
+        for node in ast.walk(tree)
+    )
 
 
 def _caller_code() -> Any:
@@ -233,24 +262,45 @@ def _holds_pieces(node: Any) -> bool:
     )
 
 
-def _tensor_classes() -> list[type]:
-    """``torch.Tensor`` and its subclasses that define ``tolist`` again (the fake and functional tensors that
-    ``torch.export`` traces with)."""
+def _tensor_classes(name: str = "tolist") -> list[type]:
+    """``torch.Tensor`` and its subclasses that define the method ``name`` again (``tolist``: the fake and
+    functional tensors that ``torch.export`` traces with)."""
     import torch
 
     found: list[type] = [torch.Tensor]
     stack: list[type] = list(torch.Tensor.__subclasses__())
     while stack:
         cls = stack.pop()
-        if "tolist" in cls.__dict__ and cls not in found:
+        if name in cls.__dict__ and cls not in found:
             found.append(cls)
         stack.extend(cls.__subclasses__())
     return found
 
 
+#: Every spelling of a split by sizes the features methods may use, as (owner, name): the function
+#: (``torch.split``, ``torch.split_with_sizes``) and the tensor method (``features.split(sizes)``, Dots3-Note and
+#: Inkling2; ``features.split_with_sizes(sizes)``). ``Tensor.split`` calls ``torch._VF.split_with_sizes`` itself,
+#: never ``torch.split``, so each spelling is patched on its own.
+_SPLIT_FUNCTIONS = ("split", "split_with_sizes")
+
+
+def _whole_split(split: Callable[..., Any]) -> Callable[..., Any]:
+    """``split`` returning its tensor as one piece when the sizes are :data:`_UNSPLIT` (positional or keyword),
+    else the original's pieces."""
+
+    def whole_split(*args: Any, **kwargs: Any) -> Any:
+        if any(value is _UNSPLIT for value in (*args, *kwargs.values())):
+            tensor = args[0] if args else next(v for k, v in kwargs.items() if k in ("tensor", "input", "self"))
+            return (tensor,)
+        return split(*args, **kwargs)
+
+    return whole_split
+
+
 def _whole(original: Callable[..., Any], code: Any) -> Callable[..., Any]:
-    """``original`` with its own ``.tolist()`` returning :data:`_UNSPLIT` and ``torch.split`` / ``Tensor.split`` by
-    that returning the tensor whole (every other call is the original's).
+    """``original`` with its own ``.tolist()`` returning :data:`_UNSPLIT` and a split by that (every spelling in
+    :data:`_SPLIT_FUNCTIONS`, function or tensor method) returning the tensor whole (every other call is the
+    original's).
 
     Why swapping ``tolist`` on the tensor classes is safe: ``tensor.tolist()`` is a Python attribute lookup along
     ``type(tensor).__mro__``, which ends at the first class defining ``tolist``; the swap covers ``torch.Tensor``
@@ -259,36 +309,24 @@ def _whole(original: Callable[..., Any], code: Any) -> Callable[..., Any]:
     marked wrapper, which answers :data:`_UNSPLIT` only to the method's own frame (its code object). Should a
     tensor class escape the swap (one created inside the block), its own ``tolist`` runs: the trace then stops on
     the data-dependent guard it met without the patch, never with other numbers; and :data:`_UNSPLIT` reaching
-    anything but the patched ``torch.split`` fails at once (it is not a list).
+    anything but a patched split fails at once (it is not a list).
     """
 
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         import torch
 
-        split = torch.split
-
-        def whole_split(tensor: Any, split_size_or_sections: Any, dim: int = 0) -> Any:
-            if split_size_or_sections is _UNSPLIT:
-                return (tensor,)
-            return split(tensor, split_size_or_sections, dim)
-
-        method_split = torch.Tensor.split
-
-        def whole_method_split(tensor: Any, split_size: Any, dim: int = 0) -> Any:
-            if split_size is _UNSPLIT:
-                return (tensor,)
-            return method_split(tensor, split_size, dim)
-
         with contextlib.ExitStack() as stack:
-            for cls in _tensor_classes():
+            for cls in _tensor_classes("tolist"):
                 tolist = cls.__dict__.get("tolist", torch.Tensor.tolist)
 
                 def marked(tensor: Any, _tolist: Any = tolist) -> Any:
                     return _UNSPLIT if _caller_code() is code else _tolist(tensor)
 
                 stack.enter_context(patch_attribute(cls, "tolist", marked, reason=_SPLIT_REASON))
-            stack.enter_context(patch_attribute(torch, "split", whole_split, reason=_SPLIT_REASON))
-            stack.enter_context(patch_attribute(torch.Tensor, "split", whole_method_split, reason=_SPLIT_REASON))
+            for name in _SPLIT_FUNCTIONS:
+                for owner in (torch, *_tensor_classes(name)):
+                    split = getattr(owner, name)
+                    stack.enter_context(patch_attribute(owner, name, _whole_split(split), reason=_SPLIT_REASON))
             return original(self, *args, **kwargs)
 
     return method

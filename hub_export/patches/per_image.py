@@ -28,6 +28,12 @@ Numbers are eager's exactly (the same values moved, the same per-token ops).
 * ``get_image_features`` of ``LlavaNextModel``, ``LlavaNextVideoModel`` and ``LlavaOnevisionModel``: the "anyres"
   tiles of each image, picked from a table of resolutions and packed per image in Python
   (:mod:`hub_export.patches.anyres`).
+* ``combine_image_text_embeddings`` (a module-level function of transformers/models/udop/modeling_udop.py, called
+  by ``UdopStack``): unpacks the (row, patch) pairs under each token's box with ``zip(*ind)`` (a Python loop over
+  batch x sequence), then keeps each row's other patches by a boolean index in a list comprehension over the batch
+  and pads them to ``max_len`` with ``pad_sequence``. :func:`udop_combined` marks the patches under a box with one
+  scatter and compacts every row's kept patches (their order kept) with a gather from the cumulative kept counts,
+  zeros past a row's count, as ``pad_sequence``.
 """
 
 from __future__ import annotations
@@ -160,6 +166,60 @@ def _lighton_features(original: Callable[..., Any]) -> Callable[..., Any]:
     return can_return_tuple(get_image_features)
 
 
+def udop_combined(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``combine_image_text_embeddings`` of UDOP over every row at once (see the module docstring)."""
+
+    def combine_image_text_embeddings(
+        image_embeddings: Any,
+        inputs_embeds: Any,
+        bbox: Any,
+        visual_bbox: Any,
+        attention_mask: Any = None,
+        num_patches: int = 14,
+        max_len: int = 0,
+        image_size: int = 224,
+        patch_size: int = 16,
+    ) -> tuple[Any, Any, Any]:
+        import torch
+
+        module = sys.modules[original.__module__]
+        cells = num_patches
+        ocr_x = torch.clip(torch.floor((bbox[:, :, 0] + bbox[:, :, 2]) / 2.0 * cells).long(), 0, cells - 1)
+        ocr_y = torch.clip(torch.floor((bbox[:, :, 1] + bbox[:, :, 3]) / 2.0 * cells).long(), 0, cells - 1) * cells
+        ocr_points = ocr_x + ocr_y
+        bbox = bbox.to(torch.float32 if bbox.device.type == "mps" else torch.float64)
+        target_seg = (bbox.mean(-1) == 0.0) | (bbox.mean(-1) == 1.0)
+        index = ocr_points.unsqueeze(-1).expand(-1, -1, image_embeddings.size(-1))
+        repeated = torch.gather(image_embeddings, 1, index).masked_fill(target_seg.unsqueeze(-1), 0.0)
+        inputs_embeds += repeated  # in place, as upstream
+        patches = image_embeddings.shape[1]
+        kept = torch.ones(image_embeddings.shape[:2], dtype=torch.bool, device=image_embeddings.device)
+        kept = kept.scatter(1, ocr_points, False)  # upstream: patch_inds[rows, cols] = False
+        if visual_bbox is None:
+            visual_bbox = module.get_visual_bbox(image_size=image_size, patch_size=patch_size)
+            visual_bbox = visual_bbox.unsqueeze(0).repeat(image_embeddings.size(0), 1, 1)
+            visual_bbox = visual_bbox.to(image_embeddings.device)
+        length = patches if max_len == 0 else max_len - inputs_embeds.size(1)
+        # slot j of a row: its (j+1)-th kept patch, found as the count of patches with fewer kept before them
+        slots = torch.arange(length, device=kept.device)
+        counts = kept.long().cumsum(1)  # (batch, patches)
+        source = (counts[:, None, :] <= slots[None, :, None]).sum(-1).clamp(max=patches - 1)  # (batch, length)
+        filled = slots[None, :] < counts[:, -1:]
+
+        def compacted(values: Any) -> Any:
+            gathered = values.gather(1, source.unsqueeze(-1).expand(-1, -1, values.shape[-1]))
+            return torch.where(filled.unsqueeze(-1), gathered, torch.zeros((), dtype=values.dtype))
+
+        inputs_embeds = torch.cat([inputs_embeds, compacted(image_embeddings)], 1)
+        bbox = torch.cat([bbox, compacted(visual_bbox)], 1)
+        if attention_mask is not None:
+            visual_attention_mask = filled.to(attention_mask.dtype)
+            attention_mask = torch.cat([attention_mask, visual_attention_mask], 1)
+        return inputs_embeds, bbox, attention_mask
+
+    return combine_image_text_embeddings
+
+
 _TOWER_REASON = (
     "{owner} walks the images in Python (a crop of each image's patch grid to image_sizes, its positions and its "
     "block of the attention mask), pinning the image count"
@@ -214,6 +274,15 @@ PER_IMAGE_PATCHES: tuple[ModelingPatch, ...] = (
             ("llava_next_video", "LlavaNextVideoModel"),
             ("llava_onevision", "LlavaOnevisionModel"),
         )
+    ),
+    ModelingPatch(
+        "transformers.models.udop.modeling_udop",
+        "",
+        "combine_image_text_embeddings",
+        udop_combined,
+        "UDOP's combine_image_text_embeddings unpacks the patch under each token's box with zip(*ind) and keeps each "
+        "row's other patches in a list comprehension over the batch, pinning the batch and the sequence",
+        holder="UdopStack",
     ),
 )
 
