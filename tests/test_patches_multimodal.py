@@ -385,3 +385,33 @@ def test_every_spelling_of_the_split_keeps_the_features_whole() -> None:
         assert len(spelled.get_image_features(*inputs.values()).pooler_output) == 3, spelling
     assert (torch.split, torch.split_with_sizes, torch.Tensor.__dict__["split"], torch.Tensor.tolist) == originals
     assert "split_with_sizes" not in torch.Tensor.__dict__
+
+
+def test_llava_features_listed_per_image_keep_the_image_count_dynamic() -> None:
+    """LLaVA without ``image_sizes`` lists the batch of per-image features (``list(image_features)``, one piece per
+    image) only for ``forward`` to concatenate them: kept as one piece, an export traced on two images runs three."""
+    from tiny_models import llava, llava_inputs
+    from transformers.models.llava.modeling_llava import LlavaModel
+
+    model = llava(text_layers=1).model
+    traced = trace(model, llava_inputs(2, 5), ExportConfig(dynamic=True))
+    assert all(dim.max != 2 for dim in traced.signature.dims.values())
+    other = llava_inputs(3, 6, pad_left=1, seed=3)
+    with torch.no_grad():
+        expected = model(**other).logits
+        got = traced.program.module()(*other.values())[0]  # logits first
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+    assert LlavaModel.__dict__["get_image_features"] is type(model.model).get_image_features  # restored
+
+
+def test_models_returning_the_concatenated_features_are_not_taken_for_pieces() -> None:
+    """An output keyword that only tests the encoder output in a conditional (LLaVA, Mistral 3) returns the
+    concatenated features; one returning the encoder output or its pooler output (SmolVLM, MiniMax-M3-VL) returns
+    the per-image pieces."""
+    from transformers.models.llava.modeling_llava import LlavaModel
+    from transformers.models.minimax_m3_vl.modeling_minimax_m3_vl import MiniMaxM3VLModel
+    from transformers.models.mistral3.modeling_mistral3 import Mistral3Model
+    from transformers.models.smolvlm.modeling_smolvlm import SmolVLMModel
+
+    assert not multimodal._returns_pieces(LlavaModel) and not multimodal._returns_pieces(Mistral3Model)
+    assert multimodal._returns_pieces(SmolVLMModel) and multimodal._returns_pieces(MiniMaxM3VLModel)

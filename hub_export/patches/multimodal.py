@@ -54,7 +54,7 @@ __all__ = [
 
 _SPLIT_REASON = (
     "get_image_features / get_video_features split the packed features by grid.prod(-1).tolist() (a Python list as "
-    "long as the image count) only for the caller to concatenate them again"
+    "long as the image count), or list() a batch of them (LLaVA), only for the caller to concatenate them again"
 )
 
 
@@ -243,9 +243,20 @@ def _returns_pieces(cls: type) -> bool:
     return any(
         isinstance(node, ast.keyword)
         and node.arg in ("image_hidden_states", "video_hidden_states")
-        and any(_holds_pieces(part) for part in ast.walk(node.value))
+        and any(_holds_pieces(part) for part in _value_nodes(node.value))
         for node in ast.walk(tree)
     )
+
+
+def _value_nodes(node: Any) -> list[Any]:
+    """The sub-expressions an output keyword's value can come from: both branches of a conditional, never its test
+    (``image_features if mm_encoder_outputs.get("image") is not None else None``, LLaVA and Mistral 3, returns the
+    concatenated features)."""
+    import ast
+
+    if isinstance(node, ast.IfExp):
+        return [*_value_nodes(node.body), *_value_nodes(node.orelse)]
+    return list(ast.walk(node))
 
 
 def _holds_pieces(node: Any) -> bool:
@@ -299,8 +310,9 @@ def _whole_split(split: Callable[..., Any]) -> Callable[..., Any]:
 
 def _whole(original: Callable[..., Any], code: Any) -> Callable[..., Any]:
     """``original`` with its own ``.tolist()`` returning :data:`_UNSPLIT` and a split by that (every spelling in
-    :data:`_SPLIT_FUNCTIONS`, function or tensor method) returning the tensor whole (every other call is the
-    original's).
+    :data:`_SPLIT_FUNCTIONS`, function or tensor method) returning the tensor whole, and its own ``list(features)``
+    (a batch of per-image features listed, LLaVA's branch without ``image_sizes``) one piece, the images' rows one
+    after another: what ``torch.cat`` of the per-image pieces gives (every other call is the original's).
 
     Why swapping ``tolist`` on the tensor classes is safe: ``tensor.tolist()`` is a Python attribute lookup along
     ``type(tensor).__mro__``, which ends at the first class defining ``tolist``; the swap covers ``torch.Tensor``
@@ -327,6 +339,22 @@ def _whole(original: Callable[..., Any], code: Any) -> Callable[..., Any]:
                 for owner in (torch, *_tensor_classes(name)):
                     split = getattr(owner, name)
                     stack.enter_context(patch_attribute(owner, name, _whole_split(split), reason=_SPLIT_REASON))
+            for cls in _tensor_classes("__iter__"):
+                iterate = cls.__dict__.get("__iter__", torch.Tensor.__iter__)
+
+                def marked_iter(tensor: Any, _iterate: Any = iterate) -> Any:
+                    if _caller_code() is code and tensor.dim() >= 2:
+                        return iter((tensor.flatten(0, 1),))
+                    return _iterate(tensor)
+
+                stack.enter_context(patch_attribute(cls, "__iter__", marked_iter, reason=_SPLIT_REASON))
+            for cls in _tensor_classes("__len__"):  # list() asks the length first: one piece, no guard on the count
+                length = cls.__dict__.get("__len__", torch.Tensor.__len__)
+
+                def marked_len(tensor: Any, _length: Any = length) -> Any:
+                    return 1 if _caller_code() is code and tensor.dim() >= 2 else _length(tensor)
+
+                stack.enter_context(patch_attribute(cls, "__len__", marked_len, reason=_SPLIT_REASON))
             return original(self, *args, **kwargs)
 
     return method
