@@ -314,6 +314,24 @@ def test_size_arithmetic_of_bounded_sizes_follows_python() -> None:
         torch.testing.assert_close(exported(x=x), model(x), rtol=0, atol=0)
 
 
+class _IndexAdd(torch.nn.Module):
+    def forward(self, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        rows = torch.zeros(4, x.shape[1]).index_add(0, index, x) + torch.zeros(4, x.shape[1]).index_add(
+            0, index, x, alpha=2
+        )
+        return rows + x.t().index_add(1, index, x.t())[:, :4].t()
+
+
+def test_index_add_converts_with_its_default_alpha() -> None:
+    """``index_add`` traced without its default ``alpha`` (JetMoE): the frontend's rule required it; and with another
+    ``alpha``, which the Python context cannot read, on another axis."""
+    model = _IndexAdd()
+    sample = {"x": torch.randn(5, 3), "index": torch.tensor([0, 1, 1, 3, 0])}
+    exported = OpenVINOExporter().export(model, sample, config=OpenVINOConfig(dynamic=True))
+    other = {"x": torch.randn(7, 6), "index": torch.tensor([0, 1, 1, 3, 0, 2, 2])}
+    torch.testing.assert_close(exported(**other), model(**other), rtol=0, atol=1e-5)
+
+
 def test_top_k_keeps_the_lower_index_among_equal_values() -> None:
     """ONNX's rule (and ``sort(stable=True)``'s): the CPU plugin's unstable TopK returned 102, 101, 100, 103."""
     import openvino

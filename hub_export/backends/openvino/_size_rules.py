@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...patches import patch_attribute
-from ._op_rewrites import scatter_reduce_rule
+from ._op_rewrites import index_add_rule, scatter_reduce_rule
 
 __all__ = [
     "floor_mod",
@@ -272,13 +272,15 @@ def size_arithmetic_extensions() -> list[Any]:
       exports to) of integer tensors: the same truncation at run time (``(x - 1) // 2`` of 0 gives 0, torch -1); the
       Qwen3 audio encoders' frame counts of an empty remainder come out one long. The exact form for integers;
       ``Floor(Divide)`` for floating tensors.
-    * ``aten.scatter_reduce.two``: no rule (:func:`~._op_rewrites.scatter_reduce_rule`).
+    * ``aten.scatter_reduce.two``: no rule (:func:`~._op_rewrites.scatter_reduce_rule`); ``aten.index_add``: a rule
+      requiring the argument tracing drops (:func:`~._op_rewrites.index_add_rule`).
     """
     from openvino.frontend.pytorch import ConversionExtension
 
     extensions = [ConversionExtension(str(target), _context_rule(rule)) for target, rule in _size_operators().items()]
     extensions.append(ConversionExtension("aten.floor_divide.default", _floor_divide))
     extensions.append(ConversionExtension("aten.scatter_reduce.two", scatter_reduce_rule))
+    extensions.append(ConversionExtension("aten.index_add.default", index_add_rule))
     return [*extensions, ConversionExtension("aten.div.Tensor_mode", _divide_mode)]
 
 
