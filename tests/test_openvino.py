@@ -292,6 +292,46 @@ def test_patches_fix_the_graph_and_restore_it() -> None:
     assert max_diff(got, expected) <= ATOL
 
 
+class _WindowPartition(torch.nn.Module):
+    """Swin's window partition of a bounded width (a position table bounds Swin's): padded to a multiple of the
+    window and reshaped into windows; a power of a size (GPT-NeoX-Japanese) and a comparison of sizes."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows, cols = x.shape
+        torch._check(cols <= 32)
+        half = (cols + 1) // 2
+        windows = torch.nn.functional.pad(x, (0, 2 * half - cols)).view(rows, half, 2)
+        return windows.sum(-1) * cols**2 + (cols > 4)
+
+
+def test_size_arithmetic_of_bounded_sizes_follows_python() -> None:
+    """``(cols + 1) % 2`` of cols in [2, 32]: OpenVINO's bounds of ``FloorMod`` (both 1) made the CPU plugin fold
+    it to 1, so 17 columns made 8 windows; ``**`` and ``>`` of sizes had no conversion rule."""
+    model = _WindowPartition()
+    exported = OpenVINOExporter().export(model, {"x": torch.randn(2, 16)}, config=OpenVINOConfig(dynamic=True))
+    for cols in (2, 3, 16, 17, 31, 32):
+        x = torch.randn(3, cols)
+        torch.testing.assert_close(exported(x=x), model(x), rtol=0, atol=0)
+
+
+class _IndexAdd(torch.nn.Module):
+    def forward(self, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        rows = torch.zeros(4, x.shape[1]).index_add(0, index, x) + torch.zeros(4, x.shape[1]).index_add(
+            0, index, x, alpha=2
+        )
+        return rows + x.t().index_add(1, index, x.t())[:, :4].t()
+
+
+def test_index_add_converts_with_its_default_alpha() -> None:
+    """``index_add`` traced without its default ``alpha`` (JetMoE): the frontend's rule required it; and with another
+    ``alpha``, which the Python context cannot read, on another axis."""
+    model = _IndexAdd()
+    sample = {"x": torch.randn(5, 3), "index": torch.tensor([0, 1, 1, 3, 0])}
+    exported = OpenVINOExporter().export(model, sample, config=OpenVINOConfig(dynamic=True))
+    other = {"x": torch.randn(7, 6), "index": torch.tensor([0, 1, 1, 3, 0, 2, 2])}
+    torch.testing.assert_close(exported(**other), model(**other), rtol=0, atol=1e-5)
+
+
 def test_top_k_keeps_the_lower_index_among_equal_values() -> None:
     """ONNX's rule (and ``sort(stable=True)``'s): the CPU plugin's unstable TopK returned 102, 101, 100, 103."""
     import openvino

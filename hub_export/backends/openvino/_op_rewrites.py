@@ -8,6 +8,8 @@
 * :func:`ceil_pools_as_sums` — an ``avg_pool`` in ceil mode with windows that do not overlap, whose kernel may
   be larger than its input, as window sums over the input (EfficientNet's and ALIGN's global pool, ``AvgPool2d(hidden_dim, ceil_mode=True)``):
   OpenVINO's shape inference refuses such a kernel at run time.
+* :func:`index_add_alpha_folded` — an ``aten.index_add`` ``alpha`` folded into its source, for
+  :func:`index_add_rule` (the frontend's own rule requires the ``alpha`` tracing drops).
 
 Every rewrite inserts the new nodes before the rewritten node and turns the node itself into the last op of the
 replacement, so its users are untouched; :func:`expanded_nodes` restores the node and erases the new ones after.
@@ -27,6 +29,8 @@ __all__ = [
     "ceil_pools_as_sums",
     "expanded_nodes",
     "fft_as_matmuls",
+    "index_add_alpha_folded",
+    "index_add_rule",
     "op_rewrites",
     "polar_as_complex",
 ]
@@ -384,11 +388,34 @@ def ceil_pools_as_sums(program: Any) -> contextlib.AbstractContextManager[int]:
     return expanded_nodes(program, targets, _expand_pool)
 
 
+def _expand_index_add(node: Any, add: Inserter) -> tuple[Any, tuple[Any, ...]] | None:
+    import torch
+
+    alpha = node.args[4] if len(node.args) > 4 else node.kwargs.get("alpha", 1)
+    if isinstance(alpha, (int, float)) and alpha == 1:
+        return None
+    x, dim, index, source = node.args[:4]
+    return node.target, (x, dim, index, add(torch.ops.aten.mul.Scalar, source, alpha))
+
+
+def index_add_alpha_folded(program: Any) -> contextlib.AbstractContextManager[int]:
+    """``aten.index_add(x, dim, index, source, alpha=a)`` as ``index_add(x, dim, index, source * a)`` inside the
+    block: :func:`index_add_rule` reads no ``alpha`` (an integer keyword OpenVINO's Python context cannot read).
+
+    Yields:
+        How many nodes were rewritten.
+    """
+    import torch
+
+    return expanded_nodes(program, {torch.ops.aten.index_add.default}, _expand_index_add)
+
+
 @contextlib.contextmanager
 def op_rewrites(program: Any) -> Iterator[None]:
     """Every rewrite of this module, inside the block."""
     with polar_as_complex(program), fft_as_matmuls(program), ceil_pools_as_sums(program):
-        yield
+        with index_add_alpha_folded(program):
+            yield
 
 
 #: ``torch.Tensor.scatter_reduce``'s ``reduce`` -> ``ScatterElementsUpdate``'s ``reduction``
@@ -416,4 +443,24 @@ def scatter_reduce_rule(context: Any) -> list[Any]:
     zeros = ops.multiply(shape, ops.constant(np.int64(0)))
     updates = ops.slice(src, zeros, shape, ops.add(zeros, ops.constant(np.int64(1))))
     node = ops.scatter_elements_update(data, index, updates, axis, _REDUCTIONS[reduce], include_self)
+    return [node.output(0)]
+
+
+def index_add_rule(context: Any) -> list[Any]:
+    """The conversion rule of ``aten.index_add.default``: the frontend's own (openvino 2026.4) requires ``alpha`` as
+    its fifth input, which ``torch.export`` drops when it is the default ("Got less inputs 4 than expected 5":
+    JetMoE's expert outputs, ``index_add(0, index, source)``). ``ScatterElementsUpdate`` with the ``sum`` reduction
+    over the data, the index repeated along ``source``'s other axes: the same sums, duplicates included. Any other
+    ``alpha`` was folded into ``source`` by :func:`index_add_alpha_folded` (the Python context cannot read it)."""
+    import numpy as np
+    import openvino.opset12 as ops
+
+    data, index, source = context.get_input(0), context.get_input(2), context.get_input(3)
+    dim = int(np.asarray(context.get_input(1).get_node().get_data()))
+    rank = source.get_partial_shape().rank.get_length()
+    dim %= max(rank, 1)
+    if rank > 1:  # (n,) -> (1, .., n, .., 1), then the source's shape
+        layout = ops.constant(np.array([1] * dim + [-1] + [1] * (rank - dim - 1), dtype=np.int64))
+        index = ops.broadcast(ops.reshape(index, layout, False), ops.shape_of(source)).output(0)
+    node = ops.scatter_elements_update(data, index, source, ops.constant(np.int64(dim)), "sum", True)
     return [node.output(0)]

@@ -28,6 +28,7 @@ from ...manifest import ComponentEntry
 from ...quantization.base import calibration_for, find_quantizer
 from ...quantization.pt2e import PT2EQuantizer
 from ...signature import Signature, TensorSpec
+from ._size_rules import floor_mods_of_integers_as_mods
 from ._stateful import fuse_state_attention
 from .config import FORMAT, OpenVINOConfig
 from .io import COMPRESS_KEY, PRECISION_KEY
@@ -107,6 +108,7 @@ class OpenVINOExporter(HfExporter):
                 "Check that the installed openvino supports these operators, or export to ONNX instead."
             ) from exc
         stable_top_k(model)
+        floor_mods_of_integers_as_mods(model)
         _name_inputs(model, signature, placeholders, shaped=given is None)
         _name_outputs(model, signature.outputs)
         model.validate_nodes_and_infer_types()

@@ -5,15 +5,15 @@
 * :func:`zero_fully_masked_attention_rows` — a zero key/value added to each masked attention, removed after.
 * :func:`distinct_outputs` — an identity op for each repeat of a tensor returned twice, removed after.
 * :func:`retrace_size_oblivious` — ``backed_size_oblivious`` set while ``convert_model`` re-traces the graph.
-* :func:`size_arithmetic_rules` — conversion rules for ``//``, ``%``, ``sym_min``/``sym_max``/``sym_float`` on
-  sizes, given to ``openvino.convert_model`` inside the block.
+* :func:`~._size_rules.size_arithmetic_rules` — conversion rules for the arithmetic on sizes the frontend lacks or
+  truncates (``//``, ``%``, ``**``, ``sym_min``, comparisons...), given to ``openvino.convert_model`` inside the block.
 
 * ``_op_rewrites``, ``_index_rewrites`` — operators the frontend lacks or mis-infers (``polar``, ``fft``, a
   ceil-mode pool with a kernel over its input; ``unfold``, ``cummax``, attention with ``enable_gqa``) rewritten as
   standard ops with the same numbers.
 
 :func:`conversion_patches` applies all of them. :func:`stable_top_k` edits the converted model itself (``TopK``
-made stable, as ONNX's rule).
+made stable, as ONNX's rule), and so does :func:`~._size_rules.floor_mods_of_integers_as_mods`.
 """
 
 from __future__ import annotations
@@ -22,16 +22,17 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ...patches import patch_attribute
 from ...patches.graph import Inserter, edited_nodes, rewritten_nodes, views_after_permutes_as_reshapes
 from ...patches.tracing import size_one_dims_stay_dynamic
 from ._index_rewrites import index_rewrites
-from ._op_rewrites import op_rewrites, scatter_reduce_rule
+from ._op_rewrites import op_rewrites
+from ._size_rules import floor_mods_of_integers_as_mods, size_arithmetic_extensions, size_arithmetic_rules
 
 __all__ = [
     "conversion_patches",
     "copies_as_clones",
     "distinct_outputs",
+    "floor_mods_of_integers_as_mods",
     "pin_reshape_wildcards",
     "retrace_size_oblivious",
     "size_arithmetic_extensions",
@@ -157,145 +158,6 @@ def pin_reshape_wildcards(program: Any) -> contextlib.AbstractContextManager[int
         How many ``view``/``reshape`` nodes were rewritten.
     """
     return _rewritten_args(program, _reshape_without_wildcard)
-
-
-def _int_operands(context: Any) -> tuple[Any, Any]:
-    import openvino.opset13 as ops
-
-    left, right = context.get_input(0), context.get_input(1)
-    if right.get_element_type() != left.get_element_type():
-        right = ops.convert_like(right, left).output(0)
-    return left, right
-
-
-def _floordiv(context: Any) -> list[Any]:
-    import openvino.opset13 as ops
-
-    left, right = _int_operands(context)  # (a - a mod b) / b is exact, so no rounding mode is involved
-    return [ops.divide(ops.subtract(left, ops.floor_mod(left, right)), right).output(0)]
-
-
-def _floor_divide(context: Any) -> list[Any]:
-    import openvino.opset13 as ops
-
-    left, right = _int_operands(context)
-    if left.get_element_type().is_integral():  # the same exact form as a size's floor division
-        return [ops.divide(ops.subtract(left, ops.floor_mod(left, right)), right).output(0)]
-    return [ops.floor(ops.divide(left, right)).output(0)]
-
-
-def _rounding_mode(context: Any) -> str | None:
-    """``aten.div.Tensor_mode``'s ``rounding_mode``: None when absent or given as None, which the Python context
-    cannot read ("Attribute rounding_mode can't be converted to defined types"; SeamlessM4T v2's
-    ``torch.div(..., rounding_mode=None)``): read with two defaults, an unreadable value gives each back."""
-    if not context.has_attribute("rounding_mode"):
-        return None
-    read = {context.get_attribute("rounding_mode", default_value=d) for d in ("floor", "trunc")}
-    return str(read.pop()) if len(read) == 1 else None
-
-
-def _divide_mode(context: Any) -> list[Any]:
-    import openvino.opset13 as ops
-
-    mode = _rounding_mode(context)
-    if mode == "floor":
-        return _floor_divide(context)
-    left, right = _int_operands(context)
-    if mode is None:  # true division: floating (the default float32) for integers, as torch's
-        if left.get_element_type().is_integral():
-            left, right = ops.convert(left, "f32").output(0), ops.convert(right, "f32").output(0)
-        return [ops.divide(left, ops.convert_like(right, left)).output(0)]
-    if left.get_element_type().is_integral():  # trunc: integer Divide truncates
-        return [ops.divide(left, right).output(0)]
-    quotient = ops.divide(left, right)
-    return [ops.multiply(ops.sign(quotient), ops.floor(ops.abs(quotient))).output(0)]
-
-
-def _mod(context: Any) -> list[Any]:
-    import openvino.opset13 as ops
-
-    return [ops.floor_mod(*_int_operands(context)).output(0)]
-
-
-def _sym_min(context: Any) -> list[Any]:
-    import openvino.opset13 as ops
-
-    return [ops.minimum(*_int_operands(context)).output(0)]
-
-
-def _sym_max(context: Any) -> list[Any]:
-    import openvino.opset13 as ops
-
-    return [ops.maximum(*_int_operands(context)).output(0)]
-
-
-def _sym_float(context: Any) -> list[Any]:
-    import openvino.opset13 as ops
-
-    return [ops.convert(context.get_input(0), "f32").output(0)]  # a Python float is an f32 scalar in the IR
-
-
-def _truediv(context: Any) -> list[Any]:
-    import openvino.opset13 as ops
-
-    left, right = (ops.convert(context.get_input(i), "f32").output(0) for i in (0, 1))
-    return [ops.divide(left, right).output(0)]
-
-
-def size_arithmetic_extensions() -> list[Any]:
-    """OpenVINO ``ConversionExtension`` rules for the size arithmetic its PyTorch frontend gets wrong or lacks.
-
-    The frontend names a Python-level node by ``str(target)``: ``<built-in function mod>``, ``<function sym_min
-    at 0x...>`` (hence the rules are built per process from the live functions).
-
-    * ``operator.floordiv``: the built-in rule truncates toward zero at run time (``-5 // 4`` gives -1, Python -2:
-      the CPU and GPU plugins ignore ``Divide``'s python-division flag for integers, openvinotoolkit/openvino#38248,
-      fix proposed in openvinotoolkit/openvino#38260). Ceil divisions written ``-(-n // k)`` by decompositions
-      (Mamba-2's chunk count) then come out one short and a later reshape fails at run time. The rule here is
-      ``(a - a mod b) / b``: ``FloorMod`` has Python's sign rule and the division is exact, so no rounding is left.
-    * ``operator.mod``, ``torch.sym_min``, ``torch.sym_max``: no rule at all (openvino 2026.4: "No conversion rule
-      found for operations: <built-in function mod>, <function sym_min ...>"). Window and chunk padding traced
-      with dynamic sizes emits them: Swin's ``(window - width % window) % window`` and ``min(height, width)``,
-      Mamba-2's ``seq_len % chunk_size``. They map to ``FloorMod`` (Python's sign rule), ``Minimum``, ``Maximum``.
-    * ``torch.sym_float`` and ``operator.truediv`` (a size used in float arithmetic, as Mask2Former's does): no rule
-      either; a ``Convert`` to f32 (the type the frontend gives other Python floats), and ``Divide`` in f32.
-    * ``aten.floor_divide.default`` and ``aten.div.Tensor_mode`` (``rounding_mode="floor"``, what ``//`` of tensors
-      exports to) of integer tensors: the same truncation at run time (``(x - 1) // 2`` of 0
-      gives 0, torch -1); the Qwen3 audio encoders' frame counts of an empty remainder come out one long. The same
-      exact form for integers; ``Floor(Divide)`` for floating tensors.
-    * ``aten.scatter_reduce.two``: no rule (:func:`~._op_rewrites.scatter_reduce_rule`).
-    """
-    import operator
-
-    import torch
-    from openvino.frontend.pytorch import ConversionExtension
-
-    rules: dict[Any, Callable[[Any], list[Any]]] = {operator.floordiv: _floordiv, operator.mod: _mod}
-    rules.update({torch.sym_min: _sym_min, torch.sym_max: _sym_max, torch.sym_float: _sym_float})
-    rules[operator.truediv] = _truediv
-    extensions = [ConversionExtension(str(target), rule) for target, rule in rules.items()]
-    extensions.append(ConversionExtension("aten.floor_divide.default", _floor_divide))
-    extensions.append(ConversionExtension("aten.scatter_reduce.two", scatter_reduce_rule))
-    return [*extensions, ConversionExtension("aten.div.Tensor_mode", _divide_mode)]
-
-
-@contextlib.contextmanager
-def size_arithmetic_rules() -> Iterator[None]:
-    """Give ``openvino.convert_model`` the rules of :func:`size_arithmetic_extensions` inside the block.
-
-    ``convert_model`` takes extensions per call; the patch appends these to the caller's own ``extension``.
-    """
-    import openvino
-
-    original = openvino.convert_model
-
-    def convert_model(*args: Any, extension: Any = None, **kwargs: Any) -> Any:
-        given = [] if extension is None else list(extension) if isinstance(extension, (list, tuple)) else [extension]
-        return original(*args, extension=[*given, *size_arithmetic_extensions()], **kwargs)
-
-    reason = "size arithmetic rules missing or truncating in OpenVINO's PyTorch frontend (openvino 2026.4)"
-    with patch_attribute(openvino, "convert_model", convert_model, reason=reason):
-        yield
 
 
 def _sdpa_operands(node: Any) -> tuple[Any, Any, Any, Any] | None:
