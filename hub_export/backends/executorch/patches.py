@@ -1,7 +1,8 @@
 """Workarounds applied while lowering to ExecuTorch; each names the upstream behaviour it works around.
 
 * :func:`planned_sizes_must_be_bounded`, :func:`list_outputs_validated_whole`,
-  :func:`xnnpack_reshapes_with_one_dynamic_dim` and :func:`symbolic_min_max_admitted` (reversible patches, applied
+  :func:`xnnpack_reshapes_with_one_dynamic_dim`, :func:`xnnpack_max_dims_its_visitors_take` and
+  :func:`symbolic_min_max_admitted` (reversible patches, applied
   by :func:`executorch_patches` around the lowering).
 * :func:`retrace_without_size_one_hints` (a re-trace of the program, not a patch: it changes nothing upstream).
 * :func:`contiguous_attention_outputs` (an edit of hub_export's own traced graph, before lowering) and
@@ -29,6 +30,7 @@ __all__ = [
     "retrace_without_size_one_hints",
     "symbolic_min_max_admitted",
     "upper_bound",
+    "xnnpack_max_dims_its_visitors_take",
     "xnnpack_reshapes_with_one_dynamic_dim",
 ]
 
@@ -223,6 +225,31 @@ def xnnpack_reshapes_with_one_dynamic_dim() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def xnnpack_max_dims_its_visitors_take() -> Iterator[None]:
+    """Keep XNNPACK's partitioner from delegating ``max.dim`` nodes its visitors refuse.
+
+    XNNPACK runs ``max.dim`` (and the ``amax`` that ``RemoveGetItemPass`` makes of one whose indices go unused) as a
+    max pooling over the height or width of an NHWC tensor: its visitors (executorch/backends/xnnpack/operators/
+    op_max_dim.py, executorch 1.5.1) raise "amax.default only supports keep_dim == True" or "... only supports
+    dim == 2 or dim == 3", and the error fails the whole lowering. ``MaxDimConfig.check_constraints`` only checks the
+    input's rank and dtypes, so a 4-D ``x.max(dim=1).values`` (Hiera's query pooling) was delegated. The patch adds
+    the visitors' test (``keepdim`` given and True, ``dim`` 2 or 3 as written), so other reductions run as portable
+    kernels outside the delegate. No upstream issue is known to us.
+    """
+    from executorch.backends.xnnpack.partition.config import node_configs
+
+    original = node_configs.MaxDimConfig.check_constraints
+
+    def check_constraints(self: Any, node: Any, ep: Any) -> bool:
+        args = node.args
+        return original(self, node, ep) and len(args) == 3 and args[1] in (2, 3) and args[2] is True
+
+    reason = "XNNPACK partitioner delegating max.dim its visitors refuse (executorch 1.5.1)"
+    with patch_attribute(node_configs.MaxDimConfig, "check_constraints", check_constraints, reason=reason):
+        yield
+
+
+@contextlib.contextmanager
 def symbolic_min_max_admitted() -> Iterator[None]:
     """Let the edge verifier pass ``torch.sym_min``/``torch.sym_max`` size arithmetic.
 
@@ -285,6 +312,7 @@ def executorch_patches() -> Iterator[None]:
             planned_sizes_must_be_bounded,
             list_outputs_validated_whole,
             xnnpack_reshapes_with_one_dynamic_dim,
+            xnnpack_max_dims_its_visitors_take,
             symbolic_min_max_admitted,
         ):
             stack.enter_context(patch())

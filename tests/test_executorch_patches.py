@@ -1,0 +1,43 @@
+"""ExecuTorch lowering workarounds (``hub_export/backends/executorch/patches.py``), each on a tiny synthetic module
+that reproduces the upstream failure it works around."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hub_export import ExecutorchConfig, ExecutorchExporter
+from hub_export.backends.executorch.io import program_contents
+
+pytest.importorskip("executorch")
+
+
+class _MaxOverStride(torch.nn.Module):
+    """Hiera's query pooling: ``x.view(batch, stride, -1, hidden).max(dim=1).values`` of a 4-D tensor, which
+    XNNPACK's partitioner accepts and its visitor refuses (it pools dims 2 or 3, keepdim only); beside it a
+    ``max(dim=3, keepdim=True)`` the delegate does take."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = self.proj(x)
+        pooled = hidden.view(x.shape[0], 2, -1, 8).max(dim=1).values
+        kept = hidden.view(x.shape[0], 2, -1, 8).max(dim=3, keepdim=True).values
+        return pooled + kept.sum(1)
+
+
+def test_max_dims_xnnpack_cannot_pool_run_outside_the_delegate() -> None:
+    from executorch.backends.xnnpack.partition.config import node_configs
+
+    original = node_configs.MaxDimConfig.check_constraints
+    model = _MaxOverStride().eval()
+    export = ExecutorchExporter().export(model, {"x": torch.randn(2, 6, 8)}, config=ExecutorchConfig(dynamic=True))
+    operators, delegates = program_contents(export.program)
+    assert "aten::max" in operators and delegates  # the dim-1 reduction left to the portable kernels
+    for shape in [(2, 6, 8), (5, 4, 8)]:
+        x = torch.randn(shape)
+        with torch.no_grad():
+            assert float((export(x=x) - model(x)).abs().max()) < 1e-5
+    assert node_configs.MaxDimConfig.check_constraints is original
