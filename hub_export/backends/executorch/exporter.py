@@ -27,6 +27,7 @@ from ...patches.graph import all_true_checks_as_all, views_after_permutes_as_res
 from ...patches.tracing import gathered_experts_forward
 from ...quantization.nncf_quant import NNCFQuantizationConfig, NNCFQuantizer
 from ...signature import Signature
+from ._op_rewrites import op_rewrites
 from ._pages import release_freed_heap
 from ._spill import external_weights_spilled
 from .config import FORMAT, ExecutorchConfig
@@ -190,8 +191,13 @@ class ExecutorchExporter(HfExporter):
             # no autograd: a program updating an input in place (a StaticCache) trips "leaf Variable that requires
             # grad is being used in an in-place operation" while ExecuTorch's passes re-run its ops
             external = self._external_data(program, config)
-            # layouts the decompositions change; tensor checks outside the core ATen opset
-            with torch.no_grad(), views_after_permutes_as_reshapes(program), all_true_checks_as_all(program):
+            # layouts the decompositions change; tensor checks and other ops outside the core ATen opset
+            with (
+                torch.no_grad(),
+                views_after_permutes_as_reshapes(program),
+                all_true_checks_as_all(program),
+                op_rewrites(program),
+            ):
                 manager = _lower(program, config, external)
         except ExportError:
             raise

@@ -1,5 +1,5 @@
-"""ExecuTorch lowering workarounds (``hub_export/backends/executorch/patches.py``), each on a tiny synthetic module
-that reproduces the upstream failure it works around."""
+"""ExecuTorch lowering workarounds (``hub_export/backends/executorch/patches.py``, ``_op_rewrites.py``), each on a
+tiny synthetic module that reproduces the upstream failure it works around."""
 
 from __future__ import annotations
 
@@ -41,3 +41,26 @@ def test_max_dims_xnnpack_cannot_pool_run_outside_the_delegate() -> None:
         with torch.no_grad():
             assert float((export(x=x) - model(x)).abs().max()) < 1e-5
     assert node_configs.MaxDimConfig.check_constraints is original
+
+
+class _Buckets(torch.nn.Module):
+    """Idefics3's patch position buckets: ``torch.bucketize`` (not in the core ATen opset, no decomposition)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        boundaries = torch.arange(0, 1, 1 / 8)
+        return torch.bucketize(x, boundaries, right=True) * 10 + torch.bucketize(x, boundaries)
+
+
+def test_bucketize_is_lowered_as_comparisons_and_restored() -> None:
+    from hub_export.backends.executorch._op_rewrites import bucketize_as_comparisons
+
+    program = torch.export.export(_Buckets(), (torch.rand(2, 5),))
+    before = [node.target for node in program.graph.nodes]
+    with bucketize_as_comparisons(program) as count:
+        assert count == 2
+    assert [node.target for node in program.graph.nodes] == before
+    export = ExecutorchExporter().export(_Buckets(), {"x": torch.rand(2, 5)}, config=ExecutorchConfig(dynamic=True))
+    for shape in [(2, 5), (3, 4)]:
+        x = torch.rand(shape)
+        x[0, :3] = torch.tensor([0.0, 0.125, 0.5])  # on boundaries: right=True and False differ
+        assert torch.equal(export(x=x), _Buckets()(x))
