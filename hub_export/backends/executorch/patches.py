@@ -184,12 +184,14 @@ def xnnpack_reshapes_with_one_dynamic_dim() -> Iterator[None]:
     dim: its visitors (executorch/backends/xnnpack/operators/op_squeeze.py, executorch 1.5.1) raise "XNNPACK
     reshape only supports 1 dynamic dimension", and the error fails the whole lowering. The partitioner does not
     test this: ``UnsqueezeCopyConfig.check_constraints`` only checks the unsqueezed position (``x[..., None]`` on a
-    ``(batch, sequence)`` tensor: CodeGen's rotary positions), and ``ConvolutionConfig`` accepts 1D convolutions,
+    ``(batch, sequence)`` tensor: CodeGen's rotary positions), ``ConvolutionConfig`` accepts 1D convolutions,
     which the delegate's ``Conv1dUnsqueezePass`` wraps in an unsqueeze/squeeze pair (Wav2Vec2/HuBERT's feature
-    encoder on ``(batch, channels, samples)``). The patch adds the visitors' test to both configs, so such nodes run
-    as portable kernels outside the delegate. No upstream issue is known to us.
+    encoder on ``(batch, channels, samples)``), and ``BatchNormConfig`` accepts a ``BatchNorm1d`` on
+    ``(batch, channels, frames)``, which ``DecomposeBatchNorm`` turns into such a 1D convolution (the FastConformer
+    convolution module of Canary and Parakeet). The patch adds the visitors' test to the three configs, so such
+    nodes run as portable kernels outside the delegate. No upstream issue is known to us.
     """
-    from executorch.backends.xnnpack.partition.config import gemm_configs, generic_node_configs
+    from executorch.backends.xnnpack.partition.config import gemm_configs, generic_node_configs, node_configs
     from torch.fx.experimental.symbolic_shapes import free_symbols
 
     def dynamic_dims(node: Any) -> int:
@@ -212,15 +214,26 @@ def xnnpack_reshapes_with_one_dynamic_dim() -> Iterator[None]:
 
         return check_constraints
 
+    def batch_norm_check(original: Any) -> Any:
+        def check_constraints(self: Any, node: Any, ep: Any) -> bool:
+            if not original(self, node, ep):
+                return False
+            value = node.args[0].meta.get("val")
+            return value is None or value.dim() > 3 or dynamic_dims(node.args[0]) <= 1
+
+        return check_constraints
+
     reason = "XNNPACK partitioner delegating reshapes with 2+ dynamic dims (executorch 1.5.1)"
-    unsqueeze, conv = generic_node_configs.UnsqueezeCopyConfig, gemm_configs.ConvolutionConfig
+    checks = (
+        (generic_node_configs.UnsqueezeCopyConfig, unsqueeze_check),
+        (gemm_configs.ConvolutionConfig, conv_check),
+        (node_configs.BatchNormConfig, batch_norm_check),
+    )
     with contextlib.ExitStack() as stack:
-        stack.enter_context(
-            patch_attribute(unsqueeze, "check_constraints", unsqueeze_check(unsqueeze.check_constraints), reason=reason)
-        )
-        stack.enter_context(
-            patch_attribute(conv, "check_constraints", conv_check(conv.check_constraints), reason=reason)
-        )
+        for config, check in checks:
+            stack.enter_context(
+                patch_attribute(config, "check_constraints", check(config.check_constraints), reason=reason)
+            )
         yield
 
 
