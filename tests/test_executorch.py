@@ -409,15 +409,15 @@ def test_sizes_interval_arithmetic_cannot_bound_are_planned_at_their_exact_maxim
     assert upper_bound(env.create_symintnode(FloorDiv(unbounded, FloorDiv(unbounded, 16)), hint=8)) is None
 
 
-def test_symbolic_min_and_max_pass_the_edge_verifier_only_inside_the_patch() -> None:
+def test_symbolic_size_functions_pass_the_edge_verifier_only_inside_the_patch() -> None:
     from executorch.exir.verification import verifier
 
-    from hub_export.backends.executorch.patches import symbolic_min_max_admitted
+    from hub_export.backends.executorch.patches import symbolic_functions_admitted
 
     before = verifier._EXECUTORCH_SYM_OPS
     assert torch.sym_min not in before  # the upstream gap: to_executorch maps them, to_edge's verifier refuses them
-    with symbolic_min_max_admitted():
-        assert {torch.sym_min, torch.sym_max} <= verifier._EXECUTORCH_SYM_OPS
+    with symbolic_functions_admitted():
+        assert {torch.sym_min, torch.sym_max, torch.sym_ite, torch.sym_not} <= verifier._EXECUTORCH_SYM_OPS
     assert verifier._EXECUTORCH_SYM_OPS is before
 
 

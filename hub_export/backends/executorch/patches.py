@@ -2,7 +2,7 @@
 
 * :func:`planned_sizes_must_be_bounded`, :func:`list_outputs_validated_whole`,
   :func:`xnnpack_reshapes_with_one_dynamic_dim`, :func:`xnnpack_max_dims_its_visitors_take` and
-  :func:`symbolic_min_max_admitted` (reversible patches, applied
+  :func:`symbolic_functions_admitted` (reversible patches, applied
   by :func:`executorch_patches` around the lowering).
 * :func:`retrace_without_size_one_hints` (a re-trace of the program, not a patch: it changes nothing upstream).
 * :func:`contiguous_attention_outputs` (an edit of hub_export's own traced graph, before lowering) and
@@ -28,7 +28,7 @@ __all__ = [
     "list_outputs_validated_whole",
     "planned_sizes_must_be_bounded",
     "retrace_without_size_one_hints",
-    "symbolic_min_max_admitted",
+    "symbolic_functions_admitted",
     "upper_bound",
     "xnnpack_max_dims_its_visitors_take",
     "xnnpack_reshapes_with_one_dynamic_dim",
@@ -263,20 +263,25 @@ def xnnpack_max_dims_its_visitors_take() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def symbolic_min_max_admitted() -> Iterator[None]:
-    """Let the edge verifier pass ``torch.sym_min``/``torch.sym_max`` size arithmetic.
+def symbolic_functions_admitted() -> Iterator[None]:
+    """Let the edge verifier pass the size arithmetic ``to_executorch`` maps to prim ops (``torch.sym_min``,
+    ``sym_max``, ``sym_ite``, ``sym_not``, ``sym_float``, ``sym_int``).
 
-    ``to_executorch`` replaces them with ``executorch_prim::sym_min/sym_max`` (executorch/exir/passes/
-    executorch_prim_ops_registry.py maps them), but ``to_edge``'s verifier (exir/verification/verifier.py,
-    executorch 1.5.1) only admits the prim ops and asserts on the Python functions: the lowering failed with a
-    bare ``AssertionError`` for Mamba-2, whose chunked scan computes ``min(chunk, sequence)``. The patch adds the
-    two functions to the set the verifier reads. No upstream issue is known to us.
+    ``to_executorch`` replaces these Python functions with ``executorch_prim::`` ops the runtime has
+    (executorch/exir/passes/executorch_prim_ops_registry.py maps them), but ``to_edge``'s verifier
+    (exir/verification/verifier.py, executorch 1.5.1) only admits the prim ops and asserts on the Python functions:
+    the lowering failed with a bare ``AssertionError`` for Mamba-2, whose chunked scan computes
+    ``min(chunk, sequence)``, and for Aya Vision and Aria, whose traced code selects a size with ``torch.sym_ite``.
+    The patch adds every Python function of that map to the set the verifier reads. No upstream issue is known to us.
     """
-    import torch
+    import types
+
+    from executorch.exir.passes import executorch_prim_ops_registry as registry
     from executorch.exir.verification import verifier
 
-    admitted = set(verifier._EXECUTORCH_SYM_OPS) | {torch.sym_min, torch.sym_max}
-    reason = "edge verifier rejecting torch.sym_min/sym_max that to_executorch maps to prim ops (executorch 1.5.1)"
+    functions = {op for op in registry._PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS if isinstance(op, types.FunctionType)}
+    admitted = set(verifier._EXECUTORCH_SYM_OPS) | functions
+    reason = "edge verifier rejecting torch.sym_* functions that to_executorch maps to prim ops (executorch 1.5.1)"
     with patch_attribute(verifier, "_EXECUTORCH_SYM_OPS", admitted, reason=reason):
         yield
 
@@ -326,7 +331,7 @@ def executorch_patches() -> Iterator[None]:
             list_outputs_validated_whole,
             xnnpack_reshapes_with_one_dynamic_dim,
             xnnpack_max_dims_its_visitors_take,
-            symbolic_min_max_admitted,
+            symbolic_functions_admitted,
         ):
             stack.enter_context(patch())
         yield
