@@ -64,3 +64,30 @@ def test_bucketize_is_lowered_as_comparisons_and_restored() -> None:
         x = torch.rand(shape)
         x[0, :3] = torch.tensor([0.0, 0.125, 0.5])  # on boundaries: right=True and False differ
         assert torch.equal(export(x=x), _Buckets()(x))
+
+
+class _Nonzero(torch.nn.Module):
+    """A data-dependent size (``nonzero``): its re-trace creates unbacked symbols in the program's ShapeEnv."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nonzero(x > 0).sum(0)
+
+
+def test_a_failed_lowering_leaves_no_pending_unbacked_symbols_for_the_next() -> None:
+    from torch._guards import detect_fake_mode
+
+    from hub_export.backends.executorch._decompose import unbacked_symbols_restorer
+
+    program = torch.export.export(_Nonzero(), (torch.randn(6),))
+    values = [n.meta["val"] for n in program.graph.nodes if n.op == "placeholder"]
+    env = detect_fake_mode(values).shape_env
+    before = list(env.pending_fresh_unbacked_symbols)
+    restore = unbacked_symbols_restorer(program)
+    with pytest.raises(RuntimeError, match="kept"):
+        with detect_fake_mode(values):
+            env.create_unbacked_symint()  # what a lowering failing half-way through run_decompositions leaves
+            raise RuntimeError("a node kept whole was not decomposed or delegated")
+    assert env.pending_fresh_unbacked_symbols != before
+    restore()
+    assert env.pending_fresh_unbacked_symbols == before
+    program.run_decompositions({})  # re-traces: would fail on the pending symbol

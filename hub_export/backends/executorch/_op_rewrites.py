@@ -53,7 +53,7 @@ def bucketize_as_comparisons(program: Any) -> contextlib.AbstractContextManager[
     Yields:
         How many nodes were rewritten.
     """
-    return edited_nodes(program, _bucketize)
+    return edited_nodes(program, _bucketize, record_values=True)
 
 
 @contextlib.contextmanager

@@ -406,8 +406,9 @@ def _to_edge(program: Any, backend: str, compile_config: Any, passes: Any) -> An
     from executorch.exir import to_edge_transform_and_lower
 
     if backend == "xnnpack":
-        from ._decompose import is_kept_node_refused, one_table_partitioner
+        from ._decompose import is_kept_node_refused, one_table_partitioner, unbacked_symbols_restorer
 
+        restore = unbacked_symbols_restorer(program)
         try:
             return to_edge_transform_and_lower(
                 program, partitioner=[one_table_partitioner()], compile_config=compile_config, transform_passes=passes
@@ -415,6 +416,7 @@ def _to_edge(program: Any, backend: str, compile_config: Any, passes: Any) -> An
         except RuntimeError as exc:
             if not is_kept_node_refused(exc):
                 raise
+            restore()  # the half-done lowering's data-dependent sizes (_decompose.unbacked_symbols_restorer)
     return to_edge_transform_and_lower(
         program, partitioner=_partitioners(backend), compile_config=compile_config, transform_passes=passes
     )
