@@ -385,6 +385,8 @@ def test_raw_audio_samples_are_bounded_by_the_frames_planned() -> None:
     model = build_zoo("wav2vec2").model  # conv strides (5, 2): 10 samples per frame
     bounds = ExecutorchExporter().dynamic_bounds(model, ExecutorchConfig(dynamic=True))
     assert bounds("samples", "input_values", 1, 400) == (1, 10 * ExecutorchExporter.max_sequence)
+    # either axis of input_features may be time (Canary's are (batch, frames, mels)): bounded like a sequence
+    assert bounds("features", "input_features", 1, 64) == (1, ExecutorchExporter.max_sequence)
 
 
 def test_sizes_interval_arithmetic_cannot_bound_are_planned_at_their_exact_maximum() -> None:

@@ -50,6 +50,10 @@ _ROLE_LIMITS = {
     "decoder_sequence": ("max_target_positions", "max_decoder_position_embeddings", *_LIMITS),
     "encoder_sequence": ("max_source_positions", "max_encoder_position_embeddings", *_LIMITS),
 }
+#: The axes of ``input_features`` (mel bins then frames for Whisper, frames then mel bins for FastConformer's Canary
+#: and Parakeet): bounded like a sequence; an axis the model's weights fix (Whisper's 80 bins, its 3000 frames) stays
+#: fixed whatever the bound.
+_AUDIO_ROLES = {"features", "frames"}
 _SEQUENCE_ROLES = {"sequence", "total_sequence", "past_sequence", "decoder_sequence", "encoder_sequence"}
 _RUNTIME_BACKENDS = {"xnnpack": "XnnpackBackend", "cuda": "CudaBackend", "mlx": "MLXBackend"}
 #: The external-data tag every weight of an export with ``external_data`` gets (one ``.ptd`` per program).
@@ -135,7 +139,8 @@ class ExecutorchExporter(HfExporter):
         when the config has none. ``height``/``width``: up to ``image_size``. ``samples`` (raw audio into a
         convolutional feature encoder: Wav2Vec2, HuBERT): the samples that make :attr:`max_sequence` frames
         (``prod(config.conv_stride) * max_sequence``: 10.24 s of 16 kHz audio for Wav2Vec2-base; the
-        attention over frames is planned for that). Any other dim: up to its sample size.
+        attention over frames is planned for that). The axes of ``input_features`` (``features``, ``frames``): up
+        to :attr:`max_sequence` (either may be time). Any other dim: up to its sample size.
         A bound is never below the sample's size.
         """
         model_config: Any = getattr(module, "config", None)
@@ -150,6 +155,8 @@ class ExecutorchExporter(HfExporter):
                 high = _image_size(model_config, 0 if role == "height" else 1) or size
             elif role == "samples" and getattr(model_config, "conv_stride", None):
                 high = math.prod(model_config.conv_stride) * self.max_sequence
+            elif role in _AUDIO_ROLES:  # time for some models: Canary's input_features are (batch, frames, mels)
+                high = self.max_sequence
             else:
                 high = size
             return 1, max(high, size)
