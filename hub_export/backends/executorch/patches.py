@@ -78,9 +78,7 @@ def upper_bound(size: Any) -> int | None:
     sympy's interval arithmetic (``bound_sympy``) gives up on sizes such as Mamba-2's chunk count
     ``(s + Mod(16 - Mod(s, 16), 16)) // ((s + Mod(16 - Mod(s, 16), 16)) // 16)`` (a floor division by a symbolic
     range); when every symbol of the size has a finite range, the size is then evaluated at every point of those
-    ranges (at most :data:`_EXHAUSTIVE_POINTS`), which gives its exact maximum. Points where the size divides by
-    zero (``s // (s // 8)`` for ``s < 8``: Granite Speech 5's attention blocks) are sizes no run of the program
-    reaches (the model's arithmetic would divide by zero), so the maximum is over the others.
+    ranges (at most :data:`_EXHAUSTIVE_POINTS`), which gives its exact maximum.
     """
     from torch.utils._sympy.numbers import IntInfinity
     from torch.utils._sympy.value_ranges import bound_sympy
@@ -137,9 +135,7 @@ def _grid_maximum(expr: Any, symbols: tuple[Any, ...], axes: tuple[tuple[int, in
         try:
             value = expr.xreplace({s: sympy.Integer(v) for s, v in zip(symbols, point)})
         except ZeroDivisionError:
-            continue  # sizes the model's own arithmetic divides by zero at: no program runs there
-        if value in (sympy.zoo, sympy.nan):
-            continue
+            return None
         if not value.is_Integer:
             return None
         best = int(value) if best is None else max(best, int(value))
