@@ -3,6 +3,8 @@ tiny synthetic module that reproduces the upstream failure it works around."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -91,3 +93,20 @@ def test_a_failed_lowering_leaves_no_pending_unbacked_symbols_for_the_next() -> 
     restore()
     assert env.pending_fresh_unbacked_symbols == before
     program.run_decompositions({})  # re-traces: would fail on the pending symbol
+
+
+class _AvgPool(torch.nn.Module):
+    """An ``AvgPool2d``: XNNPACK's serializer writes its (unused) dilations as 0 (SEW's pooling)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.avg_pool2d(x, 2)
+
+
+def test_an_average_pooling_delegate_passes_the_load_time_check(tmp_path: Path) -> None:
+    from hub_export import ExportedModel
+
+    export = ExecutorchExporter().export(_AvgPool(), {"x": torch.randn(2, 3, 4, 4)}, config=ExecutorchConfig())
+    export.save_pretrained(tmp_path)
+    loaded = ExportedModel.from_pretrained(tmp_path)  # checks every XNNPACK node's fields before the runtime
+    x = torch.randn(2, 3, 4, 4)
+    assert torch.allclose(loaded(x=x), _AvgPool()(x), atol=1e-6)
