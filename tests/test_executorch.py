@@ -336,24 +336,27 @@ def test_unbounded_sizes_fail_the_lowering_instead_of_planning_the_sample() -> N
 
 
 class _TwoDynamicDimReshapes(torch.nn.Module):
-    """A 1D convolution and a trailing ``unsqueeze`` on ``(batch, length)`` tensors: XNNPACK turns both into reshapes
-    with two dynamic dims, which its serializer refuses (CodeGen, Wav2Vec2 and HuBERT failed to lower)."""
+    """A 1D convolution, a ``BatchNorm1d`` (XNNPACK makes it a 1D convolution) and a trailing ``unsqueeze`` on
+    ``(batch, length)`` tensors: XNNPACK turns them into reshapes with two dynamic dims, which its serializer refuses
+    (CodeGen, Wav2Vec2, HuBERT and Canary failed to lower)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.conv = torch.nn.Conv1d(1, 4, kernel_size=3, stride=2)
+        self.norm = torch.nn.BatchNorm1d(4)
 
     def forward(self, input_values: torch.Tensor) -> torch.Tensor:
-        features = self.conv(input_values[:, None]).transpose(1, 2)  # (batch, frames, 4)
+        features = self.norm(torch.relu(self.conv(input_values[:, None]))).transpose(1, 2)  # (batch, frames, 4)
         return features * features.mean(-1)[..., None]
 
 
 def test_reshapes_with_two_dynamic_dims_stay_outside_xnnpack() -> None:
-    from executorch.backends.xnnpack.partition.config import gemm_configs, generic_node_configs
+    from executorch.backends.xnnpack.partition.config import gemm_configs, generic_node_configs, node_configs
 
     originals = (
         gemm_configs.ConvolutionConfig.check_constraints,
         generic_node_configs.UnsqueezeCopyConfig.check_constraints,
+        node_configs.BatchNormConfig.check_constraints,
     )
     model = _TwoDynamicDimReshapes().eval()
     config = ExecutorchConfig(
@@ -364,6 +367,7 @@ def test_reshapes_with_two_dynamic_dims_stay_outside_xnnpack() -> None:
     export = ExecutorchExporter().export(model, {"input_values": torch.randn(2, 20)}, config=config)
     targets, _ = program_contents(export.program)
     assert any("convolution" in t for t in targets) and any("unsqueeze" in t for t in targets)  # portable kernels
+    assert any("batch_norm" in t for t in targets)
     for shape in [(2, 20), (3, 63), (1, 9)]:
         x = torch.randn(shape)
         with torch.no_grad():
@@ -371,6 +375,7 @@ def test_reshapes_with_two_dynamic_dims_stay_outside_xnnpack() -> None:
     assert (
         gemm_configs.ConvolutionConfig.check_constraints,
         generic_node_configs.UnsqueezeCopyConfig.check_constraints,
+        node_configs.BatchNormConfig.check_constraints,
     ) == originals
 
 
@@ -380,6 +385,8 @@ def test_raw_audio_samples_are_bounded_by_the_frames_planned() -> None:
     model = build_zoo("wav2vec2").model  # conv strides (5, 2): 10 samples per frame
     bounds = ExecutorchExporter().dynamic_bounds(model, ExecutorchConfig(dynamic=True))
     assert bounds("samples", "input_values", 1, 400) == (1, 10 * ExecutorchExporter.max_sequence)
+    # either axis of input_features may be time (Canary's are (batch, frames, mels)): bounded like a sequence
+    assert bounds("features", "input_features", 1, 64) == (1, ExecutorchExporter.max_sequence)
 
 
 def test_sizes_interval_arithmetic_cannot_bound_are_planned_at_their_exact_maximum() -> None:
@@ -404,15 +411,15 @@ def test_sizes_interval_arithmetic_cannot_bound_are_planned_at_their_exact_maxim
     assert upper_bound(env.create_symintnode(FloorDiv(unbounded, FloorDiv(unbounded, 16)), hint=8)) is None
 
 
-def test_symbolic_min_and_max_pass_the_edge_verifier_only_inside_the_patch() -> None:
+def test_symbolic_size_functions_pass_the_edge_verifier_only_inside_the_patch() -> None:
     from executorch.exir.verification import verifier
 
-    from hub_export.backends.executorch.patches import symbolic_min_max_admitted
+    from hub_export.backends.executorch.patches import symbolic_functions_admitted
 
     before = verifier._EXECUTORCH_SYM_OPS
     assert torch.sym_min not in before  # the upstream gap: to_executorch maps them, to_edge's verifier refuses them
-    with symbolic_min_max_admitted():
-        assert {torch.sym_min, torch.sym_max} <= verifier._EXECUTORCH_SYM_OPS
+    with symbolic_functions_admitted():
+        assert {torch.sym_min, torch.sym_max, torch.sym_ite, torch.sym_not} <= verifier._EXECUTORCH_SYM_OPS
     assert verifier._EXECUTORCH_SYM_OPS is before
 
 

@@ -18,9 +18,10 @@ lowering's own and is raised at once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["is_kept_node_refused", "one_table_partitioner"]
+__all__ = ["is_kept_node_refused", "one_table_partitioner", "unbacked_symbols_restorer"]
 
 
 def one_table_partitioner() -> Any:
@@ -40,3 +41,27 @@ def is_kept_node_refused(exc: BaseException) -> bool:
     (executorch 1.5.1, ``_sanity_check_graph_for_non_decomp_ops``: a ``RuntimeError`` "Node ... with op ... was not
     decomposed or delegated"): the one failure XNNPACK's node-by-node choice can avoid, by decomposing that node."""
     return isinstance(exc, RuntimeError) and "was not decomposed or delegated" in str(exc)
+
+
+def unbacked_symbols_restorer(program: Any) -> Callable[[], None]:
+    """A function that puts back the pending unbacked symbols of ``program``'s ShapeEnv as they were on entry.
+
+    A lowering that fails half-way through ``run_decompositions`` leaves the data-dependent sizes it created while
+    re-tracing (``nonzero``, ``.item()``, an ``arange`` of a counted length: Idefics3's patch buckets in Aria) pending
+    in the ShapeEnv the program's fake tensors share; the next re-trace of the same program then fails on the first
+    node it tracks ("PendingUnbackedSymbolNotFound: Pending unbacked symbols {u6, ...} not in returned outputs",
+    torch 2.13). Restoring the list before lowering again gives the second lowering the state the first one had.
+    """
+    import torch
+    from torch._guards import detect_fake_mode
+
+    values = [node.meta.get("val") for node in program.graph.nodes if node.op == "placeholder"]
+    mode = detect_fake_mode([value for value in values if isinstance(value, torch.Tensor)])
+    env = getattr(mode, "shape_env", None)
+    pending = list(env.pending_fresh_unbacked_symbols) if env is not None else []
+
+    def restore() -> None:
+        if env is not None:
+            env.pending_fresh_unbacked_symbols[:] = pending
+
+    return restore

@@ -62,6 +62,7 @@ _1X1 = (_IN, _OUT, _FLAGS)
 _2X1 = (_IN, _IN, _OUT, _FLAGS)
 _CONV = (_SIZE,) * 4 + (_POSITIVE,) * 9 + (_SIZE, _SIZE, _IN, _IN, _OPT, _OUT, _FLAGS)
 _POOL = (_SIZE,) * 4 + (_POSITIVE,) * 6 + (_IN, _OUT, _FLAGS)
+_AVG_POOL = (_SIZE,) * 4 + (_POSITIVE,) * 4 + (_SIZE,) * 2 + (_IN, _OUT, _FLAGS)  # dilations unused: written as 0
 
 
 def _cat(inputs: int) -> tuple[int, ...]:
@@ -74,7 +75,7 @@ _NODES: dict[int, tuple[str, tuple[int, ...]]] = {
     1: ("Add", _2X1), 2: ("FullyConnected", (_IN, _IN, _OPT, _OUT, _FLAGS)), 3: ("Softmax", _1X1),
     4: ("Sigmoid", _1X1), 5: ("StaticTranspose", (_NDIMS, _PERM, _IN, _OUT, _FLAGS)), 6: ("Clamp", _1X1),
     7: ("Conv2d", _CONV), 8: ("Div", _2X1), 9: ("StaticResizeBilinear2D", (_POSITIVE, _POSITIVE, _IN, _OUT, _FLAGS)),
-    10: ("StaticConstantPad", (_DIMS, _DIMS, _FLOAT, _IN, _OUT, _FLAGS)), 11: ("AvgPooling2d", _POOL),
+    10: ("StaticConstantPad", (_DIMS, _DIMS, _FLOAT, _IN, _OUT, _FLAGS)), 11: ("AvgPooling2d", _AVG_POOL),
     12: ("Minimum", _2X1), 13: ("DepthwiseConv2d", _CONV), 14: ("MaxPooling2d", _POOL), 15: ("Multiply", _2X1),
     16: ("Subtract", _2X1), 17: ("Floor", _1X1), 18: ("Convert", _1X1), 19: ("GlobalAvgPooling2d", _1X1),
     20: ("StaticReshape", (_NDIMS, _DIMS, _IN, _OUT, _FLAGS)),

@@ -27,6 +27,7 @@ from ...patches.graph import all_true_checks_as_all, views_after_permutes_as_res
 from ...patches.tracing import gathered_experts_forward
 from ...quantization.nncf_quant import NNCFQuantizationConfig, NNCFQuantizer
 from ...signature import Signature
+from ._op_rewrites import op_rewrites
 from ._pages import release_freed_heap
 from ._spill import external_weights_spilled
 from .config import FORMAT, ExecutorchConfig
@@ -49,6 +50,10 @@ _ROLE_LIMITS = {
     "decoder_sequence": ("max_target_positions", "max_decoder_position_embeddings", *_LIMITS),
     "encoder_sequence": ("max_source_positions", "max_encoder_position_embeddings", *_LIMITS),
 }
+#: The axes of ``input_features`` (mel bins then frames for Whisper, frames then mel bins for FastConformer's Canary
+#: and Parakeet): bounded like a sequence; an axis the model's weights fix (Whisper's 80 bins, its 3000 frames) stays
+#: fixed whatever the bound.
+_AUDIO_ROLES = {"features", "frames"}
 _SEQUENCE_ROLES = {"sequence", "total_sequence", "past_sequence", "decoder_sequence", "encoder_sequence"}
 _RUNTIME_BACKENDS = {"xnnpack": "XnnpackBackend", "cuda": "CudaBackend", "mlx": "MLXBackend"}
 #: The external-data tag every weight of an export with ``external_data`` gets (one ``.ptd`` per program).
@@ -134,7 +139,8 @@ class ExecutorchExporter(HfExporter):
         when the config has none. ``height``/``width``: up to ``image_size``. ``samples`` (raw audio into a
         convolutional feature encoder: Wav2Vec2, HuBERT): the samples that make :attr:`max_sequence` frames
         (``prod(config.conv_stride) * max_sequence``: 10.24 s of 16 kHz audio for Wav2Vec2-base; the
-        attention over frames is planned for that). Any other dim: up to its sample size.
+        attention over frames is planned for that). The axes of ``input_features`` (``features``, ``frames``): up
+        to :attr:`max_sequence` (either may be time). Any other dim: up to its sample size.
         A bound is never below the sample's size.
         """
         model_config: Any = getattr(module, "config", None)
@@ -149,6 +155,8 @@ class ExecutorchExporter(HfExporter):
                 high = _image_size(model_config, 0 if role == "height" else 1) or size
             elif role == "samples" and getattr(model_config, "conv_stride", None):
                 high = math.prod(model_config.conv_stride) * self.max_sequence
+            elif role in _AUDIO_ROLES:  # time for some models: Canary's input_features are (batch, frames, mels)
+                high = self.max_sequence
             else:
                 high = size
             return 1, max(high, size)
@@ -190,8 +198,13 @@ class ExecutorchExporter(HfExporter):
             # no autograd: a program updating an input in place (a StaticCache) trips "leaf Variable that requires
             # grad is being used in an in-place operation" while ExecuTorch's passes re-run its ops
             external = self._external_data(program, config)
-            # layouts the decompositions change; tensor checks outside the core ATen opset
-            with torch.no_grad(), views_after_permutes_as_reshapes(program), all_true_checks_as_all(program):
+            # layouts the decompositions change; tensor checks and other ops outside the core ATen opset
+            with (
+                torch.no_grad(),
+                views_after_permutes_as_reshapes(program),
+                all_true_checks_as_all(program),
+                op_rewrites(program),
+            ):
                 manager = _lower(program, config, external)
         except ExportError:
             raise
@@ -400,8 +413,9 @@ def _to_edge(program: Any, backend: str, compile_config: Any, passes: Any) -> An
     from executorch.exir import to_edge_transform_and_lower
 
     if backend == "xnnpack":
-        from ._decompose import is_kept_node_refused, one_table_partitioner
+        from ._decompose import is_kept_node_refused, one_table_partitioner, unbacked_symbols_restorer
 
+        restore = unbacked_symbols_restorer(program)
         try:
             return to_edge_transform_and_lower(
                 program, partitioner=[one_table_partitioner()], compile_config=compile_config, transform_passes=passes
@@ -409,6 +423,7 @@ def _to_edge(program: Any, backend: str, compile_config: Any, passes: Any) -> An
         except RuntimeError as exc:
             if not is_kept_node_refused(exc):
                 raise
+            restore()  # the half-done lowering's data-dependent sizes (_decompose.unbacked_symbols_restorer)
     return to_edge_transform_and_lower(
         program, partitioner=_partitioners(backend), compile_config=compile_config, transform_passes=passes
     )

@@ -1,7 +1,8 @@
 """Workarounds applied while lowering to ExecuTorch; each names the upstream behaviour it works around.
 
 * :func:`planned_sizes_must_be_bounded`, :func:`list_outputs_validated_whole`,
-  :func:`xnnpack_reshapes_with_one_dynamic_dim` and :func:`symbolic_min_max_admitted` (reversible patches, applied
+  :func:`xnnpack_reshapes_with_one_dynamic_dim`, :func:`xnnpack_max_dims_its_visitors_take` and
+  :func:`symbolic_functions_admitted` (reversible patches, applied
   by :func:`executorch_patches` around the lowering).
 * :func:`retrace_without_size_one_hints` (a re-trace of the program, not a patch: it changes nothing upstream).
 * :func:`contiguous_attention_outputs` (an edit of hub_export's own traced graph, before lowering) and
@@ -27,8 +28,9 @@ __all__ = [
     "list_outputs_validated_whole",
     "planned_sizes_must_be_bounded",
     "retrace_without_size_one_hints",
-    "symbolic_min_max_admitted",
+    "symbolic_functions_admitted",
     "upper_bound",
+    "xnnpack_max_dims_its_visitors_take",
     "xnnpack_reshapes_with_one_dynamic_dim",
 ]
 
@@ -182,12 +184,14 @@ def xnnpack_reshapes_with_one_dynamic_dim() -> Iterator[None]:
     dim: its visitors (executorch/backends/xnnpack/operators/op_squeeze.py, executorch 1.5.1) raise "XNNPACK
     reshape only supports 1 dynamic dimension", and the error fails the whole lowering. The partitioner does not
     test this: ``UnsqueezeCopyConfig.check_constraints`` only checks the unsqueezed position (``x[..., None]`` on a
-    ``(batch, sequence)`` tensor: CodeGen's rotary positions), and ``ConvolutionConfig`` accepts 1D convolutions,
+    ``(batch, sequence)`` tensor: CodeGen's rotary positions), ``ConvolutionConfig`` accepts 1D convolutions,
     which the delegate's ``Conv1dUnsqueezePass`` wraps in an unsqueeze/squeeze pair (Wav2Vec2/HuBERT's feature
-    encoder on ``(batch, channels, samples)``). The patch adds the visitors' test to both configs, so such nodes run
-    as portable kernels outside the delegate. No upstream issue is known to us.
+    encoder on ``(batch, channels, samples)``), and ``BatchNormConfig`` accepts a ``BatchNorm1d`` on
+    ``(batch, channels, frames)``, which ``DecomposeBatchNorm`` turns into such a 1D convolution (the FastConformer
+    convolution module of Canary and Parakeet). The patch adds the visitors' test to the three configs, so such
+    nodes run as portable kernels outside the delegate. No upstream issue is known to us.
     """
-    from executorch.backends.xnnpack.partition.config import gemm_configs, generic_node_configs
+    from executorch.backends.xnnpack.partition.config import gemm_configs, generic_node_configs, node_configs
     from torch.fx.experimental.symbolic_shapes import free_symbols
 
     def dynamic_dims(node: Any) -> int:
@@ -210,33 +214,74 @@ def xnnpack_reshapes_with_one_dynamic_dim() -> Iterator[None]:
 
         return check_constraints
 
+    def batch_norm_check(original: Any) -> Any:
+        def check_constraints(self: Any, node: Any, ep: Any) -> bool:
+            if not original(self, node, ep):
+                return False
+            value = node.args[0].meta.get("val")
+            return value is None or value.dim() > 3 or dynamic_dims(node.args[0]) <= 1
+
+        return check_constraints
+
     reason = "XNNPACK partitioner delegating reshapes with 2+ dynamic dims (executorch 1.5.1)"
-    unsqueeze, conv = generic_node_configs.UnsqueezeCopyConfig, gemm_configs.ConvolutionConfig
+    checks = (
+        (generic_node_configs.UnsqueezeCopyConfig, unsqueeze_check),
+        (gemm_configs.ConvolutionConfig, conv_check),
+        (node_configs.BatchNormConfig, batch_norm_check),
+    )
     with contextlib.ExitStack() as stack:
-        stack.enter_context(
-            patch_attribute(unsqueeze, "check_constraints", unsqueeze_check(unsqueeze.check_constraints), reason=reason)
-        )
-        stack.enter_context(
-            patch_attribute(conv, "check_constraints", conv_check(conv.check_constraints), reason=reason)
-        )
+        for config, check in checks:
+            stack.enter_context(
+                patch_attribute(config, "check_constraints", check(config.check_constraints), reason=reason)
+            )
         yield
 
 
 @contextlib.contextmanager
-def symbolic_min_max_admitted() -> Iterator[None]:
-    """Let the edge verifier pass ``torch.sym_min``/``torch.sym_max`` size arithmetic.
+def xnnpack_max_dims_its_visitors_take() -> Iterator[None]:
+    """Keep XNNPACK's partitioner from delegating ``max.dim`` nodes its visitors refuse.
 
-    ``to_executorch`` replaces them with ``executorch_prim::sym_min/sym_max`` (executorch/exir/passes/
-    executorch_prim_ops_registry.py maps them), but ``to_edge``'s verifier (exir/verification/verifier.py,
-    executorch 1.5.1) only admits the prim ops and asserts on the Python functions: the lowering failed with a
-    bare ``AssertionError`` for Mamba-2, whose chunked scan computes ``min(chunk, sequence)``. The patch adds the
-    two functions to the set the verifier reads. No upstream issue is known to us.
+    XNNPACK runs ``max.dim`` (and the ``amax`` that ``RemoveGetItemPass`` makes of one whose indices go unused) as a
+    max pooling over the height or width of an NHWC tensor: its visitors (executorch/backends/xnnpack/operators/
+    op_max_dim.py, executorch 1.5.1) raise "amax.default only supports keep_dim == True" or "... only supports
+    dim == 2 or dim == 3", and the error fails the whole lowering. ``MaxDimConfig.check_constraints`` only checks the
+    input's rank and dtypes, so a 4-D ``x.max(dim=1).values`` (Hiera's query pooling) was delegated. The patch adds
+    the visitors' test (``keepdim`` given and True, ``dim`` 2 or 3 as written), so other reductions run as portable
+    kernels outside the delegate. No upstream issue is known to us.
     """
-    import torch
+    from executorch.backends.xnnpack.partition.config import node_configs
+
+    original = node_configs.MaxDimConfig.check_constraints
+
+    def check_constraints(self: Any, node: Any, ep: Any) -> bool:
+        args = node.args
+        return original(self, node, ep) and len(args) == 3 and args[1] in (2, 3) and args[2] is True
+
+    reason = "XNNPACK partitioner delegating max.dim its visitors refuse (executorch 1.5.1)"
+    with patch_attribute(node_configs.MaxDimConfig, "check_constraints", check_constraints, reason=reason):
+        yield
+
+
+@contextlib.contextmanager
+def symbolic_functions_admitted() -> Iterator[None]:
+    """Let the edge verifier pass the size arithmetic ``to_executorch`` maps to prim ops (``torch.sym_min``,
+    ``sym_max``, ``sym_ite``, ``sym_not``, ``sym_float``, ``sym_int``).
+
+    ``to_executorch`` replaces these Python functions with ``executorch_prim::`` ops the runtime has
+    (executorch/exir/passes/executorch_prim_ops_registry.py maps them), but ``to_edge``'s verifier
+    (exir/verification/verifier.py, executorch 1.5.1) only admits the prim ops and asserts on the Python functions:
+    the lowering failed with a bare ``AssertionError`` for Mamba-2, whose chunked scan computes
+    ``min(chunk, sequence)``, and for Aya Vision and Aria, whose traced code selects a size with ``torch.sym_ite``.
+    The patch adds every Python function of that map to the set the verifier reads. No upstream issue is known to us.
+    """
+    import types
+
+    from executorch.exir.passes import executorch_prim_ops_registry as registry
     from executorch.exir.verification import verifier
 
-    admitted = set(verifier._EXECUTORCH_SYM_OPS) | {torch.sym_min, torch.sym_max}
-    reason = "edge verifier rejecting torch.sym_min/sym_max that to_executorch maps to prim ops (executorch 1.5.1)"
+    functions = {op for op in registry._PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS if isinstance(op, types.FunctionType)}
+    admitted = set(verifier._EXECUTORCH_SYM_OPS) | functions
+    reason = "edge verifier rejecting torch.sym_* functions that to_executorch maps to prim ops (executorch 1.5.1)"
     with patch_attribute(verifier, "_EXECUTORCH_SYM_OPS", admitted, reason=reason):
         yield
 
@@ -285,7 +330,8 @@ def executorch_patches() -> Iterator[None]:
             planned_sizes_must_be_bounded,
             list_outputs_validated_whole,
             xnnpack_reshapes_with_one_dynamic_dim,
-            symbolic_min_max_admitted,
+            xnnpack_max_dims_its_visitors_take,
+            symbolic_functions_admitted,
         ):
             stack.enter_context(patch())
         yield

@@ -1,0 +1,63 @@
+"""Operators outside the core ATen opset that ``to_edge`` cannot decompose, rewritten as core ops with the same
+numbers while the program is lowered (executorch 1.5.1); each rewrite is reversible.
+
+``to_edge`` verifies that every operator left after ``run_decompositions`` is in the core ATen opset (or is kept
+whole for a partitioner) and refuses the program otherwise (``SpecViolationError: Operator ... is not in Core ATen
+opset``). An operator without a registered decomposition reaches that check as traced:
+
+* :func:`bucketize_as_comparisons` — ``aten.bucketize.Tensor`` (Idefics2/3's, SmolVLM's, Aria's and Phi-4
+  multimodal's patch position buckets) as a count of the boundaries at or below (``right=True``) or below each value.
+
+Each rewrite turns the node itself into the last op of its replacement (its users are untouched) through
+:func:`~hub_export.patches.graph.edited_nodes`, which restores it and erases the helper nodes after the block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from ...patches.graph import Inserter, edited_nodes
+
+__all__ = ["bucketize_as_comparisons", "op_rewrites"]
+
+
+def _bucketize(node: Any, add: Inserter) -> dict[str, Any] | None:
+    """``bucketize(x, boundaries, right)`` -> ``sum(x[..., None] >= boundaries, -1)`` (``>`` without ``right``),
+    in the output's integer dtype: with sorted 1-D boundaries, the index ``torch.bucketize`` documents."""
+    import torch
+
+    aten = torch.ops.aten
+    if node.target is not aten.bucketize.Tensor or add.mode is None:
+        return None
+    x, boundaries = node.args[:2]
+    value = node.meta.get("val")
+    if value is None or boundaries.meta.get("val") is None or boundaries.meta["val"].dim() != 1:
+        return None
+    right = bool(node.kwargs.get("right", False))
+    compare = aten.ge.Tensor if right else aten.gt.Tensor
+    below = add(compare, add(aten.unsqueeze.default, x, -1), boundaries)
+    counted = add(aten._to_copy.default, below, dtype=value.dtype)
+    return {"target": aten.sum.dim_IntList, "args": (counted, [-1]), "kwargs": {}}
+
+
+def bucketize_as_comparisons(program: Any) -> contextlib.AbstractContextManager[int]:
+    """``aten.bucketize.Tensor`` of 1-D boundaries as comparisons summed over the boundaries, inside the block.
+
+    ``bucketize`` has no decomposition and is not in the core ATen opset: ``to_edge`` refused Idefics3's vision
+    embeddings ("Operator torch._ops.aten.bucketize.Tensor is not in Core ATen opset"). The bucket of a value is
+    the number of boundaries ``<=`` it (``right=True``) or ``<`` it, the same integers for any sizes; the
+    comparison holds ``values x boundaries`` booleans (a patch grid's positions against its 32 or 70 buckets).
+
+    Yields:
+        How many nodes were rewritten.
+    """
+    return edited_nodes(program, _bucketize, record_values=True)
+
+
+@contextlib.contextmanager
+def op_rewrites(program: Any) -> Iterator[None]:
+    """Every rewrite of this module, inside the block."""
+    with bucketize_as_comparisons(program):
+        yield
