@@ -415,3 +415,29 @@ def test_models_returning_the_concatenated_features_are_not_taken_for_pieces() -
 
     assert not multimodal._returns_pieces(LlavaModel) and not multimodal._returns_pieces(Mistral3Model)
     assert multimodal._returns_pieces(SmolVLMModel) and multimodal._returns_pieces(MiniMaxM3VLModel)
+
+
+def test_only_a_call_listing_the_features_sees_one_piece() -> None:
+    """The listing marker changes nothing but ``list(features)`` in the features method itself: a ``for`` loop,
+    an unpacking or a ``*`` over a tensor there keeps its pieces, and a method asking a length itself
+    (GLM-Image's ``len(image_grid_thw)``) gets no marker at all."""
+    from transformers.models.glm_image.modeling_glm_image import GlmImageModel
+    from transformers.models.llava.modeling_llava import LlavaModel
+
+    def lists(features: torch.Tensor) -> Any:
+        listed = list(features)
+        looped = [piece for piece in features]  # the comprehension's own frame: not the method's
+        for piece in features:
+            looped.append(piece)
+        first, *rest = features
+        return listed, looped, first, [*features]
+
+    code = lists.__code__
+    assert multimodal._lists_features(code)
+    assert not multimodal._lists_features(multimodal._splits_features(GlmImageModel.get_image_features))
+    assert multimodal._lists_features(multimodal._splits_features(LlavaModel.get_image_features))
+    whole = multimodal._whole(lambda self, features: lists(features), code)
+    features = torch.arange(24.0).reshape(3, 4, 2)
+    listed, looped, first, starred = whole(None, features)
+    assert len(listed) == 1 and torch.equal(listed[0], features.flatten(0, 1))
+    assert len(looped) == 6 and torch.equal(first, features[0]) and len(starred) == 3

@@ -224,6 +224,24 @@ def _caller_code() -> Any:
     return frame.f_code if frame is not None else None
 
 
+def _lists_features(code: Any) -> bool:
+    """Whether a features method lists a tensor of per-image features (``list(image_features)``, LLaVA) and asks
+    no length itself: only then do its ``list()`` calls see one piece (a ``len()`` of its own would see 1 too)."""
+    return "list" in code.co_names and "len" not in code.co_names
+
+
+def _listed_by(code: Any) -> bool:
+    """Whether the caller of the patched ``__iter__`` / ``__len__`` (two frames up) is ``code`` at a call
+    (``list(features)``), not at a ``for`` loop, an unpacking or a ``*`` over a tensor (GET_ITER,
+    UNPACK_SEQUENCE, LIST_EXTEND: left as they are)."""
+    import dis
+
+    frame = sys._getframe(2)
+    if frame is None or frame.f_code is not code:
+        return False
+    return dis.opname[code.co_code[frame.f_lasti]] in ("CALL", "CALL_FUNCTION")
+
+
 def _returns_pieces(cls: type) -> bool:
     """Whether ``cls.forward`` returns the per-image pieces themselves (``image_hidden_states=...pooler_output``,
     transformers/models/minimax_m3_vl/modeling_minimax_m3_vl.py): keeping them whole would change the outputs. A
@@ -339,20 +357,20 @@ def _whole(original: Callable[..., Any], code: Any) -> Callable[..., Any]:
                 for owner in (torch, *_tensor_classes(name)):
                     split = getattr(owner, name)
                     stack.enter_context(patch_attribute(owner, name, _whole_split(split), reason=_SPLIT_REASON))
-            for cls in _tensor_classes("__iter__"):
+            for cls in _tensor_classes("__iter__") if _lists_features(code) else ():
                 iterate = cls.__dict__.get("__iter__", torch.Tensor.__iter__)
 
                 def marked_iter(tensor: Any, _iterate: Any = iterate) -> Any:
-                    if _caller_code() is code and tensor.dim() >= 2:
+                    if tensor.dim() >= 2 and _listed_by(code):
                         return iter((tensor.flatten(0, 1),))
                     return _iterate(tensor)
 
                 stack.enter_context(patch_attribute(cls, "__iter__", marked_iter, reason=_SPLIT_REASON))
-            for cls in _tensor_classes("__len__"):  # list() asks the length first: one piece, no guard on the count
+            for cls in _tensor_classes("__len__") if _lists_features(code) else ():  # list() asks the length too
                 length = cls.__dict__.get("__len__", torch.Tensor.__len__)
 
                 def marked_len(tensor: Any, _length: Any = length) -> Any:
-                    return 1 if _caller_code() is code and tensor.dim() >= 2 else _length(tensor)
+                    return 1 if tensor.dim() >= 2 and _listed_by(code) else _length(tensor)
 
                 stack.enter_context(patch_attribute(cls, "__len__", marked_len, reason=_SPLIT_REASON))
             return original(self, *args, **kwargs)
