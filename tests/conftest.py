@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -13,10 +14,18 @@ os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# remembered file digests (hub_export._files) go to a folder of this run, not the user's cache
-os.environ.setdefault("HUB_EXPORT_CACHE", tempfile.mkdtemp(prefix="hub-export-test-cache-"))
-# exports several modules read (tiny_models.embedding_head_export): made once per run, shared by the xdist workers
-os.environ.setdefault("HUB_EXPORT_TEST_EXPORTS", tempfile.mkdtemp(prefix="hub-export-test-exports-"))
+#: The folders this process made for the run (the xdist workers inherit the variables and reuse them): removed when
+#: the run ends, by the process that made them.
+_RUN_FOLDERS: list[str] = []
+for _variable, _prefix in (
+    # remembered file digests (hub_export._files) go to a folder of this run, not the user's cache
+    ("HUB_EXPORT_CACHE", "hub-export-test-cache-"),
+    # exports several modules read (tiny_models.embedding_head_export): made once per run, shared by the workers
+    ("HUB_EXPORT_TEST_EXPORTS", "hub-export-test-exports-"),
+):
+    if _variable not in os.environ:
+        os.environ[_variable] = tempfile.mkdtemp(prefix=_prefix)
+        _RUN_FOLDERS.append(os.environ[_variable])
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hub_fixtures import HUB_TOKEN, hub_api, hub_env, hub_server  # noqa: E402,F401
@@ -50,6 +59,11 @@ SLOW_MODULES = (
     "test_patches_graph.py",
 )
 assert all((Path(__file__).parent / name).is_file() for name in SLOW_MODULES), "a module of SLOW_MODULES was renamed"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for folder in _RUN_FOLDERS:  # empty in the xdist workers: the controller made the folders
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:
