@@ -3,6 +3,7 @@
 # Both create/update .venv and install hub-export with every backend under constraints.txt.
 
 PYTHON ?= python3
+# the run ends with its 30 slowest tests (the suite must stay within about 15 minutes on 2 cores)
 # pytest workers: one per core of the 2-core CI machine (each test module runs whole on one worker: --dist loadfile)
 WORKERS ?= 2
 VENV   ?= .venv
@@ -28,7 +29,7 @@ lint: $(STAMP)
 	$(PY) -m mypy hub_export
 
 test: lint
-	HF_HUB_DISABLE_XET=1 HF_HUB_DISABLE_TELEMETRY=1 $(PY) -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile $(PYTEST_ARGS)
+	HF_HUB_DISABLE_XET=1 HF_HUB_DISABLE_TELEMETRY=1 $(PY) -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile --durations=30 $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	HF_HUB_DISABLE_XET=1 HF_HUB_DISABLE_TELEMETRY=1 $(PY) -m hub_export.demo
