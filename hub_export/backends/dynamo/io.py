@@ -3,8 +3,9 @@
 Loading never calls ``torch.export.load``: :func:`hub_export.backends.dynamo._pt2.read_pt2` checks the archive and
 rebuilds the program from the checked entries only (see :mod:`.safety` for what is checked and why). A compiled
 component's AOTInductor package (``<component>.aoti.pt2``, role ``native``) is not read here: it is returned as a
-:class:`~.compiled.CompiledProgram` naming it, which the runner loads after checking the target (and only when the
-user trusts native code: :func:`.safety.check`).
+:class:`~.compiled.CompiledProgram` naming it, with the program rebuilt from the component's ``.pt2`` (the package's
+weights: it holds none), which the runner loads after checking the target (and only when the user trusts native
+code: :func:`.safety.check`).
 
 The components of one export are written together (:func:`save_programs`): the weights several of them hold are
 stored once, in ``shared.safetensors``, which their archives name (see :mod:`._shared`).
@@ -101,8 +102,9 @@ def _portable(program: Any) -> Any:
 def load_program(directory: Path, component: str, entry: ComponentEntry, options: SafetyOptions | None = None) -> Any:
     """The component's ``ExportedProgram``, rebuilt from its checked ``.pt2`` (the file found by its exact name).
 
-    A compiled component is returned as a :class:`CompiledProgram` naming its package (the runner loads it after
-    checking the target); its portable ``.pt2`` is still checked as data, never built.
+    A compiled component is returned as a :class:`CompiledProgram` naming its package and holding the program
+    rebuilt from its ``.pt2``, whose tensors (mapped, not copied; those of ``shared.safetensors`` once per process)
+    the runner hands the package as its constants after checking the target.
 
     Raises:
         UnsafeExportError: The archive is not what ``torch.export.save`` writes, or would run code (see
@@ -116,13 +118,14 @@ def load_program(directory: Path, component: str, entry: ComponentEntry, options
     try:
         if "native" in paths:
             refuse_untrusted_native(paths["native"], component, options)  # also when the check was skipped
-            read_pt2(Path(directory) / name, name, options=options, expected_size=size, shared=shared)
+        built = read_pt2(Path(directory) / name, name, options=options, expected_size=size, build=True, shared=shared)
+        if "native" in paths:
             return CompiledProgram(
                 package=Path(directory) / paths["native"],
                 target=dict(entry.extra.get("target") or {}),
+                exported=built.program,
                 program_path=Path(directory) / name,
             )
-        built = read_pt2(Path(directory) / name, name, options=options, expected_size=size, build=True, shared=shared)
         return built.program
     finally:
         if shared is not None:
