@@ -32,6 +32,7 @@ import functools
 import json
 import platform
 import tempfile
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,8 @@ COMPILERS = ("aoti",)
 #: The package metadata entry listing the constants it was compiled for: JSON ``{fqn: [dtype, shape, strides]}``.
 CONSTANTS_METADATA = "hub_export_constants"
 MAX_CONSTANTS_METADATA = 64 * MiB
+#: Device copies of host constants, alive while a loaded package holds them (see :func:`_on_device`).
+_DEVICE_COPIES: weakref.WeakValueDictionary[tuple[Any, ...], Any] = weakref.WeakValueDictionary()
 
 #: x86-64 micro-architecture levels, highest first, with the CPU flags (``/proc/cpuinfo``) each one needs.
 _X86_LEVELS = (
@@ -297,8 +300,20 @@ def _package_constants(model: Any, program: CompiledProgram, device: Any, where:
                 f"its package was compiled for {str(table[fqn])[:200]}; {fix}"
             )
         same = tensor.device.type == device.type and device.index in (None, tensor.device.index)
-        constants[fqn] = tensor if same else tensor.to(device)
+        constants[fqn] = tensor if same else _on_device(tensor, device)
     return constants
+
+
+def _on_device(tensor: Any, device: Any) -> Any:
+    """``tensor`` copied to ``device`` once per process: components whose constants are one memory (a weight of
+    ``shared.safetensors``) get one copy on the device too. The copy keeps its source alive, so the source's address
+    (the key) names no other memory while the copy is found under it."""
+    key = (tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()), str(device))
+    copy = _DEVICE_COPIES.get(key)
+    if copy is None:
+        copy = _DEVICE_COPIES[key] = tensor.to(device)
+        copy.hub_export_source = tensor
+    return copy
 
 
 def load_compiled(program: CompiledProgram, device: str | None, where: str) -> Any:
