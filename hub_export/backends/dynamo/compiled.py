@@ -2,8 +2,9 @@
 
 ``DynamoConfig(compile="aoti")`` compiles each component with ``torch._inductor.aoti_compile_and_package`` (the
 program's dynamic shapes are kept) into an AOTInductor package, saved beside the program as
-``<component>.aoti.pt2`` (role ``native``): a shared library of generated kernels and the weights. It is native code:
-loading it runs it, so a loader refuses it unless the user passed ``trust_native_code=True`` (see ``docs/security.md``).
+``<component>.aoti.pt2`` (role ``native``): a shared library of generated kernels (the weights are the program's,
+below). It is native code: loading it runs it, so a loader refuses it unless the user passed
+``trust_native_code=True`` (see ``docs/security.md``).
 
 The component's manifest ``extra`` records what it was compiled for (:func:`current_target`)::
 
@@ -211,7 +212,8 @@ def inductor_configs(target: dict[str, Any]) -> dict[str, Any]:
       export's files (see the module docstring). Inductor's ``freezing`` stays off: it would fold and prepack the
       weights into new constants (``_frozen_param<N>``, the linear layers' in oneDNN's blocked layout) that no longer
       are the program's tensors, so each package would carry its own copy again (``docs/benchmarks.md`` measures
-      what the prepacked kernels gained and what sharing saves).
+      what the prepacked kernels gained and what sharing saves); it is set off explicitly, whatever
+      ``TORCHINDUCTOR_FREEZING`` says.
 
     On CPU:
 
@@ -220,7 +222,7 @@ def inductor_configs(target: dict[str, Any]) -> dict[str, Any]:
       package compiled on a 64-core machine would otherwise start 64 threads per kernel on a 2-core one.
     * ``cpp.march``: a portable x86 level instead of ``-march=native`` (see the module docstring).
     """
-    configs: dict[str, Any] = {"aot_inductor.package_constants_in_so": False}
+    configs: dict[str, Any] = {"aot_inductor.package_constants_in_so": False, "freezing": False}
     if target["device"] == "cpu":
         configs["cpp.dynamic_threads"] = True
         if target.get("march"):
