@@ -77,8 +77,8 @@ class CompiledProgram:
     Attributes:
         package: Path of the ``.pt2`` package (the shared library; the weights are the program's).
         target: What it was compiled for (:func:`current_target`).
-        exported: The ExportedProgram (rebuilt from its checked ``.pt2`` when loaded from disk: its tensors are the
-            package's constants), or None for a package compiled before, which holds its own weights.
+        exported: The ExportedProgram it was compiled from (rebuilt from its checked ``.pt2`` when loaded from
+            disk): its tensors are the package's constants.
         program_path: The saved ExportedProgram's path when loaded from disk.
     """
 

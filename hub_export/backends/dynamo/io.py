@@ -13,16 +13,14 @@ stored once, in ``shared.safetensors``, which their archives name (see :mod:`._s
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 from pathlib import Path
 from typing import Any
 
 from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
-from ._archive import StoredArchive
-from ._pt2 import MAX_ENTRIES, read_pt2
-from ._shared import REFERENCES, SharedWeights, open_shared, plan_shared, write_shared
+from ._pt2 import read_pt2
+from ._shared import open_shared, plan_shared, write_shared
 from ._writer import write_pt2
 from .compiled import CompiledProgram
 from .config import LAYOUT, SHARED_WEIGHTS
@@ -48,14 +46,11 @@ def save_program(
     ``shared`` names in the shared weights file, whose sizes are ``sizes``); a compiled program also copies its
     package to ``<component>.aoti.pt2``."""
     name, native = _names(component)
-    program = _portable(program)
     if not isinstance(program, CompiledProgram):
         write_pt2(program, Path(directory) / name, shared, sizes)
         return [name]
-    if program.exported is not None:
-        write_pt2(program.exported, Path(directory) / name, shared, sizes)
-    elif program.program_path is not None:
-        shutil.copyfile(program.program_path, Path(directory) / name)
+    # a compiled program loaded from disk holds its program rebuilt: written again, it names this save's shared file
+    write_pt2(program.exported, Path(directory) / name, shared, sizes)
     shutil.copyfile(program.package, Path(directory) / native)
     return [name, native]
 
@@ -64,9 +59,7 @@ def save_programs(programs: dict[str, Any], directory: Path) -> dict[str, list[s
     """Save the components of one export (:func:`save_program` each), storing a weight two or more of them hold once
     in ``shared.safetensors``; returns each component's files, its ``.pt2`` first."""
     directory = Path(directory)
-    programs = {name: _portable(program) for name, program in programs.items()}
-    exported = {name: _exported(program) for name, program in programs.items()}
-    plan = plan_shared({name: ep for name, ep in exported.items() if ep is not None})
+    plan = plan_shared({name: _exported(program) for name, program in programs.items()})
     if plan.tensors:
         write_shared(plan, directory / SHARED_WEIGHTS)
     sizes = {key: t.numel() * t.element_size() for key, t in plan.tensors.items()}
@@ -80,23 +73,8 @@ def save_programs(programs: dict[str, Any], directory: Path) -> dict[str, list[s
 
 
 def _exported(program: Any) -> Any:
-    """The ``ExportedProgram`` a component's ``.pt2`` is written from (None: a file copied as it is)."""
+    """The ``ExportedProgram`` a component's ``.pt2`` is written from."""
     return program.exported if isinstance(program, CompiledProgram) else program
-
-
-def _portable(program: Any) -> Any:
-    """A compiled program loaded from disk whose portable ``.pt2`` reads weights from the shared file of the export
-    it came from, with that program rebuilt (checked as on loading): written again, it names this save's shared
-    file, or holds its weights. Other programs as they are (a file copied as it is stays whole)."""
-    if not isinstance(program, CompiledProgram) or program.exported is not None or program.program_path is None:
-        return program
-    path = Path(program.program_path)
-    with StoredArchive.open(path, path.name, max_entries=MAX_ENTRIES) as archive:
-        if REFERENCES not in archive.entries:
-            return program
-    with SharedWeights(path.parent / SHARED_WEIGHTS, SHARED_WEIGHTS, None) as shared:
-        rebuilt = read_pt2(path, path.name, options=SafetyOptions(), build=True, shared=shared).program
-    return dataclasses.replace(program, exported=rebuilt, program_path=None)
 
 
 def load_program(directory: Path, component: str, entry: ComponentEntry, options: SafetyOptions | None = None) -> Any:
