@@ -7,6 +7,11 @@ or for ``compile="aoti"``, a static cache, encoder-decoder or multimodal exports
 
     flock /work/tmp/s12/bench.lock env PYTHONPATH=$PWD .venv/bin/python benchmarks/pt2_shared.py --layers 4
 
+``--compile aoti`` compares compiled exports instead (``DynamoConfig(compile="aoti")``, each exported and compiled
+once per layout): AOTInductor packages without weights, which read the program's tensors (``shared.safetensors``
+and the ``.pt2`` files) at load, against packages compiled as before, their weights frozen into each (inductor's
+``freezing``, the linear layers' weights prepacked for oneDNN); it also times the greedy tokens of a generate.
+
 Each load + generate runs in a fresh process (RSS above the process with the libraries imported). Each save reports
 its seconds, the bytes it wrote and read (``/proc/self/io``: write and read calls) and its RSS peak, over the weights.
 """
@@ -31,7 +36,8 @@ os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
 
 
 def _child(folder: Path) -> None:
-    """Load + generate in this fresh process; print the RSS figures and whether the components share memory."""
+    """Load + generate in this fresh process; print the RSS figures, whether the components share memory and the
+    seconds of a second generate (the first warms the kernels up)."""
     import torch
     from scale import RssSampler, _inputs
 
@@ -40,14 +46,56 @@ def _child(folder: Path) -> None:
     sample = _inputs(1, 32, 0)
     sampler = RssSampler()
     base = sampler.reset()
-    loaded = ExportedModel.from_pretrained(folder)
+    loaded = ExportedModel.from_pretrained(folder, trust_native_code=True)
     with torch.no_grad():
         tokens = loaded.generate(**sample, max_new_tokens=8)
     held = sampler.now() - base
     peak = sampler.peak - base
-    prefill, decode = (dict(loaded.runners[n].module.named_parameters()) for n in ("prefill", "decode"))
-    shared = sum(prefill[n].data_ptr() == decode[n].data_ptr() for n in prefill)
-    print(json.dumps({"held": held, "peak": peak, "shared": shared, "params": len(prefill), "tokens": tokens.tolist()}))
+    start = time.perf_counter()
+    with torch.no_grad():
+        loaded.generate(**sample, max_new_tokens=16, min_new_tokens=16)
+    seconds = time.perf_counter() - start
+    prefill, decode = (_tensors(loaded.runners[n].module) for n in ("prefill", "decode"))
+    shared = sum(n in decode and prefill[n].data_ptr() == decode[n].data_ptr() for n in prefill)
+    print(
+        json.dumps(
+            {
+                "held": held,
+                "peak": peak,
+                "shared": shared,
+                "params": len(prefill),
+                "tokens": tokens.tolist(),
+                "tokens_per_s": 16 / seconds,
+            }
+        )
+    )
+
+
+def _tensors(module: Any) -> dict[str, Any]:
+    """A runner's weights: a module's parameters, or the constants handed to an AOTInductor package (none when the
+    package holds its own)."""
+    if hasattr(module, "named_parameters"):
+        return dict(module.named_parameters())
+    return dict(getattr(module, "hub_export_constants", None) or {})
+
+
+def _frozen_compile() -> Any:
+    """``compile_aoti`` as it was before the packages read the export's weights: freezing on (CPU), the weights in
+    each package, no constants table (the loader then hands the package nothing)."""
+    import torch
+
+    from hub_export.backends.dynamo import compiled
+
+    def compile_aoti(program: Any, device: str = "cpu") -> Any:
+        target = compiled.current_target(device)
+        folder = tempfile.TemporaryDirectory(prefix="hub_export_aoti_")
+        path = Path(folder.name) / "model.aoti.pt2"
+        configs = {"freezing": True, "cpp.dynamic_threads": True, "cpp.march": target["march"]}
+        with torch.no_grad():
+            torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
+        return compiled.CompiledProgram(package=path, target=target, exported=program, _keepalive=folder)
+
+    return compile_aoti
 
 
 def _io() -> dict[str, int]:
@@ -71,9 +119,12 @@ def main() -> None:
     parser.add_argument("--model", default="qwen2.5-0.5b")
     parser.add_argument("--layers", type=int, default=None)
     parser.add_argument("--child", type=Path)
+    parser.add_argument("--compile", choices=("aoti",), default=None, help="compare compiled exports (see above)")
     args = parser.parse_args()
     if args.child:
         return _child(args.child)
+    if args.compile:
+        return _compiled(args)
     import pytest
     import torch
     from _models import build, unique_weight_bytes
@@ -122,6 +173,50 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for layout, seconds, written, read, save_peak in saves:
         print(f"| {layout} | {seconds:.1f} | {written:.2f}x | {read:.2f}x | {save_peak:.2f}x |")
+    print(f"load average after: {os.getloadavg()}")
+
+
+def _compiled(args: argparse.Namespace) -> None:
+    """``--compile aoti``: the same model exported and compiled twice, packages without weights (after) and packages
+    holding their own frozen weights (before); files, RSS and tokens/s of each in a fresh process."""
+    import pytest
+    import torch
+    from _models import build, unique_weight_bytes
+    from scale import _inputs, versions
+
+    from hub_export import DynamoConfig, DynamoExporter
+    from hub_export.backends.dynamo import exporter as dynamo_exporter
+
+    print(f"load average {os.getloadavg()}; {versions()}")
+    model = build(args.model, layers=args.layers)
+    weights = unique_weight_bytes(model)
+    with torch.no_grad():
+        expected = model.generate(**_inputs(1, 32, 0), max_new_tokens=8, do_sample=False).tolist()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for layout in ("packages read shared.safetensors (after)", "each package holds its frozen weights (before)"):
+            with pytest.MonkeyPatch.context() as patch:
+                if "before" in layout:
+                    patch.setattr(dynamo_exporter, "compile_aoti", _frozen_compile())
+                start = time.perf_counter()
+                config = DynamoConfig(dynamic=True, compile="aoti")
+                exported = DynamoExporter().export_for_generation(model, _inputs(1, 16, 0), config=config)
+                export_s = time.perf_counter() - start
+                folder = exported.save_pretrained(Path(tmp) / ("after" if "after" in layout else "before"))
+                del exported
+            files = {p.name: p.stat().st_size for p in folder.iterdir()}
+            fresh = _fresh(folder)
+            assert fresh.pop("tokens") == expected, layout
+            rows.append((layout, sum(files.values()) / weights, fresh, export_s))
+            print(f"{layout}: files {files}; export {export_s:.0f} s; shared {fresh['shared']}/{fresh['params']}")
+    print(f"\n{args.model} layers={args.layers or 'all'}: weights {weights / 1e6:.0f} MB; tokens == eager")
+    print("| compiled export | files / weights | RSS after load + generate / weights | peak / weights | tokens/s |")
+    print("|---|---|---|---|---|")
+    for layout, files_ratio, fresh, _ in rows:
+        print(
+            f"| {layout} | {files_ratio:.3f}x | {fresh['held'] / weights:.2f}x | {fresh['peak'] / weights:.2f}x "
+            f"| {fresh['tokens_per_s']:.1f} |"
+        )
     print(f"load average after: {os.getloadavg()}")
 
 

@@ -8,6 +8,7 @@ Llama, with one layer, is compiled once for the whole module and every test read
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -18,8 +19,10 @@ import torch
 from tiny_models import build, text_inputs
 
 from hub_export import DynamoConfig, DynamoExporter, ExportedModel
-from hub_export.backends.dynamo.compiled import current_target
+from hub_export.backends.dynamo.compiled import current_target, load_compiled
+from hub_export.backends.dynamo.io import load_program
 from hub_export.errors import ConfigError, DeviceUnavailableError, UnsafeExportError
+from hub_export.formats import SafetyOptions
 from hub_export.manifest import Manifest
 
 
@@ -81,14 +84,35 @@ def test_manifest_records_the_native_role_and_the_target(compiled: Any) -> None:
     assert json.loads((folder / "export.json").read_text())["config"]["compile"] == "aoti"
 
 
-def test_cpu_package_is_frozen_with_prepacked_linear_weights(compiled: Any) -> None:
-    _, exported, _ = compiled
-    for component in exported.components.values():
-        with zipfile.ZipFile(component.program.package) as archive:
-            names = [n for n in archive.namelist() if n.endswith(".wrapper.cpp")]
-            source = "".join(archive.read(n).decode() for n in names)
-        # frozen weights: the linear layers run oneDNN's linear on weights prepacked at compile time, not aten mm
-        assert names and "_linear_pointwise" in source, component.name
+def test_packages_read_the_exports_weights_once(compiled: Any) -> None:
+    _, _, folder = compiled
+    manifest = Manifest.read(folder)
+    for name, entry in manifest.components.items():
+        with zipfile.ZipFile(folder / f"{name}.aoti.pt2") as archive:
+            names = archive.namelist()
+        # no weights in the package: no serialized blob, no pickled weights, no constants folder
+        assert not [n for n in names if "weights" in n or "/constants/" in n or n.endswith(".bin")], names
+        assert "shared.safetensors" in [f.path for f in entry.files]
+    loaded = ExportedModel.from_pretrained(folder, trust_native_code=True)
+    prefill, decode = (loaded.runners[n].module.hub_export_constants for n in ("prefill", "decode"))
+    assert prefill and set(prefill) == set(decode)
+    # every weight both packages read is one memory: the shared file's pages, mapped once in the process
+    assert all(prefill[n].data_ptr() == decode[n].data_ptr() for n in prefill if prefill[n].numel())
+
+
+def test_constants_must_match_the_package(compiled: Any) -> None:
+    _, _, folder = compiled
+    entry = Manifest.read(folder).components["decode"]
+    options = SafetyOptions(trust_native_code=True)
+    program = load_program(folder, "decode", entry, options)
+    state = program.exported.state_dict
+    fqn = next(n for n, t in state.items() if t.dim() == 2 and t.shape[0] != t.shape[1])
+    state[fqn] = state[fqn].t()
+    with pytest.raises(UnsafeExportError, match=rf"constant '{re.escape(fqn)}' is .* compiled for"):
+        load_compiled(program, "cpu", "decode")
+    del state[fqn]
+    with pytest.raises(UnsafeExportError, match="reads a constant .* its program lacks"):
+        load_compiled(program, "cpu", "decode")
 
 
 def _with_target(folder: Path, tmp_path: Path, **changes: Any) -> Path:

@@ -2,8 +2,9 @@
 
 ``DynamoConfig(compile="aoti")`` compiles each component with ``torch._inductor.aoti_compile_and_package`` (the
 program's dynamic shapes are kept) into an AOTInductor package, saved beside the program as
-``<component>.aoti.pt2`` (role ``native``): a shared library of generated kernels and the weights. It is native code:
-loading it runs it, so a loader refuses it unless the user passed ``trust_native_code=True`` (see ``docs/security.md``).
+``<component>.aoti.pt2`` (role ``native``): a shared library of generated kernels (the weights are the program's,
+below). It is native code: loading it runs it, so a loader refuses it unless the user passed
+``trust_native_code=True`` (see ``docs/security.md``).
 
 The component's manifest ``extra`` records what it was compiled for (:func:`current_target`)::
 
@@ -15,23 +16,34 @@ before the library is loaded. On x86 the kernels are built for a portable micro-
 when the CPU has AVX-512, else ``x86-64-v3`` or ``x86-64-v2``) instead of inductor's ``-march=native``, so a package
 runs on every CPU of that level that also has the vector extensions inductor picked.
 
-On CPU the weights are frozen into the package (:func:`inductor_configs`): the linear layers' weights are stored
-prepacked in oneDNN's blocked layout, chosen for the compiling CPU's instruction set, which the target check covers.
+The package holds no weights (``aot_inductor.package_constants_in_so=False``, :func:`inductor_configs`): its
+constants are the program's own parameters, buffers and tensor constants, by FQN, and come at load from the
+component's portable ``.pt2`` and the export's ``shared.safetensors`` (the tensors :func:`.io.load_program` maps,
+not copies), handed to the loaded package with ``load_constants(..., user_managed=True)``: the package reads them
+where they are, so the components of one export hold each weight they share once, on disk and in memory. The package
+records, in its metadata (:data:`CONSTANTS_METADATA`), the dtype, shape and strides of every constant it was
+compiled for; :func:`load_compiled` refuses constants that differ, or a package that asks for one the program
+lacks, before the package runs (AOTInductor itself checks nothing of a user-managed constant). A package compiled
+before (its weights frozen into it: no such metadata) loads its own, as it did.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import platform
 import tempfile
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...errors import DeviceUnavailableError, ExportError
+from ..._bounded import MiB, loads_bounded_json
+from ...errors import DeviceUnavailableError, ExportError, UnsafeExportError
 
 __all__ = [
     "COMPILERS",
+    "CONSTANTS_METADATA",
     "CompiledProgram",
     "check_target",
     "compile_aoti",
@@ -42,6 +54,11 @@ __all__ = [
 
 #: The ``DynamoConfig.compile`` values.
 COMPILERS = ("aoti",)
+#: The package metadata entry listing the constants it was compiled for: JSON ``{fqn: [dtype, shape, strides]}``.
+CONSTANTS_METADATA = "hub_export_constants"
+MAX_CONSTANTS_METADATA = 64 * MiB
+#: Device copies of host constants, alive while a loaded package holds them (see :func:`_on_device`).
+_DEVICE_COPIES: weakref.WeakValueDictionary[tuple[Any, ...], Any] = weakref.WeakValueDictionary()
 
 #: x86-64 micro-architecture levels, highest first, with the CPU flags (``/proc/cpuinfo``) each one needs.
 _X86_LEVELS = (
@@ -58,9 +75,10 @@ class CompiledProgram:
     """An AOTInductor package and the ExportedProgram it was compiled from.
 
     Attributes:
-        package: Path of the ``.pt2`` package (shared library and weights).
+        package: Path of the ``.pt2`` package (the shared library; the weights are the program's).
         target: What it was compiled for (:func:`current_target`).
-        exported: The ExportedProgram, or None when loaded from disk (the runner never needs it).
+        exported: The ExportedProgram it was compiled from (rebuilt from its checked ``.pt2`` when loaded from
+            disk): its tensors are the package's constants.
         program_path: The saved ExportedProgram's path when loaded from disk.
     """
 
@@ -190,20 +208,22 @@ def check_target(target: dict[str, Any], device: str | None, where: str) -> None
 def inductor_configs(target: dict[str, Any]) -> dict[str, Any]:
     """The inductor settings a package for ``target`` is compiled with.
 
+    * ``aot_inductor.package_constants_in_so=False``: the package holds no weights; they come at load from the
+      export's files (see the module docstring). Inductor's ``freezing`` stays off: it would fold and prepack the
+      weights into new constants (``_frozen_param<N>``, the linear layers' in oneDNN's blocked layout) that no longer
+      are the program's tensors, so each package would carry its own copy again (``docs/benchmarks.md`` measures
+      what the prepacked kernels gained and what sharing saves); it is set off explicitly, whatever
+      ``TORCHINDUCTOR_FREEZING`` says.
+
     On CPU:
 
-    * ``freezing``: the weights become constants, so inductor folds what depends on them only and prepacks each
-      linear layer's weight into oneDNN's blocked layout; the matrix products run as oneDNN ``linear`` kernels
-      instead of ``mm`` over row-major weights (see ``docs/benchmarks.md`` for the gain). Inductor applies it only
-      to an inference graph, hence :func:`compile_aoti` compiles under ``torch.no_grad()``.
     * ``cpp.dynamic_threads``: the generated kernels ask OpenMP for the thread count when they run (what
       ``torch.set_num_threads`` set) instead of the count of the compiling process, written into the library: a
       package compiled on a 64-core machine would otherwise start 64 threads per kernel on a 2-core one.
     * ``cpp.march``: a portable x86 level instead of ``-march=native`` (see the module docstring).
     """
-    configs: dict[str, Any] = {}
+    configs: dict[str, Any] = {"aot_inductor.package_constants_in_so": False, "freezing": False}
     if target["device"] == "cpu":
-        configs["freezing"] = True
         configs["cpp.dynamic_threads"] = True
         if target.get("march"):
             configs["cpp.march"] = target["march"]
@@ -222,8 +242,8 @@ def compile_aoti(program: Any, device: str = "cpu") -> CompiledProgram:
     folder = tempfile.TemporaryDirectory(prefix="hub_export_aoti_")
     path = Path(folder.name) / "model.aoti.pt2"
     configs = inductor_configs(target)
+    configs["aot_inductor.metadata"] = {CONSTANTS_METADATA: json.dumps(_constants_table(program))}
     try:
-        # Inductor freezes only an inference graph: under grad mode it would skip ``freezing`` silently.
         with torch.no_grad():
             torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
     except Exception as exc:  # inductor and the C++ compiler raise many types
@@ -234,10 +254,82 @@ def compile_aoti(program: Any, device: str = "cpu") -> CompiledProgram:
     return CompiledProgram(package=path, target=target, exported=program, _keepalive=folder)
 
 
+def _program_tensors(program: Any) -> dict[str, Any]:
+    """``{FQN: tensor}`` of an ExportedProgram's parameters, buffers and tensor constants (what AOTInductor makes its
+    constants of, by the same names)."""
+    import torch
+
+    found = {**program.state_dict, **program.constants}
+    return {fqn: t.detach() for fqn, t in found.items() if isinstance(t, torch.Tensor)}
+
+
+def _spec(tensor: Any) -> list[Any]:
+    return [str(tensor.dtype).removeprefix("torch."), list(tensor.shape), list(tensor.stride())]
+
+
+def _constants_table(program: Any) -> dict[str, list[Any]]:
+    """What the package is compiled for: ``{FQN: [dtype, shape, strides]}`` of the program's tensors."""
+    return {fqn: _spec(t) for fqn, t in _program_tensors(program).items()}
+
+
+def _package_constants(model: Any, program: CompiledProgram, device: Any, where: str) -> dict[str, Any] | None:
+    """The tensors a package without weights reads, checked against what it was compiled for; None for a package
+    that holds its own (compiled before :data:`CONSTANTS_METADATA`).
+
+    Raises:
+        UnsafeExportError: The package asks for a constant the program lacks, or one whose dtype, shape or strides
+            differ from the program's (reading it would run the kernels over the wrong memory).
+    """
+    metadata = model.get_metadata()
+    if CONSTANTS_METADATA not in metadata:
+        return None
+    fix = "refusing to load it. Re-download or re-export it (the package and its .pt2 must come from one export)."
+    text = metadata[CONSTANTS_METADATA].encode()
+    if len(text) > MAX_CONSTANTS_METADATA:
+        raise UnsafeExportError(f"{where}: its package lists {len(text)} bytes of constants; {fix}")
+    table = loads_bounded_json(text, f"{where}: the package's constants", max_containers=len(text) // 2 + 2)
+    if not isinstance(table, dict) or program.exported is None:
+        raise UnsafeExportError(f"{where}: its package's constants table is not a JSON object; {fix}")
+    tensors = _program_tensors(program.exported)
+    constants = {}
+    for fqn in model.get_constant_fqns():
+        tensor = tensors.get(fqn)
+        if tensor is None or fqn not in table:
+            raise UnsafeExportError(f"{where}: its package reads a constant {fqn[:120]!r} its program lacks; {fix}")
+        if _spec(tensor) != table[fqn]:
+            raise UnsafeExportError(
+                f"{where}: constant {fqn[:120]!r} is {_spec(tensor)} (dtype, shape, strides) in the program, but "
+                f"its package was compiled for {str(table[fqn])[:200]}; {fix}"
+            )
+        same = tensor.device.type == device.type and device.index in (None, tensor.device.index)
+        constants[fqn] = tensor if same else _on_device(tensor, device)
+    return constants
+
+
+def _on_device(tensor: Any, device: Any) -> Any:
+    """``tensor`` copied to ``device`` once per process: components whose constants are one memory (a weight of
+    ``shared.safetensors``) get one copy on the device too. The copy keeps its source alive, so the source's address
+    (the key) names no other memory while the copy is found under it."""
+    key = (tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()), str(device))
+    copy = _DEVICE_COPIES.get(key)
+    if copy is None:
+        copy = _DEVICE_COPIES[key] = tensor.to(device)
+        copy.hub_export_source = tensor
+    return copy
+
+
 def load_compiled(program: CompiledProgram, device: str | None, where: str) -> Any:
-    """Check the target, then load the package's model (a callable taking the program's flat inputs)."""
+    """Check the target, load the package's model (a callable taking the program's flat inputs), and hand it its
+    constants, the program's tensors where they are (``user_managed``: not copied; the model keeps them alive)."""
     import torch
 
     check_target(program.target, device, where)
     index = torch.device(device).index if device and ":" in str(device) else -1
-    return torch._inductor.aoti_load_package(str(program.package), device_index=index if index is not None else -1)
+    model: Any = torch._inductor.aoti_load_package(
+        str(program.package), device_index=index if index is not None else -1
+    )
+    constants = _package_constants(model, program, torch.device(device or program.target.get("device", "cpu")), where)
+    if constants is not None:
+        model.load_constants(constants, check_full_update=True, user_managed=True)
+        model.hub_export_constants = constants  # the package holds raw pointers to them
+    return model

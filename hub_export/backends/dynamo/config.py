@@ -15,8 +15,9 @@ FORMAT = ExportFormat.declare("dynamo")
 #: The weights the components of one export share, stored once (a safetensors file; see ``_shared.py``).
 SHARED_WEIGHTS = "shared.safetensors"
 #: One ``<component>.pt2`` archive per component, in ``pt2/`` on the Hub; a compiled export (``compile="aoti"``) adds
-#: ``<component>.aoti.pt2``, the AOTInductor package (native code); the weights two or more components read are in
-#: ``shared.safetensors``, which their archives name instead of holding them.
+#: ``<component>.aoti.pt2``, the AOTInductor package (native code, without weights: it reads the program's at load);
+#: the weights two or more components read are in ``shared.safetensors``, which their archives name instead of
+#: holding them.
 LAYOUT = FileLayout(
     subfolder="pt2",
     files=((".pt2", "program"),),

@@ -3,8 +3,9 @@
 Loading never calls ``torch.export.load``: :func:`hub_export.backends.dynamo._pt2.read_pt2` checks the archive and
 rebuilds the program from the checked entries only (see :mod:`.safety` for what is checked and why). A compiled
 component's AOTInductor package (``<component>.aoti.pt2``, role ``native``) is not read here: it is returned as a
-:class:`~.compiled.CompiledProgram` naming it, which the runner loads after checking the target (and only when the
-user trusts native code: :func:`.safety.check`).
+:class:`~.compiled.CompiledProgram` naming it, with the program rebuilt from the component's ``.pt2`` (the package's
+weights: it holds none), which the runner loads after checking the target (and only when the user trusts native
+code: :func:`.safety.check`).
 
 The components of one export are written together (:func:`save_programs`): the weights several of them hold are
 stored once, in ``shared.safetensors``, which their archives name (see :mod:`._shared`).
@@ -12,16 +13,14 @@ stored once, in ``shared.safetensors``, which their archives name (see :mod:`._s
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 from pathlib import Path
 from typing import Any
 
 from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
-from ._archive import StoredArchive
-from ._pt2 import MAX_ENTRIES, read_pt2
-from ._shared import REFERENCES, SharedWeights, open_shared, plan_shared, write_shared
+from ._pt2 import read_pt2
+from ._shared import open_shared, plan_shared, write_shared
 from ._writer import write_pt2
 from .compiled import CompiledProgram
 from .config import LAYOUT, SHARED_WEIGHTS
@@ -47,14 +46,11 @@ def save_program(
     ``shared`` names in the shared weights file, whose sizes are ``sizes``); a compiled program also copies its
     package to ``<component>.aoti.pt2``."""
     name, native = _names(component)
-    program = _portable(program)
     if not isinstance(program, CompiledProgram):
         write_pt2(program, Path(directory) / name, shared, sizes)
         return [name]
-    if program.exported is not None:
-        write_pt2(program.exported, Path(directory) / name, shared, sizes)
-    elif program.program_path is not None:
-        shutil.copyfile(program.program_path, Path(directory) / name)
+    # a compiled program loaded from disk holds its program rebuilt: written again, it names this save's shared file
+    write_pt2(program.exported, Path(directory) / name, shared, sizes)
     shutil.copyfile(program.package, Path(directory) / native)
     return [name, native]
 
@@ -63,9 +59,7 @@ def save_programs(programs: dict[str, Any], directory: Path) -> dict[str, list[s
     """Save the components of one export (:func:`save_program` each), storing a weight two or more of them hold once
     in ``shared.safetensors``; returns each component's files, its ``.pt2`` first."""
     directory = Path(directory)
-    programs = {name: _portable(program) for name, program in programs.items()}
-    exported = {name: _exported(program) for name, program in programs.items()}
-    plan = plan_shared({name: ep for name, ep in exported.items() if ep is not None})
+    plan = plan_shared({name: _exported(program) for name, program in programs.items()})
     if plan.tensors:
         write_shared(plan, directory / SHARED_WEIGHTS)
     sizes = {key: t.numel() * t.element_size() for key, t in plan.tensors.items()}
@@ -79,30 +73,16 @@ def save_programs(programs: dict[str, Any], directory: Path) -> dict[str, list[s
 
 
 def _exported(program: Any) -> Any:
-    """The ``ExportedProgram`` a component's ``.pt2`` is written from (None: a file copied as it is)."""
+    """The ``ExportedProgram`` a component's ``.pt2`` is written from."""
     return program.exported if isinstance(program, CompiledProgram) else program
-
-
-def _portable(program: Any) -> Any:
-    """A compiled program loaded from disk whose portable ``.pt2`` reads weights from the shared file of the export
-    it came from, with that program rebuilt (checked as on loading): written again, it names this save's shared
-    file, or holds its weights. Other programs as they are (a file copied as it is stays whole)."""
-    if not isinstance(program, CompiledProgram) or program.exported is not None or program.program_path is None:
-        return program
-    path = Path(program.program_path)
-    with StoredArchive.open(path, path.name, max_entries=MAX_ENTRIES) as archive:
-        if REFERENCES not in archive.entries:
-            return program
-    with SharedWeights(path.parent / SHARED_WEIGHTS, SHARED_WEIGHTS, None) as shared:
-        rebuilt = read_pt2(path, path.name, options=SafetyOptions(), build=True, shared=shared).program
-    return dataclasses.replace(program, exported=rebuilt, program_path=None)
 
 
 def load_program(directory: Path, component: str, entry: ComponentEntry, options: SafetyOptions | None = None) -> Any:
     """The component's ``ExportedProgram``, rebuilt from its checked ``.pt2`` (the file found by its exact name).
 
-    A compiled component is returned as a :class:`CompiledProgram` naming its package (the runner loads it after
-    checking the target); its portable ``.pt2`` is still checked as data, never built.
+    A compiled component is returned as a :class:`CompiledProgram` naming its package and holding the program
+    rebuilt from its ``.pt2``, whose tensors (mapped, not copied; those of ``shared.safetensors`` once per process)
+    the runner hands the package as its constants after checking the target.
 
     Raises:
         UnsafeExportError: The archive is not what ``torch.export.save`` writes, or would run code (see
@@ -116,13 +96,14 @@ def load_program(directory: Path, component: str, entry: ComponentEntry, options
     try:
         if "native" in paths:
             refuse_untrusted_native(paths["native"], component, options)  # also when the check was skipped
-            read_pt2(Path(directory) / name, name, options=options, expected_size=size, shared=shared)
+        built = read_pt2(Path(directory) / name, name, options=options, expected_size=size, build=True, shared=shared)
+        if "native" in paths:
             return CompiledProgram(
                 package=Path(directory) / paths["native"],
                 target=dict(entry.extra.get("target") or {}),
+                exported=built.program,
                 program_path=Path(directory) / name,
             )
-        built = read_pt2(Path(directory) / name, name, options=options, expected_size=size, build=True, shared=shared)
         return built.program
     finally:
         if shared is not None:
