@@ -8,9 +8,10 @@ or for ``compile="aoti"``, a static cache, encoder-decoder or multimodal exports
     flock /work/tmp/s12/bench.lock env PYTHONPATH=$PWD .venv/bin/python benchmarks/pt2_shared.py --layers 4
 
 ``--compile aoti`` compares compiled exports instead (``DynamoConfig(compile="aoti")``, each exported and compiled
-once per layout): AOTInductor packages without weights, which read the program's tensors (``shared.safetensors``
-and the ``.pt2`` files) at load, against packages compiled as before, their weights frozen into each (inductor's
-``freezing``, the linear layers' weights prepacked for oneDNN); it also times the greedy tokens of a generate.
+once per layout): ``compiled_weights="shared"``, AOTInductor packages without weights, which read the program's
+tensors (``shared.safetensors`` and the ``.pt2`` files) at load, against ``compiled_weights="packed"`` (the
+default), their weights frozen into each (inductor's ``freezing``, the linear layers' weights prepacked for oneDNN);
+it also times the greedy tokens of a generate.
 
 Each load + generate runs in a fresh process (RSS above the process with the libraries imported). Each save reports
 its seconds, the bytes it wrote and read (``/proc/self/io``: write and read calls) and its RSS peak, over the weights.
@@ -77,25 +78,6 @@ def _tensors(module: Any) -> dict[str, Any]:
     if hasattr(module, "named_parameters"):
         return dict(module.named_parameters())
     return dict(getattr(module, "hub_export_constants", None) or {})
-
-
-def _frozen_compile() -> Any:
-    """``compile_aoti`` as it was before the packages read the export's weights: freezing on (CPU), the weights in
-    each package, no constants table (the loader then hands the package nothing)."""
-    import torch
-
-    from hub_export.backends.dynamo import compiled
-
-    def compile_aoti(program: Any, device: str = "cpu") -> Any:
-        target = compiled.current_target(device)
-        folder = tempfile.TemporaryDirectory(prefix="hub_export_aoti_")
-        path = Path(folder.name) / "model.aoti.pt2"
-        configs = {"freezing": True, "cpp.dynamic_threads": True, "cpp.march": target["march"]}
-        with torch.no_grad():
-            torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
-        return compiled.CompiledProgram(package=path, target=target, exported=program, _keepalive=folder)
-
-    return compile_aoti
 
 
 def _io() -> dict[str, int]:
@@ -177,15 +159,13 @@ def main() -> None:
 
 
 def _compiled(args: argparse.Namespace) -> None:
-    """``--compile aoti``: the same model exported and compiled twice, packages without weights (after) and packages
-    holding their own frozen weights (before); files, RSS and tokens/s of each in a fresh process."""
-    import pytest
+    """``--compile aoti``: the same model exported and compiled twice, packages without weights (``"shared"``) and
+    packages holding their own frozen weights (``"packed"``); files, RSS and tokens/s of each in a fresh process."""
     import torch
     from _models import build, unique_weight_bytes
     from scale import _inputs, versions
 
     from hub_export import DynamoConfig, DynamoExporter
-    from hub_export.backends.dynamo import exporter as dynamo_exporter
 
     print(f"load average {os.getloadavg()}; {versions()}")
     model = build(args.model, layers=args.layers)
@@ -194,16 +174,16 @@ def _compiled(args: argparse.Namespace) -> None:
         expected = model.generate(**_inputs(1, 32, 0), max_new_tokens=8, do_sample=False).tolist()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for layout in ("packages read shared.safetensors (after)", "each package holds its frozen weights (before)"):
-            with pytest.MonkeyPatch.context() as patch:
-                if "before" in layout:
-                    patch.setattr(dynamo_exporter, "compile_aoti", _frozen_compile())
-                start = time.perf_counter()
-                config = DynamoConfig(dynamic=True, compile="aoti")
-                exported = DynamoExporter().export_for_generation(model, _inputs(1, 16, 0), config=config)
-                export_s = time.perf_counter() - start
-                folder = exported.save_pretrained(Path(tmp) / ("after" if "after" in layout else "before"))
-                del exported
+        for layout, weights_at in (
+            ("packages read shared.safetensors (compiled_weights='shared')", "shared"),
+            ("each package holds its frozen weights (compiled_weights='packed')", "packed"),
+        ):
+            start = time.perf_counter()
+            config = DynamoConfig(dynamic=True, compile="aoti", compiled_weights=weights_at)
+            exported = DynamoExporter().export_for_generation(model, _inputs(1, 16, 0), config=config)
+            export_s = time.perf_counter() - start
+            folder = exported.save_pretrained(Path(tmp) / weights_at)
+            del exported
             files = {p.name: p.stat().st_size for p in folder.iterdir()}
             fresh = _fresh(folder)
             assert fresh.pop("tokens") == expected, layout

@@ -2,7 +2,9 @@
 with ``trust_native_code=True`` and only on the target they were compiled for.
 
 AOTInductor compiles are slow (a C++ build per component, growing with the graph): one generation export of the tiny
-Llama, with one layer, is compiled once for the whole module and every test reads it.
+Llama, with one layer, its packages reading the export's weights (``compiled_weights="shared"``), is compiled once
+for the whole module and most tests read it; the default packages holding their own frozen weights are compiled for a
+two-layer MLP.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from hub_export.manifest import Manifest
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Path]:
     """(tiny case, the in-memory compiled export, its saved folder)."""
     case = build("llama", layers=1)
-    config = DynamoConfig(dynamic=True, compile="aoti")
+    config = DynamoConfig(dynamic=True, compile="aoti", compiled_weights="shared")
     exported = DynamoExporter().export_for_generation(case.model, case.sample, config=config)
     folder = exported.save_pretrained(tmp_path_factory.mktemp("aoti") / "pt2")
     return case, exported, folder
@@ -80,6 +82,7 @@ def test_manifest_records_the_native_role_and_the_target(compiled: Any) -> None:
     assert roles["prefill.pt2"] == "program"  # the portable program stays in the export
     for entry in manifest.components.values():
         assert entry.extra["compile"] == "aoti"
+        assert entry.extra["compiled_weights"] == "shared"
         assert entry.extra["target"] == current_target("cpu")
     assert json.loads((folder / "export.json").read_text())["config"]["compile"] == "aoti"
 
@@ -113,6 +116,26 @@ def test_constants_must_match_the_package(compiled: Any) -> None:
     del state[fqn]
     with pytest.raises(UnsafeExportError, match="reads a constant .* its program lacks"):
         load_compiled(program, "cpu", "decode")
+
+
+def test_packed_packages_hold_their_frozen_prepacked_weights(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)).eval()
+    config = DynamoConfig(dynamic=True, compile="aoti")  # compiled_weights="packed", the default
+    exported = DynamoExporter().export(model, {"input": torch.randn(2, 16)}, config=config)
+    package = exported.components["model"].program.package
+    with zipfile.ZipFile(package) as archive:
+        source = "".join(archive.read(n).decode() for n in archive.namelist() if n.endswith(".wrapper.cpp"))
+    # frozen weights: the linear layers run oneDNN's linear on weights prepacked at compile time, not aten mm
+    assert "_linear_pointwise" in source
+    folder = exported.save_pretrained(tmp_path / "pt2")
+    assert Manifest.read(folder).components["model"].extra["compiled_weights"] == "packed"
+    loaded = ExportedModel.from_pretrained(folder, trust_native_code=True)
+    runner = loaded.runners["model"]
+    assert runner.compiled and not hasattr(runner.module, "hub_export_constants")  # its own weights, none handed
+    x = torch.randn(5, 16)  # another batch: the dim is kept
+    with torch.no_grad():
+        assert torch.allclose(loaded(input=x), model(x), atol=1e-4)
 
 
 def _with_target(folder: Path, tmp_path: Path, **changes: Any) -> Path:
@@ -154,6 +177,10 @@ def test_compile_option_is_checked() -> None:
     with pytest.raises(ConfigError, match="compile must be None or 'aoti'"):
         DynamoConfig(compile="tvm")
     assert DynamoConfig.from_dict(DynamoConfig(compile="aoti").to_dict()).compile == "aoti"
+    with pytest.raises(ConfigError, match="compiled_weights must be 'packed' or 'shared'"):
+        DynamoConfig(compile="aoti", compiled_weights="mmap")  # type: ignore[arg-type]
+    shared = DynamoConfig(compile="aoti", compiled_weights="shared")
+    assert DynamoConfig.from_dict(shared.to_dict()).compiled_weights == "shared"
 
 
 def test_num_threads_applies_to_each_call_and_is_restored(compiled: Any) -> None:

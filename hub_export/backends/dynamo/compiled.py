@@ -2,29 +2,34 @@
 
 ``DynamoConfig(compile="aoti")`` compiles each component with ``torch._inductor.aoti_compile_and_package`` (the
 program's dynamic shapes are kept) into an AOTInductor package, saved beside the program as
-``<component>.aoti.pt2`` (role ``native``): a shared library of generated kernels (the weights are the program's,
-below). It is native code: loading it runs it, so a loader refuses it unless the user passed
+``<component>.aoti.pt2`` (role ``native``): a shared library of generated kernels, with or without the weights
+(``DynamoConfig.compiled_weights``, below). It is native code: loading it runs it, so a loader refuses it unless the user passed
 ``trust_native_code=True`` (see ``docs/security.md``).
 
 The component's manifest ``extra`` records what it was compiled for (:func:`current_target`)::
 
-    {"compile": "aoti", "target": {"device": "cpu", "machine": "x86_64", "march": "x86-64-v4",
-                                    "cpu_features": ["avx512bw", ...], "torch": "2.13"}}
+    {"compile": "aoti", "compiled_weights": "packed",
+     "target": {"device": "cpu", "machine": "x86_64", "march": "x86-64-v4", "cpu_features": ["avx512bw", ...],
+                "torch": "2.13"}}
 
 and :func:`check_target` refuses another machine, CPU, device or torch version with a ``DeviceUnavailableError``
 before the library is loaded. On x86 the kernels are built for a portable micro-architecture level (``x86-64-v4``
 when the CPU has AVX-512, else ``x86-64-v3`` or ``x86-64-v2``) instead of inductor's ``-march=native``, so a package
 runs on every CPU of that level that also has the vector extensions inductor picked.
 
-The package holds no weights (``aot_inductor.package_constants_in_so=False``, :func:`inductor_configs`): its
-constants are the program's own parameters, buffers and tensor constants, by FQN, and come at load from the
-component's portable ``.pt2`` and the export's ``shared.safetensors`` (the tensors :func:`.io.load_program` maps,
-not copies), handed to the loaded package with ``load_constants(..., user_managed=True)``: the package reads them
-where they are, so the components of one export hold each weight they share once, on disk and in memory. The package
-records, in its metadata (:data:`CONSTANTS_METADATA`), the dtype, shape and strides of every constant it was
-compiled for; :func:`load_compiled` refuses constants that differ, or a package that asks for one the program
-lacks, before the package runs (AOTInductor itself checks nothing of a user-managed constant). A package compiled
-before (its weights frozen into it: no such metadata) loads its own, as it did.
+``compiled_weights="packed"`` (the default): the package holds its weights; on CPU they are frozen into it, the
+linear layers' prepacked in oneDNN's blocked layout for the compiling CPU's instruction set (which the target check
+covers), and the package runs by itself.
+
+``compiled_weights="shared"``: the package holds no weights (``aot_inductor.package_constants_in_so=False``,
+:func:`inductor_configs`): its constants are the program's own parameters, buffers and tensor constants, by FQN, and
+come at load from the component's portable ``.pt2`` and the export's ``shared.safetensors`` (the tensors
+:func:`.io.load_program` maps, not copies), handed to the loaded package with ``load_constants(...,
+user_managed=True)``: the package reads them where they are, so the components of one export hold each weight they
+share once, on disk and in memory. The package records, in its metadata (:data:`CONSTANTS_METADATA`), the dtype,
+shape and strides of every constant it was compiled for; :func:`load_compiled` refuses constants that differ, or a
+package that asks for one the program lacks, before the package runs (AOTInductor itself checks nothing of a
+user-managed constant). A package without that metadata (``"packed"``) loads its own weights.
 """
 
 from __future__ import annotations
@@ -205,33 +210,46 @@ def check_target(target: dict[str, Any], device: str | None, where: str) -> None
         )
 
 
-def inductor_configs(target: dict[str, Any]) -> dict[str, Any]:
-    """The inductor settings a package for ``target`` is compiled with.
+def inductor_configs(target: dict[str, Any], weights: str = "packed") -> dict[str, Any]:
+    """The inductor settings a package for ``target`` is compiled with (``weights``: ``DynamoConfig.compiled_weights``).
+
+    ``"packed"``, on CPU:
+
+    * ``freezing``: the weights become constants, so inductor folds what depends on them only and prepacks each
+      linear layer's weight into oneDNN's blocked layout; the matrix products run as oneDNN ``linear`` kernels
+      instead of ``mm`` over row-major weights (see ``docs/benchmarks.md`` for the gain). Inductor applies it only
+      to an inference graph, hence :func:`compile_aoti` compiles under ``torch.no_grad()``.
+
+    ``"shared"``:
 
     * ``aot_inductor.package_constants_in_so=False``: the package holds no weights; they come at load from the
       export's files (see the module docstring). Inductor's ``freezing`` stays off: it would fold and prepack the
       weights into new constants (``_frozen_param<N>``, the linear layers' in oneDNN's blocked layout) that no longer
-      are the program's tensors, so each package would carry its own copy again (``docs/benchmarks.md`` measures
-      what the prepacked kernels gained and what sharing saves); it is set off explicitly, whatever
+      are the program's tensors, so each package would carry its own copy again; it is set off explicitly, whatever
       ``TORCHINDUCTOR_FREEZING`` says.
 
-    On CPU:
+    On CPU, both:
 
     * ``cpp.dynamic_threads``: the generated kernels ask OpenMP for the thread count when they run (what
       ``torch.set_num_threads`` set) instead of the count of the compiling process, written into the library: a
       package compiled on a 64-core machine would otherwise start 64 threads per kernel on a 2-core one.
     * ``cpp.march``: a portable x86 level instead of ``-march=native`` (see the module docstring).
     """
-    configs: dict[str, Any] = {"aot_inductor.package_constants_in_so": False, "freezing": False}
+    configs: dict[str, Any] = {}
+    if weights == "shared":
+        configs.update({"aot_inductor.package_constants_in_so": False, "freezing": False})
     if target["device"] == "cpu":
+        if weights == "packed":
+            configs["freezing"] = True
         configs["cpp.dynamic_threads"] = True
         if target.get("march"):
             configs["cpp.march"] = target["march"]
     return configs
 
 
-def compile_aoti(program: Any, device: str = "cpu") -> CompiledProgram:
-    """Compile an ExportedProgram with AOTInductor into a package in a temporary folder (kept with the result).
+def compile_aoti(program: Any, device: str = "cpu", weights: str = "packed") -> CompiledProgram:
+    """Compile an ExportedProgram with AOTInductor into a package in a temporary folder (kept with the result);
+    ``weights`` is ``DynamoConfig.compiled_weights`` (see :func:`inductor_configs`).
 
     Raises:
         ExportError: AOTInductor failed (a C++ compiler is needed: ``g++`` on Linux).
@@ -241,9 +259,11 @@ def compile_aoti(program: Any, device: str = "cpu") -> CompiledProgram:
     target = current_target(device)
     folder = tempfile.TemporaryDirectory(prefix="hub_export_aoti_")
     path = Path(folder.name) / "model.aoti.pt2"
-    configs = inductor_configs(target)
-    configs["aot_inductor.metadata"] = {CONSTANTS_METADATA: json.dumps(_constants_table(program))}
+    configs = inductor_configs(target, weights)
+    if weights == "shared":
+        configs["aot_inductor.metadata"] = {CONSTANTS_METADATA: json.dumps(_constants_table(program))}
     try:
+        # Inductor freezes only an inference graph: under grad mode it would skip ``freezing`` silently.
         with torch.no_grad():
             torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
     except Exception as exc:  # inductor and the C++ compiler raise many types

@@ -35,12 +35,23 @@ class DynamoConfig(ExportConfig):
             the device it is exported on; the package is native code, loaded only with ``trust_native_code=True``
             and only on a machine like the one that compiled it (see :mod:`hub_export.backends.dynamo.compiled`).
             None: the program runs as ``ExportedProgram.module()``, anywhere torch runs.
+        compiled_weights: Where a compiled package's weights are (with ``compile="aoti"``). ``"packed"`` (the
+            default): in the package, on CPU frozen and prepacked into oneDNN's layout for its fastest kernels; the
+            package runs by itself (torch's own AOTInductor loader, C++ included), and each package holds its own
+            copy beside the program's. ``"shared"``: the package holds none and reads the export's own weights at
+            load (the components of one export hold each weight once, on disk and in memory); on CPU its linear
+            layers then run at about eager speed (``docs/benchmarks.md`` measures both).
     """
 
     export_format: ClassVar[ExportFormat] = FORMAT
     compile: Literal["aoti"] | None = None
+    compiled_weights: Literal["packed", "shared"] = "packed"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.compile not in (None, "aoti"):
             raise ConfigError(f"DynamoConfig.compile must be None or 'aoti' (AOTInductor), got {self.compile!r}.")
+        if self.compiled_weights not in ("packed", "shared"):
+            raise ConfigError(
+                f"DynamoConfig.compiled_weights must be 'packed' or 'shared', got {self.compiled_weights!r}."
+            )

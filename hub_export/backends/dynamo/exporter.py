@@ -37,8 +37,11 @@ class DynamoExporter(HfExporter):
         _admit_lower_mins(traced)
         if getattr(config, "compile", None) != "aoti":
             return traced.program
-        compiled = compile_aoti(traced.program, traced.device)
-        return Lowered(compiled, extra={"compile": "aoti", "target": dict(compiled.target)})
+        weights = getattr(config, "compiled_weights", "packed")
+        compiled = compile_aoti(traced.program, traced.device, weights=weights)
+        return Lowered(
+            compiled, extra={"compile": "aoti", "compiled_weights": weights, "target": dict(compiled.target)}
+        )
 
 
 #: A guard torch.export adds when it specializes a size away from 1 (``s != 1``, ``(s + t) != 1``, ``s > 1``).
