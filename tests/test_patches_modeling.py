@@ -317,6 +317,49 @@ def test_seanet_codec_padding_keeps_the_length_dynamic() -> None:
         assert torch.equal(codes, model.encode(audio).audio_codes)
 
 
+def test_neucodec_output_length_keeps_the_length_dynamic() -> None:
+    """NeuCodec cuts its audio to int(length * 1.5) (24 kHz out over 16 kHz in, a Python float: pinned before): on
+    integers the export takes other lengths and cuts where eager does; a ratio that is no binary fraction (22.05 kHz
+    over 16 kHz) keeps upstream's float."""
+    from types import SimpleNamespace
+
+    from transformers.models.neucodec.modeling_neucodec import NeuCodecModel
+
+    from hub_export.patches.audio_codecs import _exact_ratio, neucodec_output_length_on_integers
+
+    class Codec(torch.nn.Module):  # NeuCodec's contract: encode -> latents, decode -> audio 2 samples per latent
+        def __init__(self) -> None:
+            super().__init__()
+            self.config = SimpleNamespace(output_sampling_rate=24_000, input_sampling_rate=16_000, return_dict=True)
+            self.sample_rate_conversion_factor = 1.5
+
+        def encode(self, input_values: torch.Tensor, **kwargs: Any) -> Any:
+            latents = input_values[..., ::2] * 2
+            return SimpleNamespace(latents=latents, audio_codes=latents.long(), audio_codes_mask=None)
+
+        def decode(self, latents: torch.Tensor, **kwargs: Any) -> tuple:
+            return (torch.repeat_interleave(latents, 4, dim=-1),)
+
+    codec = Codec()
+    patched = neucodec_output_length_on_integers(NeuCodecModel.forward)
+
+    class Forward(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.codec = codec
+
+        def forward(self, input_values: torch.Tensor) -> torch.Tensor:
+            return patched(self.codec, input_values, input_values).audio_values
+
+    program = torch.export.export(Forward(), (torch.randn(1, 1, 10),), dynamic_shapes=({2: Dim.AUTO},))
+    for length in (10, 7, 16):
+        audio = torch.randn(1, 1, length)
+        want = NeuCodecModel.forward(codec, audio, audio).audio_values
+        assert want.shape[-1] == int(length * 1.5)
+        torch.testing.assert_close(program.module()(audio), want, rtol=0, atol=0)
+    assert _exact_ratio(24_000, 16_000) == 1.5 and _exact_ratio(22_050, 16_000) is None
+
+
 @pytest.mark.parametrize("kind", ["longcat_flash"])
 def test_experts_loops_over_the_ids_hit_trace_per_expert(kind: str) -> None:
     """LongCat-Flash's and Step 3.7's experts iterate over the ids hit (nonzero, then .item()): data-dependent.

@@ -27,6 +27,9 @@ type that is not used costs nothing, and a class or method that is gone raises `
   convolution's Python integers (:mod:`hub_export.patches.audio_codecs`).
 * ``EncodecModel.encode`` (same module), without chunks: a Python loop over ``range(0, length, length)`` (one
   chunk) pins the length; the patch runs its one iteration.
+* ``NeuCodecModel.forward`` (transformers/models/neucodec/modeling_neucodec.py): the decoded audio is cut to
+  ``int(length * 1.5)`` (the output over the input sampling rate, a Python float), which pins the length; the patch
+  computes it on integers (:mod:`hub_export.patches.audio_codecs`).
 * ``LongformerSelfAttention.forward`` and ``_get_global_attn_indices`` (transformers/models/longformer/
   modeling_longformer.py; ``LEDEncoderSelfAttention`` copies them): the layer branches on ``is_global_attn``, read from
   the mask's values; the patch takes the global branch for every mask (the same numbers without global tokens) with
@@ -75,7 +78,12 @@ from typing import Any
 
 from ..errors import PatchTargetMissing
 from ._base import patch_attribute
-from .audio_codecs import CONV_PADDING_CLASSES, conv1d_padded_on_integers, encodec_encode_one_chunk
+from .audio_codecs import (
+    CONV_PADDING_CLASSES,
+    conv1d_padded_on_integers,
+    encodec_encode_one_chunk,
+    neucodec_output_length_on_integers,
+)
 from .experts import dbrx_experts, longcat_experts, step3p7_experts, switch_experts
 from .global_attention import global_branch_always, global_flag_not_read, global_indices_bounded
 from .local_attention import canine_downsampled_mask, canine_local_attention
@@ -399,6 +407,13 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
         "encode",
         encodec_encode_one_chunk,
         "EnCodec without chunks loops over range(0, length, length) in Python (one chunk), pinning the length",
+    ),
+    ModelingPatch(
+        "transformers.models.neucodec.modeling_neucodec",
+        "NeuCodecModel",
+        "forward",
+        neucodec_output_length_on_integers,
+        "NeuCodec cuts its audio to int(length * output_rate / input_rate), a Python float: int() pins the length",
     ),
     *(
         ModelingPatch(
