@@ -360,6 +360,58 @@ def test_neucodec_output_length_keeps_the_length_dynamic() -> None:
     assert _exact_ratio(24_000, 16_000) == 1.5 and _exact_ratio(22_050, 16_000) is None
 
 
+def test_nemotron_chunk_loops_keep_the_length_dynamic_within_one_chunk() -> None:
+    """Nemotron 3 Diarization (and Nemotron 3.5 Transcribe's chunk list) loop over chunks of the recording in Python
+    (the length pinned before): a sample of one chunk traces its one iteration, the export takes every length of one
+    chunk with eager's numbers, and a longer one is refused (the bound is the chunk)."""
+    from transformers import Nemotron3DiarizationConfig, Nemotron3DiarizationForAudioFrameClassification
+    from transformers.models.nemotron3_5_transcribe.modeling_nemotron3_5_transcribe import (
+        Nemotron3_5TranscribeAudioModel,
+    )
+
+    from hub_export.patches.chunks import transcribe_one_chunk
+
+    audio = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+    config = Nemotron3DiarizationConfig(
+        audio_config={**audio, "num_mel_bins": 8, "subsampling_factor": 8},
+        head_config={"hidden_size": 8, "num_speakers": 2, "audio_hidden_size": 16},
+        streaming_config={"num_speakers": 2, "speaker_cache_length": 8, "fifo_length": 8},
+        chunk_length=4, chunk_right_context=1, fifo_length=4, speaker_cache_update_period=2,
+    )  # fmt: skip
+    model = seeded(Nemotron3DiarizationForAudioFrameClassification, config)
+    original = Nemotron3DiarizationForAudioFrameClassification.forward
+
+    class Logits(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_features: torch.Tensor) -> torch.Tensor:
+            return self.model(input_features).logits
+
+    torch.manual_seed(0)
+    with symbolic_sizes(model) as applied, torch.no_grad():
+        program = torch.export.export(Logits(), (torch.randn(2, 24, 8),), dynamic_shapes=({1: Dim.AUTO},))
+    assert applied == 1 and Nemotron3DiarizationForAudioFrameClassification.forward is original
+    with torch.no_grad():
+        for frames in (24, 16, 32):  # 3, 2 and 4 encoder frames: one chunk
+            features = torch.randn(2, frames, 8)
+            torch.testing.assert_close(program.module()(features), model(features).logits, rtol=0, atol=1e-5)
+        with pytest.raises(AssertionError, match="Guard failed"):
+            program.module()(torch.randn(2, 40, 8))  # 5 encoder frames: two chunks
+
+    class Chunks(torch.nn.Module):
+        def forward(self, features: torch.Tensor) -> torch.Tensor:
+            chunks = transcribe_one_chunk(Nemotron3_5TranscribeAudioModel._get_chunks)(stub, features.shape[1])
+            return features[:, chunks[0][0]] * 2
+
+    stub = type("Stub", (), {"config": type("C", (), {"diarization_config": config})()})()
+    chunks = torch.export.export(Chunks(), (torch.randn(1, 3),), dynamic_shapes=({1: Dim.AUTO},))
+    assert torch.equal(chunks.module()(torch.ones(1, 4)), torch.full((1, 4), 2.0))
+    upstream = Nemotron3_5TranscribeAudioModel._get_chunks
+    assert transcribe_one_chunk(upstream)(stub, 6) == upstream(stub, 6)  # eager: upstream's two chunks
+
+
 @pytest.mark.parametrize("kind", ["longcat_flash"])
 def test_experts_loops_over_the_ids_hit_trace_per_expert(kind: str) -> None:
     """LongCat-Flash's and Step 3.7's experts iterate over the ids hit (nonzero, then .item()): data-dependent.

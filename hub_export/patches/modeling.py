@@ -30,6 +30,9 @@ type that is not used costs nothing, and a class or method that is gone raises `
 * ``NeuCodecModel.forward`` (transformers/models/neucodec/modeling_neucodec.py): the decoded audio is cut to
   ``int(length * 1.5)`` (the output over the input sampling rate, a Python float), which pins the length; the patch
   computes it on integers (:mod:`hub_export.patches.audio_codecs`).
+* ``Nemotron3_5TranscribeAudioModel._get_chunks`` and ``Nemotron3DiarizationForAudioFrameClassification.forward``:
+  offline chunks listed by a Python loop over ``range(0, frames, chunk_length)``, which pins the length; a traced
+  sample of one chunk runs that one iteration, the length bounded by a chunk (:mod:`hub_export.patches.chunks`).
 * ``LongformerSelfAttention.forward`` and ``_get_global_attn_indices`` (transformers/models/longformer/
   modeling_longformer.py; ``LEDEncoderSelfAttention`` copies them): the layer branches on ``is_global_attn``, read from
   the mask's values; the patch takes the global branch for every mask (the same numbers without global tokens) with
@@ -84,6 +87,7 @@ from .audio_codecs import (
     encodec_encode_one_chunk,
     neucodec_output_length_on_integers,
 )
+from .chunks import diarization_one_chunk, transcribe_one_chunk
 from .experts import dbrx_experts, longcat_experts, step3p7_experts, switch_experts
 from .global_attention import global_branch_always, global_flag_not_read, global_indices_bounded
 from .local_attention import canine_downsampled_mask, canine_local_attention
@@ -414,6 +418,22 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
         "forward",
         neucodec_output_length_on_integers,
         "NeuCodec cuts its audio to int(length * output_rate / input_rate), a Python float: int() pins the length",
+    ),
+    ModelingPatch(
+        "transformers.models.nemotron3_5_transcribe.modeling_nemotron3_5_transcribe",
+        "Nemotron3_5TranscribeAudioModel",
+        "_get_chunks",
+        transcribe_one_chunk,
+        "Nemotron 3.5 Transcribe lists its chunks with a Python loop over range(0, frames, chunk_length), pinning "
+        "the length",
+    ),
+    ModelingPatch(
+        "transformers.models.nemotron3_diarization.modeling_nemotron3_diarization",
+        "Nemotron3DiarizationForAudioFrameClassification",
+        "forward",
+        diarization_one_chunk,
+        "Nemotron 3 Diarization runs its encoder in a Python loop over range(0, frames, chunk_length), pinning the "
+        "length",
     ),
     *(
         ModelingPatch(
