@@ -58,6 +58,8 @@ type that is not used costs nothing, and a class or method that is gone raises `
 * ``Lfm2VlModel.get_image_features``, ``Lfm3VlVisionShortConv.forward``, ``HunYuanVLVisionTransformer.forward``:
   per-image pixel unshuffle, per-frame depthwise convolution and per-image patch merger in Python loops over the grid, gathered for every patch at once
   (:mod:`hub_export.patches.packed_images`).
+* ``VideoLlama3VisionModel.pixel_unshuffle``: each image's grid resized by ``F.interpolate`` in a Python loop over
+  the grid, gathered as bilinear samples for every output token at once (:mod:`hub_export.patches.packed_images`).
 * ``HunYuanVLModel.get_placeholder_mask``, ``Ovis2Model.forward``: a Python ``if`` on the placeholder tokens (a
   count check, a write under ``mask.any()``), traced as a check and a select (:mod:`hub_export.patches.placeholders`).
 * ``torch.nn.LSTM.forward`` (torch/nn/modules/rnn.py): ``aten.lstm`` is a composite op that torch.export decomposes
@@ -105,6 +107,7 @@ from .packed_images import (
     lfm3_vl_grid_kept,
     lfm3_vl_short_conv,
     paddleocr_vl_projector,
+    video_llama_3_pixel_unshuffle,
 )
 from .padding import attention_window, block_size, padded_to_multiple
 from .placeholders import hunyuan_vl_placeholder_mask, ovis2_indicators_selected
@@ -370,6 +373,13 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
         "forward",
         hunyuan_vl_vision,
         "HunYuan-VL merges each image's patches in a Python loop over grid_thw.tolist(), pinning the images and grid",
+    ),
+    ModelingPatch(
+        "transformers.models.video_llama_3.modeling_video_llama_3",
+        "VideoLlama3VisionModel",
+        "pixel_unshuffle",
+        video_llama_3_pixel_unshuffle,
+        "VideoLLaMA3 resizes each image's grid with F.interpolate in a Python loop over grid_thw, pinning the grid",
     ),
     ModelingPatch(
         "transformers.models.funnel.modeling_funnel",
