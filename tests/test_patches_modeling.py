@@ -412,6 +412,32 @@ def test_nemotron_chunk_loops_keep_the_length_dynamic_within_one_chunk() -> None
     assert transcribe_one_chunk(upstream)(stub, 6) == upstream(stub, 6)  # eager: upstream's two chunks
 
 
+def test_fastspeech2_length_regulator_traces_with_a_data_dependent_length() -> None:
+    """FastSpeech2-Conformer's length regulator branched on the durations' sum and looped over the batch
+    (GuardOnDataDependentSymNode before): gathered, it returns upstream's frames (all-zero durations and a speed
+    included), and exported, it takes other durations with the frame count a data-dependent size."""
+    from transformers.models.fastspeech2_conformer import modeling_fastspeech2_conformer as upstream
+
+    from hub_export.patches.durations import length_regulator_gathered
+
+    patched = length_regulator_gathered(upstream.length_regulator)
+    hidden = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(0))
+    durations = [torch.tensor([[1, 0, 3, 2], [2, 2, 0, 0]]), torch.zeros(2, 4, dtype=torch.long)]
+    for duration, speed in ((durations[0], 1.0), (durations[1], 1.0), (durations[0], 1.6)):
+        want = upstream.length_regulator(hidden, duration.clone(), speed)
+        torch.testing.assert_close(patched(hidden, duration.clone(), speed), want, rtol=0, atol=0)
+
+    class Regulator(torch.nn.Module):
+        def forward(self, hidden: torch.Tensor, duration: torch.Tensor) -> torch.Tensor:
+            return patched(hidden, duration.clone())
+
+    program = torch.export.export(Regulator(), (hidden, durations[0]), dynamic_shapes=({1: Dim.AUTO}, {1: Dim.AUTO}))
+    for duration in (torch.tensor([[4, 1, 0], [0, 0, 2]]), torch.tensor([[3, 3, 3, 3, 1], [1, 0, 0, 0, 0]])):
+        states = torch.randn(2, duration.shape[1], 3)
+        want = upstream.length_regulator(states, duration.clone())
+        torch.testing.assert_close(program.module()(states, duration), want, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("kind", ["longcat_flash"])
 def test_experts_loops_over_the_ids_hit_trace_per_expert(kind: str) -> None:
     """LongCat-Flash's and Step 3.7's experts iterate over the ids hit (nonzero, then .item()): data-dependent.

@@ -60,6 +60,8 @@ type that is not used costs nothing, and a class or method that is gone raises `
   (:mod:`hub_export.patches.packed_images`).
 * ``VideoLlama3VisionModel.pixel_unshuffle``: each image's grid resized by ``F.interpolate`` in a Python loop over
   the grid, gathered as bilinear samples for every output token at once (:mod:`hub_export.patches.packed_images`).
+* ``length_regulator`` and ``FastSpeech2ConformerRelPositionalEncoding.extend_pos_enc``: a branch on the durations'
+  values, a loop over the batch and a branch on the data-dependent frame count (:mod:`hub_export.patches.durations`).
 * ``HunYuanVLModel.get_placeholder_mask``, ``Ovis2Model.forward``: a Python ``if`` on the placeholder tokens (a
   count check, a write under ``mask.any()``), traced as a check and a select (:mod:`hub_export.patches.placeholders`).
 * ``torch.nn.LSTM.forward`` (torch/nn/modules/rnn.py): ``aten.lstm`` is a composite op that torch.export decomposes
@@ -90,6 +92,7 @@ from .audio_codecs import (
     neucodec_output_length_on_integers,
 )
 from .chunks import diarization_one_chunk, transcribe_one_chunk
+from .durations import length_regulator_gathered, positions_within_table
 from .experts import dbrx_experts, longcat_experts, step3p7_experts, switch_experts
 from .global_attention import global_branch_always, global_flag_not_read, global_indices_bounded
 from .local_attention import canine_downsampled_mask, canine_local_attention
@@ -380,6 +383,22 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
         "pixel_unshuffle",
         video_llama_3_pixel_unshuffle,
         "VideoLLaMA3 resizes each image's grid with F.interpolate in a Python loop over grid_thw, pinning the grid",
+    ),
+    ModelingPatch(
+        "transformers.models.fastspeech2_conformer.modeling_fastspeech2_conformer",
+        "",
+        "length_regulator",
+        length_regulator_gathered,
+        "FastSpeech2-Conformer's length regulator branches on the durations' sum and loops over the batch",
+        holder="FastSpeech2ConformerModel",
+    ),
+    ModelingPatch(
+        "transformers.models.fastspeech2_conformer.modeling_fastspeech2_conformer",
+        "FastSpeech2ConformerRelPositionalEncoding",
+        "extend_pos_enc",
+        positions_within_table,
+        "FastSpeech2-Conformer rebuilds its positional table when a length needs more: a branch on the "
+        "data-dependent spectrogram length",
     ),
     ModelingPatch(
         "transformers.models.funnel.modeling_funnel",
