@@ -317,6 +317,127 @@ def test_seanet_codec_padding_keeps_the_length_dynamic() -> None:
         assert torch.equal(codes, model.encode(audio).audio_codes)
 
 
+def test_neucodec_output_length_keeps_the_length_dynamic() -> None:
+    """NeuCodec cuts its audio to int(length * 1.5) (24 kHz out over 16 kHz in, a Python float: pinned before): on
+    integers the export takes other lengths and cuts where eager does; a ratio that is no binary fraction (22.05 kHz
+    over 16 kHz) keeps upstream's float."""
+    from types import SimpleNamespace
+
+    from transformers.models.neucodec.modeling_neucodec import NeuCodecModel
+
+    from hub_export.patches.audio_codecs import _exact_ratio, neucodec_output_length_on_integers
+
+    class Codec(torch.nn.Module):  # NeuCodec's contract: encode -> latents, decode -> audio 2 samples per latent
+        def __init__(self) -> None:
+            super().__init__()
+            self.config = SimpleNamespace(output_sampling_rate=24_000, input_sampling_rate=16_000, return_dict=True)
+            self.sample_rate_conversion_factor = 1.5
+
+        def encode(self, input_values: torch.Tensor, **kwargs: Any) -> Any:
+            latents = input_values[..., ::2] * 2
+            return SimpleNamespace(latents=latents, audio_codes=latents.long(), audio_codes_mask=None)
+
+        def decode(self, latents: torch.Tensor, **kwargs: Any) -> tuple:
+            return (torch.repeat_interleave(latents, 4, dim=-1),)
+
+    codec = Codec()
+    patched = neucodec_output_length_on_integers(NeuCodecModel.forward)
+
+    class Forward(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.codec = codec
+
+        def forward(self, input_values: torch.Tensor) -> torch.Tensor:
+            return patched(self.codec, input_values, input_values).audio_values
+
+    program = torch.export.export(Forward(), (torch.randn(1, 1, 10),), dynamic_shapes=({2: Dim.AUTO},))
+    for length in (10, 7, 16):
+        audio = torch.randn(1, 1, length)
+        want = NeuCodecModel.forward(codec, audio, audio).audio_values
+        assert want.shape[-1] == int(length * 1.5)
+        torch.testing.assert_close(program.module()(audio), want, rtol=0, atol=0)
+    assert _exact_ratio(24_000, 16_000) == 1.5 and _exact_ratio(22_050, 16_000) is None
+
+
+def test_nemotron_chunk_loops_keep_the_length_dynamic_within_one_chunk() -> None:
+    """Nemotron 3 Diarization (and Nemotron 3.5 Transcribe's chunk list) loop over chunks of the recording in Python
+    (the length pinned before): a sample of one chunk traces its one iteration, the export takes every length of one
+    chunk with eager's numbers, and a longer one is refused (the bound is the chunk)."""
+    from transformers import Nemotron3DiarizationConfig, Nemotron3DiarizationForAudioFrameClassification
+    from transformers.models.nemotron3_5_transcribe.modeling_nemotron3_5_transcribe import (
+        Nemotron3_5TranscribeAudioModel,
+    )
+
+    from hub_export.patches.chunks import transcribe_one_chunk
+
+    audio = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+    config = Nemotron3DiarizationConfig(
+        audio_config={**audio, "num_mel_bins": 8, "subsampling_factor": 8},
+        head_config={"hidden_size": 8, "num_speakers": 2, "audio_hidden_size": 16},
+        streaming_config={"num_speakers": 2, "speaker_cache_length": 8, "fifo_length": 8},
+        chunk_length=4, chunk_right_context=1, fifo_length=4, speaker_cache_update_period=2,
+    )  # fmt: skip
+    model = seeded(Nemotron3DiarizationForAudioFrameClassification, config)
+    original = Nemotron3DiarizationForAudioFrameClassification.forward
+
+    class Logits(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_features: torch.Tensor) -> torch.Tensor:
+            return self.model(input_features).logits
+
+    torch.manual_seed(0)
+    with symbolic_sizes(model) as applied, torch.no_grad():
+        program = torch.export.export(Logits(), (torch.randn(2, 24, 8),), dynamic_shapes=({1: Dim.AUTO},))
+    assert applied == 1 and Nemotron3DiarizationForAudioFrameClassification.forward is original
+    with torch.no_grad():
+        for frames in (24, 16, 32):  # 3, 2 and 4 encoder frames: one chunk
+            features = torch.randn(2, frames, 8)
+            torch.testing.assert_close(program.module()(features), model(features).logits, rtol=0, atol=1e-5)
+        with pytest.raises(AssertionError, match="Guard failed"):
+            program.module()(torch.randn(2, 40, 8))  # 5 encoder frames: two chunks
+
+    class Chunks(torch.nn.Module):
+        def forward(self, features: torch.Tensor) -> torch.Tensor:
+            chunks = transcribe_one_chunk(Nemotron3_5TranscribeAudioModel._get_chunks)(stub, features.shape[1])
+            return features[:, chunks[0][0]] * 2
+
+    stub = type("Stub", (), {"config": type("C", (), {"diarization_config": config})()})()
+    chunks = torch.export.export(Chunks(), (torch.randn(1, 3),), dynamic_shapes=({1: Dim.AUTO},))
+    assert torch.equal(chunks.module()(torch.ones(1, 4)), torch.full((1, 4), 2.0))
+    upstream = Nemotron3_5TranscribeAudioModel._get_chunks
+    assert transcribe_one_chunk(upstream)(stub, 6) == upstream(stub, 6)  # eager: upstream's two chunks
+
+
+def test_fastspeech2_length_regulator_traces_with_a_data_dependent_length() -> None:
+    """FastSpeech2-Conformer's length regulator branched on the durations' sum and looped over the batch
+    (GuardOnDataDependentSymNode before): gathered, it returns upstream's frames (all-zero durations and a speed
+    included), and exported, it takes other durations with the frame count a data-dependent size."""
+    from transformers.models.fastspeech2_conformer import modeling_fastspeech2_conformer as upstream
+
+    from hub_export.patches.durations import length_regulator_gathered
+
+    patched = length_regulator_gathered(upstream.length_regulator)
+    hidden = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(0))
+    durations = [torch.tensor([[1, 0, 3, 2], [2, 2, 0, 0]]), torch.zeros(2, 4, dtype=torch.long)]
+    for duration, speed in ((durations[0], 1.0), (durations[1], 1.0), (durations[0], 1.6)):
+        want = upstream.length_regulator(hidden, duration.clone(), speed)
+        torch.testing.assert_close(patched(hidden, duration.clone(), speed), want, rtol=0, atol=0)
+
+    class Regulator(torch.nn.Module):
+        def forward(self, hidden: torch.Tensor, duration: torch.Tensor) -> torch.Tensor:
+            return patched(hidden, duration.clone())
+
+    program = torch.export.export(Regulator(), (hidden, durations[0]), dynamic_shapes=({1: Dim.AUTO}, {1: Dim.AUTO}))
+    for duration in (torch.tensor([[4, 1, 0], [0, 0, 2]]), torch.tensor([[3, 3, 3, 3, 1], [1, 0, 0, 0, 0]])):
+        states = torch.randn(2, duration.shape[1], 3)
+        want = upstream.length_regulator(states, duration.clone())
+        torch.testing.assert_close(program.module()(states, duration), want, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("kind", ["longcat_flash"])
 def test_experts_loops_over_the_ids_hit_trace_per_expert(kind: str) -> None:
     """LongCat-Flash's and Step 3.7's experts iterate over the ids hit (nonzero, then .item()): data-dependent.

@@ -17,6 +17,7 @@ from hub_export.patches.packed_images import (
     ernie4_5_vl_temporal_slicing,
     lfm2_vl_image_features,
     lfm3_vl_short_conv,
+    video_llama_3_pixel_unshuffle,
 )
 from hub_export.patches.resized_positions import (
     cosmos3_edge_resize,
@@ -184,3 +185,33 @@ def test_ernie4_5_vl_temporal_slicing_over_every_image() -> None:
     expected = Resampler._temporal_slicing(owner, hidden, grid)
     got = ernie4_5_vl_temporal_slicing(Resampler._temporal_slicing)(owner, hidden, grid)
     assert torch.equal(got, expected)
+
+
+def test_video_llama_3_resize_over_every_image() -> None:
+    """VideoLLaMA3's per-image bilinear resize of the grid to (h // m, w // m) (a loop over the grid before) as one
+    gather of four neighbours: eager's numbers for merge sizes 1, 2 and 3 and a clip; exported with the grid an
+    input, it takes other grids."""
+    from transformers.models.video_llama_3.modeling_video_llama_3 import VideoLlama3VisionModel
+
+    upstream = VideoLlama3VisionModel.pixel_unshuffle
+    patched = video_llama_3_pixel_unshuffle(upstream)
+
+    def inputs(grid: list[list[int]], merges: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        thw = torch.tensor(grid)
+        return torch.randn(int(thw.prod(-1).sum()), 5), thw, torch.tensor(merges)
+
+    torch.manual_seed(0)
+    for grid, merges in (([[1, 4, 6], [2, 2, 4], [1, 6, 3], [1, 2, 2]], [2, 1, 3, 2]), ([[3, 4, 4]], [1])):
+        sample = inputs(grid, merges)
+        torch.testing.assert_close(patched(None, *sample), upstream(None, *sample), rtol=0, atol=1e-6)
+
+    class Resize(torch.nn.Module):
+        def forward(self, hidden: torch.Tensor, grid: torch.Tensor, merges: torch.Tensor) -> torch.Tensor:
+            return patched(None, hidden, grid, merges)
+
+    auto = torch.export.Dim.AUTO
+    program = torch.export.export(
+        Resize(), inputs([[1, 4, 6], [1, 2, 2]], [2, 1]), dynamic_shapes=({0: auto}, {0: auto}, {0: auto})
+    )
+    other = inputs([[2, 2, 4], [1, 6, 3], [1, 4, 4]], [1, 3, 2])
+    torch.testing.assert_close(program.module()(*other), upstream(None, *other), rtol=0, atol=1e-6)

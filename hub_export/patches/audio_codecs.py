@@ -1,4 +1,4 @@
-"""The SEANet audio codecs (EnCodec, Mimi, PocketTTS) traced with the length symbolic.
+"""The audio codecs (the SEANet ones: EnCodec, Mimi, PocketTTS; NeuCodec) traced with the length symbolic.
 
 Their padded 1-D convolutions compute the pad widths on Python integers (below), and EnCodec's encode without
 chunks runs its one chunk without a Python loop over the length (:func:`encodec_encode_one_chunk`).
@@ -16,6 +16,14 @@ grammar of ``export.json``). The patched ``forward`` pads
 by those integers (the sequence stays symbolic) and then runs upstream's own convolution and normalization: the
 same ops on the same pad widths, so eager results are bit-identical. A call with a streaming ``padding_cache`` runs
 upstream's code.
+
+``NeuCodecModel.forward`` (transformers/models/neucodec/modeling_neucodec.py) cuts the decoded audio to
+``int(input_length * self.sample_rate_conversion_factor)`` (``output_sampling_rate / input_sampling_rate``, 1.5 for
+16 kHz in, 24 kHz out): the symbolic length times a Python float is a symbolic float, and ``int()`` of it pins the
+length to the traced one. :func:`neucodec_output_length_on_integers` computes that length as
+``input_length * output_rate // input_rate``, a floor division the sizes of ``export.json`` can say. It is the
+same integer where the rates' ratio is a binary fraction (1.5: the float product of a length and the ratio is then
+exact, and ``int`` truncates a positive number as ``//`` floors it); other ratios run upstream's ``forward``.
 """
 
 from __future__ import annotations
@@ -23,7 +31,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CONV_PADDING_CLASSES", "conv1d_padded_on_integers", "encodec_encode_one_chunk"]
+__all__ = [
+    "CONV_PADDING_CLASSES",
+    "conv1d_padded_on_integers",
+    "encodec_encode_one_chunk",
+    "neucodec_output_length_on_integers",
+]
 
 #: (modeling module's model type, class) of every SEANet convolution computing its padding on tensor buffers
 CONV_PADDING_CLASSES: tuple[tuple[str, str], ...] = (
@@ -107,3 +120,64 @@ def encodec_encode_one_chunk(original: Callable[..., Any]) -> Callable[..., Any]
         return output(encoded_frames, scales, 0)
 
     return encode
+
+
+def _exact_ratio(output_rate: Any, input_rate: Any) -> Any:
+    """``output_rate / input_rate`` as a ``Fraction`` where both are positive integers and the float quotient is that
+    fraction exactly (so ``int(length * quotient)`` is ``length * numerator // denominator``); else None."""
+    from fractions import Fraction
+
+    if not all(isinstance(rate, int) and rate > 0 for rate in (output_rate, input_rate)):
+        return None
+    ratio = Fraction(output_rate, input_rate)
+    return ratio if Fraction(output_rate / input_rate) == ratio else None
+
+
+def neucodec_output_length_on_integers(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``NeuCodecModel.forward`` with the decoded audio cut to ``input_length * out_rate // in_rate`` (integers).
+
+    Upstream computes ``int(input_length * (out_rate / in_rate))`` on a Python float, which pins the length while
+    tracing. A config whose rates are not integers with a binary-fraction ratio runs upstream's own ``forward``.
+    """
+    from transformers.utils import can_return_tuple
+
+    @can_return_tuple
+    def forward(
+        self: Any,
+        input_values: Any,
+        input_features: Any,
+        padding_mask: Any = None,
+        input_features_mask: Any = None,
+        output_latents: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        ratio = _exact_ratio(self.config.output_sampling_rate, self.config.input_sampling_rate)
+        if ratio is None:
+            return original(
+                self, input_values, input_features, padding_mask, input_features_mask, output_latents, **kwargs
+            )
+        from transformers.models.neucodec.modeling_neucodec import NeuCodecOutput
+
+        output_length = input_values.shape[-1] * ratio.numerator // ratio.denominator
+        encoder_outputs = self.encode(
+            input_values,
+            input_features=input_features,
+            padding_mask=padding_mask,
+            input_features_mask=input_features_mask,
+            output_latents=True,
+            return_dict=True,
+        )
+        audio_values = self.decode(
+            latents=encoder_outputs.latents,
+            audio_codes_mask=encoder_outputs.audio_codes_mask,
+            return_dict=True,
+            **kwargs,
+        )[0][..., :output_length]
+        return NeuCodecOutput(
+            audio_values=audio_values,
+            audio_codes=encoder_outputs.audio_codes,
+            latents=encoder_outputs.latents if output_latents else None,
+            audio_codes_mask=encoder_outputs.audio_codes_mask,
+        )
+
+    return forward

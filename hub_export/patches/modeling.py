@@ -27,6 +27,12 @@ type that is not used costs nothing, and a class or method that is gone raises `
   convolution's Python integers (:mod:`hub_export.patches.audio_codecs`).
 * ``EncodecModel.encode`` (same module), without chunks: a Python loop over ``range(0, length, length)`` (one
   chunk) pins the length; the patch runs its one iteration.
+* ``NeuCodecModel.forward`` (transformers/models/neucodec/modeling_neucodec.py): the decoded audio is cut to
+  ``int(length * 1.5)`` (the output over the input sampling rate, a Python float), which pins the length; the patch
+  computes it on integers (:mod:`hub_export.patches.audio_codecs`).
+* ``Nemotron3_5TranscribeAudioModel._get_chunks`` and ``Nemotron3DiarizationForAudioFrameClassification.forward``:
+  offline chunks listed by a Python loop over ``range(0, frames, chunk_length)``, which pins the length; a traced
+  sample of one chunk runs that one iteration, the length bounded by a chunk (:mod:`hub_export.patches.chunks`).
 * ``LongformerSelfAttention.forward`` and ``_get_global_attn_indices`` (transformers/models/longformer/
   modeling_longformer.py; ``LEDEncoderSelfAttention`` copies them): the layer branches on ``is_global_attn``, read from
   the mask's values; the patch takes the global branch for every mask (the same numbers without global tokens) with
@@ -52,6 +58,10 @@ type that is not used costs nothing, and a class or method that is gone raises `
 * ``Lfm2VlModel.get_image_features``, ``Lfm3VlVisionShortConv.forward``, ``HunYuanVLVisionTransformer.forward``:
   per-image pixel unshuffle, per-frame depthwise convolution and per-image patch merger in Python loops over the grid, gathered for every patch at once
   (:mod:`hub_export.patches.packed_images`).
+* ``VideoLlama3VisionModel.pixel_unshuffle``: each image's grid resized by ``F.interpolate`` in a Python loop over
+  the grid, gathered as bilinear samples for every output token at once (:mod:`hub_export.patches.packed_images`).
+* ``length_regulator`` and ``FastSpeech2ConformerRelPositionalEncoding.extend_pos_enc``: a branch on the durations'
+  values, a loop over the batch and a branch on the data-dependent frame count (:mod:`hub_export.patches.durations`).
 * ``HunYuanVLModel.get_placeholder_mask``, ``Ovis2Model.forward``: a Python ``if`` on the placeholder tokens (a
   count check, a write under ``mask.any()``), traced as a check and a select (:mod:`hub_export.patches.placeholders`).
 * ``torch.nn.LSTM.forward`` (torch/nn/modules/rnn.py): ``aten.lstm`` is a composite op that torch.export decomposes
@@ -75,7 +85,14 @@ from typing import Any
 
 from ..errors import PatchTargetMissing
 from ._base import patch_attribute
-from .audio_codecs import CONV_PADDING_CLASSES, conv1d_padded_on_integers, encodec_encode_one_chunk
+from .audio_codecs import (
+    CONV_PADDING_CLASSES,
+    conv1d_padded_on_integers,
+    encodec_encode_one_chunk,
+    neucodec_output_length_on_integers,
+)
+from .chunks import diarization_one_chunk, transcribe_one_chunk
+from .durations import length_regulator_gathered, positions_within_table
 from .experts import dbrx_experts, longcat_experts, step3p7_experts, switch_experts
 from .global_attention import global_branch_always, global_flag_not_read, global_indices_bounded
 from .local_attention import canine_downsampled_mask, canine_local_attention
@@ -93,6 +110,7 @@ from .packed_images import (
     lfm3_vl_grid_kept,
     lfm3_vl_short_conv,
     paddleocr_vl_projector,
+    video_llama_3_pixel_unshuffle,
 )
 from .padding import attention_window, block_size, padded_to_multiple
 from .placeholders import hunyuan_vl_placeholder_mask, ovis2_indicators_selected
@@ -360,6 +378,29 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
         "HunYuan-VL merges each image's patches in a Python loop over grid_thw.tolist(), pinning the images and grid",
     ),
     ModelingPatch(
+        "transformers.models.video_llama_3.modeling_video_llama_3",
+        "VideoLlama3VisionModel",
+        "pixel_unshuffle",
+        video_llama_3_pixel_unshuffle,
+        "VideoLLaMA3 resizes each image's grid with F.interpolate in a Python loop over grid_thw, pinning the grid",
+    ),
+    ModelingPatch(
+        "transformers.models.fastspeech2_conformer.modeling_fastspeech2_conformer",
+        "",
+        "length_regulator",
+        length_regulator_gathered,
+        "FastSpeech2-Conformer's length regulator branches on the durations' sum and loops over the batch",
+        holder="FastSpeech2ConformerModel",
+    ),
+    ModelingPatch(
+        "transformers.models.fastspeech2_conformer.modeling_fastspeech2_conformer",
+        "FastSpeech2ConformerRelPositionalEncoding",
+        "extend_pos_enc",
+        positions_within_table,
+        "FastSpeech2-Conformer rebuilds its positional table when a length needs more: a branch on the "
+        "data-dependent spectrogram length",
+    ),
+    ModelingPatch(
         "transformers.models.funnel.modeling_funnel",
         "FunnelAttentionStructure",
         "get_position_embeds",
@@ -399,6 +440,29 @@ MODELING_PATCHES: tuple[ModelingPatch, ...] = (
         "encode",
         encodec_encode_one_chunk,
         "EnCodec without chunks loops over range(0, length, length) in Python (one chunk), pinning the length",
+    ),
+    ModelingPatch(
+        "transformers.models.neucodec.modeling_neucodec",
+        "NeuCodecModel",
+        "forward",
+        neucodec_output_length_on_integers,
+        "NeuCodec cuts its audio to int(length * output_rate / input_rate), a Python float: int() pins the length",
+    ),
+    ModelingPatch(
+        "transformers.models.nemotron3_5_transcribe.modeling_nemotron3_5_transcribe",
+        "Nemotron3_5TranscribeAudioModel",
+        "_get_chunks",
+        transcribe_one_chunk,
+        "Nemotron 3.5 Transcribe lists its chunks with a Python loop over range(0, frames, chunk_length), pinning "
+        "the length",
+    ),
+    ModelingPatch(
+        "transformers.models.nemotron3_diarization.modeling_nemotron3_diarization",
+        "Nemotron3DiarizationForAudioFrameClassification",
+        "forward",
+        diarization_one_chunk,
+        "Nemotron 3 Diarization runs its encoder in a Python loop over range(0, frames, chunk_length), pinning the "
+        "length",
     ),
     *(
         ModelingPatch(

@@ -19,6 +19,11 @@ same weights, so the shapes depend only on the number of patches:
   merger (a ``merge x merge`` strided convolution, a newline token after every row, begin and end tokens) in a loop
   over ``grid_thw.tolist()``; the patch gathers every merged token's window, applies the convolution as a matmul,
   and lays out the tokens, newlines, begins and ends of all images by index.
+* ``VideoLlama3VisionModel.pixel_unshuffle`` (transformers/models/video_llama_3/modeling_video_llama_3.py): each
+  image's grid (patches in merge-block order) resized by ``F.interpolate(size=(h // m, w // m), mode="bilinear")``
+  in a loop over the grid, its merge size ``m`` per image; the patch gathers the four source patches of every
+  output token and weighs them as the bilinear kernel does (source ``max(scale * (i + 0.5) - 0.5, 0)``, ``scale =
+  h / (h // m)``).
 
 Numbers equal eager's within float rounding (the same products, summed in another order).
 """
@@ -33,7 +38,13 @@ from typing import Any
 
 from ._base import patch_attribute
 
-__all__ = ["hunyuan_vl_vision", "lfm2_vl_image_features", "lfm3_vl_grid_kept", "lfm3_vl_short_conv"]
+__all__ = [
+    "video_llama_3_pixel_unshuffle",
+    "hunyuan_vl_vision",
+    "lfm2_vl_image_features",
+    "lfm3_vl_grid_kept",
+    "lfm3_vl_short_conv",
+]
 
 _REASON = "a per-image loop over the grid's values pins the image count and the grid"
 
@@ -266,3 +277,46 @@ def ernie4_5_vl_temporal_slicing(original: Callable[..., Any]) -> Callable[..., 
         return torch.cat([hidden_states[first], hidden_states[second]], dim=-1)
 
     return _temporal_slicing
+
+
+def _bilinear_source(size: Any, out: Any, index: Any) -> tuple[Any, Any, Any]:
+    """The two source indices and the weight of the second for ``index`` of ``out`` resized from ``size`` by
+    ``F.interpolate(mode="bilinear", align_corners=False)`` (aten's ``area_pixel_compute_source_index``)."""
+    import torch
+
+    scale = size.to(torch.float32) / out.to(torch.float32)
+    source = (scale * (index.to(torch.float32) + 0.5) - 0.5).clamp(min=0)
+    first = source.to(torch.int64)
+    second = first + (first < size - 1).to(torch.int64)
+    return first, second, source - first.to(torch.float32)
+
+
+def video_llama_3_pixel_unshuffle(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``VideoLlama3VisionModel.pixel_unshuffle`` over every image at once: each output token the bilinear sample
+    of its image's ``h x w`` grid at ``(h // m, w // m)`` (``merge_sizes``: ``m`` per image)."""
+
+    def pixel_unshuffle(self: Any, hidden_states: Any, grid_thw: Any, merge_sizes: Any) -> Any:
+        import torch
+
+        from .vision_grid import _patch_index
+
+        merge = merge_sizes.to(grid_thw.device)
+        frames, height, width = grid_thw[:, 0], grid_thw[:, 1], grid_thw[:, 2]
+        out_h, out_w = height // merge, width // merge
+        image, local, _ = _patch_index(torch.stack([frames, out_h, out_w], dim=-1))
+        counts = frames * height * width
+        start = (counts.cumsum(0) - counts)[image]
+        h, w, m, oh, ow = height[image], width[image], merge[image], out_h[image], out_w[image]
+        frame, within = local // (oh * ow), local % (oh * ow)
+        top, bottom, down = _bilinear_source(h, oh, within // ow)
+        left, right, across = _bilinear_source(w, ow, within % ow)
+
+        def at(row: Any, col: Any) -> Any:
+            return hidden_states[_block_index(start, frame, row, col, h, w, m)]
+
+        up, rest = (1 - down)[:, None], down[:, None]
+        first, second = (1 - across)[:, None], across[:, None]
+        mixed = up * (first * at(top, left) + second * at(top, right))
+        return (mixed + rest * (first * at(bottom, left) + second * at(bottom, right))).to(hidden_states.dtype)
+
+    return pixel_unshuffle
