@@ -500,3 +500,21 @@ def test_integer_powers_of_sizes_are_emitted_as_products() -> None:
     for shape in [(3, 3), (4, 5), (2, 7)]:
         x = torch.randn(shape)
         assert torch.equal(export(x=x), _SquaredSize()(x))
+
+
+class _PaddedToBlocks(torch.nn.Module):
+    """Pads the sequence to a whole number of blocks of 8 with ``-length % 8`` (Granite Speech's block attention)."""
+
+    def forward(self, inputs_embeds: torch.Tensor) -> torch.Tensor:
+        padded = torch.nn.functional.pad(inputs_embeds, (0, 0, 0, -inputs_embeds.shape[1] % 8), value=1.0)
+        return padded.reshape(padded.shape[0], -1, 8 * padded.shape[2]).sum(-1)
+
+
+def test_modulo_of_sizes_takes_the_divisors_sign_at_run_time() -> None:
+    """The runtime's ``%`` of sizes is C's (``-13 % 8 == -5``): a negative pad, refused, before the rewrite."""
+    model = _PaddedToBlocks()
+    config = ExecutorchConfig(dynamic=True)
+    export = ExecutorchExporter().export(model, {"inputs_embeds": torch.randn(2, 16, 4)}, config=config)
+    for shape in [(2, 16, 4), (3, 13, 4), (1, 3, 4)]:
+        x = torch.randn(shape)
+        assert torch.allclose(export(inputs_embeds=x), model(x), atol=ATOL)

@@ -37,6 +37,7 @@ from .patches import (
     contiguous_attention_outputs,
     executorch_patches,
     integer_powers_as_products,
+    python_modulo_of_sizes,
     retrace_without_size_one_hints,
     upper_bound,
     weights_shared_by_deep_copies,
@@ -416,6 +417,7 @@ def _lower(program: Any, config: Any, external: bool = False) -> Any:
         edge = _to_edge(program, config.backend, compile_config, passes)
         for method in edge.methods:
             integer_powers_as_products(edge.exported_program(method))
+            python_modulo_of_sizes(edge.exported_program(method))
         return edge.to_executorch(
             ExecutorchBackendConfig(
                 memory_planning_pass=memory_plan,

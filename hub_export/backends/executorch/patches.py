@@ -5,8 +5,9 @@
   :func:`symbolic_functions_admitted` (reversible patches, applied
   by :func:`executorch_patches` around the lowering).
 * :func:`retrace_without_size_one_hints` (a re-trace of the program, not a patch: it changes nothing upstream).
-* :func:`contiguous_attention_outputs` (an edit of hub_export's own traced graph, before lowering) and
-  :func:`integer_powers_as_products` (an edit of the edge program, before ``to_executorch``).
+* :func:`contiguous_attention_outputs` (an edit of hub_export's own traced graph, before lowering),
+  :func:`integer_powers_as_products` and :func:`python_modulo_of_sizes` (edits of the edge program, before
+  ``to_executorch``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = [
     "integer_powers_as_products",
     "list_outputs_validated_whole",
     "planned_sizes_must_be_bounded",
+    "python_modulo_of_sizes",
     "retrace_without_size_one_hints",
     "symbolic_functions_admitted",
     "upper_bound",
@@ -372,6 +374,45 @@ def integer_powers_as_products(program: Any) -> int:
                 result.meta["val"] = value = value * base.meta["val"]
         node.replace_all_uses_with(result)
         graph.erase_node(node)
+        replaced += 1
+    if replaced:
+        program.graph_module.recompile()
+    return replaced
+
+
+def python_modulo_of_sizes(program: Any) -> int:
+    """Replace ``a % b`` of symbolic sizes with ``(a % b + b) % b``, in place: Python's modulo under C's.
+
+    ExecuTorch's runtime computes the ``executorch_prim::mod.Scalar`` that ``to_executorch`` emits for
+    ``operator.mod`` with C++'s ``%``, which takes the dividend's sign (executorch 1.5.1): the padding idiom
+    ``-length % block`` (Granite Speech's block attention, Longformer's and LED's padding) gave ``-5`` for a length of
+    13 and a block of 8 where Python gives 3, and ``constant_pad_nd`` refused the negative pad (error 0x12). C's
+    ``a % b`` lies strictly between ``-|b|`` and ``|b|`` with ``a``'s sign, so adding ``b`` and taking ``%`` again
+    gives Python's result, ``b``'s sign, for either sign of ``b`` (the trace's values are unchanged). ``//`` is
+    floored by the runtime already.
+
+    Returns:
+        How many modulos were replaced.
+    """
+    import operator
+
+    import torch
+
+    graph = program.graph_module.graph
+    replaced = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not operator.mod or len(node.args) != 2:
+            continue
+        dividend, divisor = node.args
+        value = node.meta.get("val")
+        with graph.inserting_before(node):
+            shifted = graph.call_function(
+                operator.add, (graph.call_function(operator.mod, (dividend, divisor)), divisor)
+            )
+        if value is not None:  # the sizes as the trace computes them (Python's modulo): what later passes read
+            shifted.args[0].meta["val"] = value
+            shifted.meta["val"] = value + (divisor.meta["val"] if isinstance(divisor, torch.fx.Node) else divisor)
+        node.args = (shifted, divisor)
         replaced += 1
     if replaced:
         program.graph_module.recompile()
