@@ -427,11 +427,10 @@ def test_sizes_interval_arithmetic_cannot_bound_are_planned_at_their_exact_maxim
     assert upper_bound(env.create_symintnode(FloorDiv(unbounded, FloorDiv(unbounded, 16)), hint=8)) is None
 
 
-def test_views_bounded_above_their_base_are_planned_as_copies() -> None:
+def test_views_bounded_above_their_base_are_planned_within_it() -> None:
     """A view's dims are bounded one by one: Granite Speech's ``(s, 32)`` blocks viewed as ``(s // 8, s // (s // 8),
     32)`` are bounded 64 x 15 x 32, above the 512 x 32 of the buffer they share; the runtime refused to load the
     program (error 0x21: the view ends past the arena), or let it overlap the next buffer."""
-    from executorch.exir.dialects._ops import ops as exir_ops
     from executorch.exir.memory import view
     from executorch.exir.passes.replace_view_copy_with_view_pass import _ViewSpec
     from executorch.exir.tensor import TensorSpec
@@ -461,8 +460,9 @@ def test_views_bounded_above_their_base_are_planned_as_copies() -> None:
     with planned_sizes_must_be_bounded():
         bounds_pass()(module)
     assert base.meta["spec"].shape == [512, 32]
-    assert blocks.target is exir_ops.edge.aten.view_copy.default and not isinstance(blocks.meta["spec"], _ViewSpec)
-    assert blocks.meta["spec"].shape == [64, 15, 32]  # a buffer of its own
+    assert blocks.target is view and isinstance(blocks.meta["spec"], _ViewSpec)  # still in its base's buffer
+    assert blocks.meta["spec"].shape == [512 * 32, 1, 1]  # as many elements as its base: et_view resizes it
+    assert blocks.meta["spec"].nbytes() == base.meta["spec"].nbytes()
     assert kept.target is view and kept.meta["spec"].shape == [512, 4, 8]
 
 

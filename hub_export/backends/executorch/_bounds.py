@@ -11,11 +11,12 @@ maximum. A point where the size divides by zero is one the program cannot run at
 left out, not read as unbounded.
 
 A view shares its base's planned buffer (``ReplaceViewCopyWithViewPass``), which is planned for the base's bounds;
-each dim is bounded on its own, so a view whose dims are correlated (``(s, 32)`` viewed as ``(s // 8, 8, 4, 8)``
-chunks of ``s // (s // 8)``: 512 x 32 elements against 64 x 15 x 4 x 8) can be bounded above its base. The runtime
-then refuses to load the program when the base ends its arena ("offset_bytes + size_bytes >= allocator size", error
-0x21) and lets the view's bounds overlap the next buffer otherwise. :func:`bounds_pass` plans such a view as a copy
-of its own.
+each dim is bounded on its own, so a view whose dims are correlated (``(s, 32)`` viewed as ``(s // 8, s // (s // 8),
+32)``: 64 x 15 x 32 elements against 512 x 32; SEW-D's pooled attention: 126 GiB against 0.1) can be bounded above
+its base. The runtime then refuses to load the program when the base ends its arena ("offset_bytes + size_bytes >=
+allocator size", error 0x21) and lets the view's bounds overlap the next buffer otherwise. A view holds as many
+elements as its base at run time (``et_view`` resizes it to the actual sizes, within the capacity its planned sizes
+give), so :func:`bounds_pass` plans such a view as its base's elements in its first dim.
 """
 
 from __future__ import annotations
@@ -149,12 +150,10 @@ def _nonzero(divisor: Any) -> Any:
 
 def bounds_pass() -> Any:
     """ExecuTorch's ``ConstraintBasedSymShapeEvalPass`` (every size at its upper bound, :func:`upper_bound` through
-    :func:`.patches.planned_sizes_must_be_bounded`), then each view bounded above its base turned back into a copy
-    (``view_copy``, planned its own buffer at its own bounds): the ``sym_shape_eval_pass`` of ``to_executorch``."""
-    from executorch.exir.dialects._ops import ops as exir_ops
+    :func:`.patches.planned_sizes_must_be_bounded`), then each view bounded above its base planned as the base's
+    elements (``(numel, 1, ..., 1)``, the same rank): the ``sym_shape_eval_pass`` of ``to_executorch``."""
     from executorch.exir.passes.replace_view_copy_with_view_pass import _ViewSpec
     from executorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass
-    from executorch.exir.tensor import TensorSpec
     from torch.fx import GraphModule
 
     class ViewsWithinTheirBase(ConstraintBasedSymShapeEvalPass):
@@ -166,10 +165,9 @@ def bounds_pass() -> Any:
                 for node in module.graph.nodes:
                     spec = node.meta.get("spec")
                     if isinstance(spec, _ViewSpec) and spec.nbytes() > spec._base.nbytes():
-                        own = TensorSpec.from_tensor(node.meta["val"])
-                        own.shape, own.stride = list(spec.shape), list(spec.stride)
-                        node.target = exir_ops.edge.aten.view_copy.default
-                        node.meta["spec"] = own
+                        numel = math.prod(spec._base.shape)
+                        shape = [numel] + [1] * (len(spec.shape) - 1)
+                        spec.shape, spec.stride = shape, [1] * len(shape)
                 module.recompile()
             return result
 
