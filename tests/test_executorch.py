@@ -385,7 +385,7 @@ def test_raw_audio_samples_are_bounded_by_the_frames_planned() -> None:
     model = build_zoo("wav2vec2").model  # conv strides (5, 2): 10 samples per frame
     bounds = ExecutorchExporter().dynamic_bounds(model, ExecutorchConfig(dynamic=True))
     assert bounds("samples", "input_values", 1, 400) == (1, 10 * ExecutorchExporter.max_sequence)
-    # no strides in the config (Moonshine, Moonshine Streaming): 30 s at the config's rate, else 16 kHz
+    # no strides in the config (Moonshine, Moonshine Streaming): max_audio_seconds at the config's rate, else 16 kHz
     module = torch.nn.Module()
     module.config = type("Config", (), {"sample_rate": 8000})()
     assert ExecutorchExporter().dynamic_bounds(module, ExecutorchConfig(dynamic=True))("samples", "x", 1, 400) == (

@@ -68,7 +68,9 @@ class ExecutorchExporter(HfExporter):
     Class attributes:
         max_batch: Upper bound of the ``batch`` dim with ``dynamic=True``.
         max_sequence: Upper bound of sequence dims when the model's config gives no maximum length.
-        max_audio_seconds: Upper bound of raw audio (``samples``) in seconds where the config gives no strides.
+        max_audio_seconds: Upper bound of raw audio (``samples``) in seconds where the config gives no strides (10 s,
+            as Wav2Vec2-base's 512 frames: Moonshine Streaming's attention over 80-sample frames planned 51.5 GiB at
+            30 s).
         max_sequence_cap: Cap on a config's maximum length (buffers are planned for the bound, so a 128k-token
             ``max_position_embeddings`` would plan gigabytes); pass explicit ``dynamic_shapes`` to go beyond it.
         external_data_min_bytes: With ``ExecutorchConfig(external_data=None)``, weights of at least this many bytes
@@ -82,7 +84,7 @@ class ExecutorchExporter(HfExporter):
     max_batch: ClassVar[int] = 8
     max_sequence: ClassVar[int] = 512
     max_sequence_cap: ClassVar[int] = 4096
-    max_audio_seconds: ClassVar[int] = 30
+    max_audio_seconds: ClassVar[int] = 10
     external_data_min_bytes: ClassVar[int] = 1 << 30
     max_planned_bytes: ClassVar[int] = 8 << 30
     #: One method serves the prompt and every step (``generation/_one_graph.py``): XNNPACK packs every linear layer's
