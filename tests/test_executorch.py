@@ -385,6 +385,13 @@ def test_raw_audio_samples_are_bounded_by_the_frames_planned() -> None:
     model = build_zoo("wav2vec2").model  # conv strides (5, 2): 10 samples per frame
     bounds = ExecutorchExporter().dynamic_bounds(model, ExecutorchConfig(dynamic=True))
     assert bounds("samples", "input_values", 1, 400) == (1, 10 * ExecutorchExporter.max_sequence)
+    # no strides in the config (Moonshine, Moonshine Streaming): max_audio_seconds at the config's rate, else 16 kHz
+    module = torch.nn.Module()
+    module.config = type("Config", (), {"sample_rate": 8000})()
+    assert ExecutorchExporter().dynamic_bounds(module, ExecutorchConfig(dynamic=True))("samples", "x", 1, 400) == (
+        1,
+        8000 * ExecutorchExporter.max_audio_seconds,
+    )
     # either axis of input_features may be time (Canary's are (batch, frames, mels)): bounded like a sequence
     assert bounds("features", "input_features", 1, 64) == (1, ExecutorchExporter.max_sequence)
 
@@ -407,8 +414,56 @@ def test_sizes_interval_arithmetic_cannot_bound_are_planned_at_their_exact_maxim
     assert bound_sympy(chunk, env.var_to_range).upper is int_oo
     assert upper_bound(env.create_symintnode(chunk, hint=16)) == 16
     assert upper_bound(env.create_symintnode(8 * chunk * FloorDiv(padded, 16), hint=32)) == 8 * 512
-    unbounded = env.create_symbol(8, ConstantSource("n"))  # no range: data-dependent
+    # a divisor that is 0 below 8 (Granite Speech's CTC pooling): those sizes cannot run; the maximum is at 15
+    assert upper_bound(env.create_symintnode(FloorDiv(sequence, FloorDiv(sequence, 8)), hint=8)) == 15
+    # SEW-D's pooled attention: 4 * b // (4 * b * L**2 // (4 * L**2)) over 7 x 162481 points, a constant 4
+    batch = env.create_symbol(2, ConstantSource("batch"))
+    samples = env.create_symbol(4000, ConstantSource("samples"))
+    env.var_to_range[batch], env.var_to_range[samples] = ValueRanges(2, 8), ValueRanges(1360, 163840)
+    frames = FloorDiv(FloorDiv(FloorDiv(FloorDiv(samples, 80) - 3, 2) - 1, 2) - 1, 2) + 1
+    pooled = FloorDiv(4 * batch, FloorDiv(4 * batch * frames**2, frames * (4 * frames)))
+    assert upper_bound(env.create_symintnode(pooled, hint=4)) == 4
+    unbounded = env.create_unbacked_symint().node.expr  # no range: data-dependent
     assert upper_bound(env.create_symintnode(FloorDiv(unbounded, FloorDiv(unbounded, 16)), hint=8)) is None
+
+
+def test_views_bounded_above_their_base_are_planned_within_it() -> None:
+    """A view's dims are bounded one by one: Granite Speech's ``(s, 32)`` blocks viewed as ``(s // 8, s // (s // 8),
+    32)`` are bounded 64 x 15 x 32, above the 512 x 32 of the buffer they share; the runtime refused to load the
+    program (error 0x21: the view ends past the arena), or let it overlap the next buffer."""
+    from executorch.exir.memory import view
+    from executorch.exir.passes.replace_view_copy_with_view_pass import _ViewSpec
+    from executorch.exir.tensor import TensorSpec
+    from torch._dynamo.source import ConstantSource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    from hub_export.backends.executorch._bounds import bounds_pass
+    from hub_export.backends.executorch.patches import planned_sizes_must_be_bounded
+
+    env = ShapeEnv()
+    symbol = env.create_symbol(16, ConstantSource("s"))
+    env.var_to_range[symbol] = ValueRanges(4, 512)
+    s = env.create_symintnode(symbol, hint=16)
+    with FakeTensorMode(shape_env=env):
+        base_value, view_value = torch.empty(s, 32), torch.empty(s // 8, s // (s // 8), 32)
+    graph = torch.fx.Graph()
+    base = graph.placeholder("x")
+    base.meta.update(val=base_value, spec=TensorSpec.from_tensor(base_value))
+    blocks = graph.call_function(view, (base, [-1, 8, 32]))  # the sizes the pass reads are the specs'
+    blocks.meta.update(val=view_value, spec=_ViewSpec(base.meta["spec"], list(view_value.shape)))
+    kept = graph.call_function(view, (base, [-1, 4, 8]))  # bounded 512 x 4 x 8: within its base
+    kept.meta.update(val=base_value.view(s, 4, 8), spec=_ViewSpec(base.meta["spec"], [s, 4, 8]))
+    graph.output((blocks, kept))
+    module = torch.fx.GraphModule(torch.nn.Module(), graph)
+    with planned_sizes_must_be_bounded():
+        bounds_pass()(module)
+    assert base.meta["spec"].shape == [512, 32]
+    assert blocks.target is view and isinstance(blocks.meta["spec"], _ViewSpec)  # still in its base's buffer
+    assert blocks.meta["spec"].shape == [512 * 32, 1, 1]  # as many elements as its base: et_view resizes it
+    assert blocks.meta["spec"].nbytes() == base.meta["spec"].nbytes()
+    assert kept.target is view and kept.meta["spec"].shape == [512, 4, 8]
 
 
 def test_symbolic_size_functions_pass_the_edge_verifier_only_inside_the_patch() -> None:
@@ -445,3 +500,21 @@ def test_integer_powers_of_sizes_are_emitted_as_products() -> None:
     for shape in [(3, 3), (4, 5), (2, 7)]:
         x = torch.randn(shape)
         assert torch.equal(export(x=x), _SquaredSize()(x))
+
+
+class _PaddedToBlocks(torch.nn.Module):
+    """Pads the sequence to a whole number of blocks of 8 with ``-length % 8`` (Granite Speech's block attention)."""
+
+    def forward(self, inputs_embeds: torch.Tensor) -> torch.Tensor:
+        padded = torch.nn.functional.pad(inputs_embeds, (0, 0, 0, -inputs_embeds.shape[1] % 8), value=1.0)
+        return padded.reshape(padded.shape[0], -1, 8 * padded.shape[2]).sum(-1)
+
+
+def test_modulo_of_sizes_takes_the_divisors_sign_at_run_time() -> None:
+    """The runtime's ``%`` of sizes is C's (``-13 % 8 == -5``): a negative pad, refused, before the rewrite."""
+    model = _PaddedToBlocks()
+    config = ExecutorchConfig(dynamic=True)
+    export = ExecutorchExporter().export(model, {"inputs_embeds": torch.randn(2, 16, 4)}, config=config)
+    for shape in [(2, 16, 4), (3, 13, 4), (1, 3, 4)]:
+        x = torch.randn(shape)
+        assert torch.allclose(export(inputs_embeds=x), model(x), atol=ATOL)

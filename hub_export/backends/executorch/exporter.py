@@ -27,6 +27,7 @@ from ...patches.graph import all_true_checks_as_all, views_after_permutes_as_res
 from ...patches.tracing import gathered_experts_forward
 from ...quantization.nncf_quant import NNCFQuantizationConfig, NNCFQuantizer
 from ...signature import Signature
+from ._bounds import bounds_pass
 from ._op_rewrites import op_rewrites
 from ._pages import release_freed_heap
 from ._spill import external_weights_spilled
@@ -36,6 +37,7 @@ from .patches import (
     contiguous_attention_outputs,
     executorch_patches,
     integer_powers_as_products,
+    python_modulo_of_sizes,
     retrace_without_size_one_hints,
     upper_bound,
     weights_shared_by_deep_copies,
@@ -66,6 +68,9 @@ class ExecutorchExporter(HfExporter):
     Class attributes:
         max_batch: Upper bound of the ``batch`` dim with ``dynamic=True``.
         max_sequence: Upper bound of sequence dims when the model's config gives no maximum length.
+        max_audio_seconds: Upper bound of raw audio (``samples``) in seconds where the config gives no strides (10 s,
+            as Wav2Vec2-base's 512 frames: Moonshine Streaming's attention over 80-sample frames planned 51.5 GiB at
+            30 s).
         max_sequence_cap: Cap on a config's maximum length (buffers are planned for the bound, so a 128k-token
             ``max_position_embeddings`` would plan gigabytes); pass explicit ``dynamic_shapes`` to go beyond it.
         external_data_min_bytes: With ``ExecutorchConfig(external_data=None)``, weights of at least this many bytes
@@ -79,6 +84,7 @@ class ExecutorchExporter(HfExporter):
     max_batch: ClassVar[int] = 8
     max_sequence: ClassVar[int] = 512
     max_sequence_cap: ClassVar[int] = 4096
+    max_audio_seconds: ClassVar[int] = 10
     external_data_min_bytes: ClassVar[int] = 1 << 30
     max_planned_bytes: ClassVar[int] = 8 << 30
     #: One method serves the prompt and every step (``generation/_one_graph.py``): XNNPACK packs every linear layer's
@@ -139,7 +145,9 @@ class ExecutorchExporter(HfExporter):
         when the config has none. ``height``/``width``: up to ``image_size``. ``samples`` (raw audio into a
         convolutional feature encoder: Wav2Vec2, HuBERT): the samples that make :attr:`max_sequence` frames
         (``prod(config.conv_stride) * max_sequence``: 10.24 s of 16 kHz audio for Wav2Vec2-base; the
-        attention over frames is planned for that). The axes of ``input_features`` (``features``, ``frames``): up
+        attention over frames is planned for that; for an encoder whose config gives no strides, Moonshine's
+        convolutions or Moonshine Streaming's 80-sample frames: :attr:`max_audio_seconds` at the config's sampling
+        rate, 16 kHz when it gives none). The axes of ``input_features`` (``features``, ``frames``): up
         to :attr:`max_sequence` (either may be time). Any other dim: up to its sample size.
         A bound is never below the sample's size.
         """
@@ -153,8 +161,8 @@ class ExecutorchExporter(HfExporter):
                 high = min(limit, self.max_sequence_cap) if limit else self.max_sequence
             elif role in ("height", "width"):
                 high = _image_size(model_config, 0 if role == "height" else 1) or size
-            elif role == "samples" and getattr(model_config, "conv_stride", None):
-                high = math.prod(model_config.conv_stride) * self.max_sequence
+            elif role == "samples":
+                high = self._max_samples(model_config)
             elif role in _AUDIO_ROLES:  # time for some models: Canary's input_features are (batch, frames, mels)
                 high = self.max_sequence
             else:
@@ -162,6 +170,20 @@ class ExecutorchExporter(HfExporter):
             return 1, max(high, size)
 
         return bounds
+
+    def _max_samples(self, model_config: Any) -> int:
+        """The ``samples`` bound (:meth:`dynamic_bounds`)."""
+        strides = getattr(model_config, "conv_stride", None)
+        if strides:
+            return math.prod(strides) * self.max_sequence
+        configs = [
+            model_config,
+            getattr(model_config, "encoder_config", None),
+            getattr(model_config, "audio_config", None),
+        ]
+        rates = [getattr(c, name, None) for c in configs for name in ("sampling_rate", "sample_rate")]
+        rate = next((r for r in rates if isinstance(r, int) and not isinstance(r, bool) and r > 0), 16_000)
+        return rate * self.max_audio_seconds
 
     def export_program(self, traced: Traced, config: ExportConfig) -> Any:
         """``to_edge_transform_and_lower`` with the delegate's partitioner, then ``to_executorch`` with the memory plan.
@@ -397,9 +419,12 @@ def _lower(program: Any, config: Any, external: bool = False) -> Any:
         edge = _to_edge(program, config.backend, compile_config, passes)
         for method in edge.methods:
             integer_powers_as_products(edge.exported_program(method))
+            python_modulo_of_sizes(edge.exported_program(method))
         return edge.to_executorch(
             ExecutorchBackendConfig(
-                memory_planning_pass=memory_plan, external_constants=(lambda node: _DATA_TAG) if external else False
+                memory_planning_pass=memory_plan,
+                external_constants=(lambda node: _DATA_TAG) if external else False,
+                sym_shape_eval_pass=bounds_pass(),
             )
         )
 

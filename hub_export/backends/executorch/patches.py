@@ -5,14 +5,14 @@
   :func:`symbolic_functions_admitted` (reversible patches, applied
   by :func:`executorch_patches` around the lowering).
 * :func:`retrace_without_size_one_hints` (a re-trace of the program, not a patch: it changes nothing upstream).
-* :func:`contiguous_attention_outputs` (an edit of hub_export's own traced graph, before lowering) and
-  :func:`integer_powers_as_products` (an edit of the edge program, before ``to_executorch``).
+* :func:`contiguous_attention_outputs` (an edit of hub_export's own traced graph, before lowering),
+  :func:`integer_powers_as_products` and :func:`python_modulo_of_sizes` (edits of the edge program, before
+  ``to_executorch``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +20,7 @@ from ...dims import Dim
 from ...errors import ExportError
 from ...patches import patch_attribute
 from ...patches.tracing import size_one_dims_stay_dynamic
+from ._bounds import upper_bound
 
 __all__ = [
     "contiguous_attention_outputs",
@@ -27,6 +28,7 @@ __all__ = [
     "integer_powers_as_products",
     "list_outputs_validated_whole",
     "planned_sizes_must_be_bounded",
+    "python_modulo_of_sizes",
     "retrace_without_size_one_hints",
     "symbolic_functions_admitted",
     "upper_bound",
@@ -70,76 +72,6 @@ def planned_sizes_must_be_bounded() -> Iterator[None]:
         for owner in (sym_util, sym_shape_eval_pass):
             stack.enter_context(patch_attribute(owner, "eval_upper_bound", bounded, reason=_HINT_FALLBACK))
         yield
-
-
-def upper_bound(size: Any) -> int | None:
-    """The largest value a SymInt can take under its ShapeEnv's ranges (an int is its own), or None if unbounded.
-
-    sympy's interval arithmetic (``bound_sympy``) gives up on sizes such as Mamba-2's chunk count
-    ``(s + Mod(16 - Mod(s, 16), 16)) // ((s + Mod(16 - Mod(s, 16), 16)) // 16)`` (a floor division by a symbolic
-    range); when every symbol of the size has a finite range, the size is then evaluated at every point of those
-    ranges (at most :data:`_EXHAUSTIVE_POINTS`), which gives its exact maximum.
-    """
-    from torch.utils._sympy.numbers import IntInfinity
-    from torch.utils._sympy.value_ranges import bound_sympy
-
-    node = getattr(size, "node", None)
-    if node is None:
-        return int(size)
-    ranges = node.shape_env.var_to_range
-    try:
-        upper = bound_sympy(node.expr, ranges).upper
-    except ZeroDivisionError:  # a divisor whose range holds 0
-        return _exhaustive_upper_bound(node.expr, ranges)
-    if isinstance(upper, IntInfinity) or not (upper.is_finite and upper.is_integer):  # int_oo claims to be finite
-        return _exhaustive_upper_bound(node.expr, ranges)
-    return int(upper)
-
-
-#: Most points :func:`upper_bound` evaluates a size at when interval arithmetic cannot bound it.
-_EXHAUSTIVE_POINTS = 100_000
-
-
-def _exhaustive_upper_bound(expr: Any, ranges: dict[Any, Any]) -> int | None:
-    """The maximum of ``expr`` over the grid of its symbols' integer ranges, or None (an unbounded or too large
-    range, or a value that is not an integer)."""
-    from torch.utils._sympy.numbers import IntInfinity, NegativeIntInfinity
-
-    symbols = tuple(sorted(expr.free_symbols, key=str))
-    axes = []
-    for symbol in symbols:
-        bounds = ranges.get(symbol)
-        if bounds is None:
-            return None
-        ends = (bounds.lower, bounds.upper)
-        if any(isinstance(b, (IntInfinity, NegativeIntInfinity)) or not b.is_Integer for b in ends):
-            return None
-        axes.append((int(ends[0]), int(ends[1])))
-    return _grid_maximum(expr, symbols, tuple(axes))
-
-
-@functools.lru_cache(maxsize=1024)
-def _grid_maximum(expr: Any, symbols: tuple[Any, ...], axes: tuple[tuple[int, int], ...]) -> int | None:
-    """:func:`_exhaustive_upper_bound` on given ranges, cached: the memory planner asks for the same size once per
-    tensor that has it."""
-    import itertools
-    import math
-
-    import sympy
-
-    points = [range(low, high + 1) for low, high in axes]
-    if math.prod(len(axis) for axis in points) > _EXHAUSTIVE_POINTS:
-        return None
-    best = None
-    for point in itertools.product(*points):
-        try:
-            value = expr.xreplace({s: sympy.Integer(v) for s, v in zip(symbols, point)})
-        except ZeroDivisionError:
-            return None
-        if not value.is_Integer:
-            return None
-        best = int(value) if best is None else max(best, int(value))
-    return best
 
 
 @contextlib.contextmanager
@@ -442,6 +374,45 @@ def integer_powers_as_products(program: Any) -> int:
                 result.meta["val"] = value = value * base.meta["val"]
         node.replace_all_uses_with(result)
         graph.erase_node(node)
+        replaced += 1
+    if replaced:
+        program.graph_module.recompile()
+    return replaced
+
+
+def python_modulo_of_sizes(program: Any) -> int:
+    """Replace ``a % b`` of symbolic sizes with ``(a % b + b) % b``, in place: Python's modulo under C's.
+
+    ExecuTorch's runtime computes the ``executorch_prim::mod.Scalar`` that ``to_executorch`` emits for
+    ``operator.mod`` with C++'s ``%``, which takes the dividend's sign (executorch 1.5.1): the padding idiom
+    ``-length % block`` (Granite Speech's block attention, Longformer's and LED's padding) gave ``-5`` for a length of
+    13 and a block of 8 where Python gives 3, and ``constant_pad_nd`` refused the negative pad (error 0x12). C's
+    ``a % b`` lies strictly between ``-|b|`` and ``|b|`` with ``a``'s sign, so adding ``b`` and taking ``%`` again
+    gives Python's result, ``b``'s sign, for either sign of ``b`` (the trace's values are unchanged). ``//`` is
+    floored by the runtime already.
+
+    Returns:
+        How many modulos were replaced.
+    """
+    import operator
+
+    import torch
+
+    graph = program.graph_module.graph
+    replaced = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not operator.mod or len(node.args) != 2:
+            continue
+        dividend, divisor = node.args
+        value = node.meta.get("val")
+        with graph.inserting_before(node):
+            shifted = graph.call_function(
+                operator.add, (graph.call_function(operator.mod, (dividend, divisor)), divisor)
+            )
+        if value is not None:  # the sizes as the trace computes them (Python's modulo): what later passes read
+            shifted.args[0].meta["val"] = value
+            shifted.meta["val"] = value + (divisor.meta["val"] if isinstance(divisor, torch.fx.Node) else divisor)
+        node.args = (shifted, divisor)
         replaced += 1
     if replaced:
         program.graph_module.recompile()
