@@ -396,6 +396,29 @@ def test_raw_audio_samples_are_bounded_by_the_frames_planned() -> None:
     assert bounds("features", "input_features", 1, 64) == (1, ExecutorchExporter.max_sequence)
 
 
+class _Boxes(torch.nn.Module):
+    """LayoutLM-style inputs: ``bbox`` [batch, sequence, 4] comes first and must match ``input_ids``' sequence."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.words, self.boxes = torch.nn.Embedding(50, 8), torch.nn.Linear(4, 8)
+
+    def forward(self, bbox: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.boxes(bbox) + self.words(input_ids)
+
+
+def test_an_axis_without_a_role_does_not_narrow_the_named_dim_it_equals() -> None:
+    from hub_export.export.trace import trace
+
+    model, config = _Boxes().eval(), ExecutorchConfig(dynamic=True)
+    sample = {"bbox": torch.rand(2, 7, 4), "input_ids": torch.randint(0, 50, (2, 7))}
+    traced = trace(model, sample, config, bounds=ExecutorchExporter().dynamic_bounds(model, config))
+    # bbox's axis 1 was bounded at its sample size (7), and tracing ties it to the sequence: [1, 7] for both
+    assert traced.signature.dims["sequence"].max == ExecutorchExporter.max_sequence
+    # the shared dim is named after its role, though bbox (no role of its own) comes first
+    assert [spec.shape for spec in traced.signature.inputs] == [("batch", "sequence", 4), ("batch", "sequence")]
+
+
 def test_sizes_interval_arithmetic_cannot_bound_are_planned_at_their_exact_maximum() -> None:
     """Mamba-2's chunk size ``padded // (padded // 16)``: sympy's intervals give [0, oo), the planner used to fail."""
     from torch._dynamo.source import ConstantSource

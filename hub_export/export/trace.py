@@ -190,13 +190,14 @@ def _dynamic_shapes(
 
     if config.dynamic and bounds is not None:
         cache_inputs = any(n.endswith((".key", ".value")) for n, _ in leaves)
+        roles = _bound_roles(leaves, cache_inputs)
         per_leaf = []
         for leaf, t in leaves:
             spec: Any = {}
             for axis in range(t.dim()):
                 if axis != 0 and t.shape[axis] in (0, 1):
                     continue  # static, as below: a one-token query (decode step) stays 1, an empty axis 0
-                limits = bounds(_semantic_name(leaf, axis, cache_inputs), leaf, axis, int(t.shape[axis]))
+                limits = bounds(roles[leaf, axis], leaf, axis, int(t.shape[axis]))
                 spec[axis] = (
                     torch.export.Dim.AUTO if limits is None else torch.export.Dim.AUTO(min=limits[0], max=limits[1])
                 )
@@ -231,6 +232,33 @@ def _dynamic_shapes(
     return (tuple(per_leaf),)
 
 
+def _bound_roles(leaves: list[tuple[str, Any]], cache_inputs: bool) -> dict[tuple[str, int], str]:
+    """The role each input axis is bounded by: its own (:func:`_semantic_name`), or, for an axis past the batch that
+    has none (named after its input, ``bbox_dim1``), the role of a named axis of the same sample size. A model often
+    needs such an axis equal to a named one (LayoutLM-style ``bbox`` is [batch, sequence, 4]): bounded at its own
+    sample size, the tracer's equality would narrow the named dim to that size too, and the export would refuse every
+    longer sequence. An axis that is not the same dim keeps its own name, with a bound that is only larger."""
+    named: dict[int, str] = {}
+    for leaf, t in leaves:
+        for axis in range(1, t.dim()):
+            role = _semantic_name(leaf, axis, cache_inputs)
+            if role != _input_axis_name(leaf, axis):
+                named.setdefault(int(t.shape[axis]), role)
+    roles = {}
+    for leaf, t in leaves:
+        for axis in range(t.dim()):
+            role = _semantic_name(leaf, axis, cache_inputs)
+            if axis and role == _input_axis_name(leaf, axis):
+                role = named.get(int(t.shape[axis]), role)
+            roles[leaf, axis] = role
+    return roles
+
+
+def _input_axis_name(leaf: str, axis: int) -> str:
+    """The name of an axis with no role of its own: its input's, then the axis (``bbox_dim1``)."""
+    return f"{re.sub(r'[^A-Za-z0-9_]', '_', leaf.split('.')[0])}_dim{axis}"
+
+
 def _semantic_name(leaf: str, axis: int, cache_inputs: bool) -> str:
     parts = leaf.split(".")
     kwarg = parts[0]
@@ -244,7 +272,7 @@ def _semantic_name(leaf: str, axis: int, cache_inputs: bool) -> str:
         return _SEMANTIC[(kwarg, axis)]
     if kwarg in _SEQUENCE_INPUTS and axis == 1:
         return "total_sequence" if kwarg == "attention_mask" and cache_inputs else "sequence"
-    return f"{re.sub(r'[^A-Za-z0-9_]', '_', kwarg)}_dim{axis}"
+    return _input_axis_name(leaf, axis)
 
 
 def _name_dims(program: Any, names: list[str]) -> tuple[list[tuple[int | str, ...]], dict[str, str], dict[str, Dim]]:
@@ -255,6 +283,15 @@ def _name_dims(program: Any, names: list[str]) -> tuple[list[tuple[int | str, ..
     symbols: dict[str, str] = {}
     hints: dict[str, int | None] = {}  # dim name -> its sample size
     shapes: list[tuple[int | str, ...]] = []
+    # A symbol that an axis without a role of its own meets first (LayoutLM's bbox before input_ids) is named after
+    # the role a later axis of it has (sequence), not after the first input.
+    roles: dict[str, str] = {}
+    for leaf, node_name in zip(names, user_inputs):
+        for axis, size in enumerate(nodes[node_name].meta["val"].shape):
+            expr = getattr(size, "node", None)
+            role = _semantic_name(leaf, axis, cache_inputs)
+            if expr is not None and expr.maybe_as_int() is None and role != _input_axis_name(leaf, axis):
+                roles.setdefault(str(expr.expr), role)
     for leaf, node_name in zip(names, user_inputs):
         shape: list[int | str] = []
         for axis, size in enumerate(nodes[node_name].meta["val"].shape):
@@ -268,10 +305,10 @@ def _name_dims(program: Any, names: list[str]) -> tuple[list[tuple[int | str, ..
                 # needs it equal to input_ids' batch, which is what a shared name tells a reader and a runtime.
                 # Sizes that differ in the sample are not one dim (packed patches and their images' grid rows,
                 # both on axis 0): the later one is named after its input.
-                name = _semantic_name(leaf, axis, cache_inputs)
+                name = roles.get(key) or _semantic_name(leaf, axis, cache_inputs)
                 hint = getattr(expr, "hint", None)
                 if name in hints and hint is not None and hints[name] is not None and hints[name] != hint:
-                    name = f"{re.sub(r'[^A-Za-z0-9_]', '_', leaf.split('.')[0])}_dim{axis}"
+                    name = _input_axis_name(leaf, axis)
                 hints.setdefault(name, hint)
                 symbols[key] = name
             shape.append(symbols[key])
