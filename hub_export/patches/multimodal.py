@@ -230,6 +230,12 @@ def _lists_features(code: Any) -> bool:
     return "list" in code.co_names and "len" not in code.co_names
 
 
+#: The instructions a frame stands at while a call it makes runs: ``CALL`` (3.11 to 3.13), ``CALL_FUNCTION`` (3.10)
+#: and 3.11's ``PRECALL``: once 3.11 specializes ``list(x)`` (``PRECALL_BUILTIN_CLASS``, after a few runs of the
+#: same code) the call runs inside ``PRECALL`` and the frame stands there (``co_code`` shows the unspecialized name).
+_CALL_OPS = ("CALL", "CALL_FUNCTION", "PRECALL")
+
+
 def _listed_by(code: Any) -> bool:
     """Whether the caller of the patched ``__iter__`` / ``__len__`` (two frames up) is ``code`` at a call
     (``list(features)``), not at a ``for`` loop, an unpacking or a ``*`` over a tensor (GET_ITER,
@@ -239,7 +245,7 @@ def _listed_by(code: Any) -> bool:
     frame = sys._getframe(2)
     if frame is None or frame.f_code is not code:
         return False
-    return dis.opname[code.co_code[frame.f_lasti]] in ("CALL", "CALL_FUNCTION")
+    return dis.opname[code.co_code[frame.f_lasti]] in _CALL_OPS
 
 
 def _returns_pieces(cls: type) -> bool:
