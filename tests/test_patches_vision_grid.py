@@ -12,6 +12,8 @@ from hub_export.patches.vision_grid import (
     audio_window_cu_seqlens,
     grid_as_input,
     segment_ids,
+    vision_cu_seqlens,
+    vision_interpolation_indices_and_weights,
     vision_position_ids,
     vision_window_index,
 )
@@ -78,6 +80,30 @@ def test_helpers_match_transformers() -> None:
     assert torch.equal(index, expected_index)
     patches = int(grid.prod(-1).sum())
     assert torch.equal(segment_ids(cu_windows, patches).unique_consecutive(return_counts=True)[1], expected_cu.diff())
+    for mode, align_corners, merge in (("bilinear", False, 1), ("bilinear", True, 2), ("bicubic", False, 2)):
+        got = vision_interpolation_indices_and_weights(grid, 5, mode, align_corners, merge)
+        expected_taps = vision_utils.get_vision_interpolation_indices_and_weights(grid, 5, mode, align_corners, merge)
+        assert all(torch.equal(a, b) for a, b in zip(got, expected_taps, strict=True)), mode
+    expected_cu = vision_utils.get_vision_cu_seqlens(grid)
+    assert torch.equal(vision_cu_seqlens(grid), expected_cu)
+
+
+def test_no_size_of_the_export_is_read_from_the_grid() -> None:
+    """Every size of the traced encoder is an expression of its input dims: none is read from the grid's values
+    (``repeat_interleave`` over the grid, a frame count ``.item()``), which no export could bound (ExecuTorch plans
+    each buffer at its upper bound). The attention segments are counted in one slot per packed patch, the slots
+    past the last frame empty (the last boundary repeated), with eager's attention."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    traced = trace(_encoder(), _images([[1, 4, 4], [2, 4, 8]]), ExportConfig(dynamic=True))
+    read_from_data = set()
+    for node in traced.program.graph.nodes:
+        assert "repeat_interleave" not in str(node.target), node.format_node()
+        values = node.meta.get("val")
+        for value in values if isinstance(values, (tuple, list)) else [values]:
+            if isinstance(value, torch.Tensor):
+                read_from_data |= free_unbacked_symbols(value.shape)
+    assert not read_from_data
 
 
 def test_audio_windows_match_transformers() -> None:

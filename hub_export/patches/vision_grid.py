@@ -10,8 +10,12 @@ the number of patches:
 
 * ``transformers.vision_utils.get_vision_position_ids``: each patch's image from the cumulative patch counts, its
   frame, row and column (in spatial-merge block order) from its index within that image.
-* ``transformers.vision_utils.get_vision_cu_seqlens``: the segment lengths ``repeat_interleave(h * w, t)`` as one
-  length per frame, the frame's image found from the cumulative frame counts.
+* ``transformers.vision_utils.get_vision_cu_seqlens`` (also where ``get_vision_attention_seqlens`` calls it inside
+  vision_utils): the segment lengths ``repeat_interleave(h * w, t)`` as one length per frame, the frame's image
+  found from the cumulative frame counts; within an encoder call the frames are counted in one slot per packed row
+  (empty segments past the last frame), so no size is read from the grid's values.
+* ``transformers.vision_utils.get_vision_interpolation_indices_and_weights``: each patch's height, width and start
+  from its image (cumulative patch counts) instead of three ``repeat_interleave`` over the grid.
 * ``transformers.vision_utils.get_vision_window_index``: the window order of each merged token (its window's rank
   among the clipped windows of its frame, then its place in the window) scattered into the permutation; the window
   boundaries as a sorted list padded with zeros (empty segments), which replaces ``unique_consecutive``.
@@ -126,8 +130,21 @@ def vision_position_ids(
     return torch.stack(columns, dim=-1)
 
 
+def _encoder_rows(grid_thw: Any) -> Any:
+    """The packed row count of the encoder call ``grid_thw`` came with (:func:`_remember_patches`), or None."""
+    for grid, patches in reversed(_CALLS):
+        if grid is grid_thw and patches is not None:
+            return patches
+    return None
+
+
 def vision_cu_seqlens(grid_thw: Any, merge_temporal: bool = False, kwargs: dict | None = None) -> Any:
-    """``get_vision_cu_seqlens`` (transformers/vision_utils.py) without ``repeat_interleave`` over the grid."""
+    """``get_vision_cu_seqlens`` (transformers/vision_utils.py) without ``repeat_interleave`` over the grid.
+
+    Within an encoder call, every frame holds at least one of the encoder's packed rows, so the frames are counted
+    in as many slots as there are rows, the slots past the last frame empty segments (the last boundary repeated):
+    the size is the input's, bounded with it, where ``repeat_interleave`` or a count read from the grid would be a
+    size read from the data that no export can bound (ExecuTorch plans every buffer at its upper bound)."""
     import torch
     import torch.nn.functional as F
 
@@ -137,12 +154,46 @@ def vision_cu_seqlens(grid_thw: Any, merge_temporal: bool = False, kwargs: dict 
     if merge_temporal:
         seqlens = grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]
     else:
-        frames = grid_thw[:, 0]
+        frames, areas = grid_thw[:, 0], grid_thw[:, 1] * grid_thw[:, 2]
         ends = frames.cumsum(0)
-        frame = torch.arange(frames.sum().item(), device=grid_thw.device)
-        image = (frame[:, None] >= ends[None, :]).sum(-1)
-        seqlens = (grid_thw[:, 1] * grid_thw[:, 2])[image]
+        rows = _encoder_rows(grid_thw)
+        slots = frames.sum().item() if rows is None else rows
+        frame = torch.arange(slots, device=grid_thw.device)
+        image = (frame[:, None] >= ends[None, :]).sum(-1)  # the image count past the last frame
+        last = frames.shape[0] - 1
+        seqlens = torch.where(image <= last, areas[image.clamp(max=last)], torch.zeros_like(image))
     return F.pad(seqlens.cumsum(dim=0, dtype=dtype), (1, 0), value=0)
+
+
+def vision_interpolation_indices_and_weights(
+    grid_thw: Any,
+    num_grid_per_side: int,
+    mode: str = "bilinear",
+    align_corners: bool = False,
+    spatial_merge_size: int = 1,
+    padding: str = "border",
+    kwargs: dict | None = None,
+) -> tuple[Any, Any]:
+    """``get_vision_interpolation_indices_and_weights`` (transformers/vision_utils.py) with each patch's image
+    found from the cumulative patch counts (:func:`_patch_index`, the count tied to the encoder's rows) instead of
+    three ``repeat_interleave`` over the grid (an operator outside ExecuTorch's core set, of a size read from the
+    data); the taps and weights per axis are upstream's own ``_interpolation_axis_taps_weights``."""
+    if kwargs is not None:
+        interp_indices = kwargs.pop("interp_indices", None)
+        interp_weights = kwargs.pop("interp_weights", None)
+        if interp_indices is not None and interp_weights is not None:
+            return interp_indices, interp_weights
+    taps_weights = sys.modules["transformers.vision_utils"]._interpolation_axis_taps_weights
+    image, local, _ = _patch_index(grid_thw)
+    heights, widths = grid_thw[image, 1], grid_thw[image, 2]
+    _, row, col = _block_order(local, heights, widths, spatial_merge_size)
+    side = num_grid_per_side
+    h_taps, h_weights = taps_weights(row, heights, side, mode, align_corners, padding)
+    w_taps, w_weights = taps_weights(col, widths, side, mode, align_corners, padding)
+    n = h_taps.shape[1]
+    indices = (h_taps[:, :, None] * side + w_taps[:, None, :]).reshape(-1, n * n)
+    weights = (h_weights[:, :, None] * w_weights[:, None, :]).reshape(-1, n * n)
+    return indices, weights
 
 
 def vision_window_index(
@@ -365,6 +416,7 @@ _HELPERS: dict[str, Callable[..., Any]] = {
     "get_vision_position_ids": vision_position_ids,
     "get_vision_cu_seqlens": vision_cu_seqlens,
     "get_vision_window_index": vision_window_index,
+    "get_vision_interpolation_indices_and_weights": vision_interpolation_indices_and_weights,
 }
 
 #: the per-model precompute helpers some modeling modules define under these names (same contract: grid in, the
@@ -376,6 +428,11 @@ _LOCAL_HELPERS: dict[str, Callable[..., Any]] = {
 }
 
 
+def _uses(module: Any, helpers: Any) -> bool:
+    """Whether ``module`` imported a function of the module ``helpers`` by name."""
+    return any(getattr(value, "__module__", None) == helpers.__name__ for value in vars(module).values())
+
+
 @contextlib.contextmanager
 def grid_as_input(model: Any) -> Iterator[int]:
     """Apply the patches above to the modeling modules and attention classes ``model`` uses; yields how many."""
@@ -384,9 +441,14 @@ def grid_as_input(model: Any) -> Iterator[int]:
     with contextlib.ExitStack() as stack:
         applied = 0
         modules = {sys.modules[cls.__module__] for cls in classes if cls.__module__ in sys.modules}
+        originals = {name: getattr(vision_utils, name, None) for name in _HELPERS} if vision_utils else {}
+        if vision_utils is not None and any(_uses(module, vision_utils) for module in modules):
+            # the helpers call each other through vision_utils' own names (get_vision_attention_seqlens calls
+            # get_vision_cu_seqlens): patched there too
+            modules.add(vision_utils)
         for module in sorted(modules, key=lambda m: m.__name__):
             for name, replacement in _HELPERS.items():
-                original = getattr(vision_utils, name, None) if vision_utils is not None else None
+                original = originals.get(name)
                 if original is not None and getattr(module, name, None) is original:
                     stack.enter_context(patch_attribute(module, name, replacement, reason=_REASON))
                     applied += 1
