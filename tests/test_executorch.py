@@ -541,3 +541,36 @@ def test_modulo_of_sizes_takes_the_divisors_sign_at_run_time() -> None:
     for shape in [(2, 16, 4), (3, 13, 4), (1, 3, 4)]:
         x = torch.randn(shape)
         assert torch.allclose(export(inputs_embeds=x), model(x), atol=ATOL)
+
+
+class _Convolutions3d(torch.nn.Module):
+    """A patch embedding whose kernel spans every frame it reads (Qwen2-VL's: kernel = stride) and a video
+    convolution with overlapping, dilated, padded depth taps and groups."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.patches = torch.nn.Conv3d(3, 8, kernel_size=(2, 4, 4), stride=(2, 4, 4), bias=False)
+        self.video = torch.nn.Conv3d(
+            8, 4, kernel_size=3, stride=(2, 1, 1), padding=(2, 1, 0), dilation=(2, 1, 1), groups=2
+        )
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return self.video(self.patches(pixel_values))
+
+
+def test_3d_convolutions_run_as_2d_convolutions_over_the_depth_taps() -> None:
+    """Neither XNNPACK nor the runtime's portable kernel runs a 3-D convolution (error 0x12 at the first run):
+    the program holds each as 2-D convolutions, one per tap of the kernel's depth, with eager's numbers."""
+    from hub_export.backends.executorch._conv3d import conv3d_by_depth_taps
+
+    model = _Convolutions3d().eval()
+    x = torch.randn(2, 3, 6, 16, 12)
+    export = ExecutorchExporter().export(model, {"pixel_values": x}, config=ExecutorchConfig(dynamic=True))
+    with torch.no_grad():
+        assert torch.allclose(export(pixel_values=x), model(x), atol=ATOL)
+    conv = model.video
+    args = (conv.weight, conv.bias, conv.stride, conv.padding, conv.dilation, False, [0, 0, 0], conv.groups)
+    y = torch.randn(3, 8, 7, 5, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(conv3d_by_depth_taps(y, *args), conv(y), rtol=0, atol=1e-5)
