@@ -53,6 +53,12 @@ def test_grid_stays_an_input_of_the_export() -> None:
     forward = type(model.blocks[0].attn).forward
     traced = trace(model, _images([[1, 4, 4], [1, 4, 8]]), ExportConfig(dynamic=True))
     assert not traced.folded and not traced.signature.constants  # the grid is not fixed to the sample's values
+    # the packed patches are no batch: their own dim, which ExecuTorch bounds by ExecutorchExporter.max_patches
+    assert traced.signature.concrete_shape(traced.signature.inputs[0])[0] == "patches"
+    from hub_export import ExecutorchConfig, ExecutorchExporter
+
+    bounds = ExecutorchExporter().dynamic_bounds(model, ExecutorchConfig(dynamic=True))
+    assert bounds("patches", "hidden_states", 0, 48) == (1, ExecutorchExporter.max_patches)
     program = traced.program.module()
     others = [[[1, 4, 4], [1, 4, 4], [1, 4, 4]], [[2, 6, 10]], [[1, 8, 4], [3, 2, 6]]]
     with torch.no_grad():

@@ -42,6 +42,9 @@ __all__ = ["DimBounds", "FlatModule", "Traced", "trace"]
 DimBounds = Callable[[str, str, int, int], "tuple[int | None, int | None] | None"]
 
 _SEQUENCE_INPUTS = {"input_ids", "attention_mask", "token_type_ids", "position_ids", "inputs_embeds", "cache_position"}
+#: Inputs that hold the patches of every image as rows of one 2-D tensor in grid-driven vision models.
+_PACKED_INPUTS = ("pixel_values", "pixel_values_videos", "hidden_states")
+
 _SEMANTIC = {
     ("pixel_values", 1): "channels",
     ("pixel_values", 2): "height",
@@ -144,6 +147,7 @@ def _pin_axes(
     import torch
 
     cache_inputs = any(n.endswith((".key", ".value")) for n in leaves)
+    packed = _packed_leaves([(leaf, len(shape)) for leaf, shape in zip(leaves, shapes)])
     pinned = []
     named: list[list[int | str]] = [list(shape) for shape in shapes]
     for leaf, name, axes, shape in zip(leaves, names, spec[0] if spec else (), named):
@@ -151,8 +155,8 @@ def _pin_axes(
         for axis, dim in axes.items():
             if dim is None or dim == torch.export.Dim.STATIC or axis >= len(shape) or not isinstance(shape[axis], int):
                 continue
-            role = _semantic_name(leaf, axis, cache_inputs)
-            if not config.dynamic or role == "batch" or role.endswith("sequence"):
+            role = _semantic_name(leaf, axis, cache_inputs, packed)
+            if not config.dynamic or role in ("batch", "patches") or role.endswith("sequence"):
                 size = int(shape[axis])
                 dim_name = role if role not in dims or dims[role] == Dim(role, size, size) else f"{role}_{size}"
                 dims[dim_name] = Dim(dim_name, size, size)
@@ -238,16 +242,17 @@ def _bound_roles(leaves: list[tuple[str, Any]], cache_inputs: bool) -> dict[tupl
     needs such an axis equal to a named one (LayoutLM-style ``bbox`` is [batch, sequence, 4]): bounded at its own
     sample size, the tracer's equality would narrow the named dim to that size too, and the export would refuse every
     longer sequence. An axis that is not the same dim keeps its own name, with a bound that is only larger."""
+    packed = _packed_leaves([(leaf, t.dim()) for leaf, t in leaves])
     named: dict[int, str] = {}
     for leaf, t in leaves:
         for axis in range(1, t.dim()):
-            role = _semantic_name(leaf, axis, cache_inputs)
+            role = _semantic_name(leaf, axis, cache_inputs, packed)
             if role != _input_axis_name(leaf, axis):
                 named.setdefault(int(t.shape[axis]), role)
     roles = {}
     for leaf, t in leaves:
         for axis in range(t.dim()):
-            role = _semantic_name(leaf, axis, cache_inputs)
+            role = _semantic_name(leaf, axis, cache_inputs, packed)
             if axis and role == _input_axis_name(leaf, axis):
                 role = named.get(int(t.shape[axis]), role)
             roles[leaf, axis] = role
@@ -259,11 +264,20 @@ def _input_axis_name(leaf: str, axis: int) -> str:
     return f"{re.sub(r'[^A-Za-z0-9_]', '_', leaf.split('.')[0])}_dim{axis}"
 
 
-def _semantic_name(leaf: str, axis: int, cache_inputs: bool) -> str:
+def _packed_leaves(leaves: list[tuple[str, int]]) -> frozenset[str]:
+    """The leaves, of ``(name, ndim)``, whose axis 0 is packed image patches, not a batch: a 2-D
+    :data:`_PACKED_INPUTS` beside a grid of one ``(t, h, w)`` row per image (``image_grid_thw``, ``grid_thw``: the
+    Qwen2-VL family, whose patches of every image are rows of one tensor)."""
+    if not any(name.split(".")[0].endswith("grid_thw") for name, _ in leaves):
+        return frozenset()
+    return frozenset(name for name, ndim in leaves if name.split(".")[0] in _PACKED_INPUTS and ndim == 2)
+
+
+def _semantic_name(leaf: str, axis: int, cache_inputs: bool, packed: frozenset[str] = frozenset()) -> str:
     parts = leaf.split(".")
     kwarg = parts[0]
     if axis == 0:
-        return "batch"
+        return "patches" if leaf in packed else "batch"
     if len(parts) > 1 and parts[-1] in ("key", "value") and axis == 2:
         return "encoder_sequence" if "encoder" in parts else "past_sequence"
     if len(parts) > 1 and parts[-1] == "indexer_keys" and axis == 1:  # [batch, past_sequence, dim]
@@ -280,6 +294,7 @@ def _name_dims(program: Any, names: list[str]) -> tuple[list[tuple[int | str, ..
     user_inputs = program.graph_signature.user_inputs
     nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     cache_inputs = any(n.endswith((".key", ".value")) for n in names)
+    packed = _packed_leaves([(leaf, nodes[node].meta["val"].dim()) for leaf, node in zip(names, user_inputs)])
     symbols: dict[str, str] = {}
     hints: dict[str, int | None] = {}  # dim name -> its sample size
     shapes: list[tuple[int | str, ...]] = []
@@ -289,7 +304,7 @@ def _name_dims(program: Any, names: list[str]) -> tuple[list[tuple[int | str, ..
     for leaf, node_name in zip(names, user_inputs):
         for axis, size in enumerate(nodes[node_name].meta["val"].shape):
             expr = getattr(size, "node", None)
-            role = _semantic_name(leaf, axis, cache_inputs)
+            role = _semantic_name(leaf, axis, cache_inputs, packed)
             if expr is not None and expr.maybe_as_int() is None and role != _input_axis_name(leaf, axis):
                 roles.setdefault(str(expr.expr), role)
     for leaf, node_name in zip(names, user_inputs):
@@ -305,7 +320,7 @@ def _name_dims(program: Any, names: list[str]) -> tuple[list[tuple[int | str, ..
                 # needs it equal to input_ids' batch, which is what a shared name tells a reader and a runtime.
                 # Sizes that differ in the sample are not one dim (packed patches and their images' grid rows,
                 # both on axis 0): the later one is named after its input.
-                name = roles.get(key) or _semantic_name(leaf, axis, cache_inputs)
+                name = roles.get(key) or _semantic_name(leaf, axis, cache_inputs, packed)
                 hint = getattr(expr, "hint", None)
                 if name in hints and hint is not None and hints[name] is not None and hints[name] != hint:
                     name = _input_axis_name(leaf, axis)

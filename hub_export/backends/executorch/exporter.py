@@ -72,6 +72,9 @@ class ExecutorchExporter(HfExporter):
         max_audio_seconds: Upper bound of raw audio (``samples``) in seconds where the config gives no strides (10 s,
             as Wav2Vec2-base's 512 frames: Moonshine Streaming's attention over 80-sample frames planned 51.5 GiB at
             30 s).
+        max_patches: Upper bound of the ``patches`` dim with ``dynamic=True`` (the image patches that grid-driven
+            vision models pack as the rows of one tensor, Qwen2-VL's family: 1024 is one 448 x 448 image at patch
+            14; the attention over them is planned for that many).
         max_sequence_cap: Cap on a config's maximum length (buffers are planned for the bound, so a 128k-token
             ``max_position_embeddings`` would plan gigabytes); pass explicit ``dynamic_shapes`` to go beyond it.
         external_data_min_bytes: With ``ExecutorchConfig(external_data=None)``, weights of at least this many bytes
@@ -85,6 +88,7 @@ class ExecutorchExporter(HfExporter):
     max_batch: ClassVar[int] = 8
     max_sequence: ClassVar[int] = 512
     max_sequence_cap: ClassVar[int] = 4096
+    max_patches: ClassVar[int] = 1024
     max_audio_seconds: ClassVar[int] = 10
     external_data_min_bytes: ClassVar[int] = 1 << 30
     max_planned_bytes: ClassVar[int] = 8 << 30
@@ -140,7 +144,7 @@ class ExecutorchExporter(HfExporter):
     def dynamic_bounds(self, module: Any, config: ExportConfig) -> DimBounds:
         """Bounds for ``dynamic=True``, from the model's config.
 
-        ``batch``: [1, :attr:`max_batch`]. Sequence dims: [1, the config's maximum length for that role]
+        ``batch``: [1, :attr:`max_batch`]. ``patches``: [1, :attr:`max_patches`]. Sequence dims: [1, the config's maximum length for that role]
         (``max_position_embeddings``, ``n_positions``, ``max_target_positions`` for decoder sequences,
         ``max_source_positions`` for encoder ones), capped at :attr:`max_sequence_cap`, or :attr:`max_sequence`
         when the config has none. ``height``/``width``: up to ``image_size``. ``samples`` (raw audio into a
@@ -157,6 +161,8 @@ class ExecutorchExporter(HfExporter):
         def bounds(role: str, leaf: str, axis: int, size: int) -> tuple[int, int]:
             if role == "batch":
                 high = self.max_batch
+            elif role == "patches":
+                high = self.max_patches
             elif role in _SEQUENCE_ROLES:
                 limit = _config_limit(model_config, _ROLE_LIMITS.get(role, _LIMITS))
                 high = min(limit, self.max_sequence_cap) if limit else self.max_sequence
