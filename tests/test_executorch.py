@@ -419,6 +419,45 @@ def test_an_axis_without_a_role_does_not_narrow_the_named_dim_it_equals() -> Non
     assert [spec.shape for spec in traced.signature.inputs] == [("batch", "sequence", 4), ("batch", "sequence")]
 
 
+class _Codec(torch.nn.Module):
+    """An audio codec's encoder: raw audio with channels, ``input_values`` [batch, channels, samples]."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv1d(1, 4, kernel_size=8, stride=4)
+
+    def forward(self, input_values: torch.Tensor) -> torch.Tensor:
+        return self.conv(input_values)
+
+
+class _Perceiver(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(50, 4)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.embed(inputs)
+
+
+def test_axes_take_their_role_from_the_inputs_rank_and_dtype() -> None:
+    """Raw audio with channels (a 3-D ``input_values``: DAC, EnCodec) is bounded as samples, not at the sample's
+    length; a 2-D floating ``inputs`` (SpeechEncoderDecoder's audio) likewise, while Perceiver's integer ``inputs``
+    keep an axis of their own."""
+    from hub_export.export.trace import trace
+
+    model, config = _Codec().eval(), ExecutorchConfig(dynamic=True)
+    bounds = ExecutorchExporter().dynamic_bounds(model, config)
+    traced = trace(model, {"input_values": torch.randn(2, 1, 400)}, config, bounds=bounds)
+    assert traced.signature.inputs[0].shape == ("batch", 1, "samples")
+    assert traced.signature.dims["samples"].max == 16_000 * ExecutorchExporter.max_audio_seconds
+    perceiver = trace(_Perceiver(), {"inputs": torch.randint(0, 50, (2, 9))}, config, bounds=bounds)
+    assert perceiver.signature.inputs[0].shape == ("batch", "inputs_dim1")
+    from hub_export.export.trace import _shape_roles
+
+    assert _shape_roles([("inputs", 2, True), ("inputs_embeds", 3, True)]) == {("inputs", 1): "samples"}
+    assert _shape_roles([("inputs", 3, True)]) == {}  # features, not raw audio
+
+
 def test_sizes_interval_arithmetic_cannot_bound_are_planned_at_their_exact_maximum() -> None:
     """Mamba-2's chunk size ``padded // (padded // 16)``: sympy's intervals give [0, oo), the planner used to fail."""
     from torch._dynamo.source import ConstantSource
