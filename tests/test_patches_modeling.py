@@ -521,6 +521,44 @@ def test_switch_router_cast_and_experts_trace() -> None:
             torch.testing.assert_close(program.module()(states), mlp(states), rtol=0, atol=1e-6)
 
 
+def test_custom_experts_run_every_expert_on_every_token_for_executorch() -> None:
+    """The ExecuTorch runtime cannot run the per-expert token counts of DBRX's and Switch Transformers' patched loops
+    (error 0x12): ExecuTorch traces them with every expert on every token, weighted by the routing, which equals
+    eager, holds no size read from the routing (no nonzero), and is chosen for those classes only."""
+    from transformers import SwitchTransformersConfig
+    from transformers.models.dbrx.configuration_dbrx import DbrxFFNConfig
+    from transformers.models.dbrx.modeling_dbrx import DbrxExperts
+    from transformers.models.switch_transformers.modeling_switch_transformers import SwitchTransformersSparseMLP
+
+    from hub_export import ExecutorchConfig, ExecutorchExporter
+    from hub_export.patches.experts import dense_experts_forward
+    from hub_export.patches.tracing import experts_as_standard_ops, tracing_patches
+
+    experts = seeded(DbrxExperts, DbrxFFNConfig(hidden_size=8, ffn_hidden_size=6, moe_num_experts=4, moe_top_k=2))
+    for weight in experts.parameters():
+        torch.nn.init.normal_(weight, std=0.2)
+    generator = torch.Generator().manual_seed(3)
+    ids = torch.stack([torch.randperm(3, generator=generator)[:2] for _ in range(10)])  # expert 3 unused
+    inputs = (torch.randn(2, 5, 8, generator=generator), ids, torch.rand(10, 2, generator=generator))
+    choose = lambda module: ExecutorchExporter().experts_forward(module, ExecutorchConfig())  # noqa: E731
+    with torch.no_grad():
+        torch.testing.assert_close(dense_experts_forward(experts)(*inputs), experts(*inputs), rtol=0, atol=1e-6)
+        with experts_as_standard_ops(experts, choose) as switched:
+            program = torch.export.export(experts, inputs, strict=False)
+    assert switched == 1 and "forward" not in vars(experts)
+    assert not any("nonzero" in str(node.target) for node in program.graph.nodes)
+    config = SwitchTransformersConfig(d_model=8, d_ff=12, num_experts=3, expert_capacity=3)
+    mlp = seeded(SwitchTransformersSparseMLP, config)
+    with torch.no_grad():
+        for length in (5, 9):  # 9 tokens a row overflow the capacity of 3: tokens dropped as in eager
+            states = torch.randn(2, length, 8)
+            expected = mlp(states)
+            with tracing_patches(True, mlp), experts_as_standard_ops(mlp, choose) as switched:
+                assert switched == 1
+                torch.testing.assert_close(mlp(states), expected, rtol=0, atol=1e-6)
+    assert dense_experts_forward(torch.nn.Linear(2, 2)) is None
+
+
 def test_placeholder_branches_trace_as_a_check_and_a_select() -> None:
     """Ovis2 wrote its visual indicators under ``if mask.any()`` and HunYuan-VL checked its placeholder count with a
     Python ``if`` (GuardOnDataDependentSymNode): Ovis2 exported keeps eager's logits at another length, and HunYuan-VL's

@@ -40,6 +40,7 @@ from typing import Any
 
 from ..errors import PatchTargetMissing
 from ._base import patch_attribute
+from .experts import custom_experts_modules
 from .lengths import conv_length_symbolic, size_division_symbolic, tensor_len_symbolic
 from .masks import causal_mask_skip_kept, mask_functions_broadcast, no_padding_mask_skipped
 from .modeling import symbolic_sizes
@@ -165,7 +166,10 @@ def experts_as_standard_ops(model: Any, choose: ExpertsChoice | None = None) -> 
 
     ``choose(module)`` lets the backend pick another forward for a module (ExecuTorch:
     :func:`gathered_experts_forward`; ONNX fused for cuda: one ``MoE`` node); None keeps the default: the module's
-    own implementation when it already traces to standard ops, else the per-expert loop.
+    own implementation when it already traces to standard ops, else the per-expert loop. It is asked too for the
+    experts classes with a forward of their own (:func:`~hub_export.patches.experts.custom_experts_modules`: DBRX,
+    Switch Transformers; ExecuTorch: :func:`~hub_export.patches.experts.dense_experts_forward`), whose default is
+    their class patch.
 
     Yields:
         How many experts modules were switched.
@@ -175,6 +179,11 @@ def experts_as_standard_ops(model: Any, choose: ExpertsChoice | None = None) -> 
         forward = choose(module) if choose is not None else None
         if forward is None and not _traces(module):
             forward = types.MethodType(experts_per_expert_loop, module)
+        if forward is not None:
+            module.forward = forward
+            switched.append(module)
+    for module in custom_experts_modules(model) if choose is not None else ():
+        forward = choose(module) if choose is not None else None  # None: the class's own patch (patches/experts.py)
         if forward is not None:
             module.forward = forward
             switched.append(module)

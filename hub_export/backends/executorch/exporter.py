@@ -23,6 +23,7 @@ from ...errors import ConfigError, DeviceUnavailableError, ExportError
 from ...export.exporter import HfExporter, Lowered
 from ...export.trace import DimBounds, Traced
 from ...manifest import ComponentEntry
+from ...patches.experts import dense_experts_forward
 from ...patches.graph import all_true_checks_as_all, views_after_permutes_as_reshapes
 from ...patches.tracing import gathered_experts_forward
 from ...quantization.nncf_quant import NNCFQuantizationConfig, NNCFQuantizer
@@ -138,8 +139,10 @@ class ExecutorchExporter(HfExporter):
 
     def experts_forward(self, module: Any, config: ExportConfig) -> Any:
         """transformers' ``batched_mm`` (static shapes): ExecuTorch's runtime cannot run the per-expert loop's
-        data-dependent row counts."""
-        return gathered_experts_forward(module)
+        data-dependent row counts; an experts class with a forward of its own (DBRX, Switch Transformers) runs
+        every expert on every token, weighted by the routing (:func:`~hub_export.patches.experts.dense_experts_forward`)."""
+        dense = dense_experts_forward(module)
+        return dense if dense is not None else gathered_experts_forward(module)
 
     def dynamic_bounds(self, module: Any, config: ExportConfig) -> DimBounds:
         """Bounds for ``dynamic=True``, from the model's config.

@@ -165,6 +165,8 @@ def moe_plan(module: Any) -> MoEPlan | None:
     """How ``module`` (a ``@use_experts_implementation`` experts module) maps to ``MoE``, or None if it does not."""
     from transformers.integrations import moe
 
+    if not hasattr(module, "has_gate"):  # an experts class with a forward of its own (DBRX's): not MoE's layout
+        return None
     if getattr(module, "has_post_expert_norm", False) or getattr(module, "_is_expert_parallel", False):
         return None
     activation = _activation_type(getattr(module, "act_fn", None))
