@@ -98,13 +98,17 @@ def test_no_size_of_the_export_is_read_from_the_grid() -> None:
     """Every size of the traced encoder is an expression of its input dims: none is read from the grid's values
     (``repeat_interleave`` over the grid, a frame count ``.item()``), which no export could bound (ExecuTorch plans
     each buffer at its upper bound). The attention segments are counted in one slot per packed patch, the slots
-    past the last frame empty (the last boundary repeated), with eager's attention."""
+    past the last frame empty (the last boundary repeated), with eager's attention; no sort (the window order's
+    inverse is the helper's own), which the ExecuTorch runtime has no kernel for."""
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
+    argsort = torch.argsort
     traced = trace(_encoder(), _images([[1, 4, 4], [2, 4, 8]]), ExportConfig(dynamic=True))
+    assert torch.argsort is argsort  # answered the window index's inverse while tracing only
     read_from_data = set()
     for node in traced.program.graph.nodes:
         assert "repeat_interleave" not in str(node.target), node.format_node()
+        assert "sort" not in str(node.target), node.format_node()  # no kernel in the ExecuTorch runtime
         values = node.meta.get("val")
         for value in values if isinstance(values, (tuple, list)) else [values]:
             if isinstance(value, torch.Tensor):

@@ -18,7 +18,10 @@ the number of patches:
   from its image (cumulative patch counts) instead of three ``repeat_interleave`` over the grid.
 * ``transformers.vision_utils.get_vision_window_index``: the window order of each merged token (its window's rank
   among the clipped windows of its frame, then its place in the window) scattered into the permutation; the window
-  boundaries as a sorted list padded with zeros (empty segments), which replaces ``unique_consecutive``.
+  boundaries one per merged token, in token order (zero for a token that ends no window: empty segments), which
+  replaces ``unique_consecutive``; unsorted, as the varlen attention below reads them (no ``sort``: the ExecuTorch
+  runtime has no kernel for it), and the encoders' ``torch.argsort(window_index)`` answered with the inverse
+  permutation the helper computed.
 * The per-model helpers of the same contract some modeling modules define (``get_vision_frame_index``,
   ``get_vision_temporal_merge_index`` in transformers/models/kimi_k25/modeling_kimi_k25.py,
   ``get_vision_pixel_shuffle_index`` in transformers/models/muse_glimmer/modeling_muse_glimmer.py), likewise.
@@ -230,8 +233,30 @@ def vision_window_index(
     # a window ends after its last token: its rank in the order, +1, in patches (merge unit each)
     last = ((row % size) == band_height - 1) & ((col % size) == window_width - 1)
     ends = torch.where(last, order + 1, torch.zeros_like(order)) * spatial_merge_size**2
-    cu_window_seqlens = F.pad(torch.sort(ends).values.to(torch.int32), (1, 0), value=0)
+    # in token order, not sorted: segment_ids counts the boundaries at or before a position whatever their order
+    # (aten.sort has no kernel in the ExecuTorch runtime)
+    cu_window_seqlens = F.pad(ends.to(torch.int32), (1, 0), value=0)
+    _INVERSES.append((window_index, order))
     return window_index, cu_window_seqlens
+
+
+#: ``(window_index, order)`` of the :func:`vision_window_index` calls while tracing: ``order`` is the inverse
+#: permutation of ``window_index``, what the encoders' ``torch.argsort(window_index)`` computes.
+_INVERSES: list[tuple[Any, Any]] = []
+
+
+def _inverse_argsort(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.argsort`` answering the inverse permutation :func:`vision_window_index` already holds for its own
+    window index (``reverse_indices = torch.argsort(window_index)``, transformers/models/qwen2_5_vl: ``aten.sort``
+    has no kernel in the ExecuTorch runtime), the original's answer for any other tensor."""
+
+    def argsort(input: Any, dim: int = -1, descending: bool = False, **kwargs: Any) -> Any:
+        for permutation, inverse in _INVERSES:
+            if input is permutation and dim in (0, -1) and not descending:
+                return inverse
+        return original(input, dim=dim, descending=descending, **kwargs)
+
+    return argsort
 
 
 def _block_order(local: Any, h: Any, w: Any, merge: Any) -> tuple[Any, Any, Any]:
@@ -467,6 +492,11 @@ def grid_as_input(model: Any) -> Iterator[int]:
                 stack.callback(module.register_forward_pre_hook(_remember_patches, with_kwargs=True).remove)
                 stack.callback(module.register_forward_hook(_forget_patches, with_kwargs=True, always_call=True).remove)
         stack.callback(_CALLS.clear)
+        stack.callback(_INVERSES.clear)
+        if any(getattr(module, "get_vision_window_index", None) is vision_window_index for module in modules):
+            import torch
+
+            stack.enter_context(patch_attribute(torch, "argsort", _inverse_argsort(torch.argsort), reason=_REASON))
         for cls in sorted(classes, key=lambda c: c.__qualname__):
             if _splits_by_lengths(cls):
                 forward = cls.__dict__["forward"]
