@@ -335,6 +335,25 @@ def test_unbounded_sizes_fail_the_lowering_instead_of_planning_the_sample() -> N
     assert sym_util.eval_upper_bound is original  # the patch is undone
 
 
+class _CountSized(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        count = (x > 0).sum().item()
+        torch._check(count >= 0)
+        return torch.ones(count) * 2
+
+
+def test_an_unbounded_size_names_the_op_and_the_model_line_that_made_it() -> None:
+    """A size read from the data has no upper bound to plan: the error names the node and the model's source line."""
+    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+
+    from hub_export.backends.executorch._bounds import bounds_pass
+
+    program = torch.export.export(_CountSized(), (torch.randn(6),), strict=False)
+    edge = to_edge_transform_and_lower(program)
+    with pytest.raises(ExportError, match=r"output of .*(ones|full).*test_executorch\.py.*torch\.ones\(count\)"):
+        edge.to_executorch(ExecutorchBackendConfig(sym_shape_eval_pass=bounds_pass()))
+
+
 class _TwoDynamicDimReshapes(torch.nn.Module):
     """A 1D convolution, a ``BatchNorm1d`` (XNNPACK makes it a 1D convolution) and a trailing ``unsqueeze`` on
     ``(batch, length)`` tensors: XNNPACK turns them into reshapes with two dynamic dims, which its serializer refuses

@@ -148,6 +148,33 @@ def _nonzero(divisor: Any) -> Any:
     return np.where(divisor == 0, 1, divisor)
 
 
+def _refuse_unbounded(graph_module: Any) -> None:
+    """Raise an :class:`~hub_export.errors.ExportError` naming the first node whose output has a size without an
+    upper bound (a size read from the data: ``.item()``, ``nonzero``), with the model's source line that made it."""
+    import torch
+
+    from ...errors import ExportError
+
+    for module in graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for node in module.graph.nodes:
+            values = node.meta.get("val")
+            for value in values if isinstance(values, (list, tuple)) else (values,):
+                if not isinstance(value, torch.Tensor):
+                    continue
+                for size in value.shape:
+                    if upper_bound(size) is None:
+                        trace = (node.meta.get("stack_trace") or "").strip().splitlines()
+                        where = f", made at {trace[-2].strip()}: {trace[-1].strip()}" if len(trace) >= 2 else ""
+                        raise ExportError(
+                            f"ExecuTorch cannot plan memory for the output of {getattr(node.target, '__name__', node.target)} (size {size}{where}): "
+                            "it has no upper bound, a size read from the data (.item(), nonzero) or an input dim "
+                            "without a max. Give every dynamic input dim a max (dynamic_shapes={'input_ids': {1: "
+                            "Dim('sequence', min=1, max=N)}}) or export with static shapes."
+                        )
+
+
 def bounds_pass() -> Any:
     """ExecuTorch's ``ConstraintBasedSymShapeEvalPass`` (every size at its upper bound, :func:`upper_bound` through
     :func:`.patches.planned_sizes_must_be_bounded`), then each view bounded above its base planned as the base's
@@ -158,6 +185,7 @@ def bounds_pass() -> Any:
 
     class ViewsWithinTheirBase(ConstraintBasedSymShapeEvalPass):
         def call(self, graph_module: GraphModule) -> Any:
+            _refuse_unbounded(graph_module)
             result = super().call(graph_module)
             for module in graph_module.modules():
                 if not isinstance(module, GraphModule):
