@@ -632,3 +632,26 @@ def test_3d_convolutions_run_as_2d_convolutions_over_the_depth_taps() -> None:
     y = torch.randn(3, 8, 7, 5, 6)
     with torch.no_grad():
         torch.testing.assert_close(conv3d_by_depth_taps(y, *args), conv(y), rtol=0, atol=1e-5)
+
+
+def test_dim_orders_of_data_dependent_strides_are_read_by_divisibility() -> None:
+    """``32 * u0`` against ``32`` (a row count read from the data: Idefics3's selected images, FastSpeech2's frames):
+    upstream guards on the data one way round; both ways give the contiguous order, and concrete strides upstream's."""
+    import executorch.exir.tensor as exir_tensor
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, ShapeEnv
+
+    from hub_export.backends.executorch._dim_order import dim_order_from_stride, dim_orders_by_divisibility
+
+    rows = ShapeEnv().create_unbacked_symint()
+    torch._check(rows >= 0)
+    assert dim_order_from_stride((32 * rows, 32, 1)) == (0, 1, 2)  # a contiguous (rows, 32) in a batch
+    assert dim_order_from_stride((32, 32 * rows, 1)) == (1, 0, 2)
+    assert dim_order_from_stride((1, 32, 32 * rows)) == (2, 1, 0)
+    with pytest.raises(GuardOnDataDependentSymNode):
+        exir_tensor.dim_order_from_stride((32 * rows, 32, 1))
+    for stride in ((12, 4, 1), (12, 1, 3), (3, 1, 3, 3), (4, 3, 1, 1), (1, 8, 2)):
+        assert dim_order_from_stride(stride) == exir_tensor.dim_order_from_stride(stride), stride
+    original = exir_tensor.dim_order_from_stride
+    with dim_orders_by_divisibility():
+        assert exir_tensor.dim_order_from_stride is dim_order_from_stride
+    assert exir_tensor.dim_order_from_stride is original

@@ -2,7 +2,7 @@
 
 * :func:`planned_sizes_must_be_bounded`, :func:`list_outputs_validated_whole`,
   :func:`xnnpack_reshapes_with_one_dynamic_dim`, :func:`xnnpack_max_dims_its_visitors_take` and
-  :func:`symbolic_functions_admitted` (reversible patches, applied
+  :func:`symbolic_functions_admitted`, :func:`._dim_order.dim_orders_by_divisibility` (reversible patches, applied
   by :func:`executorch_patches` around the lowering).
 * :func:`retrace_without_size_one_hints` (a re-trace of the program, not a patch: it changes nothing upstream).
 * :func:`contiguous_attention_outputs` (an edit of hub_export's own traced graph, before lowering),
@@ -21,6 +21,7 @@ from ...errors import ExportError
 from ...patches import patch_attribute
 from ...patches.tracing import size_one_dims_stay_dynamic
 from ._bounds import upper_bound
+from ._dim_order import dim_orders_by_divisibility
 
 __all__ = [
     "contiguous_attention_outputs",
@@ -264,6 +265,7 @@ def executorch_patches() -> Iterator[None]:
             xnnpack_reshapes_with_one_dynamic_dim,
             xnnpack_max_dims_its_visitors_take,
             symbolic_functions_admitted,
+            dim_orders_by_divisibility,
         ):
             stack.enter_context(patch())
         yield
