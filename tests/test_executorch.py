@@ -655,3 +655,27 @@ def test_dim_orders_of_data_dependent_strides_are_read_by_divisibility() -> None
     with dim_orders_by_divisibility():
         assert exir_tensor.dim_order_from_stride is dim_order_from_stride
     assert exir_tensor.dim_order_from_stride is original
+
+
+class _FilledEmpty(torch.nn.Module):
+    """DeepSeek-V3's MLA ``expand_kv``: a ``new_empty`` key of the input's batch and length, filled by slices."""
+
+    def forward(self, inputs_embeds: torch.Tensor) -> torch.Tensor:
+        batch, length, width = inputs_embeds.shape
+        key = inputs_embeds.new_empty((batch, length, 2 * width))
+        key[..., :width] = inputs_embeds
+        key[..., width:] = inputs_embeds * 2
+        return key
+
+
+def test_an_empty_of_symbolic_size_does_not_pin_the_program_to_the_sample() -> None:
+    """``to_edge`` makes an ``empty`` a ``_empty_dim_order`` whose ``int[] size`` pinned every dim to the sample's
+    value (DeepSeek-V3 planned for batch 2 x 7 tokens only); as zeros of the size, the dims keep their bounds."""
+    model = _FilledEmpty()
+    export = ExecutorchExporter().export(
+        model, {"inputs_embeds": torch.randn(2, 7, 4)}, config=ExecutorchConfig(dynamic=True)
+    )
+    dims = export.components["model"].metadata.signature.dims
+    assert dims["batch"].max == ExecutorchExporter.max_batch and dims["sequence"].max > 7
+    x = torch.randn(3, 11, 4)
+    assert torch.equal(export(inputs_embeds=x), model(x))

@@ -8,6 +8,12 @@ opset``). An operator without a registered decomposition reaches that check as t
 * :func:`bucketize_as_comparisons` — ``aten.bucketize.Tensor`` (Idefics2/3's, SmolVLM's, Aria's and Phi-4
   multimodal's patch position buckets) as a count of the boundaries at or below (``right=True``) or below each value.
 
+* :func:`empty_of_symbolic_sizes_as_zeros` — ``aten.new_empty`` / ``aten.empty.memory_format`` / ``aten.empty_like``
+  of a symbolic size (DeepSeek-V3's MLA ``expand_kv`` fills a ``new_empty`` key per layer) as zeros of it:
+  ``to_edge`` turns an ``empty`` into ``dim_order_ops::_empty_dim_order``, whose schema takes ``int[] size``, and
+  calling it on symbolic sizes guards each one to the sample's value: the whole program was pinned to the sample's
+  batch and length (executorch 1.5.1, ``exir/passes/memory_format_ops_pass.py``). ``full`` takes ``SymInt[]``.
+
 Each rewrite turns the node itself into the last op of its replacement (its users are untouched) through
 :func:`~hub_export.patches.graph.edited_nodes`, which restores it and erases the helper nodes after the block.
 """
@@ -20,7 +26,7 @@ from typing import Any
 
 from ...patches.graph import Inserter, edited_nodes
 
-__all__ = ["bucketize_as_comparisons", "op_rewrites"]
+__all__ = ["bucketize_as_comparisons", "empty_of_symbolic_sizes_as_zeros", "op_rewrites"]
 
 
 def _bucketize(node: Any, add: Inserter) -> dict[str, Any] | None:
@@ -56,8 +62,41 @@ def bucketize_as_comparisons(program: Any) -> contextlib.AbstractContextManager[
     return edited_nodes(program, _bucketize, record_values=True)
 
 
+def _empty(node: Any, add: Inserter) -> dict[str, Any] | None:
+    """An ``empty`` of a symbolic size -> the same call of its ``zeros`` twin (contiguous layouts only)."""
+    import torch
+
+    aten = torch.ops.aten
+    twins = {
+        aten.new_empty.default: aten.new_zeros.default,
+        aten.empty.memory_format: aten.zeros.default,
+        aten.empty_like.default: aten.zeros_like.default,
+    }
+    value = node.meta.get("val")
+    if node.target not in twins or not isinstance(value, torch.Tensor):
+        return None
+    if all(isinstance(size, int) for size in value.shape):
+        return None  # a static size takes _empty_dim_order's int[] as it is
+    kwargs = dict(node.kwargs)
+    if kwargs.get("memory_format") not in (None, torch.contiguous_format, torch.preserve_format):
+        return None
+    if node.target is aten.empty.memory_format:
+        kwargs.pop("memory_format", None)  # zeros has none: contiguous
+    return {"target": twins[node.target], "kwargs": kwargs}
+
+
+def empty_of_symbolic_sizes_as_zeros(program: Any) -> contextlib.AbstractContextManager[int]:
+    """Every ``empty`` of a symbolic size as ``zeros`` of it, inside the block (see the module's docstring): the
+    values an ``empty`` leaves unwritten are undefined, zeros are one choice of them.
+
+    Yields:
+        How many nodes were rewritten.
+    """
+    return edited_nodes(program, _empty)
+
+
 @contextlib.contextmanager
 def op_rewrites(program: Any) -> Iterator[None]:
     """Every rewrite of this module, inside the block."""
-    with bucketize_as_comparisons(program):
+    with bucketize_as_comparisons(program), empty_of_symbolic_sizes_as_zeros(program):
         yield
