@@ -679,3 +679,22 @@ def test_an_empty_of_symbolic_size_does_not_pin_the_program_to_the_sample() -> N
     assert dims["batch"].max == ExecutorchExporter.max_batch and dims["sequence"].max > 7
     x = torch.randn(3, 11, 4)
     assert torch.equal(export(inputs_embeds=x), model(x))
+
+
+class _Int32Scatter(torch.nn.Module):
+    """GLM-5-Next's top-k attention mask: ``scatter_add`` of an ``int32`` index."""
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        index = (input_ids % 4).to(torch.int32)
+        counts = torch.zeros_like(index).scatter_add(1, index, torch.ones_like(index))
+        return counts + torch.gather(index, 1, index)
+
+
+def test_int32_indices_are_cast_for_the_edge_verifier() -> None:
+    """The edge verifier admits only int64 indices for scatter_add / gather ("mismatched dtypes"): cast, same values."""
+    model = _Int32Scatter()
+    export = ExecutorchExporter().export(
+        model, {"input_ids": torch.randint(0, 9, (2, 7))}, config=ExecutorchConfig(dynamic=True)
+    )
+    x = torch.randint(0, 9, (3, 10))
+    assert torch.equal(export(input_ids=x), model(x))

@@ -14,6 +14,10 @@ opset``). An operator without a registered decomposition reaches that check as t
   calling it on symbolic sizes guards each one to the sample's value: the whole program was pinned to the sample's
   batch and length (executorch 1.5.1, ``exir/passes/memory_format_ops_pass.py``). ``full`` takes ``SymInt[]``.
 
+* :func:`long_indices` — the ``int32`` index of ``scatter`` / ``scatter_add`` / ``gather`` / ``index_select`` cast to
+  ``int64``: the edge verifier's dtype table admits only ``int64`` indices there ("operators taking Tensor inputs
+  with mismatched dtypes": GLM-5-Next's top-k attention mask, ``scatter_add`` of an ``int32`` index).
+
 Each rewrite turns the node itself into the last op of its replacement (its users are untouched) through
 :func:`~hub_export.patches.graph.edited_nodes`, which restores it and erases the helper nodes after the block.
 """
@@ -26,7 +30,7 @@ from typing import Any
 
 from ...patches.graph import Inserter, edited_nodes
 
-__all__ = ["bucketize_as_comparisons", "empty_of_symbolic_sizes_as_zeros", "op_rewrites"]
+__all__ = ["bucketize_as_comparisons", "empty_of_symbolic_sizes_as_zeros", "long_indices", "op_rewrites"]
 
 
 def _bucketize(node: Any, add: Inserter) -> dict[str, Any] | None:
@@ -95,8 +99,42 @@ def empty_of_symbolic_sizes_as_zeros(program: Any) -> contextlib.AbstractContext
     return edited_nodes(program, _empty)
 
 
+def _long_index(node: Any, add: Inserter) -> dict[str, Any] | None:
+    """The ``int32`` index argument of an indexing op -> its ``int64`` copy (``_to_copy``)."""
+    import torch
+
+    aten = torch.ops.aten
+    positions = {
+        aten.scatter_add.default: 2,
+        aten.scatter.src: 2,
+        aten.scatter.value: 2,
+        aten.scatter_reduce.two: 2,
+        aten.gather.default: 2,
+        aten.index_select.default: 2,
+    }
+    at = positions.get(node.target)
+    if at is None or add.mode is None or len(node.args) <= at:
+        return None
+    index = node.args[at]
+    value = index.meta.get("val") if isinstance(index, torch.fx.Node) else None
+    if not isinstance(value, torch.Tensor) or value.dtype is not torch.int32:
+        return None
+    args = list(node.args)
+    args[at] = add(aten._to_copy.default, index, dtype=torch.int64)
+    return {"args": tuple(args)}
+
+
+def long_indices(program: Any) -> contextlib.AbstractContextManager[int]:
+    """Every ``int32`` index of an indexing op as its ``int64`` copy, inside the block (see the module's docstring).
+
+    Yields:
+        How many nodes were rewritten.
+    """
+    return edited_nodes(program, _long_index, record_values=True)
+
+
 @contextlib.contextmanager
 def op_rewrites(program: Any) -> Iterator[None]:
     """Every rewrite of this module, inside the block."""
-    with bucketize_as_comparisons(program), empty_of_symbolic_sizes_as_zeros(program):
+    with bucketize_as_comparisons(program), empty_of_symbolic_sizes_as_zeros(program), long_indices(program):
         yield
