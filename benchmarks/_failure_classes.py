@@ -51,6 +51,8 @@ RULES: list[tuple[str, re.Pattern[str], Any]] = [
     ("timeout", re.compile(r"timed out|TimeoutError"), None),
     ("tiny-config", re.compile(r"^\[build\]"), None),
     ("crash", re.compile(r"process died|Segmentation fault|core dumped|MemoryError|Killed"), None),
+    # before "schema": the runtime's refusal message mentions export.json ("does not belong to this export.json")
+    ("executorch-lowering", re.compile(r"The ExecuTorch runtime (failed to run|cannot load)"), None),
     ("schema", re.compile(r"ManifestError|export\.json"), None),
     ("round-trip", re.compile(r"^\[(save|load|run loaded)\]|^after save/load"), None),
     ("cache-state", re.compile(r"holds state exports cannot carry|keeps state of its own"), None),
