@@ -471,10 +471,10 @@ def test_axes_take_their_role_from_the_inputs_rank_and_dtype() -> None:
     assert traced.signature.dims["samples"].max == 16_000 * ExecutorchExporter.max_audio_seconds
     perceiver = trace(_Perceiver(), {"inputs": torch.randint(0, 50, (2, 9))}, config, bounds=bounds)
     assert perceiver.signature.inputs[0].shape == ("batch", "inputs_dim1")
-    from hub_export.export.trace import _shape_roles
+    from hub_export.export.roles import shape_roles
 
-    assert _shape_roles([("inputs", 2, True), ("inputs_embeds", 3, True)]) == {("inputs", 1): "samples"}
-    assert _shape_roles([("inputs", 3, True)]) == {}  # features, not raw audio
+    assert shape_roles([("inputs", 2, True), ("inputs_embeds", 3, True)]) == {("inputs", 1): "samples"}
+    assert shape_roles([("inputs", 3, True)]) == {}  # features, not raw audio
 
 
 def test_sizes_interval_arithmetic_cannot_bound_are_planned_at_their_exact_maximum() -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,30 +33,13 @@ from ..signature import (
 from ..structure import flatten_value, refuse_own_state_input, unflatten
 from ._fixed import data_dependent, drop_folded_reads, value_inputs, warn_fixed
 from ._guards import bound_dims
+from .roles import axis_role, bound_roles, input_axis_name, shape_roles
 
 __all__ = ["DimBounds", "FlatModule", "Traced", "trace"]
 
 #: ``bounds(role, leaf, axis, sample_size) -> (min, max) | None`` for one axis of a ``dynamic=True`` trace; ``role``
 #: is the dim's readable name (``batch``, ``sequence``, ...), ``leaf`` the flat input's name.
 DimBounds = Callable[[str, str, int, int], "tuple[int | None, int | None] | None"]
-
-_SEQUENCE_INPUTS = {"input_ids", "attention_mask", "token_type_ids", "position_ids", "inputs_embeds", "cache_position"}
-#: Inputs that hold the patches of every image as rows of one 2-D tensor in grid-driven vision models.
-_PACKED_INPUTS = ("pixel_values", "pixel_values_videos", "hidden_states")
-
-_SEMANTIC = {
-    ("pixel_values", 1): "channels",
-    ("pixel_values", 2): "height",
-    ("pixel_values", 3): "width",
-    ("input_features", 1): "features",
-    ("input_features", 2): "frames",
-    ("input_values", 1): "samples",
-    ("encoder_outputs", 1): "encoder_sequence",
-    ("encoder_hidden_states", 1): "encoder_sequence",
-    ("decoder_input_ids", 1): "decoder_sequence",
-    ("decoder_attention_mask", 1): "decoder_sequence",
-    ("decoder_position_ids", 1): "decoder_sequence",
-}
 
 
 class FlatModule:
@@ -147,7 +129,7 @@ def _pin_axes(
     import torch
 
     cache_inputs = any(n.endswith((".key", ".value")) for n in leaves)
-    shaped = _shape_roles([(leaf, len(shape), False) for leaf, shape in zip(leaves, shapes)])
+    shaped = shape_roles([(leaf, len(shape), False) for leaf, shape in zip(leaves, shapes)])
     pinned = []
     named: list[list[int | str]] = [list(shape) for shape in shapes]
     for leaf, name, axes, shape in zip(leaves, names, spec[0] if spec else (), named):
@@ -155,7 +137,7 @@ def _pin_axes(
         for axis, dim in axes.items():
             if dim is None or dim == torch.export.Dim.STATIC or axis >= len(shape) or not isinstance(shape[axis], int):
                 continue
-            role = _semantic_name(leaf, axis, cache_inputs, shaped)
+            role = axis_role(leaf, axis, cache_inputs, shaped)
             if not config.dynamic or role in ("batch", "patches") or role.endswith("sequence"):
                 size = int(shape[axis])
                 dim_name = role if role not in dims or dims[role] == Dim(role, size, size) else f"{role}_{size}"
@@ -194,7 +176,7 @@ def _dynamic_shapes(
 
     if config.dynamic and bounds is not None:
         cache_inputs = any(n.endswith((".key", ".value")) for n, _ in leaves)
-        roles = _bound_roles(leaves, cache_inputs)
+        roles = bound_roles(leaves, cache_inputs)
         per_leaf = []
         for leaf, t in leaves:
             spec: Any = {}
@@ -236,84 +218,13 @@ def _dynamic_shapes(
     return (tuple(per_leaf),)
 
 
-def _bound_roles(leaves: list[tuple[str, Any]], cache_inputs: bool) -> dict[tuple[str, int], str]:
-    """The role each input axis is bounded by: its own (:func:`_semantic_name`), or, for an axis past the batch that
-    has none (named after its input, ``bbox_dim1``), the role of a named axis of the same sample size. A model often
-    needs such an axis equal to a named one (LayoutLM-style ``bbox`` is [batch, sequence, 4]): bounded at its own
-    sample size, the tracer's equality would narrow the named dim to that size too, and the export would refuse every
-    longer sequence. An axis that is not the same dim keeps its own name, with a bound that is only larger."""
-    shaped = _shape_roles([(leaf, t.dim(), t.is_floating_point()) for leaf, t in leaves])
-    named: dict[int, str] = {}
-    for leaf, t in leaves:
-        for axis in range(1, t.dim()):
-            role = _semantic_name(leaf, axis, cache_inputs, shaped)
-            if role != _input_axis_name(leaf, axis):
-                named.setdefault(int(t.shape[axis]), role)
-    roles = {}
-    for leaf, t in leaves:
-        for axis in range(t.dim()):
-            role = _semantic_name(leaf, axis, cache_inputs, shaped)
-            if axis and role == _input_axis_name(leaf, axis):
-                role = named.get(int(t.shape[axis]), role)
-            roles[leaf, axis] = role
-    return roles
-
-
-def _input_axis_name(leaf: str, axis: int) -> str:
-    """The name of an axis with no role of its own: its input's, then the axis (``bbox_dim1``)."""
-    return f"{re.sub(r'[^A-Za-z0-9_]', '_', leaf.split('.')[0])}_dim{axis}"
-
-
-def _shape_roles(leaves: list[tuple[str, int, bool]]) -> dict[tuple[str, int], str]:
-    """Roles that an input axis takes from its input's rank, dtype or companions, where the input's name alone does
-    not tell them (``leaves``: ``(name, ndim, floating)``):
-
-    * ``patches``: axis 0 of a 2-D :data:`_PACKED_INPUTS` beside a grid of one ``(t, h, w)`` row per image
-      (``image_grid_thw``, ``grid_thw``: the Qwen2-VL family packs the patches of every image as rows of one tensor).
-    * ``channels`` and ``samples``: axes 1 and 2 of a 3-D ``input_values`` (raw audio with channels, ``[batch,
-      channels, samples]``: the audio codecs DAC, EnCodec, Mimi).
-    * ``samples``: axis 1 of a 2-D floating ``inputs`` (the raw audio of ``SpeechEncoderDecoderModel``; Perceiver's
-      integer ``inputs`` are tokens).
-    """
-    grid = any(name.split(".")[0].endswith("grid_thw") for name, _, _ in leaves)
-    roles = {}
-    for name, ndim, floating in leaves:
-        kwarg = name.split(".")[0]
-        if grid and kwarg in _PACKED_INPUTS and ndim == 2:
-            roles[name, 0] = "patches"
-        elif kwarg == "input_values" and ndim == 3:
-            roles[name, 1], roles[name, 2] = "channels", "samples"
-        elif kwarg == "inputs" and ndim == 2 and floating:
-            roles[name, 1] = "samples"
-    return roles
-
-
-def _semantic_name(leaf: str, axis: int, cache_inputs: bool, shaped: dict[tuple[str, int], str] | None = None) -> str:
-    """The role of an axis (``shaped``: the roles :func:`_shape_roles` found from the inputs' ranks and dtypes)."""
-    if shaped and (leaf, axis) in shaped:
-        return shaped[leaf, axis]
-    parts = leaf.split(".")
-    kwarg = parts[0]
-    if axis == 0:
-        return "batch"
-    if len(parts) > 1 and parts[-1] in ("key", "value") and axis == 2:
-        return "encoder_sequence" if "encoder" in parts else "past_sequence"
-    if len(parts) > 1 and parts[-1] == "indexer_keys" and axis == 1:  # [batch, past_sequence, dim]
-        return "past_sequence"
-    if (kwarg, axis) in _SEMANTIC:
-        return _SEMANTIC[(kwarg, axis)]
-    if kwarg in _SEQUENCE_INPUTS and axis == 1:
-        return "total_sequence" if kwarg == "attention_mask" and cache_inputs else "sequence"
-    return _input_axis_name(leaf, axis)
-
-
 def _name_dims(program: Any, names: list[str]) -> tuple[list[tuple[int | str, ...]], dict[str, str], dict[str, Dim]]:
     """Shapes of the user inputs with symbols renamed to stable names, the symbol map, and bounds."""
     user_inputs = program.graph_signature.user_inputs
     nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     cache_inputs = any(n.endswith((".key", ".value")) for n in names)
     values = [nodes[node].meta["val"] for node in user_inputs]
-    shaped = _shape_roles([(leaf, v.dim(), v.is_floating_point()) for leaf, v in zip(names, values)])
+    shaped = shape_roles([(leaf, v.dim(), v.is_floating_point()) for leaf, v in zip(names, values)])
     symbols: dict[str, str] = {}
     hints: dict[str, int | None] = {}  # dim name -> its sample size
     shapes: list[tuple[int | str, ...]] = []
@@ -323,8 +234,8 @@ def _name_dims(program: Any, names: list[str]) -> tuple[list[tuple[int | str, ..
     for leaf, node_name in zip(names, user_inputs):
         for axis, size in enumerate(nodes[node_name].meta["val"].shape):
             expr = getattr(size, "node", None)
-            role = _semantic_name(leaf, axis, cache_inputs, shaped)
-            if expr is not None and expr.maybe_as_int() is None and role != _input_axis_name(leaf, axis):
+            role = axis_role(leaf, axis, cache_inputs, shaped)
+            if expr is not None and expr.maybe_as_int() is None and role != input_axis_name(leaf, axis):
                 roles.setdefault(str(expr.expr), role)
     for leaf, node_name in zip(names, user_inputs):
         shape: list[int | str] = []
@@ -339,10 +250,10 @@ def _name_dims(program: Any, names: list[str]) -> tuple[list[tuple[int | str, ..
                 # needs it equal to input_ids' batch, which is what a shared name tells a reader and a runtime.
                 # Sizes that differ in the sample are not one dim (packed patches and their images' grid rows,
                 # both on axis 0): the later one is named after its input.
-                name = roles.get(key) or _semantic_name(leaf, axis, cache_inputs, shaped)
+                name = roles.get(key) or axis_role(leaf, axis, cache_inputs, shaped)
                 hint = getattr(expr, "hint", None)
                 if name in hints and hint is not None and hints[name] is not None and hints[name] != hint:
-                    name = _input_axis_name(leaf, axis)
+                    name = input_axis_name(leaf, axis)
                 hints.setdefault(name, hint)
                 symbols[key] = name
             shape.append(symbols[key])
