@@ -9,6 +9,7 @@ it is planned for are checked.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -698,3 +699,28 @@ def test_int32_indices_are_cast_for_the_edge_verifier() -> None:
     )
     x = torch.randint(0, 9, (3, 10))
     assert torch.equal(export(input_ids=x), model(x))
+
+
+class _PermuteTwoConsumers(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(5, 4)
+
+    def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.proj(hidden_states).permute(0, 2, 1)
+        return y.reshape(hidden_states.shape[0], -1) + 1, y.sum(dim=1)
+
+
+def test_partitions_xnnpack_cannot_compile_run_on_the_portable_kernels(caplog: pytest.LogCaptureFixture) -> None:
+    """XNNPACK's compile of one partition raises (a permute with two consumers becomes the partition's output and its
+    input: "Output node ... is already in the inputs", pytorch/executorch#19152); that partition runs on the portable
+    kernels, the rest stays delegated, and the program gives eager's numbers at another shape."""
+    model = _PermuteTwoConsumers().eval()
+    x = torch.randn(2, 3, 5)
+    with caplog.at_level(logging.WARNING, logger="hub_export.backends.executorch._refused"):
+        export = ExecutorchExporter().export(model, {"hidden_states": x}, config=ExecutorchConfig(dynamic=True))
+    assert "XNNPACK could not compile 1 of the 2 partitions (RuntimeError: Output node" in caplog.text
+    other = torch.randn(3, 2, 5)
+    with torch.no_grad():
+        for got, want in zip(export(hidden_states=other), model(other), strict=True):
+            torch.testing.assert_close(got, want, rtol=0, atol=ATOL)

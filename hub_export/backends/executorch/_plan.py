@@ -41,6 +41,7 @@ _KERNEL_CALL, _DELEGATE_CALL, _MOVE_CALL, _JUMP_FALSE_CALL, _FREE_CALL = 1, 2, 3
 
 _INT, _BOOL, _DOUBLE, _STRING, _INT_LIST, _DOUBLE_LIST, _BOOL_LIST = 2, 3, 4, 6, 7, 8, 9
 _XNNPACK = "XnnpackBackend"
+_XNNPACK_ARGS = frozenset({_TENSOR, _INT})
 _KIND_NAMES = {
     0: "none", 1: "null", 2: "int", 3: "bool", 4: "float", 5: "tensor", 6: "string", 7: "int list", 8: "float list",
     9: "bool list", 10: "tensor list", 11: "optional tensor list",
@@ -235,7 +236,10 @@ def _check_argument_kinds(
     args = buf.ints(body, 1)
     if kind == _DELEGATE_CALL:
         name = delegates[buf.scalar(body, 0, "<i")]
-        expected: list[frozenset[int] | None] | None = [frozenset({_TENSOR})] * len(args) if name == _XNNPACK else None
+        # XNNPACK reads tensors at the positions its graph's external values name (checked against the call's
+        # arguments, tensor and element size, by ._xnnpack); a partition may also take sizes (a view's SymInt) it
+        # never reads
+        expected: list[frozenset[int] | None] | None = [_XNNPACK_ARGS] * len(args) if name == _XNNPACK else None
     else:
         name, expected, _, _ = operators[buf.scalar(body, 0, "<i")]
     if expected is None:

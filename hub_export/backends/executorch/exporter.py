@@ -444,25 +444,47 @@ def _to_edge(program: Any, backend: str, compile_config: Any, passes: Any) -> An
     """``to_edge_transform_and_lower`` for ``backend``: for XNNPACK, first with its ops kept whole by one
     decomposition table (:func:`._decompose.one_table_partitioner`: two ``run_decompositions`` instead of three),
     and when XNNPACK then refuses a node kept whole (:func:`._decompose.is_kept_node_refused`), again with XNNPACK's
-    own node-by-node choice. Any other failure is raised as it is: the node-by-node lowering would only repeat it
-    (a model whose quantized linears XNNPACK cannot group lowered twice to fail twice)."""
+    own node-by-node choice. When XNNPACK fails to compile a partition, the partitions it cannot compile are found
+    and left to the portable kernels (:mod:`._refused`). Any other failure is raised as it is: another lowering would
+    only repeat it (a model whose quantized linears XNNPACK cannot group lowered twice to fail twice)."""
     from executorch.exir import to_edge_transform_and_lower
 
-    if backend == "xnnpack":
-        from ._decompose import is_kept_node_refused, one_table_partitioner, unbacked_symbols_restorer
+    def lower(partitioner: Any) -> Any:
+        return to_edge_transform_and_lower(
+            program, partitioner=[partitioner], compile_config=compile_config, transform_passes=passes
+        )
 
-        restore = unbacked_symbols_restorer(program)
+    if backend != "xnnpack":
+        return to_edge_transform_and_lower(
+            program, partitioner=_partitioners(backend), compile_config=compile_config, transform_passes=passes
+        )
+    from ._decompose import is_kept_node_refused, one_table_partitioner, unbacked_symbols_restorer
+    from ._refused import log_refused, partitioner_without, xnnpack_preprocess_watch
+
+    restore = unbacked_symbols_restorer(program)  # a failed lowering's data-dependent sizes, put back
+    with xnnpack_preprocess_watch() as watch:
         try:
-            return to_edge_transform_and_lower(
-                program, partitioner=[one_table_partitioner()], compile_config=compile_config, transform_passes=passes
-            )
-        except RuntimeError as exc:
-            if not is_kept_node_refused(exc):
+            return lower(one_table_partitioner())
+        except Exception as exc:
+            if not watch.failed and not is_kept_node_refused(exc):
                 raise
-            restore()  # the half-done lowering's data-dependent sizes (_decompose.unbacked_symbols_restorer)
-    return to_edge_transform_and_lower(
-        program, partitioner=_partitioners(backend), compile_config=compile_config, transform_passes=passes
-    )
+        if not watch.failed:  # a node kept whole that XNNPACK refuses: its own node-by-node choice decomposes it
+            restore()
+            try:
+                return lower(_partitioners(backend)[0])
+            except Exception:
+                if not watch.failed:
+                    raise
+        restore()
+        watch.survey, watch.compiled = True, 0
+        surveyed = lower(partitioner_without([]))  # every partition compiled; the ones that fail recorded
+        if not watch.refused:  # the failure was the kept-whole lowering's only
+            return surveyed
+        del surveyed
+        restore()
+        log_refused(watch)
+        watch.survey = False  # a partition failing now fails the export
+        return lower(partitioner_without(watch.refused))
 
 
 def _partitioners(backend: str) -> list[Any]:
