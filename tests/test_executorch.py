@@ -724,3 +724,29 @@ def test_partitions_xnnpack_cannot_compile_run_on_the_portable_kernels(caplog: p
     with torch.no_grad():
         for got, want in zip(export(hidden_states=other), model(other), strict=True):
             torch.testing.assert_close(got, want, rtol=0, atol=ATOL)
+
+
+class _TwoGelus(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 16)
+
+    def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.proj(hidden_states)
+        return torch.nn.functional.gelu(h, approximate="tanh"), torch.nn.functional.gelu(h)
+
+
+def test_tanh_gelu_keeps_its_approximation() -> None:
+    """XNNPACK (executorch 1.5.1) ran ``gelu(approximate="tanh")`` as the exact GELU, up to 4.7e-4 apart per value
+    (pytorch/executorch#22851): the program now gives each GELU its own numbers, on values where the two differ."""
+    model = _TwoGelus().eval()
+    torch.nn.init.eye_(model.proj.weight[:8])
+    torch.nn.init.zeros_(model.proj.bias)
+    x = torch.linspace(-4, 4, 48).reshape(2, 3, 8)  # |tanh GELU - GELU| reaches 4.7e-4 near -2.7
+    export = ExecutorchExporter().export(model, {"hidden_states": x}, config=ExecutorchConfig(dynamic=True))
+    with torch.no_grad():
+        tanh_gelu, gelu = model(x)
+        assert (tanh_gelu - gelu).abs().max() > 3e-4  # the sample tells the two apart
+        got = export(hidden_states=x)
+    torch.testing.assert_close(got[0], tanh_gelu, rtol=0, atol=1e-5)
+    torch.testing.assert_close(got[1], gelu, rtol=0, atol=1e-5)

@@ -26,11 +26,16 @@ __all__ = ["is_kept_node_refused", "one_table_partitioner", "unbacked_symbols_re
 
 def one_table_partitioner() -> Any:
     """An ``XnnpackPartitioner`` whose ``ops_to_not_decompose`` returns its ops and no per-node check."""
+    import torch
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    from .patches import is_tanh_gelu
 
     class OneTableXnnpackPartitioner(XnnpackPartitioner):
         def ops_to_not_decompose(self, ep: Any) -> tuple[list[Any], None]:
             ops, _ = super().ops_to_not_decompose(ep)
+            if any(is_tanh_gelu(node) for node in ep.graph.nodes):  # XNNPACK takes only the exact one: decompose
+                ops = [op for op in ops if op is not torch.ops.aten.gelu.default]
             return ops, None
 
     return OneTableXnnpackPartitioner()

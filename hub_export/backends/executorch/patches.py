@@ -1,7 +1,8 @@
 """Workarounds applied while lowering to ExecuTorch; each names the upstream behaviour it works around.
 
 * :func:`planned_sizes_must_be_bounded`, :func:`list_outputs_validated_whole`,
-  :func:`xnnpack_reshapes_with_one_dynamic_dim`, :func:`xnnpack_max_dims_its_visitors_take` and
+  :func:`xnnpack_reshapes_with_one_dynamic_dim`, :func:`xnnpack_max_dims_its_visitors_take`,
+  :func:`xnnpack_exact_gelu_only` and
   :func:`symbolic_functions_admitted`, :func:`._dim_order.dim_orders_by_divisibility` (reversible patches, applied
   by :func:`executorch_patches` around the lowering).
 * :func:`retrace_without_size_one_hints` (a re-trace of the program, not a patch: it changes nothing upstream).
@@ -26,6 +27,7 @@ from ._dim_order import dim_orders_by_divisibility
 __all__ = [
     "contiguous_attention_outputs",
     "executorch_patches",
+    "is_tanh_gelu",
     "integer_powers_as_products",
     "list_outputs_validated_whole",
     "planned_sizes_must_be_bounded",
@@ -33,6 +35,7 @@ __all__ = [
     "retrace_without_size_one_hints",
     "symbolic_functions_admitted",
     "upper_bound",
+    "xnnpack_exact_gelu_only",
     "xnnpack_max_dims_its_visitors_take",
     "xnnpack_reshapes_with_one_dynamic_dim",
 ]
@@ -195,6 +198,37 @@ def xnnpack_max_dims_its_visitors_take() -> Iterator[None]:
         yield
 
 
+def is_tanh_gelu(node: Any) -> bool:
+    """Whether ``node`` is a ``gelu`` with ``approximate="tanh"`` (HF's ``gelu_pytorch_tanh``)."""
+    if getattr(node, "op", None) != "call_function" or "gelu" not in str(node.target):
+        return False
+    approximate = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
+    return approximate == "tanh"
+
+
+@contextlib.contextmanager
+def xnnpack_exact_gelu_only() -> Iterator[None]:
+    """Keep XNNPACK's partitioner from delegating a ``gelu(approximate="tanh")`` as the exact GELU.
+
+    ExecuTorch 1.5.1's XNNPACK ``GeluConfig`` takes every ``aten.gelu`` and its visitor (``operators/op_gelu.py``)
+    serializes it as ``XNNGelu``, XNNPACK's exact (erf) GELU, whatever its ``approximate``: the tanh approximation
+    that Gemma, SigLIP and many other models use (``gelu_pytorch_tanh``) ran as the exact one, up to 4.7e-4 apart per
+    activation (Gemma-3's logits 1.5e-3 from eager's on a tiny model; fixed upstream by pytorch/executorch#22851, which
+    needs a newer runtime). The patch refuses those nodes: they decompose to core ops (``tanh``, ``mul``, ``add``),
+    which XNNPACK delegates with the approximation's own numbers.
+    """
+    from executorch.backends.xnnpack.partition.config import generic_node_configs
+
+    original = generic_node_configs.GeluConfig.check_constraints
+
+    def check_constraints(self: Any, node: Any, ep: Any) -> bool:
+        return not is_tanh_gelu(node) and original(self, node, ep)
+
+    reason = "XNNPACK delegating gelu(approximate='tanh') as the exact GELU (pytorch/executorch#22851)"
+    with patch_attribute(generic_node_configs.GeluConfig, "check_constraints", check_constraints, reason=reason):
+        yield
+
+
 @contextlib.contextmanager
 def symbolic_functions_admitted() -> Iterator[None]:
     """Let the edge verifier pass the size arithmetic ``to_executorch`` maps to prim ops (``torch.sym_min``,
@@ -264,6 +298,7 @@ def executorch_patches() -> Iterator[None]:
             list_outputs_validated_whole,
             xnnpack_reshapes_with_one_dynamic_dim,
             xnnpack_max_dims_its_visitors_take,
+            xnnpack_exact_gelu_only,
             symbolic_functions_admitted,
             dim_orders_by_divisibility,
         ):
