@@ -750,3 +750,35 @@ def test_tanh_gelu_keeps_its_approximation() -> None:
         got = export(hidden_states=x)
     torch.testing.assert_close(got[0], tanh_gelu, rtol=0, atol=1e-5)
     torch.testing.assert_close(got[1], gelu, rtol=0, atol=1e-5)
+
+
+class _ComplexRotary(torch.nn.Module):
+    """Llama-4 / DeepSeek-V2's rotary embedding: ``polar`` frequencies times ``view_as_complex`` pairs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, 8, 2).float() / 8)), persistent=False)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(hidden_states.shape[1], dtype=torch.float32)
+        angles = positions[:, None] * self.inv_freq[None, :]
+        freqs = torch.polar(torch.ones_like(angles), angles)
+        pairs = torch.view_as_complex(hidden_states.float().reshape(*hidden_states.shape[:-1], -1, 2))
+        return torch.view_as_real(pairs * freqs[None, :, :]).flatten(2) + 0.5 * hidden_states
+
+
+def test_complex_arithmetic_runs_on_real_pairs() -> None:
+    """No ExecuTorch kernel takes a complex tensor and ``polar`` is outside the core ATen opset: the program holds the
+    same arithmetic on real pairs (no complex value left) and gives eager's numbers at another length and batch."""
+    from hub_export.backends.executorch._complex import complex_as_real_pairs
+
+    model = _ComplexRotary().eval()
+    x = torch.randn(2, 5, 8)
+    export = ExecutorchExporter().export(model, {"hidden_states": x}, config=ExecutorchConfig(dynamic=True))
+    other = torch.randn(3, 4, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(export(hidden_states=other), model(other), rtol=0, atol=1e-5)
+    program = complex_as_real_pairs(torch.export.export(model, (x,)))
+    assert not any(
+        isinstance(value := node.meta.get("val"), torch.Tensor) and value.is_complex() for node in program.graph.nodes
+    )

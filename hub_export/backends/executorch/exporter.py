@@ -29,6 +29,7 @@ from ...patches.tracing import gathered_experts_forward
 from ...quantization.nncf_quant import NNCFQuantizationConfig, NNCFQuantizer
 from ...signature import Signature
 from ._bounds import bounds_pass
+from ._complex import complex_as_real_pairs
 from ._conv3d import convolutions_in_two_dims
 from ._op_rewrites import op_rewrites
 from ._pages import release_freed_heap
@@ -222,6 +223,7 @@ class ExecutorchExporter(HfExporter):
             ) from exc
         contiguous_attention_outputs(program)
         program = convolutions_in_two_dims(program)  # the runtime has no 3-D convolution
+        program = complex_as_real_pairs(program)  # nor complex numbers
         if config.alloc_graph_output:  # the outputs alone already over the limit: refuse before minutes of lowering
             bounded = signature.replace(dims=_planned_dims(program, signature))
             self._refuse_plan(_output_bytes(bounded), bounded, "its outputs alone")
