@@ -103,6 +103,41 @@ def test_hunyuan_vl_merger_and_positions_over_every_image() -> None:
         torch.testing.assert_close(_hunyuan_vl_merged(merger, got, grid), expected, rtol=0, atol=1e-5)
 
 
+def test_hunyuan_vl_merged_sizes_are_bounded_by_the_patches() -> None:
+    """The merged tokens' count is read from the grid's values (a size without a bound of its own, which ExecuTorch
+    cannot plan memory for); exported with the grid an input, every size of the graph is bounded through the patch
+    count (merged tokens <= patches / merge^2, rows <= patches / merge, a begin and an end per image)."""
+    from transformers.models.hunyuan_vl.configuration_hunyuan_vl import HunYuanVLVisionConfig
+    from transformers.models.hunyuan_vl.modeling_hunyuan_vl import HunYuanVLVisionPatchMerger
+
+    from hub_export.backends.executorch._bounds import upper_bound
+
+    config = HunYuanVLVisionConfig(hidden_size=8, text_hidden_size=12, patch_size=2, max_image_size=8)
+    merger = HunYuanVLVisionPatchMerger(config).eval()
+
+    class Merged(torch.nn.Module):
+        def forward(self, states: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+            return _hunyuan_vl_merged(merger, states, grid)
+
+    grid = torch.tensor([[1, 4, 6], [1, 2, 4]])
+    states = torch.randn(1, int(grid.prod(-1).sum()), 8)
+    dim = torch.export.Dim
+    program = torch.export.export(
+        Merged(), (states, grid), dynamic_shapes=({1: dim("patches", max=1024)}, {0: dim("images", max=16)})
+    )
+    sizes = [
+        size for node in program.graph.nodes if isinstance(v := node.meta.get("val"), torch.Tensor) for size in v.shape
+    ]
+    assert any(getattr(size, "node", None) is not None and size.node.expr.free_symbols for size in sizes)
+    assert all(upper_bound(size) is not None for size in sizes)
+    other = torch.tensor([[1, 2, 2], [1, 4, 4], [1, 6, 2]])
+    other_states = torch.randn(1, int(other.prod(-1).sum()), 8)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            program.module()(other_states, other), _hunyuan_vl_merged(merger, other_states, other)
+        )
+
+
 def test_lfm2_vl_image_features_in_one_piece() -> None:
     from transformers import Lfm2VlConfig
     from transformers.modeling_outputs import BaseModelOutputWithPooling

@@ -25,7 +25,9 @@ same weights, so the shapes depend only on the number of patches:
   output token and weighs them as the bilinear kernel does (source ``max(scale * (i + 0.5) - 0.5, 0)``, ``scale =
   h / (h // m)``).
 
-Numbers equal eager's within float rounding (the same products, summed in another order).
+Numbers equal eager's within float rounding (the same products, summed in another order). Where an output's length
+is read from the grid's values (LFM2-VL's merged tokens, HunYuan-VL's tokens and newlines), it is bounded by the
+patch count it cannot exceed, so that ExecuTorch can plan its memory.
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ def lfm2_vl_image_features(original: Callable[..., Any]) -> Callable[..., Any]:
         grid = torch.stack([torch.ones_like(height), height // factor, width // factor], dim=-1)
         from .vision_grid import _patch_index
 
-        image, local, _ = _patch_index(grid)
+        # each image's h * w patches are among the padded row's `length`: its merged tokens at most length // f^2
+        image, local, _ = _patch_index(grid, at_most=batch * (length // (factor * factor)))
         merged_w, w = grid[image, 2], width[image]
         top, left = (local // merged_w) * factor, (local % merged_w) * factor
         inner = torch.arange(factor, device=hidden.device)
@@ -184,7 +187,8 @@ def _hunyuan_vl_merged(merger: Any, hidden_states: Any, grid_thw: Any) -> Any:
     merged_h, merged_w = height // merge, width // merge
     # the merged tokens: the proj_conv window of each, gathered in the convolution's (channel, row, column) order
     merged_grid = torch.stack([torch.ones_like(height), merged_h, merged_w], dim=-1)
-    image, local, _ = _patch_index(merged_grid)
+    patches = states.shape[0]  # each image's merged tokens at most its patches // merge^2, rows at most // merge
+    image, local, _ = _patch_index(merged_grid, at_most=patches // (merge * merge))
     patch_start = (grid_thw.prod(-1).cumsum(0) - grid_thw.prod(-1))[image]
     top, left = (local // merged_w[image]) * merge, (local % merged_w[image]) * merge
     inner = torch.arange(merge, device=device)
@@ -203,7 +207,10 @@ def _hunyuan_vl_merged(merger: Any, hidden_states: Any, grid_thw: Any) -> Any:
     table = torch.cat([rows, merger.image_begin.reshape(1, -1).to(dtype), merger.image_end.reshape(1, -1).to(dtype)])
     # the output sequence: per image, begin, each merged row then a newline, end
     lengths = merged_h * (merged_w + 1) + 2
-    out_image, position, _ = _patch_index(torch.stack([torch.ones_like(lengths)] * 2 + [lengths], dim=-1))
+    out_image, position, _ = _patch_index(
+        torch.stack([torch.ones_like(lengths)] * 2 + [lengths], dim=-1),
+        at_most=patches // (merge * merge) + patches // merge + 2 * grid_thw.shape[0],
+    )
     merged_start = (merged_h * merged_w).cumsum(0) - merged_h * merged_w
     inside = position - 1
     row, col = inside // (merged_w[out_image] + 1), inside % (merged_w[out_image] + 1)

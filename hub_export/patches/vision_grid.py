@@ -95,10 +95,14 @@ def _count(total: Any, grid_thw: Any, per_patch: int = 1) -> Any:
     return total
 
 
-def _patch_index(grid_thw: Any, source: Any = None, per_patch: int = 1, patches: Any = None) -> tuple[Any, Any, Any]:
+def _patch_index(
+    grid_thw: Any, source: Any = None, per_patch: int = 1, patches: Any = None, at_most: Any = None
+) -> tuple[Any, Any, Any]:
     """For every patch of the packed sequence: its image, its index within that image, and the images' counts
     (``source``: the encoder's grid ``grid_thw`` was derived from, ``per_patch`` of its patches in each here;
-    ``patches``: the packed tensor's own patch count, when the caller holds it, which the grid's total must equal)."""
+    ``patches``: the packed tensor's own patch count, when the caller holds it, which the grid's total must equal;
+    ``at_most``: a size of the inputs the total cannot exceed, which bounds it where it is read from the grid's
+    values: ExecuTorch plans memory for the largest total, and a count read from data has no bound of its own)."""
     import torch
 
     counts = grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]
@@ -108,6 +112,8 @@ def _patch_index(grid_thw: Any, source: Any = None, per_patch: int = 1, patches:
         total = patches
     else:
         total = _count(counts.sum().item(), grid_thw if source is None else source, per_patch)
+        if at_most is not None:
+            torch._check(total <= at_most)
     patch = torch.arange(total, device=grid_thw.device)
     image = (patch[:, None] >= ends[None, :]).sum(-1)
     local = patch - (ends - counts)[image]
