@@ -26,8 +26,8 @@ same weights, so the shapes depend only on the number of patches:
   h / (h // m)``).
 
 Numbers equal eager's within float rounding (the same products, summed in another order). Where an output's length
-is read from the grid's values (LFM2-VL's merged tokens, HunYuan-VL's tokens and newlines), it is bounded by the
-patch count it cannot exceed, so that ExecuTorch can plan its memory.
+is read from the grid's values (LFM2-VL's merged tokens, HunYuan-VL's tokens and newlines, ERNIE-4.5-VL's frame
+pairs), it is bounded by the patch count it cannot exceed, so that ExecuTorch can plan its memory.
 """
 
 from __future__ import annotations
@@ -275,7 +275,9 @@ def ernie4_5_vl_temporal_slicing(original: Callable[..., Any]) -> Callable[..., 
         frames = grid_thw[:, 0]
         spatial = grid_thw[:, 1] * grid_thw[:, 2] // (self.spatial_merge_size**2)
         pairs = torch.where(frames > 1, frames // 2, torch.ones_like(frames))
-        image, local, _ = _patch_index(torch.stack([pairs, spatial, torch.ones_like(spatial)], dim=-1))
+        rows = torch.stack([pairs, spatial, torch.ones_like(spatial)], dim=-1)
+        # a pair of frames per two of the image's rows: at most the merged rows there are
+        image, local, _ = _patch_index(rows, at_most=hidden_states.shape[0])
         size = spatial[image]
         pair, within = local // size, local % size
         start = (frames * spatial).cumsum(0) - frames * spatial
