@@ -14,7 +14,7 @@ from typing import Any
 __all__ = ["axis_role", "bound_roles", "input_axis_name", "shape_roles"]
 
 _SEQUENCE_INPUTS = {"input_ids", "attention_mask", "token_type_ids", "position_ids", "inputs_embeds", "cache_position"}
-#: Inputs that hold the patches of every image as rows of one 2-D tensor in grid-driven vision models.
+#: Inputs that hold the patches of every image as rows of one tensor in grid-driven vision models.
 _PACKED_INPUTS = ("pixel_values", "pixel_values_videos", "hidden_states")
 
 _SEMANTIC = {
@@ -64,8 +64,9 @@ def shape_roles(leaves: list[tuple[str, int, bool]]) -> dict[tuple[str, int], st
     """Roles that an input axis takes from its input's rank, dtype or companions, where the input's name alone does
     not tell them (``leaves``: ``(name, ndim, floating)``):
 
-    * ``patches``: axis 0 of a 2-D :data:`_PACKED_INPUTS` beside a grid of one ``(t, h, w)`` row per image
-      (``image_grid_thw``, ``grid_thw``: the Qwen2-VL family packs the patches of every image as rows of one tensor).
+    * ``patches``: axis 0 of a :data:`_PACKED_INPUTS` beside a grid of one ``(t, h, w)`` row per image
+      (``image_grid_thw``, ``grid_thw``: the Qwen2-VL family packs the patches of every image as rows of one 2-D
+      tensor, PaddleOCR-VL as ``[patches, channels, patch, patch]``).
     * ``channels`` and ``samples``: axes 1 and 2 of a 3-D ``input_values`` (raw audio with channels, ``[batch,
       channels, samples]``: the audio codecs DAC, EnCodec, Mimi).
     * ``samples``: axis 1 of a 2-D floating ``inputs`` (the raw audio of ``SpeechEncoderDecoderModel``; Perceiver's
@@ -75,7 +76,7 @@ def shape_roles(leaves: list[tuple[str, int, bool]]) -> dict[tuple[str, int], st
     roles = {}
     for name, ndim, floating in leaves:
         kwarg = name.split(".")[0]
-        if grid and kwarg in _PACKED_INPUTS and ndim == 2:
+        if grid and kwarg in _PACKED_INPUTS and ndim >= 2:
             roles[name, 0] = "patches"
         elif kwarg == "input_values" and ndim == 3:
             roles[name, 1], roles[name, 2] = "channels", "samples"

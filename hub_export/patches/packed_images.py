@@ -27,7 +27,8 @@ same weights, so the shapes depend only on the number of patches:
 
 Numbers equal eager's within float rounding (the same products, summed in another order). Where an output's length
 is read from the grid's values (LFM2-VL's merged tokens, HunYuan-VL's tokens and newlines, ERNIE-4.5-VL's frame
-pairs), it is bounded by the patch count it cannot exceed, so that ExecuTorch can plan its memory.
+pairs, VideoLLaMA3's resized grids), it is bounded by the patch count it cannot exceed, so that ExecuTorch can plan
+its memory.
 """
 
 from __future__ import annotations
@@ -312,7 +313,8 @@ def video_llama_3_pixel_unshuffle(original: Callable[..., Any]) -> Callable[...,
         merge = merge_sizes.to(grid_thw.device)
         frames, height, width = grid_thw[:, 0], grid_thw[:, 1], grid_thw[:, 2]
         out_h, out_w = height // merge, width // merge
-        image, local, _ = _patch_index(torch.stack([frames, out_h, out_w], dim=-1))
+        # each output token samples its image's patches: at most as many as the patches
+        image, local, _ = _patch_index(torch.stack([frames, out_h, out_w], dim=-1), at_most=hidden_states.shape[0])
         counts = frames * height * width
         start = (counts.cumsum(0) - counts)[image]
         h, w, m, oh, ow = height[image], width[image], merge[image], out_h[image], out_w[image]
