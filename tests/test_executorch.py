@@ -788,3 +788,24 @@ def test_complex_arithmetic_runs_on_real_pairs() -> None:
     assert not any(
         isinstance(value := node.meta.get("val"), torch.Tensor) and value.is_complex() for node in program.graph.nodes
     )
+
+
+class _EmptyCat(torch.nn.Module):
+    def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        empty = hidden_states[..., :0]  # a zero-width part (Mistral-Large-4's key without its positional half)
+        return torch.cat([empty, empty * 2], dim=1) + 1, hidden_states * 2
+
+
+def test_a_cat_of_empty_tensors_keeps_its_symbolic_size() -> None:
+    """ExecuTorch replaces a ``cat`` of only empty inputs by a ``full`` of the output's shape, whose symbolic sizes it
+    cannot emit ("Unsupported type encountered in int list"); the ``full`` now reads them from the inputs, and the
+    output has eager's shape at another batch and length."""
+    model = _EmptyCat().eval()
+    export = ExecutorchExporter().export(
+        model, {"hidden_states": torch.randn(2, 3, 4)}, config=ExecutorchConfig(dynamic=True)
+    )
+    other = torch.randn(3, 2, 4)
+    with torch.no_grad():
+        for got, want in zip(export(hidden_states=other), model(other), strict=True):
+            assert got.shape == want.shape
+            torch.testing.assert_close(got, want, rtol=0, atol=0)

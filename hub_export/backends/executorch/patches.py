@@ -2,7 +2,7 @@
 
 * :func:`planned_sizes_must_be_bounded`, :func:`list_outputs_validated_whole`,
   :func:`xnnpack_reshapes_with_one_dynamic_dim`, :func:`xnnpack_max_dims_its_visitors_take`,
-  :func:`xnnpack_exact_gelu_only` and
+  :func:`xnnpack_exact_gelu_only`, :func:`empty_cats_as_full_of_graph_sizes` and
   :func:`symbolic_functions_admitted`, :func:`._dim_order.dim_orders_by_divisibility` (reversible patches, applied
   by :func:`executorch_patches` around the lowering).
 * :func:`retrace_without_size_one_hints` (a re-trace of the program, not a patch: it changes nothing upstream).
@@ -26,6 +26,7 @@ from ._dim_order import dim_orders_by_divisibility
 
 __all__ = [
     "contiguous_attention_outputs",
+    "empty_cats_as_full_of_graph_sizes",
     "executorch_patches",
     "is_tanh_gelu",
     "integer_powers_as_products",
@@ -230,6 +231,75 @@ def xnnpack_exact_gelu_only() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def empty_cats_as_full_of_graph_sizes() -> Iterator[None]:
+    """Give the ``full`` that replaces a ``cat`` of empty tensors its symbolic sizes as graph values.
+
+    ``PruneEmptyTensorsPass`` (executorch 1.5.1, ``exir/passes/prune_empty_tensors_pass.py``) drops the empty inputs
+    of every ``cat`` and, when none is left, puts ``full(shape, 0)`` in its place with the output's shape as it is:
+    symbolic sizes there are SymInt objects, not graph values, and ``to_executorch`` then fails ("Unsupported type
+    encountered in int list": Mistral-Large-4's cache update of a zero-width key part, ``[batch, 1, sequence, 0]``).
+    Keeping the ``cat`` is no way out: the runtime's ``cat`` of only empty inputs sizes its output wrongly
+    (``(2, 0, 0)`` for ``(2, 6, 0)``). The patch builds the ``full``'s sizes from the inputs' own (``sym_size``,
+    summed along the concatenated axis); a ``cat`` of a static size is pruned as upstream does. No upstream issue is
+    known to us.
+    """
+    import operator
+
+    import torch
+    from executorch.exir.dialects._ops import ops as exir_ops
+    from executorch.exir.passes.prune_empty_tensors_pass import PruneEmptyTensorsPass
+    from torch.fx.experimental.symbolic_shapes import guard_or_true
+
+    original = PruneEmptyTensorsPass.remove_empty_tensors_from_cat
+
+    def remove_empty_tensors_from_cat(self: Any, graph_module: Any, cat_node: Any) -> None:
+        value, inputs = cat_node.meta.get("val"), list(cat_node.args[0])
+        symbolic = value is not None and not all(isinstance(size, int) for size in value.shape)
+        everything_empty = not any(guard_or_true(arg.meta["val"].numel() != 0) for arg in inputs)
+        inputs = [arg for arg in inputs if value is not None and arg.meta["val"].dim() == value.dim()]  # not a 1-D [0]
+        if not symbolic or not everything_empty or not inputs:
+            original(self, graph_module, cat_node)
+            return
+        graph = graph_module.graph
+        axis = (cat_node.args[1] if len(cat_node.args) > 1 else cat_node.kwargs.get("dim", 0)) % value.dim()
+
+        def size_of(node: Any, dim: int) -> Any:
+            size = node.meta["val"].shape[dim]
+            if isinstance(size, int):
+                return size
+            out = graph.call_function(torch.ops.aten.sym_size.int, (node, dim))
+            out.meta["val"] = size
+            return out
+
+        with graph.inserting_before(cat_node):
+            sizes: list[Any] = []
+            for dim, size in enumerate(value.shape):
+                if isinstance(size, int):
+                    sizes.append(size)
+                elif dim != axis:
+                    sizes.append(size_of(inputs[0], dim))
+                else:
+                    total: Any = 0
+                    for count, arg in enumerate(inputs, 1):
+                        part = size_of(arg, dim)
+                        if isinstance(total, int) and isinstance(part, int):
+                            total += part
+                            continue
+                        total = graph.call_function(operator.add, (total, part))
+                        total.meta["val"] = sum(each.meta["val"].shape[dim] for each in inputs[:count])
+                    sizes.append(total)
+            full = graph.call_function(exir_ops.edge.aten.full.default, (sizes, 0), {"dtype": value.dtype})
+        full.meta = cat_node.meta
+        cat_node.replace_all_uses_with(full)
+
+    reason = "PruneEmptyTensorsPass replacing an empty cat by a full of SymInt objects (executorch 1.5.1)"
+    with patch_attribute(
+        PruneEmptyTensorsPass, "remove_empty_tensors_from_cat", remove_empty_tensors_from_cat, reason=reason
+    ):
+        yield
+
+
+@contextlib.contextmanager
 def symbolic_functions_admitted() -> Iterator[None]:
     """Let the edge verifier pass the size arithmetic ``to_executorch`` maps to prim ops (``torch.sym_min``,
     ``sym_max``, ``sym_ite``, ``sym_not``, ``sym_float``, ``sym_int``).
@@ -299,6 +369,7 @@ def executorch_patches() -> Iterator[None]:
             xnnpack_reshapes_with_one_dynamic_dim,
             xnnpack_max_dims_its_visitors_take,
             xnnpack_exact_gelu_only,
+            empty_cats_as_full_of_graph_sizes,
             symbolic_functions_admitted,
             dim_orders_by_divisibility,
         ):
