@@ -476,12 +476,9 @@ def test_axes_take_their_role_from_the_inputs_rank_and_dtype() -> None:
 
     assert shape_roles([("inputs", 2, True), ("inputs_embeds", 3, True)]) == {("inputs", 1): "samples"}
     assert shape_roles([("inputs", 3, True)]) == {}  # features, not raw audio
-    # the packed patches beside a grid, as rows (Qwen2-VL) or as [patches, channels, patch, patch] (PaddleOCR-VL)
-    for rank in (2, 4):
-        assert shape_roles([("pixel_values", rank, True), ("image_grid_thw", 2, False)]) == {
-            ("pixel_values", 0): "patches"
-        }
-    assert shape_roles([("pixel_values", 4, True)]) == {}  # a batch of images
+    # the packed patches beside a grid (Qwen2-VL); PaddleOCR-VL's [patches, channels, patch, patch] keep their own
+    assert shape_roles([("pixel_values", 2, True), ("image_grid_thw", 2, False)]) == {("pixel_values", 0): "patches"}
+    assert shape_roles([("pixel_values", 4, True), ("image_grid_thw", 2, False)]) == {}
 
 
 def test_sizes_interval_arithmetic_cannot_bound_are_planned_at_their_exact_maximum() -> None:

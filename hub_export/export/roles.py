@@ -64,9 +64,8 @@ def shape_roles(leaves: list[tuple[str, int, bool]]) -> dict[tuple[str, int], st
     """Roles that an input axis takes from its input's rank, dtype or companions, where the input's name alone does
     not tell them (``leaves``: ``(name, ndim, floating)``):
 
-    * ``patches``: axis 0 of a :data:`_PACKED_INPUTS` beside a grid of one ``(t, h, w)`` row per image
-      (``image_grid_thw``, ``grid_thw``: the Qwen2-VL family packs the patches of every image as rows of one 2-D
-      tensor, PaddleOCR-VL as ``[patches, channels, patch, patch]``).
+    * ``patches``: axis 0 of a 2-D :data:`_PACKED_INPUTS` beside a grid of one ``(t, h, w)`` row per image
+      (``image_grid_thw``, ``grid_thw``: the Qwen2-VL family packs the patches of every image as rows of one tensor).
     * ``channels`` and ``samples``: axes 1 and 2 of a 3-D ``input_values`` (raw audio with channels, ``[batch,
       channels, samples]``: the audio codecs DAC, EnCodec, Mimi).
     * ``samples``: axis 1 of a 2-D floating ``inputs`` (the raw audio of ``SpeechEncoderDecoderModel``; Perceiver's
@@ -76,7 +75,7 @@ def shape_roles(leaves: list[tuple[str, int, bool]]) -> dict[tuple[str, int], st
     roles = {}
     for name, ndim, floating in leaves:
         kwarg = name.split(".")[0]
-        if grid and kwarg in _PACKED_INPUTS and ndim >= 2:
+        if grid and kwarg in _PACKED_INPUTS and ndim == 2:
             roles[name, 0] = "patches"
         elif kwarg == "input_values" and ndim == 3:
             roles[name, 1], roles[name, 2] = "channels", "samples"
