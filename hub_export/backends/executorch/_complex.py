@@ -71,9 +71,9 @@ def _pairwise(op: Any) -> Any:
     return decomposed
 
 
-def _on_pairs(op: Any, shape_arg: bool = False, dim_arg: bool = False) -> Any:
-    """``op`` of a complex tensor as ``op`` of its pairs: a size list gets the trailing 2, an axis is taken from
-    the end as the complex tensor's."""
+def _on_pairs(op: Any, shape_arg: bool = False, dim_arg: bool = False, new_axis: bool = False) -> Any:
+    """``op`` of a complex tensor as ``op`` of its pairs: a size list gets the trailing 2, an axis counted from the
+    end is the complex tensor's (of its output's rank when ``op`` inserts the axis: ``unsqueeze``)."""
 
     def decomposed(value: Any, *args: Any, **kwargs: Any) -> Any:
         if not value.is_complex():
@@ -82,8 +82,7 @@ def _on_pairs(op: Any, shape_arg: bool = False, dim_arg: bool = False) -> Any:
         if shape_arg:
             args_list[0] = [*args_list[0], 2]
         if dim_arg:
-            rank = value.dim() + (1 if op.__name__.startswith("unsqueeze") else 0)
-            args_list[0] = _axis(args_list[0], rank)
+            args_list[0] = _axis(args_list[0], value.dim() + int(new_axis))
         return _complex(op(_pairs(value), *args_list, **kwargs))
 
     return decomposed
@@ -101,7 +100,7 @@ def _table() -> dict[Any, Any]:
         aten.view.default: _on_pairs(aten.view.default, shape_arg=True),
         aten.reshape.default: _on_pairs(aten.reshape.default, shape_arg=True),
         aten.expand.default: _on_pairs(aten.expand.default, shape_arg=True),
-        aten.unsqueeze.default: _on_pairs(aten.unsqueeze.default, dim_arg=True),
+        aten.unsqueeze.default: _on_pairs(aten.unsqueeze.default, dim_arg=True, new_axis=True),
         aten.slice.Tensor: _on_pairs(aten.slice.Tensor, dim_arg=True),
         aten.select.int: _on_pairs(aten.select.int, dim_arg=True),
         aten.clone.default: _on_pairs(aten.clone.default),
