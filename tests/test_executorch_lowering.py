@@ -1,8 +1,9 @@
-"""ExecuTorch lowering workarounds (``hub_export/backends/executorch/patches.py``, ``_op_rewrites.py``), each on a
-tiny synthetic module that reproduces the upstream failure it works around."""
+"""ExecuTorch lowering workarounds (``hub_export/backends/executorch/patches.py``, ``_op_rewrites.py``, ``_refused.py``,
+``_complex.py``, ``_scan.py``), each on a tiny synthetic module that reproduces the upstream failure it works around."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,139 @@ def test_an_average_pooling_delegate_passes_the_load_time_check(tmp_path: Path) 
     loaded = ExportedModel.from_pretrained(tmp_path)  # checks every XNNPACK node's fields before the runtime
     x = torch.randn(2, 3, 4, 4)
     assert torch.allclose(loaded(x=x), _AvgPool()(x), atol=1e-6)
+
+
+class _PermuteTwoConsumers(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(5, 4)
+
+    def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.proj(hidden_states).permute(0, 2, 1)
+        return y.reshape(hidden_states.shape[0], -1) + 1, y.sum(dim=1)
+
+
+def test_partitions_xnnpack_cannot_compile_run_on_the_portable_kernels(caplog: pytest.LogCaptureFixture) -> None:
+    """XNNPACK's compile of one partition raises (a permute with two consumers becomes the partition's output and its
+    input: "Output node ... is already in the inputs", pytorch/executorch#19152); that partition runs on the portable
+    kernels, the rest stays delegated, and the program gives eager's numbers at another shape."""
+    model = _PermuteTwoConsumers().eval()
+    x = torch.randn(2, 3, 5)
+    with caplog.at_level(logging.WARNING, logger="hub_export.backends.executorch._refused"):
+        export = ExecutorchExporter().export(model, {"hidden_states": x}, config=ExecutorchConfig(dynamic=True))
+    assert "XNNPACK could not compile 1 of the 2 partitions (RuntimeError: Output node" in caplog.text
+    other = torch.randn(3, 2, 5)
+    with torch.no_grad():
+        for got, want in zip(export(hidden_states=other), model(other), strict=True):
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-3)
+
+
+class _TwoGelus(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 16)
+
+    def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.proj(hidden_states)
+        return torch.nn.functional.gelu(h, approximate="tanh"), torch.nn.functional.gelu(h)
+
+
+def test_tanh_gelu_keeps_its_approximation() -> None:
+    """XNNPACK (executorch 1.5.1) ran ``gelu(approximate="tanh")`` as the exact GELU, up to 4.7e-4 apart per value
+    (pytorch/executorch#22851): the program now gives each GELU its own numbers, on values where the two differ."""
+    model = _TwoGelus().eval()
+    torch.nn.init.eye_(model.proj.weight[:8])
+    torch.nn.init.zeros_(model.proj.bias)
+    x = torch.linspace(-4, 4, 48).reshape(2, 3, 8)  # |tanh GELU - GELU| reaches 4.7e-4 near -2.7
+    export = ExecutorchExporter().export(model, {"hidden_states": x}, config=ExecutorchConfig(dynamic=True))
+    with torch.no_grad():
+        tanh_gelu, gelu = model(x)
+        assert (tanh_gelu - gelu).abs().max() > 3e-4  # the sample tells the two apart
+        got = export(hidden_states=x)
+    torch.testing.assert_close(got[0], tanh_gelu, rtol=0, atol=1e-5)
+    torch.testing.assert_close(got[1], gelu, rtol=0, atol=1e-5)
+
+
+class _ComplexRotary(torch.nn.Module):
+    """Llama-4 / DeepSeek-V2's rotary embedding: ``polar`` frequencies times ``view_as_complex`` pairs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, 8, 2).float() / 8)), persistent=False)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(hidden_states.shape[1], dtype=torch.float32)
+        angles = positions[:, None] * self.inv_freq[None, :]
+        freqs = torch.polar(torch.ones_like(angles), angles)
+        pairs = torch.view_as_complex(hidden_states.float().reshape(*hidden_states.shape[:-1], -1, 2))
+        return torch.view_as_real(pairs * freqs[None, :, :]).flatten(2) + 0.5 * hidden_states
+
+
+def test_complex_arithmetic_runs_on_real_pairs() -> None:
+    """No ExecuTorch kernel takes a complex tensor and ``polar`` is outside the core ATen opset: the program holds the
+    same arithmetic on real pairs (no complex value left) and gives eager's numbers at another length and batch."""
+    from hub_export.backends.executorch._complex import complex_as_real_pairs
+
+    model = _ComplexRotary().eval()
+    x = torch.randn(2, 5, 8)
+    export = ExecutorchExporter().export(model, {"hidden_states": x}, config=ExecutorchConfig(dynamic=True))
+    other = torch.randn(3, 4, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(export(hidden_states=other), model(other), rtol=0, atol=1e-5)
+    program = complex_as_real_pairs(torch.export.export(model, (x,)))
+    assert not any(
+        isinstance(value := node.meta.get("val"), torch.Tensor) and value.is_complex() for node in program.graph.nodes
+    )
+
+
+class _EmptyCat(torch.nn.Module):
+    def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        empty = hidden_states[..., :0]  # a zero-width part (Mistral-Large-4's key without its positional half)
+        return torch.cat([empty, empty * 2], dim=1) + 1, hidden_states * 2
+
+
+def test_a_cat_of_empty_tensors_keeps_its_symbolic_size() -> None:
+    """ExecuTorch replaces a ``cat`` of only empty inputs by a ``full`` of the output's shape, whose symbolic sizes it
+    cannot emit ("Unsupported type encountered in int list"); the ``full`` now reads them from the inputs, and the
+    output has eager's shape at another batch and length."""
+    model = _EmptyCat().eval()
+    export = ExecutorchExporter().export(
+        model, {"hidden_states": torch.randn(2, 3, 4)}, config=ExecutorchConfig(dynamic=True)
+    )
+    other = torch.randn(3, 2, 4)
+    with torch.no_grad():
+        for got, want in zip(export(hidden_states=other), model(other), strict=True):
+            assert got.shape == want.shape
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+class _Recurrence(torch.nn.Module):
+    """A recurrence under ``scan`` (how hub_export runs Mamba's, RecurrentGemma's and the LSTMs' loops): a state of
+    shape ``[batch, 4]`` carried over the sequence, and every step's output stacked."""
+
+    def forward(self, inputs_embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        from torch._higher_order_ops.scan import scan
+
+        def step(state: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            state = torch.tanh(0.5 * state + x)
+            return state, 2 * state
+
+        init = inputs_embeds.new_zeros(inputs_embeds.shape[0], inputs_embeds.shape[2])
+        final, stacked = scan(step, init, inputs_embeds.transpose(0, 1))
+        return final, stacked.transpose(0, 1)
+
+
+def test_a_scan_carries_and_stacks_at_the_sizes_of_each_run() -> None:
+    """ExecuTorch 1.5.1 emits a ``scan`` whose carried state is set with ``copy_`` (which keeps the state's planned
+    size) and whose outputs are stacked at the planned size: every run below the upper bounds failed (error 0x12). The
+    program now gives eager's numbers at sizes below the sample's, above it, and again after a longer run."""
+    model = _Recurrence().eval()
+    export = ExecutorchExporter().export(
+        model, {"inputs_embeds": torch.randn(2, 5, 4)}, config=ExecutorchConfig(dynamic=True)
+    )
+    with torch.no_grad():
+        for shape in ((3, 7, 4), (1, 3, 4), (2, 5, 4)):
+            x = torch.randn(shape)
+            for got, want in zip(export(inputs_embeds=x), model(x), strict=True):
+                assert got.shape == want.shape
+                torch.testing.assert_close(got, want, rtol=0, atol=1e-5)

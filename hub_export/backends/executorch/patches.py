@@ -3,7 +3,8 @@
 * :func:`planned_sizes_must_be_bounded`, :func:`list_outputs_validated_whole`,
   :func:`xnnpack_reshapes_with_one_dynamic_dim`, :func:`xnnpack_max_dims_its_visitors_take`,
   :func:`xnnpack_exact_gelu_only`, :func:`empty_cats_as_full_of_graph_sizes` and
-  :func:`symbolic_functions_admitted`, :func:`._dim_order.dim_orders_by_divisibility` (reversible patches, applied
+  :func:`symbolic_functions_admitted`, :func:`._dim_order.dim_orders_by_divisibility`,
+  :func:`._scan.scan_carries_take_their_sizes` (reversible patches, applied
   by :func:`executorch_patches` around the lowering).
 * :func:`retrace_without_size_one_hints` (a re-trace of the program, not a patch: it changes nothing upstream).
 * :func:`contiguous_attention_outputs` (an edit of hub_export's own traced graph, before lowering),
@@ -23,6 +24,7 @@ from ...patches import patch_attribute
 from ...patches.tracing import size_one_dims_stay_dynamic
 from ._bounds import upper_bound
 from ._dim_order import dim_orders_by_divisibility
+from ._scan import scan_carries_take_their_sizes
 
 __all__ = [
     "contiguous_attention_outputs",
@@ -372,6 +374,7 @@ def executorch_patches() -> Iterator[None]:
             empty_cats_as_full_of_graph_sizes,
             symbolic_functions_admitted,
             dim_orders_by_divisibility,
+            scan_carries_take_their_sizes,
         ):
             stack.enter_context(patch())
         yield
