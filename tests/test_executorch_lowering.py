@@ -247,3 +247,21 @@ def test_a_scan_carries_and_stacks_at_the_sizes_of_each_run() -> None:
             for got, want in zip(export(inputs_embeds=x), model(x), strict=True):
                 assert got.shape == want.shape
                 torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+class _PositionsFromOne(torch.nn.Module):
+    def forward(self, inputs_embeds: torch.Tensor) -> torch.Tensor:
+        return inputs_embeds * torch.arange(1, inputs_embeds.shape[1] + 1, dtype=torch.float32)[:, None]
+
+
+def test_an_arange_to_a_size_computed_at_run_time_passes_the_load_time_check() -> None:
+    """The load-time check of ``arange``'s bounds (the kernel aborts the process outside 0 to 2**31 elements) reads
+    the constants only: an end the program computes at run time (``sequence + 1``) holds a placeholder in the file
+    (0: from 1 to 0, refused before; SAM-3's vision model)."""
+    model = _PositionsFromOne().eval()
+    export = ExecutorchExporter().export(
+        model, {"inputs_embeds": torch.randn(2, 5, 4)}, config=ExecutorchConfig(dynamic=True)
+    )
+    x = torch.randn(3, 7, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(export(inputs_embeds=x), model(x), rtol=0, atol=0)

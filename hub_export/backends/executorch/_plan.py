@@ -175,15 +175,29 @@ def _check_plan(buf: _Buffer, plan: tuple[int, int, int], n: int) -> None:
             value(index, f"{n}: tensor list {i}")
             if kinds[index] not in allowed:
                 raise _Bad(f"{n}: tensor list {i} holds value {index}, which is not a tensor")
+    chains = [buf.tables(chain, 2) for chain in buf.tables(plan, 5)]
+    written = set(buf.ints(plan, 3)) | _written_by_calls(buf, [i for instructions in chains for i in instructions])
     for c, chain in enumerate(buf.tables(plan, 5)):
         for index in buf.ints(chain, 0) + buf.ints(chain, 1):
             value(index, f"{n}: chain {c}'s inputs or outputs")
-        instructions = buf.tables(chain, 2)
+        instructions = chains[c]
         for i, instruction in enumerate(instructions):
             where = f"{n}: chain {c} instruction {i}"
             _check_instruction(buf, instruction, where, value, (len(operators), len(delegates), len(instructions)))
             _check_argument_kinds(buf, instruction, where, kinds, operators, delegates)
-            _check_scalar_arguments(buf, instruction, where, values, operators)
+            _check_scalar_arguments(buf, instruction, where, values, operators, written)
+
+
+def _written_by_calls(buf: _Buffer, instructions: list[tuple[int, int, int]]) -> set[int]:
+    """The values kernel calls write: each call's last argument (its out argument or its return, a size that
+    ``sym_size`` or a prim op computes at run time)."""
+    written = set()
+    for instruction in instructions:
+        body = buf.child(instruction, 1)
+        if buf.scalar(instruction, 0, "<B") == _KERNEL_CALL and body is not None:
+            args = buf.ints(body, 1)
+            written.update(args[-1:])
+    return written
 
 
 def _check_instruction(
@@ -271,10 +285,16 @@ _ARANGES = {"aten::arange.start_out": (0, 1, 2), "aten::arange.out": (None, 0, N
 
 
 def _check_scalar_arguments(
-    buf: _Buffer, instruction: tuple[int, int, int], where: str, values: list[Any], operators: list[_Operator]
+    buf: _Buffer,
+    instruction: tuple[int, int, int],
+    where: str,
+    values: list[Any],
+    operators: list[_Operator],
+    written: set[int],
 ) -> None:
     """``arange``'s constant bounds give a size the portable kernel accepts (0 to 2**31 elements): it aborts the
-    process otherwise (``compute_arange_out_size``). Values written at run time hold a placeholder here."""
+    process otherwise (``compute_arange_out_size``). The values in ``written`` (the plan's inputs, what calls write)
+    hold a placeholder here, not their value: the bounds of which one is such a value are not checked."""
     body = buf.child(instruction, 1)
     if buf.scalar(instruction, 0, "<B") != _KERNEL_CALL or body is None:
         return
@@ -282,6 +302,8 @@ def _check_scalar_arguments(
     if name not in _ARANGES:
         return
     args = buf.ints(body, 1)
+    if any(p is not None and args[p] in written for p in _ARANGES[name]):
+        return
     start, end, step = (0.0 if p is None and d == 0 else 1.0 if p is None else _number(buf, values[args[p]])
                         for d, p in enumerate(_ARANGES[name]))  # fmt: skip
     count = (end - start) / step if step else math.inf
