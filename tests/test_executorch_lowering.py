@@ -265,3 +265,27 @@ def test_an_arange_to_a_size_computed_at_run_time_passes_the_load_time_check() -
     x = torch.randn(3, 7, 4)
     with torch.no_grad():
         torch.testing.assert_close(export(inputs_embeds=x), model(x), rtol=0, atol=0)
+
+
+class _Shuffle(torch.nn.Module):
+    """ViT-MAE's random masking: patches ranked by noise (``argsort``), and a descending ``sort`` beside it."""
+
+    def forward(self, inputs_embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        ranks = torch.argsort(inputs_embeds[..., 0], dim=1)
+        values, indices = torch.sort(inputs_embeds, dim=-1, descending=True)
+        return torch.argsort(ranks, dim=1), values, indices
+
+
+def test_sorts_run_as_topk_of_the_whole_axis() -> None:
+    """The runtime has no ``sort`` kernel ("Missing operator: aten::sort.values": the program did not load); the
+    program ranks with ``topk`` and gives eager's values and indices at another batch and length."""
+    model = _Shuffle().eval()
+    export = ExecutorchExporter().export(
+        model, {"inputs_embeds": torch.randn(2, 5, 4)}, config=ExecutorchConfig(dynamic=True)
+    )
+    operators, _ = program_contents(export.program)
+    assert "aten::topk" in operators and "aten::sort" not in operators
+    x = torch.randn(3, 9, 4)
+    with torch.no_grad():
+        for got, want in zip(export(inputs_embeds=x), model(x), strict=True):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -18,6 +18,10 @@ opset``). An operator without a registered decomposition reaches that check as t
   ``int64``: the edge verifier's dtype table admits only ``int64`` indices there ("operators taking Tensor inputs
   with mismatched dtypes": GLM-5-Next's top-k attention mask, ``scatter_add`` of an ``int32`` index).
 
+* :func:`sorts_as_topk` — ``sort`` / ``argsort`` (ViT-MAE's and VideoMAE's random masking shuffles its patches
+  with ``argsort(noise)``): a core ATen op, but the runtime has no kernel for it ("Missing operator:
+  aten::sort.values", the program fails to load); ``topk`` of the whole axis, sorted, has one.
+
 Each rewrite turns the node itself into the last op of its replacement (its users are untouched) through
 :func:`~hub_export.patches.graph.edited_nodes`, which restores it and erases the helper nodes after the block.
 """
@@ -30,7 +34,13 @@ from typing import Any
 
 from ...patches.graph import Inserter, edited_nodes
 
-__all__ = ["bucketize_as_comparisons", "empty_of_symbolic_sizes_as_zeros", "long_indices", "op_rewrites"]
+__all__ = [
+    "bucketize_as_comparisons",
+    "empty_of_symbolic_sizes_as_zeros",
+    "long_indices",
+    "op_rewrites",
+    "sorts_as_topk",
+]
 
 
 def _bucketize(node: Any, add: Inserter) -> dict[str, Any] | None:
@@ -133,8 +143,50 @@ def long_indices(program: Any) -> contextlib.AbstractContextManager[int]:
     return edited_nodes(program, _long_index, record_values=True)
 
 
+def _sort(node: Any, add: Inserter) -> dict[str, Any] | None:
+    """``sort(x, dim, descending)`` -> ``topk(x, x.size(dim), dim, largest=descending, sorted=True)``; ``argsort``
+    -> its indices. A stable sort is left as it is (``topk`` does not order equal values by position)."""
+    import operator
+
+    import torch
+
+    aten = torch.ops.aten
+    sorts = (aten.sort.default, aten.sort.stable, aten.argsort.default, aten.argsort.stable)
+    if node.target not in sorts or add.mode is None or node.kwargs.get("stable"):
+        return None
+    x = node.args[0]
+    value = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    if not isinstance(value, torch.Tensor) or value.dim() == 0:
+        return None
+    stable_overload = node.target in (aten.sort.stable, aten.argsort.stable)
+    positional = [] if stable_overload else list(node.args[1:])
+    dim = node.kwargs.get("dim", positional[0] if positional else -1) % value.dim()
+    descending = bool(node.kwargs.get("descending", positional[1] if len(positional) > 1 else False))
+    size = value.shape[dim]
+    k = size if isinstance(size, int) else add(aten.sym_size.int, x, dim)
+    if node.target in (aten.sort.default, aten.sort.stable):
+        return {"target": aten.topk.default, "args": (x, k, dim, descending, True), "kwargs": {}}
+    ranked = add(aten.topk.default, x, k, dim, descending, True)
+    return {"target": operator.getitem, "args": (ranked, 1), "kwargs": {}}
+
+
+def sorts_as_topk(program: Any) -> contextlib.AbstractContextManager[int]:
+    """Every unstable ``sort`` / ``argsort`` as a ``topk`` of the whole axis, inside the block (see the module's
+    docstring): the same values and, between unequal values, the same order.
+
+    Yields:
+        How many nodes were rewritten.
+    """
+    return edited_nodes(program, _sort, record_values=True)
+
+
 @contextlib.contextmanager
 def op_rewrites(program: Any) -> Iterator[None]:
     """Every rewrite of this module, inside the block."""
-    with bucketize_as_comparisons(program), empty_of_symbolic_sizes_as_zeros(program), long_indices(program):
+    with (
+        bucketize_as_comparisons(program),
+        empty_of_symbolic_sizes_as_zeros(program),
+        long_indices(program),
+        sorts_as_topk(program),
+    ):
         yield
