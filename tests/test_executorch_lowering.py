@@ -289,3 +289,25 @@ def test_sorts_run_as_topk_of_the_whole_axis() -> None:
     with torch.no_grad():
         for got, want in zip(export(inputs_embeds=x), model(x), strict=True):
             torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+class _TimeShift(torch.nn.Module):
+    """RWKV's time shift (``ZeroPad2d((0, 0, 1, -1))``: one step later, the last step cropped) and a pad that crops
+    the first feature and pads two more."""
+
+    def forward(self, inputs_embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        shifted = torch.nn.ZeroPad2d((0, 0, 1, -1))(inputs_embeds)
+        return shifted, torch.nn.functional.pad(inputs_embeds, (-1, 2), value=0.5)
+
+
+def test_negative_pads_crop_as_in_torch() -> None:
+    """A negative pad crops in torch; the runtime's kernel refused it ("Padding values must be non-negative", error
+    0x12 when run): the program gives eager's values at another batch and length."""
+    model = _TimeShift().eval()
+    export = ExecutorchExporter().export(
+        model, {"inputs_embeds": torch.randn(2, 5, 4)}, config=ExecutorchConfig(dynamic=True)
+    )
+    x = torch.randn(3, 9, 4)
+    with torch.no_grad():
+        for got, want in zip(export(inputs_embeds=x), model(x), strict=True):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -22,6 +22,10 @@ opset``). An operator without a registered decomposition reaches that check as t
   with ``argsort(noise)``): a core ATen op, but the runtime has no kernel for it ("Missing operator:
   aten::sort.values", the program fails to load); ``topk`` of the whole axis, sorted, has one.
 
+* :func:`negative_pads_as_slices` — ``constant_pad_nd`` with a negative pad (RWKV's time shift, ``ZeroPad2d((0, 0,
+  1, -1))``, crops the last step): torch crops there, the runtime's kernel refuses ("Padding values must be
+  non-negative", error 0x12 when run); the crop becomes a ``slice`` before the pad.
+
 Each rewrite turns the node itself into the last op of its replacement (its users are untouched) through
 :func:`~hub_export.patches.graph.edited_nodes`, which restores it and erases the helper nodes after the block.
 """
@@ -38,6 +42,7 @@ __all__ = [
     "bucketize_as_comparisons",
     "empty_of_symbolic_sizes_as_zeros",
     "long_indices",
+    "negative_pads_as_slices",
     "op_rewrites",
     "sorts_as_topk",
 ]
@@ -180,6 +185,40 @@ def sorts_as_topk(program: Any) -> contextlib.AbstractContextManager[int]:
     return edited_nodes(program, _sort, record_values=True)
 
 
+def _negative_pad(node: Any, add: Inserter) -> dict[str, Any] | None:
+    """``constant_pad_nd(x, pad)`` (or a constant ``pad``) with negative entries -> the same op on ``slice(x, ...)``
+    and ``max(pad, 0)``: each negative entry crops its side of its axis (the pairs run from the last axis back)."""
+    import torch
+
+    aten = torch.ops.aten
+    if node.target not in (aten.constant_pad_nd.default, aten.pad.default) or add.mode is None:
+        return None
+    mode = node.kwargs.get("mode", node.args[2] if len(node.args) > 2 else "constant")
+    if mode != "constant":
+        return None
+    x, pad = node.args[0], list(node.args[1])
+    value = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    if not isinstance(value, torch.Tensor) or not all(isinstance(p, int) for p in pad) or min(pad, default=0) >= 0:
+        return None
+    cropped = x
+    for pair in range(len(pad) // 2):
+        before, after = pad[2 * pair], pad[2 * pair + 1]
+        if before < 0 or after < 0:
+            end = after if after < 0 else None
+            cropped = add(aten.slice.Tensor, cropped, value.dim() - 1 - pair, max(-before, 0), end)
+    return {"args": (cropped, [max(p, 0) for p in pad], *node.args[2:])}
+
+
+def negative_pads_as_slices(program: Any) -> contextlib.AbstractContextManager[int]:
+    """Every ``constant_pad_nd`` with a negative pad as a ``slice`` then a non-negative pad, inside the block (see
+    the module's docstring).
+
+    Yields:
+        How many nodes were rewritten.
+    """
+    return edited_nodes(program, _negative_pad, record_values=True)
+
+
 @contextlib.contextmanager
 def op_rewrites(program: Any) -> Iterator[None]:
     """Every rewrite of this module, inside the block."""
@@ -188,5 +227,6 @@ def op_rewrites(program: Any) -> Iterator[None]:
         empty_of_symbolic_sizes_as_zeros(program),
         long_indices(program),
         sorts_as_topk(program),
+        negative_pads_as_slices(program),
     ):
         yield
