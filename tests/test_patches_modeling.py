@@ -597,7 +597,8 @@ def test_placeholder_branches_trace_as_a_check_and_a_select() -> None:
         program = torch.export.export(Logits(), sample, dynamic_shapes=({1: Dim("s", max=64)}, None), strict=False)
     with torch.no_grad():
         for inputs in ((ids(0), pixels), (ids(3), pixels)):
-            torch.testing.assert_close(program.module()(*inputs), Logits()(*inputs), rtol=0, atol=0)
+            # the graph's kernels may block the matmuls differently from eager's (a last-bit difference, 1e-7)
+            torch.testing.assert_close(program.module()(*inputs), Logits()(*inputs), rtol=1e-5, atol=1e-6)
 
     owner = SimpleNamespace(config=SimpleNamespace(image_token_id=3), get_input_embeddings=None)
     mask_of = hunyuan_vl_placeholder_mask(None)
