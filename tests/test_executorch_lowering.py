@@ -311,3 +311,30 @@ def test_negative_pads_crop_as_in_torch() -> None:
     with torch.no_grad():
         for got, want in zip(export(inputs_embeds=x), model(x), strict=True):
             torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+class _SelectedRows(torch.nn.Module):
+    """Qwen3-ASR's valid frames (``mask.flatten().nonzero().squeeze(-1)``) and Longformer's global tokens
+    (``mask.nonzero(as_tuple=True)`` of a 2-D mask): ``nonzero`` returns its indices column by column (strides
+    ``(1, n)``), which for one column is a contiguous ``[n, 1]`` and for two a transposed ``[n, 2]``."""
+
+    def forward(self, inputs_embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mask = inputs_embeds[..., 0] > 0
+        frames = mask.flatten().nonzero().squeeze(-1)
+        rows, columns = mask.nonzero(as_tuple=True)
+        return inputs_embeds.flatten(0, 1)[frames], inputs_embeds[rows, columns] * 2
+
+
+def test_indices_of_nonzero_keep_their_layout() -> None:
+    """The runtime's kernels compare their tensors' dim orders, which ExecuTorch read from strides: a one-column
+    ``nonzero`` had the transposed order of its meaningless size-1 stride and was refused beside its squeeze ("2
+    input tensors have different dim orders", error 0x12). The program gives eager's rows at another batch and
+    length, with one column and two."""
+    model = _SelectedRows().eval()
+    export = ExecutorchExporter().export(
+        model, {"inputs_embeds": torch.randn(2, 5, 4)}, config=ExecutorchConfig(dynamic=True)
+    )
+    x = torch.randn(3, 9, 4)
+    with torch.no_grad():
+        for got, want in zip(export(inputs_embeds=x), model(x), strict=True):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)

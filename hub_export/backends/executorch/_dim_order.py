@@ -8,6 +8,14 @@ they may differ. The converse, ``32 * u0 < 32``, has no such rule and falls to a
 Idefics3's selected image rows, FastSpeech2-Conformer's frames and Longformer's global tokens failed to lower.
 :func:`dim_orders_by_divisibility` adds that rule (``b`` divides ``a``: ``a`` is not smaller, strides being
 positive); every other comparison is upstream's.
+
+A tensor's strides come from torch's eager kernels, whose layouts the runtime's kernels do not share: ``nonzero``
+returns its indices column by column (strides ``(1, n)``: order ``(1, 0)``), and a ``[104, 1]`` column has the
+transposed order of its meaningless size-1 stride. The runtime's portable kernels take only the contiguous and the
+channels-last orders, the same on every tensor of a call (``tensors_have_same_dim_order``), and write their outputs
+in them: such a tensor was refused beside its squeeze or slice ("2 input tensors have different dim orders", error
+0x12: Qwen3-ASR's encoder, Longformer's global tokens). :func:`dim_orders_the_kernels_take` gives every tensor
+whose order is neither of the two the contiguous order, which is how the runtime's kernel writes it.
 """
 
 from __future__ import annotations
@@ -19,9 +27,14 @@ from typing import Any
 
 from ...patches import patch_attribute
 
-__all__ = ["dim_order_from_stride", "dim_orders_by_divisibility"]
+__all__ = [
+    "dim_order_from_stride",
+    "dim_orders_by_divisibility",
+    "dim_orders_the_kernels_take",
+]
 
 _REASON = "dim_order_from_stride guards on a data-dependent stride larger than a divisor of it (executorch#19516)"
+_KERNEL_ORDERS = "TensorSpec.from_tensor keeps eager's layouts (nonzero's columns), which no runtime kernel takes"
 
 #: The modules that call ``dim_order_from_stride`` through a name of their own.
 _USERS = (
@@ -58,6 +71,29 @@ def dim_order_from_stride(stride: Any) -> tuple[int, ...]:
 
     order = sorted(enumerate(stride), key=lambda item: Key(item[1]), reverse=True)
     return tuple(index for index, _ in order)
+
+
+def _taken_by_the_kernels(order: tuple[int, ...]) -> bool:
+    """Whether the runtime's portable kernels take ``order``: contiguous, or channels-last of a 4-D tensor."""
+    return order == tuple(range(len(order))) or order == (0, 2, 3, 1)
+
+
+@contextlib.contextmanager
+def dim_orders_the_kernels_take() -> Iterator[None]:
+    """``TensorSpec.from_tensor`` with the contiguous order for a tensor whose strides give an order that no
+    runtime kernel takes, inside the block."""
+    from executorch.exir.tensor import TensorSpec
+
+    original = TensorSpec.from_tensor
+
+    def from_tensor(cls: type, tensor: Any, const: bool = False) -> Any:
+        spec = original(tensor, const=const)
+        if not _taken_by_the_kernels(tuple(spec.dim_order)):
+            spec.dim_order = tuple(range(len(spec.shape)))
+        return spec
+
+    with patch_attribute(TensorSpec, "from_tensor", classmethod(from_tensor), reason=_KERNEL_ORDERS):
+        yield
 
 
 @contextlib.contextmanager

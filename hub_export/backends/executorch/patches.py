@@ -4,6 +4,7 @@
   :func:`xnnpack_reshapes_with_one_dynamic_dim`, :func:`xnnpack_max_dims_its_visitors_take`,
   :func:`xnnpack_exact_gelu_only`, :func:`empty_cats_as_full_of_graph_sizes` and
   :func:`symbolic_functions_admitted`, :func:`._dim_order.dim_orders_by_divisibility`,
+  :func:`._dim_order.dim_orders_the_kernels_take`,
   :func:`._scan.scan_carries_take_their_sizes` (reversible patches, applied
   by :func:`executorch_patches` around the lowering).
 * :func:`retrace_without_size_one_hints` (a re-trace of the program, not a patch: it changes nothing upstream).
@@ -23,7 +24,7 @@ from ...errors import ExportError
 from ...patches import patch_attribute
 from ...patches.tracing import size_one_dims_stay_dynamic
 from ._bounds import upper_bound
-from ._dim_order import dim_orders_by_divisibility
+from ._dim_order import dim_orders_by_divisibility, dim_orders_the_kernels_take
 from ._scan import scan_carries_take_their_sizes
 
 __all__ = [
@@ -374,6 +375,7 @@ def executorch_patches() -> Iterator[None]:
             empty_cats_as_full_of_graph_sizes,
             symbolic_functions_admitted,
             dim_orders_by_divisibility,
+            dim_orders_the_kernels_take,
             scan_carries_take_their_sizes,
         ):
             stack.enter_context(patch())
