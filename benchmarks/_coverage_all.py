@@ -268,6 +268,43 @@ def _cell(row: dict[str, Any] | None) -> str:
     return f"❌ {row.get('class') or classify(row)}"
 
 
+TOOLS_BOTH = ("hub", "peer")
+
+
+def _side_by_side(rows: dict[tuple[str, str, str], dict[str, Any]], built: list[str], backends: list[str]) -> list[str]:
+    """Both tools on the model types each backend ran with both: passes, and failing cells per class."""
+    lines = [
+        "",
+        "## Side by side (the model types both tools ran)",
+        "",
+        "The peer ran on fewer types than hub_export; on the types both ran, failing cells per class (fewer is better).",
+        "",
+    ]
+    for backend in backends:
+        both = [t for t in built if (t, "hub", backend) in rows and (t, "peer", backend) in rows]
+        both = [t for t in both if all(rows[(t, tool, backend)].get("class") != "tiny-config" for tool in TOOLS_BOTH)]
+        if not both:
+            continue
+        failing = {
+            tool: [rows[(t, tool, backend)] for t in both if not rows[(t, tool, backend)].get("ok")]
+            for tool in TOOLS_BOTH
+        }
+        classes = [c for c in CLASSES if any(r.get("class") == c for rs in failing.values() for r in rs)]
+        passes = {tool: len(both) - len(failing[tool]) for tool in TOOLS_BOTH}
+        lines += [
+            f"**{backend}** ({len(both)} types): hub_export passes {passes['hub']}, transformers.exporters "
+            f"{passes['peer']}.",
+            "",
+            "| class | hub_export | transformers.exporters |",
+            "|---|---|---|",
+        ]
+        for cls in classes:
+            counts = [sum(r.get("class") == cls for r in failing[tool]) for tool in TOOLS_BOTH]
+            lines.append(f"| {cls} | {counts[0]} | {counts[1]} |")
+        lines.append("")
+    return lines
+
+
 def section(paths: list[Path] | None = None) -> list[str]:
     """The Markdown lines of the every-architecture part of the matrix ([] when no results)."""
     paths = paths if paths is not None else sorted(RESULTS_DIR.glob("*.jsonl"))
@@ -374,6 +411,8 @@ def section(paths: list[Path] | None = None) -> list[str]:
     for cls in classes:
         cells = " | ".join(str(counts.get((cls, t, b), 0) or "") for b in backends for t in tools)
         lines.append(f"| {cls} | {cells} | {CLASSES[cls]} |")
+    if "peer" in tools:
+        lines += _side_by_side(rows, sorted(built), backends)
     lines += ["", "## Representative failures per class", ""]
     for cls in classes:
         examples = []
