@@ -338,3 +338,30 @@ def test_indices_of_nonzero_keep_their_layout() -> None:
     with torch.no_grad():
         for got, want in zip(export(inputs_embeds=x), model(x), strict=True):
             torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+class _Fourier(torch.nn.Module):
+    """FNet's token mixing (``fftn`` over the sequence and the features, real part) and Autoformer's autocorrelation
+    (``irfft(rfft(q) * conj(rfft(k)))`` over the sequence, of an odd or even length)."""
+
+    def forward(self, inputs_embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        length = inputs_embeds.shape[1]
+        mixed = torch.fft.fftn(inputs_embeds, dim=(1, 2)).real
+        spectrum = torch.fft.rfft(inputs_embeds, n=length, dim=1)
+        correlation = torch.fft.irfft(
+            spectrum * torch.conj(torch.fft.rfft(inputs_embeds * 2, n=length, dim=1)), n=length, dim=1
+        )
+        return mixed, correlation
+
+
+def test_fourier_transforms_run_as_products_with_their_matrices() -> None:
+    """The runtime has no Fourier transform ("_fft_c2c is not in Core ATen opset"); each axis' transform is a product
+    with its cos / sin matrix, built for the axis' size at run time: eager's values at another batch and length."""
+    model = _Fourier().eval()
+    export = ExecutorchExporter().export(
+        model, {"inputs_embeds": torch.randn(2, 6, 4)}, config=ExecutorchConfig(dynamic=True)
+    )
+    with torch.no_grad():
+        for x in (torch.randn(2, 6, 4), torch.randn(3, 9, 4)):
+            for got, want in zip(export(inputs_embeds=x), model(x), strict=True):
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
