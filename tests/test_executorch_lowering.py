@@ -389,3 +389,31 @@ def test_erfinv_runs_as_polynomials() -> None:
     with torch.no_grad():
         for got, want in zip(export(inputs_embeds=x), model(x), strict=True):
             torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+
+
+class _StaticTableView(torch.nn.Module):
+    """ViTDet's relative positions: a static table viewed with sizes computed from the input's length (symbolic in
+    the trace, equal to static ones at every admitted length)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(64, 8))
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, inputs_embeds: torch.Tensor) -> torch.Tensor:
+        rows = inputs_embeds.shape[1] // 8
+        grid = self.proj(self.table)[None].view(1, rows, 64 // rows, 8)
+        return inputs_embeds + grid.mean((1, 2))[:, None]
+
+
+def test_a_view_as_dynamic_as_its_static_base_stays_a_copy() -> None:
+    """ExecuTorch turns a ``view_copy`` into a view of its base's memory and raised where the view's shape is
+    symbolic and its base's static ("_ViewSpec is incompatible with its base on creation"); that view stays a copy,
+    with eager's values at another length."""
+    model = _StaticTableView().eval()
+    export = ExecutorchExporter().export(
+        model, {"inputs_embeds": torch.randn(2, 16, 8)}, config=ExecutorchConfig(dynamic=True)
+    )
+    with torch.no_grad():
+        for x in (torch.randn(2, 16, 8), torch.randn(3, 20, 8)):
+            torch.testing.assert_close(export(inputs_embeds=x), model(x), rtol=1e-5, atol=1e-5)

@@ -2,7 +2,7 @@
 
 * :func:`planned_sizes_must_be_bounded`, :func:`list_outputs_validated_whole`,
   :func:`xnnpack_reshapes_with_one_dynamic_dim`, :func:`xnnpack_max_dims_its_visitors_take`,
-  :func:`xnnpack_exact_gelu_only`, :func:`empty_cats_as_full_of_graph_sizes` and
+  :func:`xnnpack_exact_gelu_only`, :func:`views_as_dynamic_as_their_base`, :func:`empty_cats_as_full_of_graph_sizes` and
   :func:`symbolic_functions_admitted`, :func:`._dim_order.dim_orders_by_divisibility`,
   :func:`._dim_order.dim_orders_the_kernels_take`,
   :func:`._scan.scan_carries_take_their_sizes` (reversible patches, applied
@@ -39,6 +39,7 @@ __all__ = [
     "retrace_without_size_one_hints",
     "symbolic_functions_admitted",
     "upper_bound",
+    "views_as_dynamic_as_their_base",
     "xnnpack_exact_gelu_only",
     "xnnpack_max_dims_its_visitors_take",
     "xnnpack_reshapes_with_one_dynamic_dim",
@@ -234,6 +235,35 @@ def xnnpack_exact_gelu_only() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def views_as_dynamic_as_their_base() -> Iterator[None]:
+    """Leave a ``view_copy`` a copy where its shape is dynamic and its base's static (or the converse).
+
+    ``ReplaceViewCopyWithViewPass`` (executorch 1.5.1, ``exir/passes/replace_view_copy_with_view_pass.py``) turns
+    every ``view_copy`` into a view sharing its base's memory, and ``_ViewSpec`` raises when the two differ in shape
+    dynamism ("_ViewSpec is incompatible with its base on creation": ViTDet's relative positions, a static table
+    viewed with sizes the trace keeps symbolic although they equal static ones). The pass skips those nodes: they
+    stay copies, with the same values.
+    """
+    from executorch.exir.passes import replace_view_copy_with_view_pass as views
+    from executorch.exir.tensor import determine_tensor_dynanism
+
+    original = views._is_view_copy
+
+    def is_view_copy(node: Any) -> bool:
+        if not original(node):
+            return False
+        base_spec = getattr(node.args[0], "meta", {}).get("spec")
+        value = node.meta.get("val")
+        if base_spec is None or value is None:
+            return True
+        return bool(determine_tensor_dynanism(value.shape) == base_spec.shape_dynamism)
+
+    reason = "_ViewSpec raising on a view whose shape dynamism differs from its base's (executorch 1.5.1)"
+    with patch_attribute(views, "_is_view_copy", is_view_copy, reason=reason):
+        yield
+
+
+@contextlib.contextmanager
 def empty_cats_as_full_of_graph_sizes() -> Iterator[None]:
     """Give the ``full`` that replaces a ``cat`` of empty tensors its symbolic sizes as graph values.
 
@@ -372,6 +402,7 @@ def executorch_patches() -> Iterator[None]:
             xnnpack_reshapes_with_one_dynamic_dim,
             xnnpack_max_dims_its_visitors_take,
             xnnpack_exact_gelu_only,
+            views_as_dynamic_as_their_base,
             empty_cats_as_full_of_graph_sizes,
             symbolic_functions_admitted,
             dim_orders_by_divisibility,
