@@ -15,6 +15,21 @@ from hub_export.backends.executorch.io import program_contents
 pytest.importorskip("executorch")
 
 
+def _matches_eager(
+    model: torch.nn.Module, sample: torch.Tensor, others: list[torch.Tensor], tolerance: float = 0.0
+) -> None:
+    """Export ``model`` from ``inputs_embeds=sample`` (``dynamic=True``) and compare every output with eager's at
+    each of ``others`` (within ``tolerance``, absolute)."""
+    model = model.eval()
+    export = ExecutorchExporter().export(model, {"inputs_embeds": sample}, config=ExecutorchConfig(dynamic=True))
+    with torch.no_grad():
+        for x in others:
+            got, want = export(inputs_embeds=x), model(x)
+            pairs = zip(got, want, strict=True) if isinstance(want, tuple) else [(got, want)]
+            for g, w in pairs:
+                torch.testing.assert_close(g, w, rtol=0, atol=tolerance)
+
+
 class _MaxOverStride(torch.nn.Module):
     """Hiera's query pooling: ``x.view(batch, stride, -1, hidden).max(dim=1).values`` of a 4-D tensor, which
     XNNPACK's partitioner accepts and its visitor refuses (it pools dims 2 or 3, keepdim only); beside it a
@@ -303,14 +318,7 @@ class _TimeShift(torch.nn.Module):
 def test_negative_pads_crop_as_in_torch() -> None:
     """A negative pad crops in torch; the runtime's kernel refused it ("Padding values must be non-negative", error
     0x12 when run): the program gives eager's values at another batch and length."""
-    model = _TimeShift().eval()
-    export = ExecutorchExporter().export(
-        model, {"inputs_embeds": torch.randn(2, 5, 4)}, config=ExecutorchConfig(dynamic=True)
-    )
-    x = torch.randn(3, 9, 4)
-    with torch.no_grad():
-        for got, want in zip(export(inputs_embeds=x), model(x), strict=True):
-            torch.testing.assert_close(got, want, rtol=0, atol=0)
+    _matches_eager(_TimeShift(), torch.randn(2, 5, 4), [torch.randn(3, 9, 4)])
 
 
 class _SelectedRows(torch.nn.Module):
@@ -330,14 +338,7 @@ def test_indices_of_nonzero_keep_their_layout() -> None:
     ``nonzero`` had the transposed order of its meaningless size-1 stride and was refused beside its squeeze ("2
     input tensors have different dim orders", error 0x12). The program gives eager's rows at another batch and
     length, with one column and two."""
-    model = _SelectedRows().eval()
-    export = ExecutorchExporter().export(
-        model, {"inputs_embeds": torch.randn(2, 5, 4)}, config=ExecutorchConfig(dynamic=True)
-    )
-    x = torch.randn(3, 9, 4)
-    with torch.no_grad():
-        for got, want in zip(export(inputs_embeds=x), model(x), strict=True):
-            torch.testing.assert_close(got, want, rtol=0, atol=0)
+    _matches_eager(_SelectedRows(), torch.randn(2, 5, 4), [torch.randn(3, 9, 4)])
 
 
 class _Fourier(torch.nn.Module):
@@ -357,14 +358,7 @@ class _Fourier(torch.nn.Module):
 def test_fourier_transforms_run_as_products_with_their_matrices() -> None:
     """The runtime has no Fourier transform ("_fft_c2c is not in Core ATen opset"); each axis' transform is a product
     with its cos / sin matrix, built for the axis' size at run time: eager's values at another batch and length."""
-    model = _Fourier().eval()
-    export = ExecutorchExporter().export(
-        model, {"inputs_embeds": torch.randn(2, 6, 4)}, config=ExecutorchConfig(dynamic=True)
-    )
-    with torch.no_grad():
-        for x in (torch.randn(2, 6, 4), torch.randn(3, 9, 4)):
-            for got, want in zip(export(inputs_embeds=x), model(x), strict=True):
-                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    _matches_eager(_Fourier(), torch.randn(2, 6, 4), [torch.randn(2, 6, 4), torch.randn(3, 9, 4)], tolerance=1e-4)
 
 
 class _Quantiles(torch.nn.Module):
@@ -380,15 +374,9 @@ class _Quantiles(torch.nn.Module):
 def test_erfinv_runs_as_polynomials() -> None:
     """``erfinv`` is outside the core ATen opset ("not in Core ATen opset"); as Giles' polynomials it gives eager's
     values within 1e-6, in the tails too (``1 - x`` and ``1 + x`` apart: ``1 - x * x`` lost 3% there)."""
-    model = _Quantiles().eval()
-    export = ExecutorchExporter().export(
-        model, {"inputs_embeds": torch.rand(2, 5, 4) * 2 - 1}, config=ExecutorchConfig(dynamic=True)
-    )
     tails = torch.tensor([-1.0, -0.9999999, -0.999, -0.99, 0.99, 0.999, 0.9999999, 1.0]).reshape(2, 1, 4)
-    x = torch.cat([torch.rand(2, 8, 4) * 2 - 1, tails], dim=1)
-    with torch.no_grad():
-        for got, want in zip(export(inputs_embeds=x), model(x), strict=True):
-            torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    other = torch.cat([torch.rand(2, 8, 4) * 2 - 1, tails], dim=1)
+    _matches_eager(_Quantiles(), torch.rand(2, 5, 4) * 2 - 1, [other], tolerance=1e-6)
 
 
 class _StaticTableView(torch.nn.Module):
@@ -410,10 +398,4 @@ def test_a_view_as_dynamic_as_its_static_base_stays_a_copy() -> None:
     """ExecuTorch turns a ``view_copy`` into a view of its base's memory and raised where the view's shape is
     symbolic and its base's static ("_ViewSpec is incompatible with its base on creation"); that view stays a copy,
     with eager's values at another length."""
-    model = _StaticTableView().eval()
-    export = ExecutorchExporter().export(
-        model, {"inputs_embeds": torch.randn(2, 16, 8)}, config=ExecutorchConfig(dynamic=True)
-    )
-    with torch.no_grad():
-        for x in (torch.randn(2, 16, 8), torch.randn(3, 20, 8)):
-            torch.testing.assert_close(export(inputs_embeds=x), model(x), rtol=1e-5, atol=1e-5)
+    _matches_eager(_StaticTableView(), torch.randn(2, 16, 8), [torch.randn(2, 16, 8), torch.randn(3, 20, 8)], 1e-5)
