@@ -263,6 +263,9 @@ def test_guards_admit_finite_floats_and_torch_number_helpers_only() -> None:
         "math.trunc(torch.sym_float(L['t'][2].size()[1] // (L['t'][2].size()[1] // 9)) ** 0.5) == 3",
         "L['t'][0].size()[1] % (L['t'][0].size()[1] // 4) == 0",
         "(L['t'][0].size()[0] ** 8) ** 8 > 1",
+        # Florence-2's DaViT: one over the square root of a patch count
+        "torch.sym_float((1 + (((-1) + L['t'][2].size()[3]) // 4))*(1 + (((-1) + L['t'][2].size()[2]) // 4))) "
+        "** (-0.5) < 1.0",
     ):
         check_guard(guard)
     for guard in (
@@ -271,6 +274,9 @@ def test_guards_admit_finite_floats_and_torch_number_helpers_only() -> None:
         "torch.sym_float(L['t'][0].size()[0], x=1) == 1.0",
         "L['t'][0].size()[0] == 1e999",
         "L['t'][0].size()[0] ** 1e6 > 1",
+        "L['t'][0].size()[0] ** (-1e6) > 1",
+        "L['t'][0].size()[0] ** (-L['t'][0].size()[0]) > 1",
+        "L['t'][0].size()[0] ** (not 1) > 1",
         "L['t'][0].size()[0] == 'a'",
         "os.sym_float(1) == 1",
         "((L['t'][0].size()[0] ** 64) ** 64) ** 64 > 1",  # an integer of millions of digits at every call

@@ -292,7 +292,7 @@ def check_guard(text: Any) -> None:
     """Check one ``guards_code`` entry: a boolean combination of integer comparisons over input sizes.
 
     The entry is parsed with :func:`ast.parse` (which never runs anything) and every node of the tree must be one of:
-    ``and``/``or``/``not``, a comparison, ``+ - * / // %``, a power with a small constant exponent, an integer or a
+    ``and``/``or``/``not``, a comparison, ``+ - * / // %``, a power with a small constant exponent (or its negative), an integer or a
     finite float, ``True``/``False``, a call of ``max``/``min``/``abs``/``math.floor``/``math.ceil``/``math.trunc`` or of torch's
     ``sym_float``/``sym_int``/``sym_max``/``sym_min``/``sym_sqrt``, or a source
     ``L['name'][0]['key'].size()[1]`` (also ``.stride()[i]``, ``.storage_offset()``). This is exactly what Python
@@ -324,8 +324,8 @@ def check_guard(text: Any) -> None:
                 raise ValueError(f"more than {_MAX_POWERS} powers")
             # Powers of powers multiply their exponents: ((n ** 64) ** 64) ** 64 is an integer of millions of digits
             # that Python would compute at every call. The product of the exponents over a base stays small.
-            exponent = getattr(node.right, "value", 1)  # a finite int or float: _guard_children checked it
-            scale *= max(1.0, abs(float(exponent)))
+            exponent = _constant_exponent(node.right, ast)  # a finite int or float: _guard_children checked it
+            scale *= max(1.0, abs(float(exponent or 1)))
             if scale > _MAX_EXPONENT:
                 raise ValueError(f"powers of powers raise a size to more than the {_MAX_EXPONENT}th power")
         stack.extend((child, depth + 1, scale) for child in children)
@@ -363,10 +363,9 @@ def _guard_children(node: Any, ast: Any) -> list[Any] | None:
         return [node.left, *node.comparators]
     if isinstance(node, ast.BinOp):
         if isinstance(node.op, ast.Pow):
-            exponent = node.right  # an int, or a float such as the 0.5 of a square root of sizes
-            if not (isinstance(exponent, ast.Constant) and _is_number(exponent.value)):
-                return None
-            if abs(exponent.value) > _MAX_EXPONENT:
+            # an int, or a float such as the 0.5 of a square root of sizes, or their negative (-0.5: one over it)
+            exponent = _constant_exponent(node.right, ast)
+            if exponent is None or abs(exponent) > _MAX_EXPONENT:
                 return None
             return [node.left]
         if isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod)):
@@ -389,6 +388,17 @@ def _guard_children(node: Any, ast: Any) -> list[Any] | None:
         return list(node.args) if named or module_call else None
     if isinstance(node, ast.Subscript):
         return [] if _is_source(node, ast) else None
+    return None
+
+
+def _constant_exponent(node: Any, ast: Any) -> int | float | None:
+    """The number a power's exponent is (a constant, or ``-``/``+`` of one), or None for anything else."""
+    sign = 1
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        sign = -1 if isinstance(node.op, ast.USub) else 1
+        node = node.operand
+    if isinstance(node, ast.Constant) and _is_number(node.value):
+        return sign * node.value
     return None
 
 
