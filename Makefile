@@ -4,7 +4,8 @@
 
 PYTHON ?= python3
 # the run ends with its 30 slowest tests (the suite must stay within about 15 minutes on 2 cores)
-# pytest workers: one per core of the 2-core CI machine (each test module runs whole on one worker: --dist loadfile)
+# pytest workers: one per core of the 2-core CI machine (each test module runs whole on one worker: --dist loadfile;
+# tests/conftest.py pins each worker to a core of its own, so that the runtimes' thread pools do not share cores)
 WORKERS ?= 2
 VENV   ?= .venv
 PY     := $(VENV)/bin/python

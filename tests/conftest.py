@@ -10,6 +10,23 @@ from pathlib import Path
 
 import pytest
 
+
+def _pin_worker_to_one_core() -> None:
+    """Under xdist with a worker per core, run each worker on a core of its own (before torch is imported).
+
+    Each runtime sizes its thread pool by the cores the process may use (torch's OpenMP pool, ONNX Runtime's through
+    ``available_cores``, OpenVINO's CPU plugin): unpinned, every worker would start one thread per core, and the
+    workers' pools would share the cores, each thread waiting for the others'.
+    """
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not worker.startswith("gw") or not count.isdigit() or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    if int(count) >= len(cores) > 1:
+        os.sched_setaffinity(0, {cores[int(worker[2:]) % len(cores)]})
+
+
+_pin_worker_to_one_core()
 os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
