@@ -50,6 +50,34 @@ class _FramedPooled(torch.nn.Module):
         return torch.nn.functional.pad(frames, (0, 4 * pooled - frames.shape[1])).view(batch, pooled, 4).sum(-1)
 
 
+class _Molecules(torch.nn.Module):
+    """Characters downsampled by 4 into molecules, attention over the molecules (CANINE): at 7 characters there is
+    one molecule, and the view check of ``matmul``'s decomposition guards ``(s // 4) == 1``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(64, 8)
+        self.down = torch.nn.Conv1d(8, 8, kernel_size=4, stride=4)
+        self.query = torch.nn.Linear(8, 8)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        molecules = self.down(self.embed(input_ids).transpose(1, 2)).transpose(1, 2)
+        batch, count = molecules.shape[:2]
+        query = self.query(molecules).view(batch, count, 2, 4).transpose(1, 2)
+        key = molecules.view(batch, count, 2, 4).permute(0, 2, 3, 1)
+        return torch.matmul(torch.matmul(query, key).softmax(-1), query).sum(1)
+
+
+class _BranchOnOneMolecule(torch.nn.Module):
+    """A model that truly computes otherwise for one molecule: the longer trace takes the other branch."""
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if input_ids.shape[1] // 4 == 1:
+            return input_ids.float() * 2
+        return input_ids.float() * 3
+
+
 class _Plain(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return input_ids.float().cumsum(-1)
@@ -113,6 +141,35 @@ def test_maximum_from_a_min_floordiv_guard() -> None:
     torch.testing.assert_close(exported(input_ids=_ids(3, 5)), model(_ids(3, 5)))
     with pytest.raises(InputBoundsError, match=r"size 11 on axis 1 \(sequence\), outside the exported bounds"):
         exported(input_ids=_ids(3, 11))
+
+
+def test_a_derived_size_of_one_does_not_cap_the_dim(tmp_path: Path) -> None:
+    """Traced at 7 characters (one molecule), the guards capped the sequence at 7: the export is traced again from
+    a sample tiled past the cap, keeps the first trace's minimum, and is checked at the user's sample too."""
+    model = _Molecules().eval()
+    ids = torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(0))
+    exported = DynamoExporter().export(model, {"input_ids": ids}, config=DynamoConfig(dynamic=True))
+    metadata = exported.components["model"].metadata
+    assert metadata.signature.dims["sequence"] == Dim("sequence", 4, None)
+    assert metadata.parity["max_abs_diff"] <= 1e-5
+    exported.save_pretrained(tmp_path)
+    loaded = ExportedModel.from_pretrained(tmp_path)  # the dropped "not one molecule" guard stays dropped
+    for length in (5, 7, 11, 33):
+        other = torch.randint(0, 64, (3, length), generator=torch.Generator().manual_seed(length))
+        with torch.no_grad():
+            want = model(other)
+            for runner in (exported, loaded):
+                torch.testing.assert_close(runner(input_ids=other), want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(InputBoundsError, match="size 3 on axis 1"):
+        exported(input_ids=_ids(2, 3))
+
+
+def test_a_real_branch_on_a_derived_size_keeps_the_cap() -> None:
+    """The trace past the cap computes otherwise at the user's sample: the first trace, capped, is kept."""
+    exported = _export(_BranchOnOneMolecule(), 7)
+    sequence = exported.components["model"].metadata.signature.dims["sequence"]
+    assert (sequence.min, sequence.max) == (4, 7)
+    torch.testing.assert_close(exported(input_ids=_ids(2, 5)), _ids(2, 5).float() * 2)
 
 
 def test_dims_without_arithmetic_guards_stay_unbounded() -> None:

@@ -34,6 +34,7 @@ from ..structure import flatten_value, refuse_own_state_input, unflatten
 from ._fixed import data_dependent, drop_folded_reads, value_inputs, warn_fixed
 from ._guards import bound_dims
 from .roles import axis_role, bound_roles, input_axis_name, shape_roles
+from .widen import admit_down_to, capped_dims, longer_kwargs, matches
 
 __all__ = ["DimBounds", "FlatModule", "Traced", "trace"]
 
@@ -88,6 +89,9 @@ class Traced:
         folded: Whether the trace kept the values of tensors computed from constants (a data-dependent model:
             :func:`~hub_export.patches.values.fixed_values_fold`); a backend that traces the program again while
             lowering (``run_decompositions``) needs the same fold.
+        checks: Other flat samples with eager's outputs on them, which the backend's parity check runs too: the
+            user's own sample, when the trace is from a longer one (:mod:`.widen`: a dim the guards capped at the
+            sample).
     """
 
     program: Any
@@ -99,6 +103,7 @@ class Traced:
     dtype: str
     device: str
     folded: bool = False
+    checks: tuple[tuple[list[Any], list[Any]], ...] = ()
 
     def replace(self, **changes: Any) -> Traced:
         """A copy with some fields changed."""
@@ -321,8 +326,17 @@ def trace(
     _detach_weights(program)
     _drop_empty_regions(program)
     input_names = [name for name, _ in leaves]
-    shapes, symbols, dims = _name_dims(program, input_names)
-    dims = bound_dims(program, symbols, dims)  # size guards through `//`, `%`, `min`: multiples, maxima
+    shapes, symbols, ranged = _name_dims(program, input_names)
+    dims = bound_dims(program, symbols, ranged)  # size guards through `//`, `%`, `min`: multiples, maxima
+    checks: tuple[tuple[list[Any], list[Any]], ...] = ()
+    capped = capped_dims(ranged, dims)
+    if capped and not folded:  # a guard on a derived size of 1 capped a dim at the sample: trace from a longer one
+        first = (input_names, shapes, ranged, dims, capped, sample, expected)
+        wider = _trace_past_caps(model, traced_kwargs, constants, config, bounds, experts, *first)
+        if wider is not None:
+            attempt, shapes, symbols, dims = wider
+            checks = ((sample, expected),)  # the user's own sample, checked by the backend too
+            program, leaves, input_structure, sample, expected, output_names, output_structure, dynamic_shapes = attempt
     leaf_names = input_names
     input_names, output_names = pair_names(input_names, output_names)
     shapes = _pin_axes(model, config, dynamic_shapes, leaf_names, input_names, shapes, dims)
@@ -351,7 +365,61 @@ def trace(
         dtype=dtype,
         device=device,
         folded=folded,
+        checks=checks,
     )
+
+
+def _trace_past_caps(
+    model: Any,
+    traced_kwargs: dict[str, Any],
+    constants: dict[str, Any],
+    config: ExportConfig,
+    bounds: DimBounds | None,
+    experts: ExpertsChoice | None,
+    leaf_names: list[str],
+    shapes: list[tuple[int | str, ...]],
+    ranged: dict[str, Dim],
+    dims: dict[str, Dim],
+    capped: dict[str, Dim],
+    sample: list[Any],
+    expected: list[Any],
+) -> tuple[Any, list[tuple[int | str, ...]], dict[str, str], dict[str, Dim]] | None:
+    """The trace from a sample tiled past the ``capped`` dims (:mod:`.widen`): its attempt, shapes, symbols and
+    dims, each capped dim admitting the first trace's sizes too, the program checked against eager at the first
+    trace's ``sample`` (``expected``: eager's outputs there); None when any of it does not hold (the first trace
+    then stands)."""
+    import torch
+
+    longer = longer_kwargs(traced_kwargs, leaf_names, shapes, capped, ranged)
+    if longer is None:
+        return None
+    try:
+        attempt = _export_flat(model, longer, constants, config, bounds, experts)
+    except Exception:  # eager or the tracer refused the longer size (a table of positions): the cap is real
+        return None
+    program = attempt[0]
+    _detach_weights(program)
+    _drop_empty_regions(program)
+    names = [name for name, _ in attempt[1]]
+    wide_shapes, symbols, wide_ranged = _name_dims(program, names)
+    wide = bound_dims(program, symbols, wide_ranged)
+    if names != leaf_names or wide_shapes != shapes:
+        return None
+    if any(wide.get(name) != dim for name, dim in dims.items() if name not in capped):
+        return None  # the longer sample changed another dim
+    for name, dim in capped.items():
+        past = wide.get(name)
+        if past is None or past.pinned or dim.max is None or past.min > dim.max + past.multiple_of:
+            return None  # the longer trace is capped again, or leaves a gap after the first one's sizes
+        low = -(-dim.min // past.multiple_of) * past.multiple_of
+        wide[name] = Dim(name, min(low, past.min), past.max, past.multiple_of)
+    admit_down_to(program, wide, wide_shapes, names=capped)
+    try:
+        with torch.no_grad():
+            produced = list(program.module()(*[t.clone() for t in sample]))
+    except Exception:  # a guard of the longer trace refuses the user's sample: the first trace stands
+        return None
+    return (attempt, wide_shapes, symbols, wide) if matches(expected, produced) else None
 
 
 def _export_folded(

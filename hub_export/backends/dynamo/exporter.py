@@ -3,12 +3,12 @@ AOTInductor into ``model.aoti.pt2`` with ``DynamoConfig(compile="aoti")``)."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ...configs import ExportConfig
 from ...export.exporter import HfExporter, Lowered
 from ...export.trace import Traced
+from ...export.widen import admit_down_to
 from .compiled import compile_aoti
 from .config import FORMAT, DynamoConfig
 
@@ -44,10 +44,6 @@ class DynamoExporter(HfExporter):
         )
 
 
-#: A guard torch.export adds when it specializes a size away from 1 (``s != 1``, ``(s + t) != 1``, ``s > 1``).
-_NOT_ONE = re.compile(r"(!= 1|> 1)$")
-
-
 def _admit_lower_mins(traced: Traced) -> None:
     """Let the program take the sizes down to the signature's minimum where the signature's is below the trace's.
 
@@ -55,33 +51,8 @@ def _admit_lower_mins(traced: Traced) -> None:
     records the range ``[2, ...]`` and guards ``s != 1`` and ``s > 1``, which ``ExportedProgram.module()`` asserts
     on every call. The decode graph serving one-token steps (``generation/_one_graph.py``) is checked against eager
     at one token by its caller; here the range's minimum is lowered and the guards that only say "not 1" about
-    that axis are dropped, so the program's module (and the saved ``.pt2``) accept it.
+    that axis are dropped (:func:`~hub_export.export.widen.admit_down_to`), so the program's module (and the saved
+    ``.pt2``) accept it.
     """
-    program = traced.program
-    ranges = getattr(program, "range_constraints", None)
-    guards = getattr(program, "_guards_code", None)
-    if not isinstance(ranges, dict) or not isinstance(guards, list):
-        return
-    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-    user_inputs = list(program.graph_signature.user_inputs)
-    lowered: dict[Any, int] = {}
-    sources: list[tuple[Any, str]] = []
-    for index, spec in enumerate(traced.signature.inputs):
-        if index >= len(user_inputs) or user_inputs[index] not in placeholders:
-            return
-        value = placeholders[user_inputs[index]].meta.get("val")
-        for axis, name in enumerate(spec.shape):
-            dim = traced.signature.dims.get(name) if isinstance(name, str) else None
-            size = value.shape[axis] if value is not None and axis < value.dim() else None
-            symbol = getattr(getattr(size, "node", None), "expr", None)
-            if dim is None or symbol not in ranges:
-                continue
-            sources.append((symbol, f"L['tensors'][{index}].size()[{axis}]"))
-            if ranges[symbol].lower > dim.min:
-                lowered[symbol] = dim.min
-    if not lowered:
-        return
-    for symbol, low in lowered.items():
-        ranges[symbol] = type(ranges[symbol])(low, ranges[symbol].upper)
-    names = [source for symbol, source in sources if symbol in lowered]
-    program._guards_code = [g for g in guards if not (_NOT_ONE.search(g) and any(n in g for n in names))]
+    signature = traced.signature
+    admit_down_to(traced.program, dict(signature.dims), [spec.shape for spec in signature.inputs])
