@@ -1,4 +1,5 @@
-"""The dim order of strides with data-dependent sizes, answered in both directions of divisibility.
+"""The dim orders ExecuTorch reads from strides: data-dependent strides compared in both directions of
+divisibility, and the orders no runtime kernel takes planned contiguous.
 
 ExecuTorch reads each tensor's dim order from its strides (``exir/tensor.py`` ``dim_order_from_stride``, executorch
 1.5.1, from pytorch/executorch#19516), sorting them with a comparison that answers ``a < b`` for strides holding a
