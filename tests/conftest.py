@@ -47,33 +47,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hub_fixtures import HUB_TOKEN, hub_api, hub_env, hub_server  # noqa: E402,F401
 
-#: The test modules that take longest (CPU seconds of a full run, most first). Under ``--dist loadfile`` xdist hands
+#: The test modules that take longest (40 s or more of a full run's `--durations=0`, most first). Under ``--dist loadfile`` xdist hands
 #: whole modules to its workers in collection order; these are collected first, so that the last modules handed out
 #: are short ones and the two workers finish together (by default xdist orders modules by their number of tests).
 SLOW_MODULES = (
     "test_generation.py",
     "test_weights_once.py",
-    "test_executorch.py",
-    "test_ort_fusions.py",
-    "test_action.py",
-    "test_half_precision.py",
-    "test_generation_mixin.py",
-    "test_generation_multimodal.py",
-    "test_quantization_generation.py",
-    "test_zoo.py",
-    "test_generation_one_graph.py",
-    "test_patches_modeling.py",
-    "test_cli.py",
-    "test_sync_tasks.py",
-    "test_dynamo_compiled.py",
-    "test_safety.py",
-    "test_safety_corpus.py",
-    "test_pipelines.py",
-    "test_onnx.py",
+    "test_executorch_lowering.py",
     "test_openvino.py",
-    "test_structure.py",
+    "test_ort_fusions.py",
+    "test_executorch.py",
+    "test_onnx.py",
+    "test_quantization.py",
+    "test_pipelines.py",
+    "test_dynamo_compiled.py",
+    "test_zoo.py",
+    "test_half_precision.py",
+    "test_generation_multimodal.py",
+    "test_action.py",
+    "test_quantization_generation.py",
+    "test_docs_examples.py",
+    "test_cli.py",
     "test_on_the_fly.py",
-    "test_patches_graph.py",
+    "test_patches_modeling.py",
+    "test_generation_one_graph.py",
+    "test_sync.py",
+    "test_dynamo.py",
+    "test_structure.py",
+    "test_generation_mixin.py",
+    "test_sync_tasks.py",
+    "test_safety_corpus.py",
+    "test_hub_download.py",
 )
 assert all((Path(__file__).parent / name).is_file() for name in SLOW_MODULES), "a module of SLOW_MODULES was renamed"
 
