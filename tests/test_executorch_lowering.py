@@ -399,3 +399,67 @@ def test_a_view_as_dynamic_as_its_static_base_stays_a_copy() -> None:
     symbolic and its base's static ("_ViewSpec is incompatible with its base on creation"); that view stays a copy,
     with eager's values at another length."""
     _matches_eager(_StaticTableView(), torch.randn(2, 16, 8), [torch.randn(2, 16, 8), torch.randn(3, 20, 8)], 1e-5)
+
+
+class _ConvolutionStack(torch.nn.Module):
+    """What XNNPACK's passes rewrite, and what they look for: a 1-D convolution, batch norms to fuse, activations,
+    a PReLU, a bilinear upsampling, a pooling and a concatenation of more inputs than XNNPACK takes at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1d, self.norm1d = torch.nn.Conv1d(4, 8, 3, padding=1), torch.nn.BatchNorm1d(8)
+        self.conv2d, self.norm2d = torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.BatchNorm2d(8)
+        self.prelu, self.pool = torch.nn.PReLU(8), torch.nn.MaxPool2d(2)
+        self.upsample = torch.nn.Upsample(scale_factor=2, mode="bilinear")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.norm1d(self.conv1d(x)))
+        z = y.unsqueeze(-1).expand(-1, -1, -1, 4).contiguous()
+        z = self.pool(self.upsample(self.prelu(self.norm2d(self.conv2d(z)))))
+        return torch.cat([z] * 8, dim=1)
+
+
+def test_xnnpack_passes_skip_only_the_retraces_that_change_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With ``xnnpack_passes_retrace_changed_graphs`` XNNPACK's passes re-trace the partitions fewer times, and the
+    lowering writes the same bytes as without it."""
+    from contextlib import nullcontext
+
+    from executorch.backends.xnnpack._passes import XNNPACKPassManager
+    from executorch.exir.pass_base import ExportPass
+
+    from hub_export.backends.executorch import patches
+
+    retraces: list[str] = []  # the re-traces of XNNPACK's passes (the edge passes run as before)
+    xnnpack_passes: set[str] = set()
+    retrace, transform = ExportPass.call, XNNPACKPassManager.transform
+
+    def counted_retrace(self: ExportPass, graph_module: torch.fx.GraphModule) -> object:
+        if type(self).__name__ in xnnpack_passes:
+            retraces.append(type(self).__name__)
+        return retrace(self, graph_module)
+
+    def counted_transform(self: XNNPACKPassManager) -> object:
+        xnnpack_passes.update(p.__name__ for p in self.passes)
+        return transform(self)
+
+    monkeypatch.setattr(ExportPass, "call", counted_retrace)
+    monkeypatch.setattr(XNNPACKPassManager, "transform", counted_transform)
+
+    def lowered(directory: Path) -> tuple[list[str], dict[str, bytes]]:
+        retraces.clear()
+        torch.manual_seed(0)
+        model = _ConvolutionStack().eval()
+        export = ExecutorchExporter().export(model, {"x": torch.randn(2, 4, 8)}, config=ExecutorchConfig())
+        export.save_pretrained(directory)
+        return list(retraces), {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+    skipping, files = lowered(tmp_path / "skipping")
+    monkeypatch.setattr(patches, "xnnpack_passes_retrace_changed_graphs", nullcontext)
+    every, files_without = lowered(tmp_path / "every")
+    # measured: 10 re-traces of 30 over the two partitions (the passes that fused the batch norms and the ReLU,
+    # unsqueezed the 1-D convolution and tagged the channels-last layout, and the two that work inside the re-trace)
+    assert "FuseBatchNormPass" in skipping and "RemoveGetItemPass" not in skipping
+    assert len(skipping) < len(every) and "RemoveGetItemPass" in every
+    assert files == files_without
