@@ -120,7 +120,10 @@ def _export(make: Callable[[], Any], sample: dict[str, Any], options: dict[str, 
     quantizer = options.get("quantizer")
     quantizer = _xnnpack_int8(quantizer == "dynamic") if quantizer else None
     config = ExecutorchConfig(dynamic=options.get("dynamic", False), quantizer=quantizer)
-    return ExecutorchExporter().export(model, sample, config=config)
+    exporter = ExecutorchExporter()
+    if "bounds" in options:  # a real config's vocabulary: logits at the config's bounds would not fit
+        exporter.max_batch, exporter.max_sequence_cap = options["bounds"]
+    return exporter.export(model, sample, config=config)
 
 
 def measure(name: str, case: Case) -> str:
@@ -169,12 +172,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.model:
         from _models import build
+        from scale import ET_BOUNDS
 
         selected = {
             f"{args.model} ({args.layers} layers)": (
                 lambda: build(args.model, layers=args.layers),
                 _ids(),
-                {"dynamic": True},
+                {"dynamic": True, "bounds": ET_BOUNDS},
             )
         }
     else:
