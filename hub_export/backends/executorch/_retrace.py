@@ -7,8 +7,9 @@ tensors to refresh its metadata, whether the pass changed anything or not. Most 
 partition does not hold (batch norms, 1-D convolutions, PReLU, upsampling, long concatenations...), so most of these
 re-traces rebuild the graph they were given; under dynamic shapes each costs as much as tracing the partition again
 (sympy arithmetic for every size of every node). A two-layer Llama's export (dynamic shapes) ran ``ExportPass.call``'s
-re-trace 454 times, 8.8 s of its 32.7 s; with this patch 103 times, 4.6 s (``benchmarks/executorch_retrace.py``). No
-upstream issue is known to us.
+re-trace 428 times, 8.4 s of its 30.2 s; with this patch 63 times, 5.3 s of 25.6 s; Qwen2.5-0.5B's config at full depth
+311 s -> 265 s (``benchmarks/executorch_retrace.py``, ``benchmarks/results/executorch-retrace.txt``). No upstream
+issue is known to us.
 
 :func:`xnnpack_passes_retrace_changed_graphs` wraps each pass of the list whose only work is its own ``call`` (it
 overrides none of the re-trace's hooks: ``call_operator``, ``placeholder``, ``output``...): the partition's graphs are
