@@ -199,9 +199,16 @@ def test_the_parity_check_reads_the_weights_in_place(exports: Any, monkeypatch: 
     ]
     inputs = len(program.inputs)
     runner = OpenVINORunner.for_parity(program, metadata)
+    weights = set(runner._weight_views)
     assert len(runner.compiled_model.inputs) == inputs + len(large) > inputs  # every large float constant is an input
     for view in runner._weight_views.values():  # fed the constants' own memory, not copies
         assert any(np.shares_memory(view.data, data) for data in large)
+    shapes = [port.get_partial_shape() for port in runner.compiled_model.inputs if port.get_any_name() in weights]
+    # no input of static shape (the plugin gives those memory of their own when compiling: a copy again), but a
+    # matrix multiplication's weights keep their output channels (here the tied lm_head's vocabulary)
+    assert shapes and all(shape.is_dynamic for shape in shapes)
+    vocabulary = case.model.config.vocab_size
+    assert any(dim.is_static and dim.get_length() == vocabulary for shape in shapes for dim in shape)
     assert len(program.inputs) == inputs  # the program saved with the export keeps its constants
     with torch.no_grad():
         expected = case.model(**case.other)

@@ -288,11 +288,11 @@ class OpenVINORunner(ModelRunner):
 
         The CPU plugin repacks every constant weight of a linear layer into its own layout when it compiles: a full
         copy of the weights, on top of the model's own that the export still holds. So the check compiles a clone of
-        the program whose large floating-point constants (:attr:`parity_weight_input_bytes`) are inputs of their
-        own shape, fed the constants' own memory (which the converted program shares with the PyTorch model): the same
-        graph computed by the same plugin, with the weights read in place instead of repacked (the runtime's
-        matrix multiplications on an input rather than a constant: results within float32 rounding of the
-        repacked ones). The compiled model is not cached with the program and goes with the runner.
+        the program whose large floating-point constants (:attr:`parity_weight_input_bytes`) are inputs, fed the
+        constants' own memory (which the converted program shares with the PyTorch model): the same graph computed by
+        the same plugin, with the weights read in place instead of repacked (the runtime's matrix multiplications on
+        an input rather than a constant: results within float32 rounding of the repacked ones). The compiled model
+        is not cached with the program and goes with the runner. The inputs' shapes are :func:`_weight_input_shape`'s.
         """
         name = openvino_device(None)
         light, weights = _weights_as_inputs(program, cls.parity_weight_input_bytes)
@@ -372,10 +372,41 @@ class OpenVINORunner(ModelRunner):
         self._seeded = True
 
 
+def _weight_input_shape(constant: Any) -> Any:
+    """The shape of the parity input that replaces ``constant``: dynamic except where the CPU plugin needs a size.
+
+    An input of fully static shape is given memory of its own when the model is compiled (openvino 2026.4's CPU
+    plugin: 1.06x the weights of Qwen2.5-0.5B, freed only by the first inference, so the check held a copy again).
+    A dynamic dim prevents that, but the plugin needs some sizes: a convolution's weights are static (it refuses
+    dynamic ones: "Doesn't support dynamic weights shape"), and a matrix multiplication's weights keep their
+    output channels (the plugin fuses a bias into the layer and checks its size against them: "data.size() == OC
+    ... OC: 0" with every dim dynamic). A constant read by anything but a ``MatMul`` (as its weights), a ``Gather``
+    (an embedding) or a ``Convert`` on the way to one of them keeps its static shape."""
+    import openvino
+
+    shape = constant.get_output_partial_shape(0)
+    rank = shape.rank.get_length()
+    if rank < 2:
+        return shape
+    kept: set[int] = set()
+    pending = list(constant.output(0).get_target_inputs())
+    while pending:
+        target = pending.pop()
+        node = target.get_node()
+        kind = node.get_type_name()
+        if kind == "Convert":
+            pending.extend(node.output(0).get_target_inputs())
+        elif kind == "MatMul" and target.get_index() == 1:
+            kept.add(rank - 2 if node.get_attributes()["transpose_b"] else rank - 1)
+        elif not (kind == "Gather" and target.get_index() == 0):
+            return shape  # a convolution, or a reader not known to take a dynamic one
+    return openvino.PartialShape([shape[i] if i in kept else openvino.Dimension.dynamic() for i in range(rank)])
+
+
 def _weights_as_inputs(program: Any, min_bytes: int) -> tuple[Any, dict[str, Any]]:
     """A clone of ``program`` (sharing its constants' memory) whose floating-point constants of at least
-    ``min_bytes`` are inputs of the constant's shape instead, and ``{input name: tensor viewing the constant's
-    memory}``."""
+    ``min_bytes`` are inputs instead (of :func:`_weight_input_shape`), and ``{input name: tensor viewing the
+    constant's memory}``."""
     import openvino
     import openvino.opset13 as ops
 
@@ -389,9 +420,7 @@ def _weights_as_inputs(program: Any, min_bytes: int) -> tuple[Any, dict[str, Any
         if op.get_output_element_type(0) not in floats:
             continue
         name = f"hub_export.parity_weight.{len(params)}"
-        # the constant's static shape: the CPU plugin's convolutions refuse weights of dynamic shape, and a linear
-        # layer whose bias it fuses needs its output channels ("data.size() == OC" failed at Qwen2-0.5B's size)
-        param = ops.parameter(op.get_output_partial_shape(0), op.get_output_element_type(0), name=name)
+        param = ops.parameter(_weight_input_shape(op), op.get_output_element_type(0), name=name)
         param.output(0).get_tensor().set_names({name})
         for target in list(op.output(0).get_target_inputs()):
             target.replace_source_output(param.output(0))
