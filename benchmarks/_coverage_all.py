@@ -270,22 +270,25 @@ def _cell(row: dict[str, Any] | None) -> str:
 
 TOOLS_BOTH = ("hub", "peer")
 
-#: why the peer's OpenVINO and ExecuTorch cells fail as they do (probed with transformers 5.23.0, openvino 2026.4.1,
-#: executorch 1.5.1 on the machine the matrix ran on: a 2-core x86 CPU with avx512_bf16 and 24 GB of memory)
-PEER_NOTES = [
-    "What the peer's OpenVINO and ExecuTorch failures are, probed on tiny BERT:",
-    "",
-    "* **openvino / parity**: the peer records `INFERENCE_PRECISION_HINT=f32` in the saved IR but compiles with the",
-    "  CPU plugin's default, which is bfloat16 on a CPU with avx512_bf16 (this one): the same compiled IR differs from",
-    "  eager by 3.0e-3 as the peer runs it and by 8.9e-8 compiled with `INFERENCE_PRECISION_HINT=f32`. hub_export",
-    "  compiles float32 models in float32 (see precision.md). On a CPU without bfloat16 the peer's column would differ.",
-    "* **executorch / crash**: the peer plans the program's memory at its own bounds for every dynamic axis; loading the",
-    "  tiny BERT's program and running it once takes the process to 14.6 GB, and the cell, which goes on to the other",
-    "  shape and a reload of the saved program, is stopped by the kernel's out-of-memory killer at 23 GB resident.",
-    "  hub_export bounds batch and sequence (`ExecutorchExporter.max_batch`, `max_sequence_cap`, the config's",
-    "  limits) and refuses, before lowering, a plan too large to load.",
-    "",
-]
+#: why the peer's cells of a backend fail as they do, shown under that backend's side by side (probed on tiny BERT
+#: with transformers 5.23.0, openvino 2026.4.1, executorch 1.5.1 on the machine the matrix ran on: a 2-core x86 CPU
+#: with avx512_bf16 and 24 GB of memory)
+PEER_NOTES = {
+    "openvino": [
+        "Why the peer's cells fail the parity check: it records `INFERENCE_PRECISION_HINT=f32` in the saved IR but",
+        "compiles with the CPU plugin's default, which is bfloat16 on a CPU with avx512_bf16 (this one): the same",
+        "compiled IR of tiny BERT differs from eager by 3.0e-3 as the peer runs it and by 8.9e-8 compiled with",
+        "`INFERENCE_PRECISION_HINT=f32`. hub_export compiles float32 models in float32 (see precision.md). On a CPU",
+        "without bfloat16 the peer's column would differ.",
+    ],
+    "executorch": [
+        "Why the peer's cells crash: it plans the program's memory at its own bounds for every dynamic axis; loading",
+        "tiny BERT's program and running it once takes the process to 14.6 GB, and the cell, which goes on to the",
+        "other shape and a reload of the saved program, is stopped by the kernel's out-of-memory killer at 23 GB",
+        "resident. hub_export bounds batch and sequence (`ExecutorchExporter.max_batch`, `max_sequence_cap`, the",
+        "config's limits) and refuses, before lowering, a plan too large to load.",
+    ],
+}
 
 
 def _side_by_side(rows: dict[tuple[str, str, str], dict[str, Any]], built: list[str], backends: list[str]) -> list[str]:
@@ -296,7 +299,6 @@ def _side_by_side(rows: dict[tuple[str, str, str], dict[str, Any]], built: list[
         "",
         "The peer ran on fewer types than hub_export; on the types both ran, failing cells per class (fewer is better).",
         "",
-        *PEER_NOTES,
     ]
     for backend in backends:
         both = [t for t in built if (t, "hub", backend) in rows and (t, "peer", backend) in rows]
@@ -320,6 +322,8 @@ def _side_by_side(rows: dict[tuple[str, str, str], dict[str, Any]], built: list[
             counts = [sum(r.get("class") == cls for r in failing[tool]) for tool in TOOLS_BOTH]
             lines.append(f"| {cls} | {counts[0]} | {counts[1]} |")
         lines.append("")
+        if backend in PEER_NOTES:
+            lines += [*PEER_NOTES[backend], ""]
     return lines
 
 

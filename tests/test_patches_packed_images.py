@@ -5,6 +5,7 @@ numbers on ragged grids; a NaFlex SigLIP2 encoder exports with its image count a
 from __future__ import annotations
 
 import types
+from typing import Any
 
 import pytest
 import torch
@@ -83,15 +84,24 @@ def test_lfm3_vl_convolution_over_every_frame() -> None:
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
 
 
-def test_hunyuan_vl_merger_and_positions_over_every_image() -> None:
-    from transformers.models.hunyuan_vl.configuration_hunyuan_vl import HunYuanVLVisionConfig
-    from transformers.models.hunyuan_vl.modeling_hunyuan_vl import HunYuanVLVisionPatchEmbed, HunYuanVLVisionPatchMerger
+def _hunyuan_vl_merger(config: Any) -> Any:
+    """HunYuan-VL's patch merger, seeded, with its ``image_newline`` / ``image_begin`` / ``image_end`` drawn (they
+    are ``torch.empty`` upstream: uninitialized memory, sometimes NaN)."""
+    from transformers.models.hunyuan_vl.modeling_hunyuan_vl import HunYuanVLVisionPatchMerger
 
-    config = HunYuanVLVisionConfig(hidden_size=8, text_hidden_size=12, patch_size=2, max_image_size=8)
     torch.manual_seed(0)
-    merger, embed = HunYuanVLVisionPatchMerger(config), HunYuanVLVisionPatchEmbed(config)
+    merger = HunYuanVLVisionPatchMerger(config)
     for parameter in (merger.image_newline, merger.image_begin, merger.image_end):
         torch.nn.init.normal_(parameter)
+    return merger
+
+
+def test_hunyuan_vl_merger_and_positions_over_every_image() -> None:
+    from transformers.models.hunyuan_vl.configuration_hunyuan_vl import HunYuanVLVisionConfig
+    from transformers.models.hunyuan_vl.modeling_hunyuan_vl import HunYuanVLVisionPatchEmbed
+
+    config = HunYuanVLVisionConfig(hidden_size=8, text_hidden_size=12, patch_size=2, max_image_size=8)
+    merger, embed = _hunyuan_vl_merger(config), HunYuanVLVisionPatchEmbed(config)
     grid = torch.tensor([[1, 4, 6], [1, 2, 4], [1, 8, 2]])
     pixels = torch.randn(int(grid.prod(-1).sum()), 3 * 2 * 2)
     with torch.no_grad():
@@ -108,15 +118,11 @@ def test_hunyuan_vl_merged_sizes_are_bounded_by_the_patches() -> None:
     cannot plan memory for); exported with the grid an input, every size of the graph is bounded through the patch
     count (merged tokens <= patches / merge^2, rows <= patches / merge, a begin and an end per image)."""
     from transformers.models.hunyuan_vl.configuration_hunyuan_vl import HunYuanVLVisionConfig
-    from transformers.models.hunyuan_vl.modeling_hunyuan_vl import HunYuanVLVisionPatchMerger
 
     from hub_export.backends.executorch._bounds import upper_bound
 
     config = HunYuanVLVisionConfig(hidden_size=8, text_hidden_size=12, patch_size=2, max_image_size=8)
-    torch.manual_seed(0)
-    merger = HunYuanVLVisionPatchMerger(config).eval()
-    for parameter in (merger.image_newline, merger.image_begin, merger.image_end):  # torch.empty upstream: may hold NaN
-        torch.nn.init.normal_(parameter)
+    merger = _hunyuan_vl_merger(config).eval()
 
     class Merged(torch.nn.Module):
         def forward(self, states: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
