@@ -1,14 +1,19 @@
-"""ExecuTorch lowering with and without ``xnnpack_passes_retrace_changed_graphs``: export seconds, the re-traces
-``ExportPass.call`` ran and their seconds, and whether the saved files are the same bytes.
+"""ExecuTorch lowering with and without one of hub_export's speed patches: export seconds, the calls of the work the
+patch saves and their seconds, and whether the saved files are the same bytes.
 
-Each model is exported twice in one process, first without the patch, then with it, from the same seed; XNNPACK's
-pattern graphs (built by the first lowering of a process) are built before the first case:
+``--patch retrace`` (the default): ``xnnpack_passes_retrace_changed_graphs``, counting the re-traces
+``ExportPass.call`` ran; ``--patch partitions``: ``partition_graphs_recompiled_once``, counting
+``GraphModule.recompile`` calls. Each model is exported twice in one process, first without the patch, then with
+it, from the same seed; XNNPACK's pattern graphs (built by the first lowering of a process) are built before the
+first case:
 
     python benchmarks/executorch_retrace.py                 # every case
     python benchmarks/executorch_retrace.py llama bert      # some
     python benchmarks/executorch_retrace.py --model qwen2.5-0.5b --layers 2   # a real config, fewer layers
+    python benchmarks/executorch_retrace.py --patch partitions --model qwen2.5-0.5b --layers 4
 
-Prints one line per case, and the load average and versions (last run: ``benchmarks/results/executorch-retrace.txt``).
+Prints one line per case, and the load average and versions (runs: ``benchmarks/results/executorch-retrace.txt``,
+``benchmarks/results/executorch-partitions.txt``).
 """
 
 from __future__ import annotations
@@ -126,28 +131,38 @@ def _export(make: Callable[[], Any], sample: dict[str, Any], options: dict[str, 
     return exporter.export(model, sample, config=config)
 
 
-def measure(name: str, case: Case) -> str:
-    from executorch.exir.pass_base import ExportPass
+#: --patch -> (the patch's name in hub_export.backends.executorch.patches, the class and method whose calls it saves)
+PATCHES = {
+    "retrace": ("xnnpack_passes_retrace_changed_graphs", "executorch.exir.pass_base:ExportPass", "call", "re-traces"),
+    "partitions": ("partition_graphs_recompiled_once", "torch.fx:GraphModule", "recompile", "recompiles"),
+}
+
+
+def measure(name: str, case: Case, which: str = "retrace") -> str:
+    import importlib
 
     from hub_export.backends.executorch import patches
 
-    patch = patches.xnnpack_passes_retrace_changed_graphs
-    retrace = ExportPass.call
+    attribute, where, method, what = PATCHES[which]
+    module_name, class_name = where.split(":")
+    owner = getattr(importlib.import_module(module_name), class_name)
+    patch = getattr(patches, attribute)
+    original = getattr(owner, method)
     counts = {"n": 0, "s": 0.0}
 
-    def timed(self: Any, graph_module: Any) -> Any:
+    def timed(*args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
         try:
-            return retrace(self, graph_module)
+            return original(*args, **kwargs)
         finally:
             counts["n"] += 1
             counts["s"] += time.perf_counter() - started
 
     row, digests = [name], []
-    ExportPass.call = timed  # the patch, when on, re-traces through this
+    setattr(owner, method, timed)  # the patch, when on, calls through this
     try:
         for label, choice in (("without", contextlib.nullcontext), ("with", patch)):
-            patches.xnnpack_passes_retrace_changed_graphs = choice
+            setattr(patches, attribute, choice)
             counts.update(n=0, s=0.0)
             started = time.perf_counter()
             exported = _export(*case)
@@ -156,10 +171,10 @@ def measure(name: str, case: Case) -> str:
                 exported.save_pretrained(directory)
                 files = sorted(p for p in Path(directory).rglob("*") if p.is_file())
                 digests.append({p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files})
-            row.append(f"{label}: export {seconds:.1f} s, {counts['n']} re-traces {counts['s']:.1f} s")
+            row.append(f"{label}: export {seconds:.1f} s, {counts['n']} {what} {counts['s']:.1f} s")
     finally:
-        ExportPass.call = retrace
-        patches.xnnpack_passes_retrace_changed_graphs = patch
+        setattr(owner, method, original)
+        setattr(patches, attribute, patch)
     row.append("same bytes" if digests[0] == digests[1] else "DIFFERENT BYTES")
     return " | ".join(row)
 
@@ -169,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="cases (default: all)")
     parser.add_argument("--model", help="a real config from benchmarks/_models.py instead (dynamic shapes)")
     parser.add_argument("--layers", type=int, default=2, help="decoder layers of --model")
+    parser.add_argument("--patch", choices=sorted(PATCHES), default="retrace", help="the patch measured")
     args = parser.parse_args(argv)
     if args.model:
         from _models import build
@@ -188,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
 
     bilinear_2d.get_graphs_dict()  # cached: built once per process, by whichever lowering comes first
     for name, case in selected.items():
-        print(measure(name, case), flush=True)
+        print(measure(name, case, args.patch), flush=True)
     from scale import versions
 
     print(f"load average {os.getloadavg()}; {versions()}")

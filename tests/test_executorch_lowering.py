@@ -463,3 +463,50 @@ def test_xnnpack_passes_skip_only_the_retraces_that_change_nothing(
     assert "FuseBatchNormPass" in skipping and "RemoveGetItemPass" not in skipping
     assert len(skipping) < len(every) and "RemoveGetItemPass" in every
     assert files == files_without
+
+
+def test_partitions_are_cut_out_with_one_recompile_of_the_program(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With ``partition_graphs_recompiled_once`` the program's graph module is recompiled once after its partitions
+    are cut out instead of once per partition, and the lowering writes the same bytes as without it."""
+    from contextlib import nullcontext
+
+    from executorch.exir.backend import backend_api
+
+    from hub_export.backends.executorch import patches
+
+    recompiles: list[int] = []  # of the program's graph module, while to_backend cuts its partitions out
+    partitioning: list[torch.fx.GraphModule] = []
+    recompile, create = torch.fx.GraphModule.recompile, backend_api._create_partitions_in_graph_module
+
+    def counted_recompile(self: torch.fx.GraphModule) -> object:
+        if partitioning and self is partitioning[-1]:
+            recompiles[-1] += 1
+        return recompile(self)
+
+    def watched_create(graph_module: torch.fx.GraphModule, *args: object, **kwargs: object) -> object:
+        partitioning.append(graph_module)
+        recompiles.append(0)
+        try:
+            return create(graph_module, *args, **kwargs)
+        finally:
+            partitioning.pop()
+
+    monkeypatch.setattr(torch.fx.GraphModule, "recompile", counted_recompile)
+    monkeypatch.setattr(backend_api, "_create_partitions_in_graph_module", watched_create)
+
+    def lowered(directory: Path) -> tuple[list[int], dict[str, bytes]]:
+        recompiles.clear()
+        torch.manual_seed(0)
+        model = _ConvolutionStack().eval()
+        export = ExecutorchExporter().export(model, {"x": torch.randn(2, 4, 8)}, config=ExecutorchConfig())
+        export.save_pretrained(directory)
+        return list(recompiles), {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+    once, files = lowered(tmp_path / "once")
+    monkeypatch.setattr(patches, "partition_graphs_recompiled_once", nullcontext)
+    each, files_without = lowered(tmp_path / "each")
+    # the recompile at the end comes after the watched call returns: none inside it (two partitions here)
+    assert once == [0] and each == [2]
+    assert files == files_without

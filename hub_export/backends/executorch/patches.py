@@ -4,9 +4,9 @@
   :func:`xnnpack_reshapes_with_one_dynamic_dim`, :func:`xnnpack_max_dims_its_visitors_take`,
   :func:`xnnpack_exact_gelu_only`, :func:`views_as_dynamic_as_their_base`, :func:`empty_cats_as_full_of_graph_sizes` and
   :func:`symbolic_functions_admitted`, :func:`._dim_order.dim_orders_by_divisibility`,
-  :func:`._dim_order.dim_orders_the_kernels_take`, :func:`._scan.scan_carries_take_their_sizes` and
-  :func:`._retrace.xnnpack_passes_retrace_changed_graphs` (reversible patches, applied by :func:`executorch_patches`
-  around the lowering).
+  :func:`._dim_order.dim_orders_the_kernels_take`, :func:`._scan.scan_carries_take_their_sizes`,
+  :func:`._retrace.xnnpack_passes_retrace_changed_graphs` and :func:`._partitions.partition_graphs_recompiled_once`
+  (reversible patches, applied by :func:`executorch_patches` around the lowering).
 * :func:`retrace_without_size_one_hints` (a re-trace of the program, not a patch: it changes nothing upstream).
 * :func:`contiguous_attention_outputs` (an edit of hub_export's own traced graph, before lowering),
   :func:`integer_powers_as_products` and :func:`python_modulo_of_sizes` (edits of the edge program, before
@@ -25,6 +25,7 @@ from ...patches import patch_attribute
 from ...patches.tracing import size_one_dims_stay_dynamic
 from ._bounds import upper_bound
 from ._dim_order import dim_orders_by_divisibility, dim_orders_the_kernels_take
+from ._partitions import partition_graphs_recompiled_once
 from ._retrace import xnnpack_passes_retrace_changed_graphs
 from ._scan import scan_carries_take_their_sizes
 
@@ -410,6 +411,7 @@ def executorch_patches() -> Iterator[None]:
             dim_orders_the_kernels_take,
             scan_carries_take_their_sizes,
             xnnpack_passes_retrace_changed_graphs,
+            partition_graphs_recompiled_once,
         ):
             stack.enter_context(patch())
         yield
