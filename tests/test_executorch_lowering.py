@@ -510,3 +510,32 @@ def test_partitions_are_cut_out_with_one_recompile_of_the_program(
     # the recompile at the end comes after the watched call returns: none inside it (two partitions here)
     assert once == [0] and each == [2]
     assert files == files_without
+
+
+def test_the_partition_patch_recompiles_and_undoes_itself_when_cutting_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    from executorch.exir.backend import backend_api
+
+    from hub_export.backends.executorch._partitions import partition_graphs_recompiled_once
+
+    graph_module = torch.fx.symbolic_trace(torch.nn.ReLU())
+    recompiled: list[str] = []
+
+    def failing(module: torch.fx.GraphModule, *args: object) -> object:
+        module.recompile()  # deferred inside: a no-op
+        recompiled.append("inside")
+        raise RuntimeError("cutting failed")
+
+    recompile = torch.fx.GraphModule.recompile
+
+    def counted(self: torch.fx.GraphModule) -> object:
+        recompiled.append("recompile")
+        return recompile(self)
+
+    monkeypatch.setattr(torch.fx.GraphModule, "recompile", counted)
+    monkeypatch.setattr(backend_api, "_create_partitions_in_graph_module", failing)
+    with partition_graphs_recompiled_once():
+        with pytest.raises(RuntimeError, match="cutting failed"):
+            backend_api._create_partitions_in_graph_module(graph_module)
+    assert recompiled == ["inside", "recompile"]  # recompiled once, after: the graph module's code is current
+    assert "recompile" not in vars(graph_module)
+    assert backend_api._create_partitions_in_graph_module is failing  # the patch is undone

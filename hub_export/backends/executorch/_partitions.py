@@ -44,10 +44,15 @@ def partition_graphs_recompiled_once() -> Iterator[None]:
             return create(tagged_graph_module, *args, **kwargs)
         tagged_graph_module.recompile = _no_recompile  # the instance's, before the class's method
         try:
-            return create(tagged_graph_module, *args, **kwargs)
-        finally:
+            result = create(tagged_graph_module, *args, **kwargs)
+        except BaseException:
             del tagged_graph_module.recompile
-            tagged_graph_module.recompile()
+            with contextlib.suppress(Exception):  # the graph as upstream would leave it; its own error is the one
+                tagged_graph_module.recompile()
+            raise
+        del tagged_graph_module.recompile
+        tagged_graph_module.recompile()
+        return result
 
     reason = "to_backend recompiling the whole program once per partition it cuts out (executorch 1.5.1)"
     with patch_attribute(backend_api, "_create_partitions_in_graph_module", create_then_recompile, reason=reason):
