@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -419,17 +420,38 @@ class _ConvolutionStack(torch.nn.Module):
         return torch.cat([z] * 8, dim=1)
 
 
+def _with_and_without(
+    patch: str, counts: list[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Any, Any]:
+    """:class:`_ConvolutionStack` lowered to ExecuTorch from a fixed seed with the patch of
+    ``hub_export.backends.executorch.patches`` named ``patch``, then without it: what ``counts`` recorded during each
+    lowering. The saved files of the two are asserted to be the same bytes."""
+    from contextlib import nullcontext
+
+    from hub_export.backends.executorch import patches
+
+    def lowered(directory: Path) -> tuple[list[Any], dict[str, bytes]]:
+        counts.clear()
+        torch.manual_seed(0)
+        model = _ConvolutionStack().eval()
+        export = ExecutorchExporter().export(model, {"x": torch.randn(2, 4, 8)}, config=ExecutorchConfig())
+        export.save_pretrained(directory)
+        return list(counts), {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+    with_patch, files = lowered(tmp_path / "with")
+    monkeypatch.setattr(patches, patch, nullcontext)
+    without, files_without = lowered(tmp_path / "without")
+    assert files == files_without
+    return with_patch, without
+
+
 def test_xnnpack_passes_skip_only_the_retraces_that_change_nothing(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """With ``xnnpack_passes_retrace_changed_graphs`` XNNPACK's passes re-trace the partitions fewer times, and the
     lowering writes the same bytes as without it."""
-    from contextlib import nullcontext
-
     from executorch.backends.xnnpack._passes import XNNPACKPassManager
     from executorch.exir.pass_base import ExportPass
-
-    from hub_export.backends.executorch import patches
 
     retraces: list[str] = []  # the re-traces of XNNPACK's passes (the edge passes run as before)
     xnnpack_passes: set[str] = set()
@@ -447,22 +469,11 @@ def test_xnnpack_passes_skip_only_the_retraces_that_change_nothing(
     monkeypatch.setattr(ExportPass, "call", counted_retrace)
     monkeypatch.setattr(XNNPACKPassManager, "transform", counted_transform)
 
-    def lowered(directory: Path) -> tuple[list[str], dict[str, bytes]]:
-        retraces.clear()
-        torch.manual_seed(0)
-        model = _ConvolutionStack().eval()
-        export = ExecutorchExporter().export(model, {"x": torch.randn(2, 4, 8)}, config=ExecutorchConfig())
-        export.save_pretrained(directory)
-        return list(retraces), {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
-
-    skipping, files = lowered(tmp_path / "skipping")
-    monkeypatch.setattr(patches, "xnnpack_passes_retrace_changed_graphs", nullcontext)
-    every, files_without = lowered(tmp_path / "every")
+    skipping, every = _with_and_without("xnnpack_passes_retrace_changed_graphs", retraces, tmp_path, monkeypatch)
     # measured: 10 re-traces of 30 over the two partitions (the passes that fused the batch norms and the ReLU,
     # unsqueezed the 1-D convolution and tagged the channels-last layout, and the two that work inside the re-trace)
     assert "FuseBatchNormPass" in skipping and "RemoveGetItemPass" not in skipping
     assert len(skipping) < len(every) and "RemoveGetItemPass" in every
-    assert files == files_without
 
 
 def test_partitions_are_cut_out_with_one_recompile_of_the_program(
@@ -470,11 +481,7 @@ def test_partitions_are_cut_out_with_one_recompile_of_the_program(
 ) -> None:
     """With ``partition_graphs_recompiled_once`` the program's graph module is recompiled once after its partitions
     are cut out instead of once per partition, and the lowering writes the same bytes as without it."""
-    from contextlib import nullcontext
-
     from executorch.exir.backend import backend_api
-
-    from hub_export.backends.executorch import patches
 
     recompiles: list[int] = []  # of the program's graph module, while to_backend cuts its partitions out
     partitioning: list[torch.fx.GraphModule] = []
@@ -496,20 +503,9 @@ def test_partitions_are_cut_out_with_one_recompile_of_the_program(
     monkeypatch.setattr(torch.fx.GraphModule, "recompile", counted_recompile)
     monkeypatch.setattr(backend_api, "_create_partitions_in_graph_module", watched_create)
 
-    def lowered(directory: Path) -> tuple[list[int], dict[str, bytes]]:
-        recompiles.clear()
-        torch.manual_seed(0)
-        model = _ConvolutionStack().eval()
-        export = ExecutorchExporter().export(model, {"x": torch.randn(2, 4, 8)}, config=ExecutorchConfig())
-        export.save_pretrained(directory)
-        return list(recompiles), {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
-
-    once, files = lowered(tmp_path / "once")
-    monkeypatch.setattr(patches, "partition_graphs_recompiled_once", nullcontext)
-    each, files_without = lowered(tmp_path / "each")
+    once, each = _with_and_without("partition_graphs_recompiled_once", recompiles, tmp_path, monkeypatch)
     # the recompile at the end comes after the watched call returns: none inside it (two partitions here)
     assert once == [0] and each == [2]
-    assert files == files_without
 
 
 def test_the_partition_patch_recompiles_and_undoes_itself_when_cutting_fails(monkeypatch: pytest.MonkeyPatch) -> None:
