@@ -23,6 +23,7 @@ TESTED_VERSIONS: dict[str, str] = {
     "executorch": "1.5.1",
     "torchao": "0.18.0",
     "openvino": "2026.4.1",
+    "openvino-tokenizers": "2026.4.1.0",
     "nncf": "3.4.0",
     "jsonschema": "4.26.0",
 }

@@ -84,16 +84,16 @@ class ExportedComponent:
         """Whether the program comes from verified files (saving copies them) rather than from this process."""
         return self._files_dir is not None and bool(self.metadata.files)
 
-    def save(self, directory: Path, written: list[str] | None = None) -> ComponentEntry:
+    def save(self, directory: Path, written: list[str] | None = None, stem: str | None = None) -> ComponentEntry:
         """Write this component's files into ``directory``; returns its metadata with the file entries.
 
         A component loaded from disk copies its verified files verbatim (an edit of a loaded program in memory is
-        not saved); one exported in this process is written by its backend, unless ``written`` names the files its
-        backend already wrote for it together with the other components (``Backend.save_programs``).
+        not saved); one exported in this process is written by its backend, its files named after ``stem`` (default:
+        the component's name; see ``Backend.file_stem``), unless ``written`` names the files its backend already
+        wrote for it together with the other components (``Backend.save_programs``).
         """
         program = self.program  # a lazy component fetches and verifies its files first
         backend = backend_for(self.export_format)
-        roles = backend.layout.component_files(self.name) | dict(backend.layout.shared)
         if self.on_disk:
             relative = [f.path for f in self.metadata.files]
             for listed in self.metadata.files:
@@ -110,6 +110,8 @@ class ExportedComponent:
         elif written is not None:
             relative = list(written)
         else:
-            relative = backend.save_program(program, directory, self.name)
+            relative = backend.save_program(program, directory, stem or self.name)
+        layout = backend.layout
+        roles = layout.readable_files(stem or layout.stem_of(self.name, relative)) | dict(layout.shared)
         files = tuple(file_entry(directory, rel, roles.get(rel, "")) for rel in relative)
         return dataclasses.replace(self.metadata, files=files)

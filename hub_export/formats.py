@@ -20,7 +20,7 @@ import functools
 import importlib
 import pkgutil
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import ConfigError, ManifestError, UnknownFormatError
 
 if TYPE_CHECKING:
-    from .manifest import ComponentEntry
+    from .manifest import ComponentEntry, Manifest
     from .runner import ModelRunner
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "SafetyOptions",
     "backend_for",
     "backends",
+    "one_graph_stem",
     "parse_format",
     "register_backend",
 ]
@@ -61,6 +62,14 @@ class FileLayout:
             every component reads).
         optional: ``(suffix, role)`` of files a component may have besides ``files`` (a compiled ``.pt2``'s native
             code package, an ExecuTorch ``.ptd`` weights file), named like them.
+        stems: Other names a component's files may carry instead of the component's name: the names the format's
+            own runtimes and tools load (ONNX's ``model`` for transformers.js, ``model_q4`` for its ``dtype="q4"``).
+            Which one a component gets is the backend's :attr:`Backend.file_stem`.
+        legacy: ``(suffix, role)`` of files that exports made by earlier versions have instead of ``files``
+            (ONNX's ``.onnx.data``, now ``.onnx_data``): still loaded, never written.
+        extras: ``(file name, role)`` of files an export may carry for the format's own runtimes and tools, which
+            hub_export writes (:attr:`Backend.runtime_files`) and never parses (onnxruntime-genai's
+            ``genai_config.json``, OpenVINO GenAI's tokenizer IRs).
     """
 
     subfolder: str
@@ -68,10 +77,37 @@ class FileLayout:
     prefix: str = ""
     shared: tuple[tuple[str, str], ...] = ()
     optional: tuple[tuple[str, str], ...] = ()
+    stems: tuple[str, ...] = ()
+    legacy: tuple[tuple[str, str], ...] = ()
+    extras: tuple[tuple[str, str], ...] = ()
 
-    def component_files(self, component: str) -> dict[str, str]:
-        """``{relative file name: role}`` of a component's files (the optional ones last), main file first."""
-        return {f"{self.prefix}{component}{suffix}": role for suffix, role in (*self.files, *self.optional)}
+    def component_files(self, component: str, stem: str | None = None) -> dict[str, str]:
+        """``{relative file name: role}`` of a component's files (the optional ones last), main file first, named
+        after ``stem`` (default: the component's name)."""
+        base = f"{self.prefix}{stem or component}"
+        return {f"{base}{suffix}": role for suffix, role in (*self.files, *self.optional)}
+
+    def readable_files(self, stem: str) -> dict[str, str]:
+        """``{relative file name: role}`` of the files a component whose files carry ``stem`` may have, the
+        :attr:`legacy` names of exports made before a rename included."""
+        return {f"{self.prefix}{stem}{suffix}": role for suffix, role in (*self.files, *self.optional, *self.legacy)}
+
+    def stem_of(self, component: str, listed: Iterable[str]) -> str:
+        """The stem a component's files carry among ``listed`` (its manifest entry's paths): the component's name,
+        or the one of :attr:`stems` whose main file is listed.
+
+        Raises:
+            ManifestError: No main file of the component is listed, or several stems are.
+        """
+        listed = set(listed)
+        main = self.files[0][0]
+        stems = dict.fromkeys((component, *self.stems))
+        found = [stem for stem in stems if f"{self.prefix}{stem}{main}" in listed]
+        if len(found) != 1:
+            names = ", ".join(f"{self.prefix}{stem}{main}" for stem in stems)
+            what = "no" if not found else "more than one"
+            raise ManifestError(f"$.components.{component}.files: {what} program file among {names}.")
+        return found[0]
 
     def paths(self, component: str, listed: Iterable[str]) -> dict[str, str]:
         """``{role: relative path}`` of a component's files, found by exact name among ``listed`` (its manifest
@@ -81,14 +117,16 @@ class FileLayout:
             ManifestError: A file of the layout is not listed.
         """
         listed = set(listed)
+        names = self.readable_files(self.stem_of(component, listed))
         found: dict[str, str] = {}
-        for name, role in [*self.component_files(component).items(), *self.shared]:
+        for name, role in [*names.items(), *self.shared]:
             if name in listed:
                 found.setdefault(role, name)
         missing = sorted({role for _, role in self.files} - set(found))
         if missing:
-            names = ", ".join(self.component_files(component))
-            raise ManifestError(f"$.components.{component}.files: no {'/'.join(missing)} file; expected {names}.")
+            raise ManifestError(
+                f"$.components.{component}.files: no {'/'.join(missing)} file; expected {', '.join(names)}."
+            )
         return found
 
 
@@ -129,6 +167,16 @@ class Backend:
         packages: Import names the backend needs; a missing one raises ``BackendUnavailableError``.
         distributions: Distributions whose versions an export records (``created_with``).
         extra: The pip extra that installs the packages (``pip install "hub-export[<extra>]"``).
+        file_stem: ``file_stem(component, entry, generation) -> stem``: the name a component's files get when saved
+            (one of ``layout.stems``, or the component's name), from its metadata and the export's generation plan
+            (None for a graph export): the names the format's own tools load. None: the component's name.
+        runtime_files: ``runtime_files(directory, manifest) -> [names]``: writes, into an export folder whose
+            programs and side files are written (``manifest`` lists them), what the format's own runtimes and tools
+            read besides them (files of ``layout.extras``, keys they read in ``config.json``); returns the names
+            of the files it wrote or changed. None: nothing.
+        root_config_keys: Keys of ``config.json`` that the format's own tools read at the root of a Hub repo
+            (transformers.js's ``transformers.js_config``): a publish copies them from the export's ``config.json``
+            into the repo's, where it lacks them.
         card_tags: The Hub tags of the format, on the model card.
         quantization_stage: The program type a quantizer sees after lowering (``"onnx"``, ``"openvino"``) or None
             when the backend's quantization happens on the traced program only.
@@ -144,6 +192,9 @@ class Backend:
     load_program: Callable[[Path, str, ComponentEntry, SafetyOptions], Any]
     check_files: Callable[[Path, str, ComponentEntry, SafetyOptions], None] | None = None
     save_programs: Callable[[dict[str, Any], Path], dict[str, list[str]]] | None = None
+    file_stem: Callable[[str, ComponentEntry, Mapping[str, Any] | None], str] | None = None
+    runtime_files: Callable[[Path, Manifest], list[str]] | None = None
+    root_config_keys: tuple[str, ...] = ()
     packages: tuple[str, ...] = ()
     distributions: tuple[str, ...] = ()
     extra: str = ""
@@ -151,11 +202,29 @@ class Backend:
     quantization_stage: str | None = None
     description: str = ""
 
+    def stem(self, component: str, entry: ComponentEntry, generation: Mapping[str, Any] | None) -> str:
+        """The name ``component``'s files get when saved (:attr:`file_stem`)."""
+        if self.file_stem is None:
+            return component
+        stem = self.file_stem(component, entry, generation)
+        if stem != component and stem not in self.layout.stems:
+            raise ConfigError(
+                f"The {self.name} backend names component {component!r} {stem!r}, not a stem of its layout."
+            )
+        return stem
+
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("-", "_").isidentifier() or self.name != self.name.lower():
             raise ConfigError(
                 f"Backend name {self.name!r} must be a lower-case identifier such as 'onnx' or 'tensorrt'."
             )
+
+
+def one_graph_stem(component: str, entry: ComponentEntry, generation: Mapping[str, Any] | None) -> str:
+    """A :attr:`Backend.file_stem`: ``model`` for the one graph of a decoder-only generation export (its ``decode``
+    component serving the prompt and every step: ``openvino_model.xml``, ``model.pte``, the names the formats' own
+    generation tools load), else the component's name. Layouts using it list ``"model"`` in their ``stems``."""
+    return "model" if generation and generation.get("one_graph") is True and component == "decode" else component
 
 
 def register_backend(backend: Backend) -> Backend:

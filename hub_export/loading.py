@@ -108,7 +108,8 @@ def load_export(
 
     Args:
         source: :class:`LocalFiles` or :class:`hub_export.hub.download.HubFiles`.
-        components: Load only these components (all by default).
+        components: Load only these components (by default all but the programs only other runtimes run:
+            :meth:`~hub_export.manifest.Manifest.loaded_components`).
         lazy: Defer each component's files until its program is first needed.
         options: What the user trusts (:class:`~hub_export.formats.SafetyOptions`).
 
@@ -120,7 +121,7 @@ def load_export(
     options = options or SafetyOptions()
     manifest = source.read_manifest()
     manifest.roles()  # every listed file is one the format writes, under its exact name
-    names = list(manifest.components) if components is None else list(components)
+    names = manifest.loaded_components() if components is None else list(components)
     missing = [n for n in names if n not in manifest.components]
     if missing:
         raise ManifestError(f"No component(s) {missing} in this export; it has {sorted(manifest.components)}.")

@@ -373,6 +373,14 @@ class Manifest:
             if not inside and not (blobs is not None and blobs in target.parents):
                 raise ManifestError(f"{where} resolves outside the export folder.")
 
+    def loaded_components(self) -> list[str]:
+        """The components a load takes unless asked for others: all but those the generation plan lists for other
+        runtimes only (its ``runtimes``: ExecuTorch's LLM runner program, which hub_export's ``generate()`` never
+        runs)."""
+        runtimes = (self.generation or {}).get("runtimes") or {}
+        others = {name for name in runtimes.values() if isinstance(name, str)}
+        return [name for name in self.components if name not in others]
+
     def component_files(self, components: list[str] | None = None) -> list[FileEntry]:
         """The files of the given components (all by default), each once.
 
@@ -406,10 +414,24 @@ class Manifest:
             layout = backend_for(self.export_format).layout
         except UnknownFormatError as exc:
             raise ManifestError(f"$.export_format: {exc}") from None
-        expected: dict[str, str] = dict(SIDE_FILE_ROLES)
-        for name in self.components:
-            expected.update(layout.component_files(name))
-        expected.update(dict(layout.shared))
+        shared = dict(layout.shared)
+        expected: dict[str, str] = {**SIDE_FILE_ROLES, **dict(layout.extras), **shared}
+        own: dict[str, dict[str, str]] = {}
+        owner: dict[str, str] = {}
+        for name, component in self.components.items():
+            listed = [entry.path for entry in component.files]
+            if not listed:
+                continue
+            try:
+                own[name] = layout.readable_files(layout.stem_of(name, listed))
+            except ManifestError:  # no (or an ambiguous) program file: its files are unknown, refused below
+                own[name] = {}
+            for path in listed:
+                if path in own[name] and owner.setdefault(path, name) != name:
+                    raise ManifestError(
+                        f"$.components.{name}.files: {path!r} is a file of component {owner[path]!r} too."
+                    )
+            expected.update(own[name])
         roles: dict[str, str] = {}
         for i, entry in enumerate(self.all_listed()):
             role = expected.get(entry.path)
@@ -422,9 +444,8 @@ class Manifest:
                 raise ManifestError(f"$.files[{i}].role: {entry.path!r} is a {role} file, not {entry.role!r}.")
             roles[entry.path] = role
         for name, component in self.components.items():
-            own = layout.component_files(name)
             for entry in component.files:
-                if entry.path not in own and entry.path not in dict(layout.shared):
+                if entry.path not in own.get(name, {}) and entry.path not in shared:
                     raise ManifestError(
                         f"$.components.{name}.files: {entry.path!r} is not a file of component {name!r}."
                     )

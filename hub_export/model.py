@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import shutil
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -174,12 +175,15 @@ class ExportedModel:
         return self._single().program
 
     @property
-    def runners(self) -> dict[str, Any]:
-        """Component name -> runner on the device asked for (built on first access)."""
-        for name, component in self.components.items():
-            if name not in self._runners:
-                self._runners[name] = component.runner(self._device, **self.runner_options)
-        return self._runners
+    def runners(self) -> Mapping[str, Any]:
+        """Component name -> runner on the device asked for, built on first access; a component only other
+        runtimes run (the generation plan's ``runtimes``: ExecuTorch's ``llm``) only when asked for by name."""
+        others = set(((self.generation or {}).get("runtimes") or {}).values())
+        runners = _Runners(self)
+        for name in self.components:
+            if name not in others:
+                runners[name]  # noqa: B018 - build it now: an invalid option raises here, not mid-generation
+        return runners
 
     def to(self, device: Any) -> ExportedModel:
         """Run on ``device`` (a name such as ``cpu``/``cuda:0``, a ``torch.device``, or None for the backend's
@@ -248,20 +252,28 @@ class ExportedModel:
         try:
             backend = backend_for(self.export_format)
             programs = {name: c.program for name, c in self.components.items()}  # lazy ones fetch their files
-            fresh = {name: programs[name] for name, c in self.components.items() if not c.on_disk}
+            # each fresh component's files are named as the format's own tools load them (Backend.file_stem)
+            stems = {
+                name: backend.stem(name, c.metadata, self.generation)
+                for name, c in self.components.items()
+                if not c.on_disk
+            }
+            fresh = {stems[name]: programs[name] for name in stems}
             save_programs = backend.save_programs if _may_share(self, backend) else None
-            written = save_programs(fresh, staged) if fresh and save_programs is not None else {}
-            entries = {name: c.save(staged, written.get(name)) for name, c in self.components.items()}
+            by_stem = save_programs(fresh, staged) if fresh and save_programs is not None else {}
+            entries = {
+                name: c.save(staged, by_stem.get(stems.get(name, name)), stems.get(name))
+                for name, c in self.components.items()
+            }
             if self.config is not None:
                 self.config.to_json_file(str(staged / "config.json"))
             if self.generation_config is not None:
                 self.generation_config.to_json_file(str(staged / "generation_config.json"))
             write_preprocessing(self.preprocessing or {}, staged)
-            side = [
-                file_entry(staged, name, role) for name, role in SIDE_FILE_ROLES.items() if (staged / name).is_file()
-            ]
             manifest = dataclasses.replace(self.manifest(), components=entries)
-            manifest = manifest.with_files([*manifest.all_listed(), *side])
+            manifest = manifest.with_files([*manifest.all_listed(), *_side_entries(staged, backend)])
+            if backend.runtime_files is not None and backend.runtime_files(staged, manifest):
+                manifest = manifest.with_files([*manifest.component_files(), *_side_entries(staged, backend)])
             manifest.write(staged)
             replace_directory(staged, target)
         except BaseException:
@@ -418,6 +430,33 @@ class ExportedModel:
         exported.task = manifest.task
         exported.preprocessing = listed_preprocessing(loaded.source.directory, manifest)
         return exported
+
+
+class _Runners(Mapping[str, Any]):
+    """:attr:`ExportedModel.runners`: a component's runner is built on first access and kept by the model."""
+
+    def __init__(self, model: ExportedModel) -> None:
+        self._model = model
+
+    def __getitem__(self, name: str) -> Any:
+        model = self._model
+        if name not in model._runners:
+            component = model.components[name]  # KeyError for an unknown component, as a dict
+            model._runners[name] = component.runner(model._device, **model.runner_options)
+        return model._runners[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._model.components)
+
+    def __len__(self) -> int:
+        return len(self._model.components)
+
+
+def _side_entries(folder: Path, backend: Any) -> list[Any]:
+    """The entries of the side files written in ``folder``: configs, preprocessing files and the files the format's
+    own tools read (``layout.extras``)."""
+    roles = {**SIDE_FILE_ROLES, **dict(backend.layout.extras)}
+    return [file_entry(folder, name, role) for name, role in roles.items() if (folder / name).is_file()]
 
 
 def _may_share(model: ExportedModel, backend: Any) -> bool:

@@ -973,7 +973,7 @@ def _onnx_variants() -> list[Variant]:
 
     add("graph-file-300mib", big_graph, cause="bounds")
     add("rename-upper-case", lambda f, c: rename(f, "model.onnx", "model.ONNX"), cause="roles")
-    add("rename-data-upper-case", lambda f, c: rename(f, "model.onnx.data", "model.onnx.DATA"), cause="roles")
+    add("rename-data-upper-case", lambda f, c: rename(f, "model.onnx_data", "model.onnx.DATA"), cause="roles")
 
     def data_first(manifest: dict[str, Any]) -> None:
         manifest["components"]["model"]["files"].reverse()
@@ -994,11 +994,11 @@ def _onnx_variants() -> list[Variant]:
     add("unknown-file-listed", extra_listed, cause="roles")
     add(
         "unlisted-file-present",
-        lambda f, c: (f / "model.onnx.data.bak").write_bytes(b"x"),
+        lambda f, c: (f / "model.onnx_data.bak").write_bytes(b"x"),
         cause="roles",
         may_load=True,
     )
-    add("data-symlink-out", lambda f, c: symlink_out(f, "model.onnx.data", c), cause="side")
+    add("data-symlink-out", lambda f, c: symlink_out(f, "model.onnx_data", c), cause="side")
     add("graph-symlink-out", lambda f, c: symlink_out(f, "model.onnx", c), cause="side")
     return out
 

@@ -51,10 +51,10 @@ def test_onnx_example_save_and_load(llama, tmp_path) -> None:
     assert torch.allclose(outputs.logits, model(**inputs).logits, atol=1e-4)
     assert sorted(p.name for p in (tmp_path / "qwen3-onnx").iterdir()) == [
         "config.json",
+        "decoder_model.onnx",  # a causal LM's forward without a cache: not model.onnx (docs/interop.md)
+        "decoder_model.onnx_data",
         "export.json",
         "generation_config.json",
-        "model.onnx",
-        "model.onnx.data",
     ]
 
 

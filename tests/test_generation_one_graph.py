@@ -17,11 +17,11 @@ from hub_export.generation._one_graph import check_one_graph, one_token_step
 from hub_export.generation.decompose import decompose_with_capture
 
 FORMATS = ("dynamo", "onnx", "openvino", "executorch")
-#: format -> the one graph file of a one-graph export
+#: format -> the one graph file of a one-graph export: named as each format's own generation tools load it
 GRAPH_FILES = {
-    "dynamo": "decode.pt2",
-    "onnx": "decode.onnx",
-    "openvino": "openvino_decode.xml",
+    "dynamo": "model.pt2",
+    "onnx": "model.onnx",
+    "openvino": "openvino_model.xml",
     "executorch": "decode.pte",
 }
 

@@ -100,7 +100,7 @@ def test_loading_one_export_fetches_only_its_files(exports, repo: str, hub_api: 
     hub_env.clear_log()
     remote = ExportedModel.from_pretrained(REPO, subfolder="onnx", revision=repo, cache_dir=tmp_path / "b")
     fetched = _fetched(hub_env)
-    assert set(fetched) == {f"onnx/{n}" for n in (*SIDE, "model.onnx", "model.onnx.data")}
+    assert set(fetched) == {f"onnx/{n}" for n in (*SIDE, "decoder_model.onnx", "decoder_model.onnx_data")}
     assert all(sum(n for _, n in calls) == sizes[path] for path, calls in fetched.items())
     assert remote.export_format is ExportFormat.ONNX
     expected = _logits(case.model, case.other)

@@ -127,7 +127,7 @@ def test_corrupt_object_on_server_is_an_integrity_error_and_evicted(published, e
 def test_failed_upload_leaves_repo_unchanged_and_retry_sends_only_missing(published, exports, hub_api) -> None:
     server, head = published
     before = sorted(hub_api.list_repo_files(REPO))
-    files = [exports["onnx"] / "model.onnx", exports["onnx"] / "model.onnx.data", exports["v1"] / "model.pt2"]
+    files = [exports["onnx"] / "model.onnx", exports["onnx"] / "model.onnx_data", exports["v1"] / "model.pt2"]
     oids = {hashlib.sha256(p.read_bytes()).hexdigest() for p in files}  # all binary, so all LFS
     failing = hashlib.sha256(files[1].read_bytes()).hexdigest()
     server.add_fault("PUT", rf"/info/lfs/objects/{failing}", "status:507", count=1)  # 507: not retried by the client

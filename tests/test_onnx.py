@@ -1,4 +1,4 @@
-"""ONNX backend: export, save (model.onnx + model.onnx.data), lazy load, run on ONNX Runtime, errors."""
+"""ONNX backend: export, save (model.onnx + model.onnx_data), lazy load, run on ONNX Runtime, errors."""
 
 from __future__ import annotations
 
@@ -65,7 +65,12 @@ def test_tiny_models_match_eager(name: str, exports: Any) -> None:
         for (leaf, a), (_, b) in zip(got_leaves, expected_leaves):
             assert a.shape == b.shape, leaf
             assert float((a - b).abs().max()) <= ATOL, (name, leaf)
-    onnx.checker.check_model(str(folder / "model.onnx"), full_check=True)
+    onnx.checker.check_model(str(folder / _graph_file(loaded)), full_check=True)
+
+
+def _graph_file(loaded: ExportedModel, component: str = "model") -> str:
+    """The ``.onnx`` file of a component, as its manifest lists it."""
+    return loaded.components[component].metadata.files[0].path
 
 
 def test_files_weights_external_and_listed(exports: Any) -> None:
@@ -74,10 +79,12 @@ def test_files_weights_external_and_listed(exports: Any) -> None:
 
     _, folder, loaded = exports("llama")
     files = loaded.components["model"].metadata.files
-    assert [f.path for f in files] == ["model.onnx", "model.onnx.data"]
+    # a causal LM's forward without cache inputs: optimum's name for it (transformers.js must not take it for a
+    # generation graph: conventions.py)
+    assert [f.path for f in files] == ["decoder_model.onnx", "decoder_model.onnx_data"]
     for entry in files:
         assert entry.sha256 == hashlib.sha256((folder / entry.path).read_bytes()).hexdigest()
-    proto = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    proto = onnx.load(str(folder / "decoder_model.onnx"), load_external_data=False)
     external = 0
     for init in proto.graph.initializer:
         count = int(torch.tensor(list(init.dims), dtype=torch.int64).prod())
@@ -85,7 +92,7 @@ def test_files_weights_external_and_listed(exports: Any) -> None:
         if nbytes >= 1024:
             assert uses_external_data(init), init.name
             location = {e.key: e.value for e in init.external_data}["location"]
-            assert location == "model.onnx.data"  # relative, beside model.onnx
+            assert location == "decoder_model.onnx_data"  # relative, beside the graph
             external += 1
     assert external > 0
     # the loaded program keeps its weights on disk
@@ -100,13 +107,15 @@ def test_io_and_dim_names(exports: Any, tmp_path: Path) -> None:
 
     case, folder, loaded = exports("llama")
     metadata = loaded.components["model"].metadata
-    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+    graph = onnx.load(str(folder / _graph_file(loaded)), load_external_data=False).graph
     assert (
         [i.name for i in graph.input] == [s.name for s in metadata.signature.inputs] == ["input_ids", "attention_mask"]
     )
     assert [o.name for o in graph.output] == [s.name for s in metadata.signature.outputs]
+    # a cache nothing feeds back keeps the model's name for it: consumers read only present.* as a cache
     assert [o.name for o in graph.output][:3] == ["logits", "past_key_values.0.key", "past_key_values.0.value"]
-    assert [d.dim_param for d in graph.input[0].type.tensor_type.shape.dim] == ["batch", "sequence"]
+    # the dims as ONNX's tools name them (transformers.js sizes an empty cache from batch_size)
+    assert [d.dim_param for d in graph.input[0].type.tensor_type.shape.dim] == ["batch_size", "sequence_length"]
     # a decode step: the cache output's length is an expression over the named dims
     with torch.no_grad():
         prompt = case.model(**text_inputs(2, 5), use_cache=True)
@@ -117,12 +126,14 @@ def test_io_and_dim_names(exports: Any, tmp_path: Path) -> None:
     }
     exported = OnnxExporter().export(case.model, step, config=OnnxConfig(dynamic=True))
     exported.save_pretrained(tmp_path / "step")
+    # a graph that takes the cache back is model.onnx, with the cache named as transformers.js, optimum and
+    # onnxruntime-genai read it: past_key_values.N.* in, present.N.* out
     proto = onnx.load(str(tmp_path / "step" / "model.onnx"), load_external_data=False)
     dims = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in proto.graph.output}
-    assert dims["output.past_key_values.0.key"] == ["batch", 2, "past_sequence + sequence", 8]
+    assert dims["present.0.key"] == ["batch_size", 2, "past_sequence_length + sequence_length", 8]
     inputs = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in proto.graph.input}
-    assert inputs["input.past_key_values.1.value"] == ["batch", 2, "past_sequence", 8]
-    assert inputs["attention_mask"] == ["batch", "total_sequence"]
+    assert inputs["past_key_values.1.value"] == ["batch_size", 2, "past_sequence_length", 8]
+    assert inputs["attention_mask"] == ["batch_size", "total_sequence_length"]
     # no exporter symbol (s0, s42) is left anywhere in the graph
     every = [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]
     params = {d.dim_param for v in every for d in v.type.tensor_type.shape.dim if d.dim_param}
@@ -231,7 +242,7 @@ def test_symlinked_export_folder_loads_and_runs(exports: Any, tmp_path: Path) ->
 
     case, folder, _ = exports("gpt2")
     snapshot = _hf_cache_layout(folder, tmp_path / "cache")
-    assert (snapshot / "model.onnx.data").is_symlink()
+    assert (snapshot / "decoder_model.onnx_data").is_symlink()
     component = load_export(_CacheSnapshot(snapshot)).components["model"]
     got = component.runner()(**case.other)
     with torch.no_grad():
@@ -243,7 +254,7 @@ def test_symlinked_export_folder_loads_and_runs(exports: Any, tmp_path: Path) ->
     assert tensor.numpy().size > 0
     # and the loaded program saves again as a whole export
     copy = backend_for("onnx").save_program(component.program, tmp_path, "again")
-    assert copy == ["again.onnx", "again.onnx.data"]
+    assert copy == ["again.onnx", "again.onnx_data"]
 
 
 def test_hub_round_trip_through_the_cache(exports: Any, hub_env: Any) -> None:
@@ -281,9 +292,9 @@ def test_loading_keeps_weights_on_disk_until_the_session(tmp_path: Path) -> None
     with torch.no_grad():
         expected = model(**inputs).logits
     OnnxExporter().export(model, inputs, config=OnnxConfig()).save_pretrained(tmp_path / "big")
-    data_size = (tmp_path / "big" / "model.onnx.data").stat().st_size
+    data_size = (tmp_path / "big" / "decoder_model.onnx_data").stat().st_size
     assert data_size >= 200 * 10**6
-    assert (tmp_path / "big" / "model.onnx").stat().st_size < 10**6
+    assert (tmp_path / "big" / "decoder_model.onnx").stat().st_size < 10**6
     del model
     gc.collect()
     before = _rss()

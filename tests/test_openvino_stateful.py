@@ -33,7 +33,7 @@ def test_the_state_has_a_beam_gather_and_an_initializer(saved: Any) -> None:
     assert "beam_idx" in {name for port in model.inputs for name in port.get_names()}
     import openvino
 
-    ir = openvino.Core().read_model(folder / "openvino_decode.xml")
+    ir = openvino.Core().read_model(folder / "openvino_model.xml")
     states = [op for op in ir.get_ops() if op.get_type_name() == "ReadValue"]
     assert states and all(op.get_input_size() == 1 for op in states)  # a zero initializer each
     concats = [t.get_node() for op in states for t in op.output(0).get_target_inputs()]

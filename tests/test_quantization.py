@@ -70,7 +70,10 @@ CALIBRATION = [text_inputs(2, 16, vocab=256, seed=s) for s in range(1, 5)]
 CASES = {
     "ort_dynamic": (
         OnnxExporter,
-        lambda: OnnxConfig(quantizer=OnnxRuntimeQuantizer(OnnxRuntimeDynamicConfig(per_channel=True))),
+        # 7-bit weights: u8s8 products cannot saturate on a CPU without VNNI (AVX2), so the bound holds on every CPU
+        lambda: OnnxConfig(
+            quantizer=OnnxRuntimeQuantizer(OnnxRuntimeDynamicConfig(per_channel=True, reduce_range=True))
+        ),
         0.06,
         0.8,
         {"DynamicQuantizeLinear", "MatMulInteger"},
@@ -170,7 +173,7 @@ def test_quantized_export(name, wide_llama, tmp_path):
     assert recipe["calibration_samples"] == (4 if "static" in name or "quantize" in name else 0)
 
     exported.save_pretrained(tmp_path)
-    weights = sum(p.stat().st_size for p in tmp_path.iterdir() if p.suffix in {".data", ".bin", ".onnx"})
+    weights = sum(p.stat().st_size for p in tmp_path.iterdir() if p.suffix in {".data", ".onnx_data", ".bin", ".onnx"})
     assert weights < size_ratio * fp32_bytes, (weights, fp32_bytes)
     loaded = ExportedModel.from_pretrained(tmp_path)
     assert loaded.components["model"].metadata.quantization == recipe

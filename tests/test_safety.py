@@ -200,8 +200,8 @@ def test_onnx_external_data_escapes_are_refused(saved, tmp_path: Path, values, m
 def test_onnx_symlinked_data_out_of_the_folder_is_refused(saved, tmp_path: Path) -> None:
     folder = _copy(saved, "onnx", tmp_path)
     outside = tmp_path / "elsewhere.data"
-    shutil.move(folder / "model.onnx.data", outside)
-    os.symlink(outside, folder / "model.onnx.data")  # same bytes, so the sha256 check passes
+    shutil.move(folder / "model.onnx_data", outside)
+    os.symlink(outside, folder / "model.onnx_data")  # same bytes, so the sha256 check passes
     with pytest.raises(ManifestError, match="is or passes through a symlink"):
         ExportedModel.from_pretrained(folder)
 

@@ -28,7 +28,7 @@ EXPORTERS = {
     for name in ("dynamo", "executorch", "onnx", "openvino")
 }
 #: Files holding a format's weights (the rest is graph, configs and manifest); of a ``.pt2``, its payload entries.
-WEIGHT_SUFFIXES = (".pt2", ".safetensors", ".onnx.data", ".bin", ".pte", ".ptd")
+WEIGHT_SUFFIXES = (".pt2", ".safetensors", ".onnx.data", ".onnx_data", ".bin", ".pte", ".ptd")
 #: Formats this process has exported and run already (their libraries are loaded and warm).
 WARM: set[str] = set()
 
@@ -133,7 +133,7 @@ def _record_copies(monkeypatch: pytest.MonkeyPatch, copied: list[Path]) -> None:
 #: format -> (the shared weights file, each generation component's own weights file)
 SHARED_FILES = {
     "dynamo": ("shared.safetensors", ()),  # each .pt2 keeps its graph and names the shared weights
-    "onnx": ("shared.onnx.data", ("prefill.onnx.data", "decode.onnx.data")),
+    "onnx": ("shared.onnx.data", ("prefill.onnx_data", "decode.onnx_data")),
     "openvino": ("openvino_shared.bin", ("openvino_prefill.bin", "openvino_decode.bin")),
 }
 

@@ -4,7 +4,7 @@ Upload mode (what ``preupload`` answers; documented for users of the embedded Hu
 when it is 10 MiB or larger, when its first 512 bytes contain a NUL byte (binary, git's own heuristic), or
 when it matches a ``filter=lfs`` pattern of the ``.gitattributes`` at the target revision. Every repo starts
 with the Hub's default ``.gitattributes`` (``*.bin``, ``*.onnx``, ``*.safetensors``...) plus ``*.pt2``,
-``*.pte`` and ``*.onnx.data``. ``shouldIgnore`` follows the ``.gitignore`` sent by the client, else the
+``*.pte``, ``*.onnx.data`` and ``*.onnx_data``. ``shouldIgnore`` follows the ``.gitignore`` sent by the client, else the
 one at the revision.
 
 Commits arrive as NDJSON (``header`` first, then ``file``, ``lfsFile``, ``deletedFile``, ``deletedFolder``
@@ -56,7 +56,7 @@ GITATTRIBUTES = "".join(
     for pattern in (
         "*.7z *.arrow *.bin *.bz2 *.ckpt *.ftz *.gz *.h5 *.joblib *.lfs.* *.mlmodel *.model *.msgpack *.npy "
         "*.npz *.onnx *.ot *.parquet *.pb *.pickle *.pkl *.pt *.pth *.rar *.safetensors saved_model/**/* "
-        "*.tar.* *.tar *.tflite *.tgz *.wasm *.xz *.zip *.zst *tfevents* *.pt2 *.pte *.onnx.data"
+        "*.tar.* *.tar *.tflite *.tgz *.wasm *.xz *.zip *.zst *tfevents* *.pt2 *.pte *.onnx.data *.onnx_data"
     ).split()
 )
 

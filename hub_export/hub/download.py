@@ -194,7 +194,10 @@ def download_export(
         export.unlisted_side_configs()
     if fetch_components:
         with stage(f"downloading {repo_id}/{subfolder}" if subfolder else f"downloading {repo_id}"):
-            export.fetch(manifest.component_files(components) + manifest.side_files())
+            # the files only the format's own tools read (genai_config.json, tokenizer IRs) are not loaded here
+            side = [entry for entry in manifest.side_files() if entry.role != "runtime"]
+            wanted = manifest.loaded_components() if components is None else components
+            export.fetch(manifest.component_files(wanted) + side)
     return export
 
 

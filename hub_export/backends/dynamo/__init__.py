@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ...formats import Backend, SafetyOptions, register_backend
+from ...formats import Backend, SafetyOptions, one_graph_stem, register_backend
 from . import io, safety
 from .config import FORMAT, LAYOUT, DynamoConfig
 from .exporter import DynamoExporter
@@ -24,6 +24,7 @@ BACKEND = register_backend(
         save_programs=io.save_programs,
         load_program=io.load_program,
         check_files=safety.check,
+        file_stem=one_graph_stem,
         card_tags=("pt2", "torch-export"),
         description="torch.export ExportedProgram (.pt2), run by PyTorch on CPU or CUDA",
     )

@@ -23,6 +23,7 @@ LAYOUT = FileLayout(
     files=((".pt2", "program"),),
     shared=((SHARED_WEIGHTS, "weights"),),
     optional=((".aoti.pt2", "native"),),
+    stems=("model",),
 )
 
 

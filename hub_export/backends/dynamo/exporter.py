@@ -9,6 +9,7 @@ from ...configs import ExportConfig
 from ...export.exporter import HfExporter, Lowered
 from ...export.trace import Traced
 from ...export.widen import admit_down_to
+from ._call import use_model_call
 from .compiled import compile_aoti
 from .config import FORMAT, DynamoConfig
 
@@ -31,14 +32,18 @@ class DynamoExporter(HfExporter):
         return None
 
     def export_program(self, traced: Traced, config: ExportConfig) -> Any:
-        """The traced program is the Dynamo program; ``compile="aoti"`` compiles it for the traced device and
+        """The traced program is the Dynamo program, called as the model is (keyword arguments in, the output's
+        fields out: :func:`._call.use_model_call`, so that ``torch.export.load(path).module()(**inputs)`` runs it);
+        ``compile="aoti"`` compiles it for the traced device (a package of the flat calling convention) and
         records the target in the component's ``extra``. A dim whose minimum the signature lowered below the
         trace's (``export_component(lower_mins=...)``) is admitted by the program too (:func:`_admit_lower_mins`)."""
         _admit_lower_mins(traced)
         if getattr(config, "compile", None) != "aoti":
+            use_model_call(traced.program, traced.signature)
             return traced.program
         weights = getattr(config, "compiled_weights", "packed")
         compiled = compile_aoti(traced.program, traced.device, weights=weights)
+        use_model_call(traced.program, traced.signature)  # the program saved beside the package
         return Lowered(
             compiled, extra={"compile": "aoti", "compiled_weights": weights, "target": dict(compiled.target)}
         )

@@ -7,6 +7,7 @@ from typing import Any
 from ...errors import ConfigError, DeviceUnavailableError, UnsafeExportError
 from ...manifest import ComponentEntry
 from ...runner import ModelRunner
+from ._call import call_flat
 from .compiled import CompiledProgram, load_compiled
 
 __all__ = ["DynamoRunner"]
@@ -35,7 +36,8 @@ class DynamoRunner(ModelRunner):
             its own count. None (the default) leaves torch's count (``torch.set_num_threads``) as it is.
 
     Attributes:
-        module: ``ExportedProgram.module()``, or the loaded AOTInductor model (both take the flat inputs).
+        module: ``ExportedProgram.module()`` (called through the program's call spec: the model's kwargs, or the flat
+            inputs of an export made before those), or the loaded AOTInductor model (the flat inputs).
         compiled: Whether it runs an AOTInductor package.
         num_threads: The thread count of each call (None: torch's).
     """
@@ -49,10 +51,12 @@ class DynamoRunner(ModelRunner):
         device: str | None = None,
         compiled: bool = False,
         num_threads: int | None = None,
+        in_spec: Any = None,
     ) -> None:
         super().__init__(metadata, device or "cpu")
         self.module = module
         self.compiled = compiled
+        self.in_spec = in_spec
         self.num_threads = num_threads
         self._device = _torch_device(device)
 
@@ -97,7 +101,7 @@ class DynamoRunner(ModelRunner):
             ) from None
         if dev.type != "cpu":
             module = module.to(dev)
-        return cls(module, metadata, device, num_threads=num_threads)
+        return cls(module, metadata, device, num_threads=num_threads, in_spec=program.call_spec.in_spec)
 
     def run_flat(self, tensors: list[Any]) -> list[Any]:
         """Run the module on the flat inputs. A compiled package reads its inputs with the strides it was compiled
@@ -115,8 +119,9 @@ class DynamoRunner(ModelRunner):
             torch.set_num_threads(threads)
         try:
             with torch.no_grad():
-                outputs = self.module(*inputs)
+                if self.in_spec is None:
+                    return list(self.module(*inputs))
+                return call_flat(self.module, self.in_spec, inputs)
         finally:
             if threads != before:
                 torch.set_num_threads(before)
-        return list(outputs)

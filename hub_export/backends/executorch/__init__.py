@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...formats import Backend, register_backend
-from . import io, safety
+from . import io, llm_runner, safety
 from .config import FORMAT, LAYOUT, ExecutorchConfig
 from .exporter import ExecutorchExporter
 from .runner import ExecutorchRunner
@@ -21,6 +21,7 @@ BACKEND = register_backend(
         save_programs=io.save_programs,
         load_program=io.load_program,
         check_files=safety.check,
+        file_stem=llm_runner.file_stem,
         packages=("executorch",),
         distributions=("executorch", "torchao"),
         extra="executorch",

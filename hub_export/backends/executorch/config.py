@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ...configs import ExportConfig
 from ...errors import ConfigError
@@ -21,6 +21,7 @@ LAYOUT = FileLayout(
     files=((".pte", "program"),),
     optional=((".ptd", "weights"),),
     shared=((SHARED_WEIGHTS, "weights"),),
+    stems=("model",),
 )
 
 
@@ -46,8 +47,16 @@ class ExecutorchConfig(ExportConfig):
     alloc_graph_output: bool = True
     alloc_mutable_buffers: bool = True
     external_data: bool | None = None
+    metadata: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        for name, value in (self.metadata or {}).items():
+            values = value if isinstance(value, list) else [value]
+            if not name.isidentifier() or not values or not all(isinstance(v, (int, float, bool)) for v in values):
+                raise ConfigError(
+                    f"ExecutorchConfig.metadata[{name!r}] must be an int, float or bool, or a list of them, under an "
+                    f"identifier; got {value!r}."
+                )
         if self.backend not in ("xnnpack", "cuda", "mlx"):
             raise ConfigError(f"ExecutorchConfig.backend must be 'xnnpack', 'cuda' or 'mlx', got {self.backend!r}.")

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from ...configs import ExportConfig
 from ...dims import Dim
-from ...errors import ConfigError, DeviceUnavailableError, ExportError
+from ...errors import ConfigError, DeviceUnavailableError, ExportError, HubExportError
 from ...export.exporter import HfExporter, Lowered
 from ...export.trace import DimBounds, Traced
 from ...manifest import ComponentEntry
@@ -36,6 +36,7 @@ from ._pages import release_freed_heap
 from ._spill import external_weights_spilled
 from .config import FORMAT, ExecutorchConfig
 from .io import ProgramFiles, load_runtime_program
+from .llm_runner import LLM_COMPONENT, RUNTIME, export_llm_runner
 from .patches import (
     contiguous_attention_outputs,
     executorch_patches,
@@ -94,6 +95,8 @@ class ExecutorchExporter(HfExporter):
     max_audio_seconds: ClassVar[int] = 10
     external_data_min_bytes: ClassVar[int] = 1 << 30
     max_planned_bytes: ClassVar[int] = 8 << 30
+    #: Whether a decoder-only generation export also gets the program ExecuTorch's LLM runner runs (:mod:`.llm_runner`).
+    llm_runner: ClassVar[bool] = True
     #: One method serves the prompt and every step (``generation/_one_graph.py``): XNNPACK packs every linear layer's
     #: weights into its own layout per loaded method, so two programs held two packed copies while generating. The
     #: cache axis is traced bounded from 1 (:meth:`dynamic_bounds`) but the runtime and XNNPACK run a zero-length
@@ -103,8 +106,23 @@ class ExecutorchExporter(HfExporter):
     def export_for_generation(self, model: Any, inputs: dict[str, Any], *, config: Any = None, **kwargs: Any) -> Any:
         """See :meth:`HfExporter.export_for_generation`; the weights go to a ``.ptd`` unless a config says otherwise
         (``external_data=None``: outside), so that where the export keeps a prefill and a decode program (the
-        one-graph check failed, a static cache, an encoder-decoder) they share one weights file (``shared.ptd``)."""
-        return super().export_for_generation(model, inputs, config=_weights_outside(config), **kwargs)
+        one-graph check failed, a static cache, an encoder-decoder) they share one weights file (``shared.ptd``).
+
+        A decoder-only export whose one graph serves the prompt also gets the ``llm`` component (``model.pte``):
+        the program ExecuTorch's LLM runner and optimum-executorch run (:mod:`.llm_runner`), unless
+        :attr:`llm_runner` is False; the plan's ``runtimes`` names it, or says why it is missing."""
+        exported = super().export_for_generation(model, inputs, config=_weights_outside(config), **kwargs)
+        plan = exported.generation
+        if not self.llm_runner or plan.get("kind") != "decoder_only" or plan.get("one_graph") is not True:
+            return exported
+        try:
+            component = export_llm_runner(self, model, inputs, exported.export_config)
+        except HubExportError as exc:
+            plan["runtimes"] = {RUNTIME: f"not exported: {type(exc).__name__}: {str(exc)[:300]}"}
+        else:
+            exported.components[LLM_COMPONENT] = component
+            plan["runtimes"] = {RUNTIME: LLM_COMPONENT}
+        return exported
 
     # -- backend verbs ----------------------------------------------------------------------------------
     def check_available(self, config: ExportConfig) -> None:
@@ -429,7 +447,7 @@ def _lower(program: Any, config: Any, external: bool = False) -> Any:
         _tag_external(program)
     spilled = external_weights_spilled() if external else contextlib.nullcontext()
     with executorch_patches(), weights_shared_by_deep_copies(program), spilled:
-        edge = _to_edge(program, config.backend, compile_config, passes)
+        edge = _to_edge(program, config.backend, compile_config, passes, config.metadata)
         for method in edge.methods:
             integer_powers_as_products(edge.exported_program(method))
             python_modulo_of_sizes(edge.exported_program(method))
@@ -442,23 +460,32 @@ def _lower(program: Any, config: Any, external: bool = False) -> Any:
         )
 
 
-def _to_edge(program: Any, backend: str, compile_config: Any, passes: Any) -> Any:
+def _to_edge(program: Any, backend: str, compile_config: Any, passes: Any, constants: Any = None) -> Any:
     """``to_edge_transform_and_lower`` for ``backend``: for XNNPACK, first with its ops kept whole by one
     decomposition table (:func:`._decompose.one_table_partitioner`: two ``run_decompositions`` instead of three),
     and when XNNPACK then refuses a node kept whole (:func:`._decompose.is_kept_node_refused`), again with XNNPACK's
     own node-by-node choice. When XNNPACK fails to compile a partition, the partitions it cannot compile are found
     and left to the portable kernels (:mod:`._refused`). Any other failure is raised as it is: another lowering would
-    only repeat it (a model whose quantized linears XNNPACK cannot group lowered twice to fail twice)."""
+    only repeat it (a model whose quantized linears XNNPACK cannot group lowered twice to fail twice). ``constants``
+    become the program's constant methods (``ExecutorchConfig.metadata``)."""
     from executorch.exir import to_edge_transform_and_lower
 
     def lower(partitioner: Any) -> Any:
         return to_edge_transform_and_lower(
-            program, partitioner=[partitioner], compile_config=compile_config, transform_passes=passes
+            program,
+            partitioner=[partitioner],
+            compile_config=compile_config,
+            transform_passes=passes,
+            constant_methods=constants,
         )
 
     if backend != "xnnpack":
         return to_edge_transform_and_lower(
-            program, partitioner=_partitioners(backend), compile_config=compile_config, transform_passes=passes
+            program,
+            partitioner=_partitioners(backend),
+            compile_config=compile_config,
+            transform_passes=passes,
+            constant_methods=constants,
         )
     from ._decompose import is_kept_node_refused, one_table_partitioner, unbacked_symbols_restorer
     from ._refused import log_refused, partitioner_without, xnnpack_preprocess_watch

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...formats import Backend, register_backend
-from . import io, safety
+from . import conventions, io, safety
 from .config import FORMAT, LAYOUT, OnnxConfig
 from .exporter import OnnxExporter
 from .runner import OnnxRunner
@@ -21,11 +21,14 @@ BACKEND = register_backend(
         save_programs=io.save_programs,
         load_program=io.load_program,
         check_files=safety.check,
+        file_stem=conventions.file_stem,
+        runtime_files=conventions.write_runtime_files,
+        root_config_keys=(conventions.TRANSFORMERS_JS_CONFIG,),
         packages=("onnx", "onnxscript", "onnx_ir", "onnxruntime"),
         distributions=("onnx", "onnxscript", "onnx-ir", "onnxruntime"),
         extra="onnx",
         card_tags=("onnx",),
         quantization_stage="onnx",
-        description="ONNX graph (.onnx + .onnx.data), run by ONNX Runtime on CPU or CUDA",
+        description="ONNX graph (.onnx + .onnx_data), run by ONNX Runtime on CPU or CUDA",
     )
 )

@@ -8,16 +8,23 @@ from typing import ClassVar, Literal
 from ...configs import ExportConfig
 from ...errors import ConfigError
 from ...formats import ExportFormat, FileLayout
+from .conventions import GENAI_CONFIG, STEMS
 
 __all__ = ["FORMAT", "LAYOUT", "SHARED_DATA", "OnnxConfig"]
 
 FORMAT = ExportFormat.declare("onnx")
 #: External data that several components of one export read (written once; see :mod:`.io`).
 SHARED_DATA = "shared.onnx.data"
-#: ``<component>.onnx`` and its external data ``<component>.onnx.data``, in ``onnx/`` on the Hub; the weights
-#: components share go to ``shared.onnx.data``.
+#: ``<stem>.onnx`` and its external data ``<stem>.onnx_data``, in ``onnx/`` on the Hub, the stem named as ONNX's own
+#: tools load it (``model``, ``model_q4``: :mod:`.conventions`), else the component's name; the weights components
+#: share go to ``shared.onnx.data``. Exports made before these names have ``<component>.onnx.data``.
 LAYOUT = FileLayout(
-    subfolder="onnx", files=((".onnx", "program"), (".onnx.data", "weights")), shared=((SHARED_DATA, "weights"),)
+    subfolder="onnx",
+    files=((".onnx", "program"), (".onnx_data", "weights")),
+    shared=((SHARED_DATA, "weights"),),
+    stems=STEMS,
+    legacy=((".onnx.data", "weights"),),
+    extras=((GENAI_CONFIG, "runtime"),),
 )
 _PROVIDERS = ("cpu", "cuda", "webgpu", "dml")
 

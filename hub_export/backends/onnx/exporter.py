@@ -1,15 +1,17 @@
-"""``OnnxExporter``: the traced ExportedProgram lowered to ONNX, saved as ``model.onnx`` + ``model.onnx.data``.
+"""``OnnxExporter``: the traced ExportedProgram lowered to ONNX, saved as ``model.onnx`` + ``model.onnx_data``.
 
 Why ``torch.onnx.export(program, dynamo=True)`` rather than building the graph with ``onnx_ir`` ourselves: the
 flat ExportedProgram from :func:`~hub_export.export.trace.trace` is exactly what the torch exporter takes, and
 it owns the hard part (the ATen-to-ONNX translation library, decompositions, symbolic shapes, onnxscript's
 optimizer). What it does not do, this module does on the resulting ``onnx_ir.Model``:
 
-* graph inputs and outputs get the traced names (``input_ids``, ``logits``, ``past_key_values.0.key``) instead of
-  ``tensors_0`` / ``linear_14``;
-* symbolic dims get the names of the traced signature (``batch``, ``sequence``) instead of ``s0``; output dims that
-  are expressions read with those names (``past_sequence + sequence``);
-* weights are saved to ``model.onnx.data`` (every initializer of 1 KiB or more), so exports past protobuf's 2 GB
+* graph inputs and outputs get the traced names as ONNX's own tools read them (``input_ids``, ``logits``, the cache
+  in ``past_key_values.0.key`` and out ``present.0.key``: :mod:`.conventions`) instead of ``tensors_0`` /
+  ``linear_14``;
+* symbolic dims get the names of the traced signature as those tools read them (``batch_size``,
+  ``sequence_length``) instead of ``s0``; output dims that are expressions read with those names
+  (``past_sequence_length + sequence_length``);
+* weights are saved to ``model.onnx_data`` (every initializer of 1 KiB or more), so exports past protobuf's 2 GB
   limit work, and loading keeps them there: :meth:`OnnxExporter.load_program` returns an ``onnx_ir.Model`` whose
   initializers are lazy ``ExternalTensor`` objects, remembering its file so ONNX Runtime opens the file itself.
 
@@ -22,9 +24,9 @@ edits made to it in memory are neither run nor saved by ``ExportedModel`` (which
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
-from collections.abc import Sequence
 from typing import Any
 
 from ...configs import ExportConfig
@@ -40,6 +42,7 @@ from ._fusions import fuse_for_ort as _fuse_for_ort
 from ._moe import fused_experts_forward, moe_plan
 from ._weights import fold_weight_transposes, keep_large_weights
 from .config import FORMAT, OnnxConfig
+from .conventions import graph_dim, graph_input_name, graph_output_name
 from .patches import (
     exact_no_op_rules,
     known_split_folding,
@@ -172,11 +175,14 @@ def _optimize(model: Any) -> None:
 
 
 def _quantize(model: Any, traced: Traced, config: ExportConfig) -> Any:
-    """Run the config's ONNX-stage quantizer (after fusions, as ONNX Runtime recommends)."""
+    """Run the config's ONNX-stage quantizer (after fusions, as ONNX Runtime recommends), its calibration samples fed
+    by the graph's input names."""
     quantizer = find_quantizer(config, "onnx")
     if quantizer is None:
         return model
-    quantized = quantizer.quantize(model, calibration_for(quantizer, traced), "onnx")
+    calibration = calibration_for(quantizer, traced)
+    calibration = dataclasses.replace(calibration, names=[graph_input_name(n) for n in calibration.names])
+    quantized = quantizer.quantize(model, calibration, "onnx")
     quantized.graph.name = model.graph.name
     return quantized
 
@@ -186,9 +192,10 @@ def _name_io(model: Any, traced: Traced) -> None:
     import onnx_ir as ir
 
     graph = model.graph
-    names = [s.name for s in traced.signature.inputs]
+    names = [graph_input_name(s.name) for s in traced.signature.inputs]
     by_placeholder = dict(zip(traced.program.graph_signature.user_inputs, names))
-    wanted = set(names) | {s.name for s in traced.signature.outputs}
+    output_names = [graph_output_name(s.name) for s in traced.signature.outputs]
+    wanted = set(names) | set(output_names)
     for node in graph:  # free the names we are about to give
         for value in node.outputs:
             if value.name in wanted:
@@ -206,7 +213,7 @@ def _name_io(model: Any, traced: Traced) -> None:
             f"The ONNX graph has {len(graph.outputs)} outputs, the traced program {len(traced.signature.outputs)}."
         )
     named: set[int] = set()
-    for index, spec in enumerate(traced.signature.outputs):
+    for index, name in enumerate(output_names):
         value = graph.outputs[index]
         if value.is_graph_input() or value.is_initializer() or id(value) in named or value.producer() is None:
             identity = ir.node("Identity", [value])
@@ -215,11 +222,12 @@ def _name_io(model: Any, traced: Traced) -> None:
             graph.append(identity)
             graph.outputs[index] = value = out
         named.add(id(value))
-        value.name = spec.name
+        value.name = name
 
 
 def _name_dims(model: Any, traced: Traced) -> None:
-    """Rename the exporter's symbols (``s0``) after the traced signature's dim names everywhere in the graph.
+    """Rename the exporter's symbols (``s0``) after the traced signature's dim names everywhere in the graph, as
+    ONNX's tools name them (:func:`.conventions.graph_dim`: ``batch_size``).
 
     Graph inputs and outputs take the traced shapes (names, expressions such as ``past_sequence + sequence``, and
     the sizes the tracer pinned, which the exporter may still write as a symbol ``"2"``); other values get their
@@ -228,7 +236,8 @@ def _name_dims(model: Any, traced: Traced) -> None:
     import onnx_ir as ir
 
     graph = model.graph
-    io_specs = dict(zip(map(id, graph.inputs), _specs_by_name(graph.inputs, traced.signature.inputs)))
+    inputs = {graph_input_name(s.name): s for s in traced.signature.inputs}
+    io_specs = {id(value): inputs.get(value.name) for value in graph.inputs}
     io_specs.update(zip(map(id, graph.outputs), traced.signature.outputs))
     symbols: dict[str, str] = {}
     for value in graph.inputs:
@@ -237,7 +246,7 @@ def _name_dims(model: Any, traced: Traced) -> None:
             continue
         for dim, named in zip(value.shape, spec.shape):
             if isinstance(dim, ir.SymbolicDim) and dim.value and isinstance(named, str):
-                symbols.setdefault(dim.value, named)
+                symbols.setdefault(dim.value, graph_dim(named))
     keys = sorted(symbols, key=len, reverse=True)
     pattern = re.compile(r"\b(" + "|".join(map(re.escape, keys)) + r")\b") if keys else None
 
@@ -258,13 +267,9 @@ def _name_dims(model: Any, traced: Traced) -> None:
         for axis, dim in enumerate(value.shape):
             if isinstance(dim, ir.SymbolicDim) and dim.value:
                 dim = traced_shape[axis] if traced_shape is not None else rename(dim.value)
+                dim = graph_dim(dim) if isinstance(dim, str) else dim
             dims.append(dim)
         value.shape = ir.Shape(dims)
-
-
-def _specs_by_name(values: Any, specs: Sequence[Any]) -> list[Any]:
-    by_name = {s.name: s for s in specs}
-    return [by_name.get(v.name) for v in values]
 
 
 def _all_values(model: Any) -> list[Any]:

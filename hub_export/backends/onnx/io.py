@@ -1,4 +1,5 @@
-"""Save and load ONNX programs: ``<component>.onnx`` + ``<component>.onnx.data`` (initializers of 1 KiB or more).
+"""Save and load ONNX programs: ``<stem>.onnx`` + ``<stem>.onnx_data`` (initializers of 1 KiB or more), the stem
+the one :mod:`.conventions` gives a component (``model``), or the component's name.
 
 The components of one export are written together (:func:`save_programs`): a tensor several of them read (the
 weights ``prefill`` and ``decode`` share) is written once, to ``shared.onnx.data``, which each of their graphs
@@ -32,7 +33,7 @@ def program_path(program: Any) -> str | None:
 
 
 def save_program(program: Any, directory: Path, component: str) -> list[str]:
-    """``<component>.onnx``, initializers of 1 KiB or more in ``<component>.onnx.data`` (written even when empty),
+    """``<component>.onnx``, initializers of 1 KiB or more in ``<component>.onnx_data`` (written even when empty),
     streamed from the memory they live in and hashed as they are written."""
     return save_programs({component: program}, directory)[component]
 
@@ -45,7 +46,7 @@ def save_programs(programs: dict[str, Any], directory: Path) -> dict[str, list[s
 
 
 def load_program(directory: Path, component: str, entry: ComponentEntry, options: SafetyOptions | None = None) -> Any:
-    """The graph without its weights: initializers stay lazy ``ExternalTensor`` objects in ``.onnx.data``.
+    """The graph without its weights: initializers stay lazy ``ExternalTensor`` objects in ``.onnx_data``.
 
     The path is kept unresolved in ``program.meta`` (see :func:`program_path`): ONNX Runtime opens it and finds
     the data file beside it, also when both are symlinks into the huggingface_hub cache. Lazy tensors of a

@@ -22,6 +22,7 @@ from ...errors import ConfigError, DeviceUnavailableError, ExportError, UnsafeEx
 from ...manifest import ComponentEntry
 from ...runner import ModelRunner
 from ._fusions import runnable_on
+from .conventions import graph_input_name, graph_output_name
 from .io import program_path, save_program
 
 __all__ = ["OnnxRunner", "available_cores", "execution_providers", "make_session_options"]
@@ -179,10 +180,18 @@ class OnnxRunner(ModelRunner):
         self._keepalive = keepalive  # the temporary folder of an in-memory program
         self._torch_device = torch.device(device)
         graph_inputs = {i.name for i in session.get_inputs()}
-        # the exporter may drop an input the graph never reads: it is validated, then not fed
-        self._feed = [(i, spec.name) for i, spec in enumerate(metadata.signature.inputs) if spec.name in graph_inputs]
-        self._outputs = [spec.name for spec in metadata.signature.outputs]
-        missing = sorted({o.name for o in session.get_outputs()} ^ set(self._outputs))
+        graph_outputs = {o.name for o in session.get_outputs()}
+        # each input by its graph name (conventions.py), or its own name in an export made before those; the
+        # exporter may drop an input the graph never reads: it is validated, then not fed
+        feed = [
+            (i, _graph_name(spec.name, graph_input_name, graph_inputs))
+            for i, spec in enumerate(metadata.signature.inputs)
+        ]
+        self._feed = [(i, name) for i, name in feed if name in graph_inputs]
+        self._outputs = [
+            _graph_name(spec.name, graph_output_name, graph_outputs) for spec in metadata.signature.outputs
+        ]
+        missing = sorted(graph_outputs ^ set(self._outputs))
         if missing:
             raise ExportError(f"The ONNX graph's outputs differ from the export's signature at {missing}.")
         dtypes = {s.dtype for s in (*metadata.signature.inputs, *metadata.signature.outputs)}
@@ -347,3 +356,8 @@ def _write_temporary(program: Any) -> tuple[str, Any]:
     folder = tempfile.TemporaryDirectory(prefix="hub_export_onnx_")  # removed when the runner is collected
     main = save_program(program, Path(folder.name), "model")[0]
     return os.path.join(folder.name, main), folder
+
+
+def _graph_name(name: str, convention: Any, names: set[str]) -> str:
+    """``name`` as the graph has it: as :mod:`.conventions` names it, else as it is (an export made before)."""
+    return name if name in names else convention(name)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ...formats import Backend, register_backend
-from . import io, safety
+from ...formats import Backend, one_graph_stem, register_backend
+from . import conventions, io, safety
 from .config import FORMAT, LAYOUT, OpenVINOConfig
 from .exporter import OpenVINOExporter
 from .runner import OpenVINORunner
@@ -21,8 +21,10 @@ BACKEND = register_backend(
         save_programs=io.save_programs,
         load_program=io.load_program,
         check_files=safety.check,
+        file_stem=one_graph_stem,
+        runtime_files=conventions.write_runtime_files,
         packages=("openvino",),
-        distributions=("openvino",),
+        distributions=("openvino", "openvino-tokenizers"),
         extra="openvino",
         card_tags=("openvino",),
         quantization_stage="openvino",

@@ -8,6 +8,7 @@ from typing import ClassVar
 from ...configs import ExportConfig
 from ...errors import ConfigError
 from ...formats import ExportFormat, FileLayout
+from .conventions import TOKENIZER_FILES
 
 __all__ = ["FORMAT", "LAYOUT", "SHARED_WEIGHTS", "OpenVINOConfig"]
 
@@ -21,6 +22,8 @@ LAYOUT = FileLayout(
     files=((".xml", "program"), (".bin", "weights")),
     prefix="openvino_",
     shared=((SHARED_WEIGHTS, "weights"),),
+    stems=("model",),
+    extras=tuple((name, "runtime") for name in TOKENIZER_FILES),
 )
 
 

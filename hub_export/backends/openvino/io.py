@@ -14,6 +14,7 @@ from ...errors import UnsafeExportError
 from ...formats import SafetyOptions
 from ...manifest import ComponentEntry
 from .config import LAYOUT
+from .conventions import mark_precise
 
 __all__ = ["COMPRESS_KEY", "PRECISION_KEY", "core", "load_program", "save_program", "save_programs"]
 
@@ -36,11 +37,15 @@ def _compressed(model: Any) -> bool:
 
 
 def save_program(program: Any, directory: Path, component: str) -> list[str]:
-    """``openvino.save_model`` to ``openvino_<component>.xml`` + ``.bin``, keeping the weights' precision."""
+    """``openvino.save_model`` to ``openvino_<component>.xml`` + ``.bin``, keeping the weights' precision; a program
+    that promises float32 has its operations marked precise (:func:`.conventions.mark_precise`), so that it computes in
+    float32 wherever it is compiled."""
     import openvino
 
     xml, binary = LAYOUT.component_files(component)
     openvino.save_model(program, str(Path(directory) / xml), compress_to_fp16=_compressed(program))
+    if program.has_rt_info(PRECISION_KEY) and program.get_rt_info(PRECISION_KEY).astype(str) == "f32":
+        mark_precise(Path(directory) / xml)
     return [xml, binary]
 
 
