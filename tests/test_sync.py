@@ -225,7 +225,11 @@ def test_several_formats_go_to_another_repo_in_one_commit(source: str, hub_api: 
     commits = hub_api.list_repo_commits("me/exports")
     assert len(commits) == 2 and commits[0].commit_id == result.commit_sha  # repo creation + ONE commit
     files = set(hub_api.list_repo_files("me/exports"))
-    assert {"pt2/model.pt2", "onnx/model.onnx", "onnx/export.json", "pt2/export.json"} <= files
+    # a causal LM's forward is decoder_model.onnx (docs/interop.md); the root gets the source's config, which the
+    # formats' own tools read there (with transformers.js's flag for the ONNX weights file)
+    assert {"pt2/model.pt2", "onnx/decoder_model.onnx", "onnx/export.json", "pt2/export.json", "config.json"} <= files
+    root_config = json.loads(Path(hub_api.hf_hub_download("me/exports", "config.json")).read_text())
+    assert root_config["transformers.js_config"] == {"use_external_data_format": True}
     assert _commits(hub_api)[0] == source  # the source repo is untouched
     hub_env.clear_log()
     assert plan_sync(REPO, ["onnx", "dynamo"], target="me/exports").up_to_date and _weights_requests(hub_env) == []

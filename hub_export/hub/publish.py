@@ -13,6 +13,7 @@ and uploads nothing.
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import re
 import tempfile
@@ -27,6 +28,7 @@ from .._files import sha256_file, verify_file
 from ..errors import HubError, ManifestError
 from ..formats import backend_for
 from ..manifest import MANIFEST_NAME, Manifest, Source
+from ..preprocessing import PREPROCESSING_FILES
 from .card import CardExport, render_card
 
 __all__ = ["PublishResult", "publish", "push_export"]
@@ -231,6 +233,9 @@ def _publish_once(
         for path in sorted(remote):
             if path.startswith(prefix) and path[len(prefix) :] not in exp.files and not path.startswith(tuple(nested)):
                 ops.append(CommitOperationDelete(path_in_repo=path))
+    for name, data in _root_files(api, repo_id, head, remote, local).items():
+        ops.append(CommitOperationAdd(path_in_repo=name, path_or_fileobj=data))
+        uploaded += len(data)
     readme = _readme(api, repo_id, head, remote, local)
     if readme is not None:
         ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=readme))
@@ -315,6 +320,41 @@ def _same(remote: Any, path: Path, sha256: str | None) -> bool:
         while chunk := handle.read(1 << 20):
             digest.update(chunk)
     return remote.blob_id == digest.hexdigest()
+
+
+# -- the repo root --------------------------------------------------------------------------------------------
+def _root_files(api: Any, repo_id: str, head: str, remote: dict, local: list[_Local]) -> dict[str, bytes]:
+    """The files the repo root needs so that the formats' own tools load an export by the repo id alone (they read
+    the model's ``config.json`` and tokenizer at the root and the export in its subfolder: transformers.js,
+    optimum, OpenVINO GenAI): in a repo without a ``config.json`` at its root (a repo of exports only), the source's
+    ``config.json``, ``generation_config.json`` and tokenizer and processor files, from the export; in any repo, the
+    keys of ``config.json`` a format's tools read at the root (``Backend.root_config_keys``) where it lacks them.
+    Nothing else of a root file is ever changed."""
+    with_config = [exp for exp in local if "config.json" in exp.files]
+    if not with_config:
+        return {}
+    keys = {key for exp in local for key in backend_for(exp.manifest.export_format).root_config_keys}
+    wanted: dict[str, Any] = {}
+    for exp in with_config:
+        config = json.loads(exp.files["config.json"].read_bytes())
+        wanted.update({key: config[key] for key in sorted(keys) if key in config and key not in wanted})
+    if "config.json" in remote:
+        current = json.loads(_download_text(api, repo_id, "config.json", head))
+        missing = {key: value for key, value in wanted.items() if key not in current}
+        if not isinstance(current, dict) or not missing:
+            return {}
+        return {"config.json": _json_bytes({**current, **missing})}
+    first = with_config[0]
+    config = json.loads(first.files["config.json"].read_bytes())
+    files = {"config.json": _json_bytes({**config, **{k: v for k, v in wanted.items() if k not in config}})}
+    for name in ("generation_config.json", *PREPROCESSING_FILES):
+        if name in first.files and name not in remote:
+            files[name] = first.files[name].read_bytes()
+    return files
+
+
+def _json_bytes(data: dict[str, Any]) -> bytes:
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
 # -- README card ----------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ __all__ = [
     "SOURCE_ATTRIBUTE",
     "SOURCE_PATTERNS",
     "load_source",
+    "model_identity",
     "preprocessing_of",
     "resolve_revision",
     "source_of",
@@ -139,6 +140,40 @@ def load_source(
     source = Source(repo_id, sha, revision, None if used.rstrip("/") == _DEFAULT_ENDPOINT else used.rstrip("/"))
     setattr(model, SOURCE_ATTRIBUTE, source)
     return model
+
+
+def model_identity(api: Any, repo_id: str, sha: str) -> frozenset[tuple[str, str]] | None:
+    """What makes two commits of ``repo_id`` the same source model: ``(path, blob id)`` of the root files
+    :func:`load_source` reads (:data:`SOURCE_PATTERNS`), ``config.json`` by its content less the keys that a
+    publish adds for the formats' own tools (``Backend.root_config_keys``: a repo that receives its own exports gets
+    them). None when the commit cannot be read (history rewritten, another endpoint): never the same as another.
+
+    ``sync`` and ``publish`` take exports made from commits of equal identity as made from the same source.
+    """
+    import fnmatch
+    import hashlib
+    import json
+
+    from huggingface_hub.errors import HfHubHTTPError
+
+    from ..formats import backends
+
+    try:
+        info = api.model_info(repo_id, revision=sha, files_metadata=True)
+        files = {
+            s.rfilename: s.blob_id
+            for s in info.siblings or []
+            if "/" not in s.rfilename and any(fnmatch.fnmatch(s.rfilename, p) for p in SOURCE_PATTERNS)
+        }
+        if "config.json" in files:
+            config = json.loads(Path(api.hf_hub_download(repo_id, "config.json", revision=sha)).read_bytes())
+            added = {key for backend in backends().values() for key in backend.root_config_keys}
+            if isinstance(config, dict):
+                config = {key: value for key, value in config.items() if key not in added}
+            files["config.json"] = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+    except (HfHubHTTPError, OSError, ValueError):
+        return None
+    return frozenset(files.items())
 
 
 def _model_class(snapshot: Path) -> Any:

@@ -18,7 +18,6 @@ subfolder, re-exported with the task, config and kind (graph or generation) its 
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -30,7 +29,7 @@ from .._progress import stage
 from ..errors import ConfigError, ExportError, HubError, ManifestError
 from ..formats import ExportFormat, backend_for
 from ..manifest import MANIFEST_NAME, Manifest
-from .source import SOURCE_PATTERNS, resolve_revision
+from .source import model_identity, resolve_revision
 from .wanted import (
     Wanted,
     config_of,
@@ -214,20 +213,9 @@ def _head(api: Any, repo_id: str, revision: str) -> tuple[str | None, set[str]]:
 
 
 def _model_files(api: Any, repo_id: str, sha: str, cache: dict[str, Any]) -> Any:
-    """The identity (path, blob id) of the files ``load_source`` reads at ``sha``."""
+    """:func:`~hub_export.hub.source.model_identity` of ``sha``, each commit read once per plan."""
     if sha not in cache:
-        from huggingface_hub.errors import HfHubHTTPError
-
-        try:
-            info = api.model_info(repo_id, revision=sha, files_metadata=True)
-        except HfHubHTTPError:
-            cache[sha] = None  # unknown commit (history rewritten, another endpoint): treat as different
-        else:
-            cache[sha] = frozenset(
-                (s.rfilename, s.blob_id)
-                for s in info.siblings or []
-                if "/" not in s.rfilename and any(fnmatch.fnmatch(s.rfilename, p) for p in SOURCE_PATTERNS)
-            )
+        cache[sha] = model_identity(api, repo_id, sha)
     return cache[sha]
 
 
