@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
 from urllib.parse import parse_qs
 
+from hub_export.embedded_hub._cors import CORS_HEADERS, preflight
 from hub_export.embedded_hub._protocol import CHUNK, BodyTooLarge, Request, Response, error_response
 from hub_export.embedded_hub._routes import Router
 from hub_export.errors import StoreError
@@ -117,7 +118,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server naming
         self._handle()
 
-    do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = do_GET
+    do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_GET
 
     # -- request body ------------------------------------------------------------------------------------
     def _chunks(self) -> Iterator[bytes]:
@@ -203,7 +204,9 @@ class Handler(BaseHTTPRequestHandler):
                 if self._remaining > hub.max_body:
                     raise BodyTooLarge(hub.max_body)
             fault = hub._take_fault(self.command, path)
-            if fault is not None and fault.action.startswith("status:"):
+            if self.command == "OPTIONS":  # a browser's CORS preflight: no route, no access check
+                resp = preflight()
+            elif fault is not None and fault.action.startswith("status:"):
                 resp = error_response(StoreError(f"Injected fault ({fault.action})", int(fault.action[7:])))
             else:
                 host = self.headers.get("Host") or ""
@@ -258,7 +261,7 @@ class Handler(BaseHTTPRequestHandler):
             declared = to_send if fault.action == "truncate" else size
         try:
             self.send_response(resp.status)
-            for key, value in resp.headers.items():
+            for key, value in {**CORS_HEADERS, **resp.headers}.items():
                 self.send_header(key, value)
             self.send_header("Content-Length", str(declared))
             if self.close_connection:
