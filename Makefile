@@ -11,7 +11,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint install clean bench
+.PHONY: demo test lint install consumers clean bench
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -23,13 +23,18 @@ $(STAMP): $(PY) pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# the runtimes' own tools the consumer tests run (tests/test_consumers.py): the optimum packages in environments of
+# their own, transformers.js from npm, Debian's Chromium; cached per machine, so only the first run creates them
+consumers: $(STAMP)
+	$(PY) tests/consumers/envs.py
+
 # ruff (lint + format) and mypy before the tests: CI enforces them
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy hub_export
 
-test: lint
+test: lint consumers
 	HF_HUB_DISABLE_XET=1 HF_HUB_DISABLE_TELEMETRY=1 $(PY) -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile --durations=30 $(PYTEST_ARGS)
 
 demo: $(STAMP)

@@ -11,7 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["VOCAB_SIZE", "WORDS", "bert_tokenizer", "llama_tokenizer", "t5_tokenizer", "whisper_tokenizer"]
+__all__ = [
+    "VOCAB_SIZE",
+    "WORDS",
+    "bert_tokenizer",
+    "byte_level_tokenizer",
+    "llama_tokenizer",
+    "save_as_hub_tokenizer",
+    "t5_tokenizer",
+    "whisper_tokenizer",
+]
 
 #: The vocabulary size of the tiny text models.
 VOCAB_SIZE = 96
@@ -66,6 +75,47 @@ def llama_tokenizer() -> Any:
         unk_token="<unk>",
         padding_side="left",
     )
+
+
+def byte_level_tokenizer() -> Any:
+    """A byte-level BPE (``Ġ`` marks a space: GPT-2's, Llama 3's and Qwen's kind) trained on :data:`WORDS`:
+    ``<|pad|>``=0, ``<|begin_of_text|>``=1 (prepended), ``<|end_of_text|>``=2, then the bytes of the words and their
+    merges up to :data:`VOCAB_SIZE`. Its alphabet is the words' ASCII bytes only, so that every token a random model
+    generates decodes to text on its own (the ExecuTorch LLM runner hands each token to Python as a ``str``)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|pad|>", "<|begin_of_text|>", "<|end_of_text|>"]
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=specials, show_progress=False)
+    tokenizer.train_from_iterator([" ".join(WORDS)] * 3, trainer=trainer)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", 1)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token="<|begin_of_text|>",
+        eos_token="<|end_of_text|>",
+        pad_token="<|pad|>",
+        padding_side="left",
+    )
+
+
+def save_as_hub_tokenizer(tokenizer: Any, folder: Any) -> None:
+    """Save ``tokenizer`` as a Hub repo made by transformers 4 has it: ``tokenizer_config.json`` names the class
+    ``PreTrainedTokenizerFast``, which every transformers reads (transformers 5 writes ``TokenizersBackend``, which
+    the runtimes' tools that pin transformers 4, optimum among them, do not know)."""
+    import json
+    from pathlib import Path
+
+    tokenizer.save_pretrained(folder)
+    path = Path(folder) / "tokenizer_config.json"
+    config = json.loads(path.read_text())
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config.pop("backend", None)
+    path.write_text(json.dumps(config, indent=2))
 
 
 def t5_tokenizer() -> Any:
