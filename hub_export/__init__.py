@@ -69,6 +69,7 @@ _LAZY = {
     "NNCFWeightCompressionConfig": "quantization",
     "NNCFQuantizationConfig": "quantization",
     "PT2EQuantizer": "quantization",
+    "show_third_party_output": "_quiet",
 }
 
 __all__ = [

@@ -35,6 +35,7 @@ __all__ = [
     "remember_sha256",
     "replace_directory",
     "sha256_file",
+    "spelled_as_path",
     "verify_file",
 ]
 
@@ -226,3 +227,11 @@ def replace_directory(staged: Path, target: str | Path) -> None:
         os.replace(aside, target)
         raise
     shutil.rmtree(aside, ignore_errors=True)
+
+
+def spelled_as_path(text: str) -> bool:
+    """Whether ``text`` can only be a local path, never a Hub repo id (``./x``, ``../x``, ``/x``, ``~/x``, ``x/``,
+    more than one ``/``, a Windows drive)."""
+    if text.startswith((".", "/", "~", "\\")) or text.endswith(("/", "\\")) or (len(text) > 1 and text[1] == ":"):
+        return True
+    return text.count("/") > 1

@@ -78,7 +78,7 @@ def main() -> int:
 
         if debug_requested():
             return _run(server)
-        with quiet_third_party(lambda text: _say(f"   warning: {text}")):
+        with quiet_third_party(lambda text: _say(f"   warning: {text}"), native=True):
             return _run(server)
 
 

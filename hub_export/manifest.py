@@ -284,13 +284,13 @@ class Manifest:
             ManifestError: Invalid JSON, schema violation, an unknown format or file, a class outside the allow-list.
         """
         if len(text) > MAX_MANIFEST_BYTES:
-            raise ManifestError(f"$: export.json is {len(text)} bytes, over the {MAX_MANIFEST_BYTES} byte limit.")
+            raise ManifestError(f"export.json is {len(text)} bytes, over the {MAX_MANIFEST_BYTES} byte limit.")
         try:
             data = json.loads(text)
         except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, and integers past the digit limit
-            raise ManifestError(f"$: export.json is not valid JSON ({str(exc)[:200]}).") from None
+            raise ManifestError(f"export.json is not valid JSON ({str(exc)[:200]}).") from None
         except RecursionError:
-            raise ManifestError("$: export.json is nested too deeply.") from None
+            raise ManifestError("export.json is nested too deeply.") from None
         validate_manifest_data(data)
         return cls._from_data(data)
 
@@ -332,11 +332,11 @@ class Manifest:
         try:
             info = os.lstat(path)
         except FileNotFoundError:
-            raise ManifestError(f"$: no {MANIFEST_NAME} in {directory}; is this a hub_export export folder?") from None
+            raise ManifestError(f"no {MANIFEST_NAME} in {directory}; is this a hub_export export folder?") from None
         if not stat.S_ISREG(info.st_mode):
-            raise ManifestError(f"$: {path} is not a regular file (a symlink or a device); refusing to read it.")
+            raise ManifestError(f"{path} is not a regular file (a symlink or a device); refusing to read it.")
         if info.st_size > MAX_MANIFEST_BYTES:
-            raise ManifestError(f"$: export.json is {info.st_size} bytes, over the {MAX_MANIFEST_BYTES} byte limit.")
+            raise ManifestError(f"export.json is {info.st_size} bytes, over the {MAX_MANIFEST_BYTES} byte limit.")
         with open(path, "rb") as handle:
             manifest = cls.loads(handle.read(MAX_MANIFEST_BYTES + 1))
         manifest.check_paths(directory)
@@ -487,16 +487,23 @@ def validate_manifest_data(data: Any) -> None:
             "upgrade hub-export."
         )
     if json_depth(data, _MAX_JSON_DEPTH) >= _MAX_JSON_DEPTH:
-        raise ManifestError(f"$: export.json is nested deeper than {_MAX_JSON_DEPTH} levels.")
+        raise ManifestError(f"export.json is nested deeper than {_MAX_JSON_DEPTH} levels.")
+    if _written_by_transformers_exporters(data):
+        raise ManifestError(
+            "this export.json was written by transformers.exporters, whose exports hub_export does not load (they "
+            "record no file hashes or parity): re-export the model with hub_export (the same calls, imported from "
+            "hub_export), or load this one with transformers.exporters."
+        )
     try:
         errors = sorted(
             _validator().iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path)))
         )
     except RecursionError:
-        raise ManifestError("$: export.json is nested too deeply.") from None
+        raise ManifestError("export.json is nested too deeply.") from None
     if errors:
         best = _best_error(errors)
-        raise ManifestError(f"{_json_path(best.absolute_path)}: {best.message}")
+        where = _json_path(best.absolute_path)
+        raise ManifestError(f"{'export.json' if where == '$' else where}: {best.message}")
     try:
         backend_for(data["export_format"])
     except UnknownFormatError as exc:
@@ -509,6 +516,18 @@ def validate_manifest_data(data: Any) -> None:
         raise ManifestError("$.files: duplicate paths.")
     for name, component in data["components"].items():
         _check_component(name, component, version, listed)
+
+
+def _written_by_transformers_exporters(data: Any) -> bool:
+    """Whether ``data`` is the manifest ``transformers.exporters`` writes: no ``created_with``, and components as
+    ``{"file": ..., "metadata": ...}``."""
+    components = data.get("components") if isinstance(data, dict) else None
+    return (
+        isinstance(components, dict)
+        and "created_with" not in data
+        and bool(components)
+        and all(isinstance(c, dict) and {"file", "metadata"} <= set(c) for c in components.values())
+    )
 
 
 def _best_error(errors: list[Any]) -> Any:

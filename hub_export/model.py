@@ -16,7 +16,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ._files import atomic_directory, file_entry, replace_directory
+from ._files import atomic_directory, file_entry, replace_directory, spelled_as_path
+from ._quiet import quietly
 from ._versions import created_with
 from .component import ExportedComponent
 from .configs import AutoExportConfig, ExportConfig
@@ -27,7 +28,7 @@ from .hub.publish import push_export
 from .loading import LoadedExport, LocalFiles, load_export
 from .manifest import MANIFEST_NAME, SIDE_FILE_ROLES, Manifest, Source
 from .preprocessing import listed_preprocessing, write_preprocessing
-from .sample_inputs import default_token_types
+from .sample_inputs import default_inputs
 from .tasks import TASKS, plan_class_name
 
 # ExportedModelForCausalLM and ExportedModelForSeq2SeqLM are built on first use (module ``__getattr__`` below).
@@ -132,13 +133,14 @@ class ExportedModel:
         """Whether ``generate()`` works: only for exports made by ``export_for_generation``."""
         return False
 
+    @quietly
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run a single-component export with the model's inputs (the main one may be positional); returns the
         model's ModelOutput class. ``token_type_ids`` that the export traced but the call omits are zeros, as the
         model itself takes them."""
         component = self._single()
         runner = self.runners[component.name]
-        return runner(**default_token_types(runner.signature, self._named_inputs(args, kwargs)))
+        return runner(**default_inputs(runner.signature, self._named_inputs(args, kwargs)))
 
     def _named_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """``kwargs`` with the one positional argument a model takes (its main input) named.
@@ -231,6 +233,7 @@ class ExportedModel:
             task=self.task,
         )
 
+    @quietly
     def save_pretrained(self, save_directory: str | Path) -> Path:
         """Write every component's files, ``export.json``, ``config.json`` [and ``generation_config.json``].
 
@@ -241,13 +244,7 @@ class ExportedModel:
             HubExportError: ``save_directory`` is a non-empty folder that is not an export.
         """
         target = Path(save_directory)
-        if target.exists() and (
-            not target.is_dir() or (any(target.iterdir()) and not (target / MANIFEST_NAME).is_file())
-        ):
-            raise HubExportError(
-                f"{target} exists and is not a hub_export export folder; save into an empty or new folder "
-                "(one export per folder, e.g. <model>/onnx)."
-            )
+        check_export_folder(target)
         staged = atomic_directory(target)
         try:
             backend = backend_for(self.export_format)
@@ -284,12 +281,14 @@ class ExportedModel:
             component._files_dir = target.resolve()
         return target
 
+    @quietly
     def push_to_hub(self, repo_id: str, **kwargs: Any) -> Any:
         """Publish this export as one commit in ``repo_id`` (see :func:`hub_export.hub.publish.push_export`)."""
         return push_export(self, repo_id, **kwargs)
 
     # -- loading --------------------------------------------------------------------------------------------
     @classmethod
+    @quietly
     def from_pretrained(
         cls,
         pretrained_model_name_or_path: str | Path,
@@ -390,6 +389,12 @@ class ExportedModel:
             raise TypeError("export_config= and task= choose what export=... makes; pass export= too.")
         elif (Path(pretrained_model_name_or_path) / subfolder).is_dir():
             source = LocalFiles(Path(pretrained_model_name_or_path) / subfolder)
+        elif spelled_as_path(str(pretrained_model_name_or_path)) or Path(pretrained_model_name_or_path).exists():
+            where = f"{pretrained_model_name_or_path}" + (f" (subfolder {subfolder!r})" if subfolder else "")
+            raise HubExportError(
+                f"no export folder {where}: pretrained_model_name_or_path is a folder written by save_pretrained (or "
+                "hub-export export), or a Hub repo id (owner/name)."
+            )
         else:
             source = download_export(
                 str(pretrained_model_name_or_path),
@@ -430,6 +435,24 @@ class ExportedModel:
         exported.task = manifest.task
         exported.preprocessing = listed_preprocessing(loaded.source.directory, manifest)
         return exported
+
+
+def check_export_folder(target: Path) -> None:
+    """Refuse a folder an export cannot be saved into: a file, or a folder with other files than an export (an export
+    folder is replaced whole). Callers check before the work that would be saved there (``hub-export export``).
+
+    Raises:
+        HubExportError: Saying which folder and what to do.
+    """
+    target = Path(target)
+    if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / MANIFEST_NAME).is_file())):
+        what = "a file" if not target.is_dir() else "a folder holding other files than an export"
+        raise HubExportError(
+            f"{target} is {what}; save into an empty or new folder (one export per folder, e.g. <model>/onnx), "
+            "or into a folder holding an earlier export, which is replaced.",
+            cli_message=f"--output {target} is {what}; pass an empty or new folder (or one holding an earlier "
+            "export, which is replaced).",
+        )
 
 
 class _Runners(Mapping[str, Any]):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 import warnings
 from typing import Any
 
@@ -52,6 +53,8 @@ def pipeline(task: str | None = None, model: Any = None, *args: Any, **kwargs: A
     """
     import transformers
 
+    if isinstance(model, (str, os.PathLike)):
+        model = _export_named(model, kwargs)
     exported = isinstance(model, ExportedModel)
     if task is None and exported:
         from .tasks import export_task
@@ -65,6 +68,41 @@ def pipeline(task: str | None = None, model: Any = None, *args: Any, **kwargs: A
         kwargs["pipeline_class"] = _checked_by_architecture(_task_pipeline_class(task))
     make: Any = transformers.pipeline
     return make(task, model, *args, **kwargs)
+
+
+def _export_named(name: str | os.PathLike[str], kwargs: dict[str, Any]) -> Any:
+    """The export ``model=`` names (a folder or a Hub repo holding ``export.json``, in ``subfolder=`` if given), its
+    tokenizer or processor taken from the export's own files unless given; a name that holds no export is returned
+    as it is, for transformers to load the model itself.
+
+    Raises:
+        ManifestError: The repo holds exports, but in other folders (the message lists them: pass ``subfolder=``).
+    """
+    from pathlib import Path
+
+    from .errors import ManifestError
+    from .manifest import MANIFEST_NAME
+
+    subfolder = kwargs.pop("subfolder", "") or ""
+    hub = {key: kwargs[key] for key in ("revision", "token") if kwargs.get(key) is not None}
+    local = Path(name)
+    if local.is_dir() and not (local / subfolder / MANIFEST_NAME).is_file():
+        return name  # a model folder: transformers loads it
+    try:
+        model = ExportedModel.from_pretrained(os.fspath(name), subfolder=subfolder, **hub)
+    except ManifestError as exc:
+        if "holds no export" in str(exc):
+            return name  # a model repo without exports: transformers loads it
+        raise
+    if kwargs.get("tokenizer") is None and (local.is_dir() or not local.exists()):
+        files = set(model.preprocessing or {})  # the export's own tokenizer and processor files
+        if "tokenizer_config.json" in files or "tokenizer.json" in files:
+            from transformers import AutoTokenizer
+
+            where = str(local / subfolder) if local.is_dir() else str(name)
+            options = {} if local.is_dir() else {"subfolder": subfolder, **hub}
+            kwargs["tokenizer"] = AutoTokenizer.from_pretrained(where, **options)
+    return model
 
 
 def _task_pipeline_class(task: str) -> type:

@@ -6,7 +6,7 @@ from typing import Any
 
 from .errors import ExportError
 
-__all__ = ["default_token_types", "dummy_inputs", "implied_inputs"]
+__all__ = ["default_inputs", "dummy_inputs", "implied_inputs"]
 
 
 def _get(config: Any, *names: str, default: Any = None) -> Any:
@@ -85,15 +85,29 @@ def implied_inputs(model: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     return {**inputs, "token_type_ids": torch.zeros_like(ids)}
 
 
-def default_token_types(signature: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` with all-zero ``token_type_ids`` when ``signature`` (a component's :class:`Signature`) traced them
-    and the call gives none: a model takes missing token types as zeros (segment A), so an export traced with them
-    runs without them too."""
-    if kwargs.get("token_type_ids") is not None or "token_type_ids" not in dict(signature.input_structure):
+def default_inputs(signature: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with the inputs a model fills in itself when a call gives none, where ``signature`` (a component's
+    :class:`Signature`) traced them: all-zero ``token_type_ids`` (segment A) and an all-ones ``attention_mask``
+    (every token attended), each the shape of ``input_ids`` (``input_values`` for audio), so that an export traced
+    with them runs without them, as the model does. A graph taking a cache keeps its mask required (its length
+    covers the cache too)."""
+    traced = dict(signature.input_structure)
+    missing = [name for name in ("token_type_ids", "attention_mask") if name in traced and kwargs.get(name) is None]
+    if not missing:
         return kwargs
-    reference = kwargs.get("input_ids")
+    reference = kwargs.get("input_ids", kwargs.get("input_values"))
     if reference is None:
         return kwargs
     import torch
 
-    return {**kwargs, "token_type_ids": torch.zeros_like(torch.as_tensor(reference))}
+    reference = torch.as_tensor(reference)
+    filled = dict(kwargs)
+    if "token_type_ids" in missing and kwargs.get("input_ids") is not None:
+        filled["token_type_ids"] = torch.zeros_like(reference)
+    takes_cache = any(spec.name.startswith("input.") for spec in signature.inputs)
+    if "attention_mask" in missing and not takes_cache and reference.dim() == 2:
+        from .signature import torch_dtype
+
+        spec = next(s for s in signature.inputs if s.name == "attention_mask")
+        filled["attention_mask"] = torch.ones(reference.shape, dtype=torch_dtype(spec.dtype))
+    return filled

@@ -13,7 +13,8 @@ import warnings
 import pytest
 
 from hub_export._progress import listen, stage
-from hub_export.cli._console import Console, _NativeLogFilter, quiet_third_party
+from hub_export._quiet import _NativeLogFilter, quiet_third_party
+from hub_export.cli._console import Console
 
 
 class _Terminal(io.StringIO):
@@ -72,7 +73,7 @@ def test_quiet_prints_only_the_essential_lines_and_json_one_object():
 def test_other_libraries_are_silenced_and_our_warnings_shown(capfd, caplog):
     own = []
     logger = logging.getLogger("some.library")
-    with quiet_third_party(own.append):
+    with quiet_third_party(own.append, native=True):
         warnings.warn("LeafSpec is deprecated", FutureWarning, stacklevel=1)  # from this test file: not ours
         logger.warning("Failed to load something")
         os.write(2, b"[cpuinfo_utils.cpp:71] Reading file /sys/devices/soc0/image_version\n")  # native, on fd 2
@@ -110,3 +111,32 @@ def test_the_native_log_filter_keeps_partial_lines_and_progress_bars():
     stream.write("[partial")
     stream.close_pending()
     assert out.getvalue() == "hello\n[not a log]\n\rbar 10%\rbar 20%\n[partial"
+
+
+def test_the_library_is_quiet_by_default_and_shows_everything_on_request(capsys, monkeypatch):
+    """Library calls run under the same filter (without touching file descriptor 2, which is the host's), nested
+    calls change nothing, and show_third_party_output (or HUB_EXPORT_DEBUG=1) turns it off."""
+    from hub_export import _quiet as hub_export_quiet
+    from hub_export import show_third_party_output
+    from hub_export._quiet import quietly
+
+    monkeypatch.delenv("HUB_EXPORT_DEBUG", raising=False)
+
+    @quietly
+    def noisy() -> None:
+        warnings.warn("LeafSpec is deprecated", FutureWarning, stacklevel=1)
+        logging.getLogger("torch.utils._pytree").warning("Enum subclass registered")
+        sys.stderr.write("[cpuinfo_utils.cpp:71] Reading file\n")
+        with quiet_third_party():  # nested: still quiet after it
+            pass
+        sys.stderr.write("done\n")
+
+    noisy()
+    assert capsys.readouterr().err == "done\n"
+    show_third_party_output(True)
+    try:
+        with pytest.warns(FutureWarning):
+            noisy()
+        assert "[cpuinfo_utils.cpp:71]" in capsys.readouterr().err
+    finally:
+        hub_export_quiet._SHOW = None  # back to the environment's choice

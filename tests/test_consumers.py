@@ -299,6 +299,7 @@ def _serve(folder: Path) -> tuple[ThreadingHTTPServer, str]:
     handler = partial(SimpleHTTPRequestHandler, directory=str(folder))
     handler.log_message = lambda *args: None  # type: ignore[method-assign]
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.handle_error = lambda request, address: None  # type: ignore[method-assign] - the browser resets connections
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 

@@ -12,10 +12,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .._files import spelled_as_path
 from ._errors import UsageError
 
 __all__ = [
     "add_command",
+    "add_format_option",
     "add_hub_options",
     "add_output_options",
     "add_publish_options",
@@ -58,6 +60,39 @@ def add_command(subparsers: Any, name: str, *, help: str, description: str, exam
     )
     parser.set_defaults(_parser=parser)
     return parser
+
+
+class _Formats(argparse.Action):
+    """``--format`` repeated, or several formats in one value (``onnx,openvino``, as the Action's ``formats`` input
+    takes them): each checked against the registered formats."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        from ..formats import ExportFormat
+
+        known = [f.value for f in ExportFormat]
+        names = [name for name in str(values).replace(",", " ").split() if name]
+        unknown = [name for name in names if name not in known]
+        if unknown or not names:
+            parser.error(
+                f"argument {option_string}: invalid choice {', '.join(unknown) or repr(values)} (choose from "
+                f"{', '.join(known)}; repeat --format for several, or separate them with commas)"
+            )
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest, None) or []), *names])
+
+
+def add_format_option(parser: argparse.ArgumentParser, *, help: str) -> None:
+    """``-f/--format``, repeatable and comma-separated (``--format onnx --format openvino``, ``--format onnx,openvino``)."""
+    from ..formats import ExportFormat
+
+    parser.add_argument(
+        "-f",
+        "--format",
+        dest="formats",
+        action=_Formats,
+        required=True,
+        metavar="FORMAT",
+        help=f"{help}: {', '.join(f.value for f in ExportFormat)}; repeatable, or several separated by commas",
+    )
 
 
 def add_output_options(parser: argparse.ArgumentParser) -> None:
@@ -133,14 +168,6 @@ def check_task(args: argparse.Namespace) -> None:
 
         if task not in TASKS:
             raise ConfigError(f"--task {task} is not a task hub-export knows; use one of: {', '.join(TASKS)}.")
-
-
-def spelled_as_path(text: str) -> bool:
-    """Whether ``text`` can only be a local path, never a Hub repo id (``./x``, ``../x``, ``/x``, ``~/x``, ``x/``,
-    more than one ``/``, a Windows drive)."""
-    if text.startswith((".", "/", "~", "\\")) or text.endswith(("/", "\\")) or (len(text) > 1 and text[1] == ":"):
-        return True
-    return text.count("/") > 1
 
 
 def is_local_path(text: str) -> bool:

@@ -16,26 +16,16 @@
 from __future__ import annotations
 
 import contextlib
-import io
 import json
-import logging
 import os
-import re
 import sys
-import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any, TextIO
 
+from .._quiet import debug_requested, quiet_third_party, show_third_party_output
+
 __all__ = ["Console", "debug_requested", "quiet_third_party"]
-
-_PACKAGE_DIR = str(Path(__file__).resolve().parent.parent) + os.sep
-
-
-def debug_requested() -> bool:
-    """Whether ``HUB_EXPORT_DEBUG`` asks for everything (tracebacks, third-party output)."""
-    return os.environ.get("HUB_EXPORT_DEBUG", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def _progress_bars_enabled() -> bool:
@@ -99,10 +89,14 @@ class Console:
             self._close_line()
             print(f"warning: {text}", file=self.err, flush=True)
 
-    def error(self, prog: str, message: str) -> None:
+    def error(self, prog: str, message: str, exit_code: int = 1) -> None:
         """The one error line: ``hub-export CMD: error: message`` (in GitHub Actions, an ``::error::`` annotation,
-        which the run's page shows even when the line is inside a collapsed log group)."""
+        which the run's page shows even when the line is inside a collapsed log group); with ``--json`` also
+        ``{"error": message, "exit_code": n}`` on stdout, so that a script reading stdout sees the failure."""
         self._close_line()
+        if self.as_json:
+            self.out.write(json.dumps({"error": message, "exit_code": exit_code}, sort_keys=True) + "\n")
+            self.out.flush()
         if os.environ.get("GITHUB_ACTIONS") == "true":
             print(f"::error title={prog}::{message.replace('%', '%25')}", file=self.err, flush=True)
         else:
@@ -146,8 +140,10 @@ class Console:
         with contextlib.ExitStack() as stack:
             if self.quiet:
                 stack.enter_context(_progress_bars_disabled())
-            if not self.verbose:
-                stack.enter_context(quiet_third_party(self.warn))
+            if self.verbose:  # the library's entry points show everything too
+                show_third_party_output(True)
+            else:
+                stack.enter_context(quiet_third_party(self.warn, native=True))
             stack.enter_context(listen(self))
             yield
 
@@ -169,156 +165,3 @@ def _progress_bars_disabled() -> Iterator[None]:
         bars_off = disable_progress_bars()
     with bars_off:
         yield
-
-
-# -- third-party noise -----------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def quiet_third_party(show_own: Any = None) -> Iterator[None]:
-    """Filter what other libraries print while the block runs; hub_export's own warnings still reach ``show_own``.
-
-    * warnings raised from outside the hub_export package are dropped (``show_own(message)`` gets ours, default:
-      dropped too);
-    * log records below ERROR are dropped (``logging.disable``): torchao's "Failed to load", torch's ``_pytree``
-      and ``torchvision is not installed`` notices;
-    * transformers' own progress bars (weight loading) are off; huggingface_hub's transfer bars are not;
-    * file descriptor 2 points at a scratch file, so what native code writes there is not shown, while
-      ``sys.stderr`` (Python code, progress bars, our status lines) still reaches the terminal through a copy of
-      the original descriptor;
-    * ``sys.stderr`` drops native log lines (``[cpuinfo_utils.cpp:71] ...``): ExecuTorch's Python bindings forward
-      their C++ log to ``sys.stderr`` rather than to the descriptor.
-    """
-    previous_disable = logging.root.manager.disable
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(warnings.catch_warnings())
-        warnings.simplefilter("default")  # each distinct warning once, then ours are shown and theirs dropped
-
-        def showwarning(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001 - stdlib hook
-            if show_own is not None and str(filename).startswith(_PACKAGE_DIR):
-                show_own((str(message).strip().splitlines() or [category.__name__])[0])
-
-        warnings.showwarning = showwarning
-        logging.disable(logging.WARNING)
-        stack.callback(logging.disable, previous_disable)
-        stack.enter_context(_transformers_bars_off())
-        stack.enter_context(_native_stderr_hidden())
-        stack.enter_context(_native_log_lines_dropped())
-        yield
-
-
-@contextlib.contextmanager
-def _transformers_bars_off() -> Iterator[None]:
-    """transformers' bars off through its public hook, leaving huggingface_hub's (``disable_progress_bar()`` would
-    turn both off)."""
-    try:
-        from transformers.utils import logging as hf_logging
-    except ImportError:  # pragma: no cover - transformers is a dependency
-        yield
-        return
-
-    def silent(factory: Any, args: tuple, kwargs: dict) -> Any:
-        return factory(*args, **{**kwargs, "disable": True})
-
-    previous = getattr(hf_logging, "_tqdm_hook", None)
-    hf_logging.set_tqdm_hook(silent)
-    try:
-        yield
-    finally:
-        hf_logging.set_tqdm_hook(previous)
-
-
-@contextlib.contextmanager
-def _native_stderr_hidden() -> Iterator[None]:
-    """Point file descriptor 2 at a scratch file; keep ``sys.stderr`` on the original terminal (see above)."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError, AttributeError):  # no descriptor 2 (embedded interpreter): nothing to hide
-        yield
-        return
-    stream = sys.stderr
-    try:
-        uses_fd2 = stream.fileno() == 2
-    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
-        uses_fd2 = False  # pytest's capture or another replacement: Python writes never reach descriptor 2
-    replacement = None
-    if uses_fd2:
-        replacement = os.fdopen(
-            os.dup(saved),
-            "w",
-            buffering=1,
-            encoding=getattr(stream, "encoding", None) or "utf-8",
-            errors=getattr(stream, "errors", None) or "backslashreplace",
-        )
-        sys.stderr = replacement
-    with tempfile.TemporaryFile(prefix="hub-export-native-") as scratch:
-        os.dup2(scratch.fileno(), 2)
-        try:
-            yield
-        finally:
-            if replacement is not None:
-                replacement.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            if replacement is not None:
-                sys.stderr = stream
-                replacement.close()
-
-
-#: A line of a native library's log as forwarded to Python: ``[cpuinfo_utils.cpp:71] Reading file ...``.
-_NATIVE_LOG_LINE = re.compile(r"\[[\w./-]+\.(?:c|cc|cpp|cxx|h|hpp|mm?):\d+\] ")
-
-
-class _NativeLogFilter(io.TextIOBase):
-    """A text stream passing everything to ``stream`` except whole lines that look like a native log line."""
-
-    def __init__(self, stream: TextIO) -> None:
-        super().__init__()
-        self._stream = stream
-        self._pending = ""  # the start of a line that began with "[", held until its newline
-
-    def write(self, text: str) -> int:
-        data, self._pending = self._pending + text, ""
-        out = []
-        while data:
-            newline = data.find("\n")
-            if data.startswith("[") and newline < 0:
-                self._pending = data  # decide once the line is complete
-                break
-            line, data = (data, "") if newline < 0 else (data[: newline + 1], data[newline + 1 :])
-            if not (line.startswith("[") and _NATIVE_LOG_LINE.match(line)):
-                out.append(line)
-        if out:
-            self._stream.write("".join(out))
-        return len(text)
-
-    def flush(self) -> None:
-        self._stream.flush()
-
-    def close_pending(self) -> None:
-        """Write a held partial line that turned out not to be a log line."""
-        if self._pending and not _NATIVE_LOG_LINE.match(self._pending):
-            self._stream.write(self._pending)
-        self._pending = ""
-
-    def isatty(self) -> bool:
-        return bool(getattr(self._stream, "isatty", lambda: False)())
-
-    def fileno(self) -> int:
-        return self._stream.fileno()
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return getattr(self._stream, "encoding", None) or "utf-8"
-
-
-@contextlib.contextmanager
-def _native_log_lines_dropped() -> Iterator[None]:
-    stream = sys.stderr
-    filtered = _NativeLogFilter(stream)
-    sys.stderr = filtered
-    try:
-        yield
-    finally:
-        filtered.close_pending()
-        if sys.stderr is filtered:
-            sys.stderr = stream

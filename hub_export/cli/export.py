@@ -9,7 +9,15 @@ from typing import Any
 from .._progress import stage
 from ..errors import HubExportError
 from ..formats import ExportFormat, backend_for, parse_format
-from ._args import add_command, add_hub_options, add_output_options, add_task_option, check_task, spelled_as_path
+from ._args import (
+    add_command,
+    add_format_option,
+    add_hub_options,
+    add_output_options,
+    add_task_option,
+    check_task,
+    spelled_as_path,
+)
 
 __all__ = ["DTYPES", "register", "run", "load_model"]
 
@@ -31,16 +39,7 @@ def register(subparsers: Any) -> None:
         example="hub-export export me/tiny-llama --task text-generation --format onnx --output ./exports",
     )
     parser.add_argument("model", metavar="MODEL", help="Hub repo id (owner/name) or local model folder")
-    parser.add_argument(
-        "-f",
-        "--format",
-        dest="formats",
-        action="append",
-        required=True,
-        choices=[f.value for f in ExportFormat],
-        metavar="FORMAT",
-        help=f"format to export, repeatable: {', '.join(f.value for f in ExportFormat)}",
-    )
+    add_format_option(parser, help="format to export")
     parser.add_argument(
         "-o",
         "--output",
@@ -58,7 +57,12 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="write each format to OUTPUT/<format folder> (always on with several formats)",
     )
-    parser.add_argument("--config", type=Path, metavar="FILE", help="JSON file: {format: {export config fields}}")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="JSON or YAML file: {format: {export config fields}} (the file sync --config reads)",
+    )
     parser.add_argument(
         "--dtype",
         choices=DTYPES,
@@ -127,17 +131,10 @@ def _task_class(task: str | None) -> Any:
 
 
 def _configs(args: argparse.Namespace) -> dict[ExportFormat, Any]:
-    import json
-
     from ..configs import AutoExportConfig
-    from ..errors import ConfigError
+    from ..hub.sync import load_sync_config
 
-    overrides = {}
-    if args.config:
-        try:
-            overrides = json.loads(args.config.read_text())
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"cannot read --config {args.config}: {exc}") from None
+    overrides = load_sync_config(args.config) if args.config else {}  # the file sync --config reads: JSON or YAML
     configs = {}
     for name in dict.fromkeys(args.formats):
         fmt = parse_format(name)
@@ -149,21 +146,25 @@ def _configs(args: argparse.Namespace) -> dict[ExportFormat, Any]:
 def run(args: argparse.Namespace, console: Any) -> int:
     """Export and save; one line per format (its folder and parity)."""
     from ..hub.wanted import export_model
+    from ..model import check_export_folder
     from ..tasks import auto_class_name
 
     check_task(args)
     configs = _configs(args)
+    per_folder = args.subfolder_per_format or len(configs) > 1
+    targets = {fmt: args.output / backend_for(fmt).layout.subfolder if per_folder else args.output for fmt in configs}
+    for target in targets.values():  # before minutes of work, not after
+        check_export_folder(target)
     model = load_model(args.model, args.revision, token=args.token, endpoint=args.endpoint, task=args.task)
     if args.dtype != "auto":
         import torch
 
         model = model.to(getattr(torch, args.dtype))
     generation = bool(args.task) and auto_class_name(args.task, model.config)[1]
-    per_folder = args.subfolder_per_format or len(configs) > 1
     done = []
     for fmt, config in configs.items():
         exported = export_model(model, fmt, config, task=args.task, generation=generation)
-        target = args.output / backend_for(fmt).layout.subfolder if per_folder else args.output
+        target = targets[fmt]
         with stage(f"saving {target}"):
             exported.save_pretrained(target)
         measured = [c.metadata.parity for c in exported.components.values() if c.metadata.parity]

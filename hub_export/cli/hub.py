@@ -32,14 +32,25 @@ def register(subparsers: Any) -> None:
     )
     serve.add_argument("--root", required=True, type=Path, help="storage folder (kept across restarts)")
     serve.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8000, help="port to bind (default: 8000)")
+    serve.add_argument("--port", type=int, default=8000, help="port to bind (default: 8000; 0: a free one)")
     serve.add_argument("--token", default=None, help="require this bearer token (read-write)")
     serve.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, console: Any) -> int:
     """Serve until interrupted (the server prints its URL and the environment to set)."""
-    from ..embedded_hub.server import serve
+    import errno
 
-    serve(args.root, args.host, args.port, token=args.token)
+    from ..embedded_hub.server import serve
+    from ..errors import HubExportError
+
+    try:
+        serve(args.root, args.host, args.port, token=args.token)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        raise HubExportError(
+            f"port {args.port} on {args.host} is already in use (another server, or a hub-export hub serve still "
+            "running): pass another --port, or --port 0 to take a free one (the banner prints it)."
+        ) from exc
     return 0

@@ -63,10 +63,10 @@ def main(argv: list[str] | None = None) -> int:
             return int(args.func(args, console) or 0)
     except UsageError as exc:
         command_parser.print_usage(sys.stderr)
-        console.error(prog, str(exc))
+        console.error(prog, str(exc), 2)
         return 2
     except KeyboardInterrupt:
-        console.error(prog, "interrupted")
+        console.error(prog, "interrupted", 130)
         return 130
     except Exception as exc:  # noqa: BLE001 - every failure ends in one line; --verbose shows the traceback
         if verbose:

@@ -6,8 +6,15 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..formats import ExportFormat
-from ._args import add_command, add_hub_options, add_output_options, add_publish_options, add_task_option, check_task
+from ._args import (
+    add_command,
+    add_format_option,
+    add_hub_options,
+    add_output_options,
+    add_publish_options,
+    add_task_option,
+    check_task,
+)
 
 __all__ = ["register", "run"]
 
@@ -27,16 +34,7 @@ def register(subparsers: Any) -> None:
         example="hub-export sync me/tiny-llama --task text-generation --format onnx --format openvino",
     )
     parser.add_argument("source", metavar="SOURCE", help="source model repo, e.g. me/tiny-llama")
-    parser.add_argument(
-        "-f",
-        "--format",
-        dest="formats",
-        action="append",
-        required=True,
-        choices=[f.value for f in ExportFormat],
-        metavar="FORMAT",
-        help=f"format to keep up to date, repeatable: {', '.join(f.value for f in ExportFormat)}",
-    )
+    add_format_option(parser, help="format to keep up to date")
     parser.add_argument("--target", default=None, metavar="REPO", help="repo receiving the exports (default: SOURCE)")
     parser.add_argument("--target-revision", default="main", help="target branch (default: main)")
     parser.add_argument(
@@ -122,17 +120,22 @@ def run(args: argparse.Namespace, console: Any) -> int:
         data = {**_plan_data(plan), "dry_run": True, "stale": not plan.up_to_date, "updated": False}
         console.result(data, essential=[verdict])
         return 0
+
+    def show(plan: Any) -> None:  # before the work: what will be exported, and why
+        console.line(f"plan for {plan.target_repo}@{plan.target_revision} from {plan.source_repo}@{plan.source_sha}:")
+        for line in plan.describe():
+            console.line(f"  {line}")
+
     result = sync(
         args.source,
         args.formats,
         create_pr=args.create_pr,
         commit_message=args.commit_message,
         private=args.private,
+        on_plan=show,
         **common,
     )
     plan = result.plan
-    for line in plan.describe():
-        console.line(f"  {line}")
     for note in result.notes:
         console.line(f"note: {note}")
     if result.updated:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from .._progress import stage
+from .._quiet import quietly
 from .._versions import warn_version_drift
 from ..configs import ExportConfig
 from ..errors import BackendUnavailableError, ConfigError, ParityError
@@ -27,6 +28,7 @@ from ..quantization.base import find_quantizer, stage_for
 from ..quantization.pt2e import quantize_traced
 from ..sample_inputs import implied_inputs
 from ..signature import Signature
+from .size_one import check_size_one, one_size_candidates
 from .trace import DimBounds, Traced, trace
 
 __all__ = ["PARITY_RTOL", "HfExporter", "Lowered", "parity_tolerance"]
@@ -95,6 +97,7 @@ class HfExporter:
         return backend_for(self.export_format)
 
     # -- public API -------------------------------------------------------------------------------------
+    @quietly
     def export(self, model: Any, sample_inputs: dict[str, Any], *, config: ExportConfig | None = None) -> Any:
         """Export ``model`` traced on ``sample_inputs`` (the kwargs of one forward call).
 
@@ -114,7 +117,9 @@ class HfExporter:
         """
         config = self._check_config(config)
         self.check_available(config)
-        component = self.export_component("model", model, implied_inputs(model, dict(sample_inputs)), config)
+        component = self.export_component(
+            "model", model, implied_inputs(model, dict(sample_inputs)), config, admit_size_one=True
+        )
         exported = ExportedModel(
             self.export_format,
             config,
@@ -125,6 +130,7 @@ class HfExporter:
         )
         return _with_provenance(exported, model)
 
+    @quietly
     def export_for_generation(
         self,
         model: Any,
@@ -176,6 +182,7 @@ class HfExporter:
         *,
         lower_mins: dict[str, int] | None = None,
         also_check: Callable[[Any, ComponentEntry], None] | None = None,
+        admit_size_one: bool = False,
     ) -> Any:
         """Trace, lower and parity-check one component.
 
@@ -183,7 +190,9 @@ class HfExporter:
         ``torch.export`` bounded below by 2); the caller checks the program at those sizes, with ``also_check``:
         it is called with the parity runner and the component's metadata (parity recorded) once parity is
         measured, so that further checks run on the runner already built (one ONNX Runtime session, one OpenVINO
-        compilation of the weights per component) before it is freed.
+        compilation of the weights per component) before it is freed. ``admit_size_one`` lowers to 1 the dims the
+        trace bounded below by 2 (its 0/1 specialization) and keeps each where the program computes size 1 as eager
+        does (:mod:`.size_one`).
         """
         suffix = "" if name == "model" else f" {name}"
         self.check_model(module, sample_inputs, config)
@@ -191,8 +200,9 @@ class HfExporter:
             bounds = self.dynamic_bounds(module, config) if config.dynamic else None
             experts = functools.partial(self.experts_forward, config=config)
             traced = trace(module, sample_inputs, config, bounds=bounds, experts=experts)
-            if lower_mins:
-                traced = traced.replace(signature=_with_lower_mins(traced.signature, lower_mins))
+            ones = one_size_candidates(traced.signature, sample_inputs) if admit_size_one and config.dynamic else {}
+            if lower_mins or ones:
+                traced = traced.replace(signature=_with_lower_mins(traced.signature, {**ones, **(lower_mins or {})}))
             if config.quantizer is not None:  # an "fx"-stage quantizer (PT2E) rewrites the traced program
                 traced = quantize_traced(traced, config)
         with stage(f"lowering{suffix} to {self.export_format.value}"), traced.lowering_patches():
@@ -214,7 +224,7 @@ class HfExporter:
             produced = runner.run_flat([t.clone() for t in traced.sample])
             # the user's own sample where the trace is from a longer one: its largest difference counts too
             others = [(e, runner.run_flat([t.clone() for t in s])) for s, e in traced.checks]
-            if also_check is None:
+            if also_check is None and not ones:
                 del runner  # its memory (a compiled copy of the weights, for some runtimes) goes before the next stage
         magnitude = max([_max_abs(traced.expected), *(_max_abs(e) for e, _ in others)])
         precision = self.parity_precision(traced.dtype, config)
@@ -227,6 +237,13 @@ class HfExporter:
         if precision in PARITY_RTOL:
             parity.update(rtol=PARITY_RTOL[precision], max_abs_expected=magnitude)
         metadata = dataclasses.replace(metadata, parity=parity)
+        if ones:
+            with stage(f"checking{suffix} at size 1"):
+                atol = float(parity["atol"])  # type: ignore[arg-type]
+                signature = check_size_one(runner, metadata.signature, module, sample_inputs, ones, atol)
+                metadata = dataclasses.replace(metadata, signature=signature)
+                if also_check is None:
+                    del runner
         if also_check is not None:
             with stage(f"checking{suffix} further"):
                 also_check(runner, metadata)

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 from transformers import GenerationConfig, GenerationMixin
 
+from .._quiet import quietly
 from ..errors import HubExportError, InputError
 from ._processors import cheaper
 from ._prompt import fit_prompt
@@ -147,6 +148,7 @@ class GenerativeSteps(GenerationMixin):
         plan = self.generation or {}
         return plan.get("version") == 1 and (plan.get("kind") != "multimodal" or plan.get("runnable") is True)
 
+    @quietly
     def generate(self, *args: Any, seed: int | None = None, **kwargs: Any) -> Any:
         """transformers' ``GenerationMixin.generate`` over the exported graphs: same arguments, same outputs.
 

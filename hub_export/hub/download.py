@@ -173,6 +173,14 @@ def download_export(
                 f"{message} Exports in this repo: {listed} (pass subfolder=...).",
                 cli_message=f"{message} Exports in this repo: {listed}; choose one with --subfolder.",
             )
+        proposed = _pull_requests_with(repo_id, manifest_path, options)
+        if proposed:
+            raise ManifestError(
+                f"{message} The export is in an open pull request, not merged: pass revision={proposed[0]!r} to "
+                "load it, or merge the pull request.",
+                cli_message=f"{message} The export is in an open pull request, not merged: pass --revision "
+                f"{proposed[0]} to load it, or merge the pull request.",
+            )
         if found is not None and not found:
             message += " The repo holds no export (no export.json in any folder)."
         raise ManifestError(message)
@@ -383,6 +391,25 @@ def _exports_in(repo_id: str, revision: str, options: dict[str, Any]) -> list[st
     except Exception:  # noqa: BLE001 - a hint must never hide the real error
         return None
     return sorted(f.rsplit("/", 1)[0] + "/" for f in files if f.endswith("/" + MANIFEST_NAME))
+
+
+def _pull_requests_with(repo_id: str, path: str, options: dict[str, Any]) -> list[str]:
+    """The refs (``refs/pr/N``, newest first) of the repo's open pull requests holding ``path`` (online only; a
+    few requests: the hint of an error)."""
+    if options["offline"]:
+        return []
+    try:
+        from huggingface_hub import HfApi
+
+        api = HfApi(endpoint=options["endpoint"], token=options["token"])
+        refs = api.list_repo_refs(repo_id, include_pull_requests=True).pull_requests or []
+        found = []
+        for ref in sorted(refs, key=lambda r: int(r.ref.rsplit("/", 1)[-1]), reverse=True)[:5]:
+            if api.file_exists(repo_id, path, revision=ref.ref):
+                found.append(ref.ref)
+        return found
+    except Exception:  # noqa: BLE001 - a hint must never hide the real error
+        return []
 
 
 def _matches_blob_id(path: Path) -> bool:

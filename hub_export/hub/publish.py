@@ -25,6 +25,7 @@ from typing import Any
 
 from .. import _progress
 from .._files import sha256_file, verify_file
+from .._quiet import quietly
 from ..errors import HubError, ManifestError
 from ..formats import backend_for
 from ..manifest import MANIFEST_NAME, Manifest, Source
@@ -92,6 +93,7 @@ def push_export(exported: Any, repo_id: str, *, subfolder: str | None = None, **
     return publish(repo_id, {subfolder: exported}, **kwargs)
 
 
+@quietly
 def publish(
     repo_id: str,
     exports: Mapping[str, Any],

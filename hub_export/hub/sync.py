@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .._progress import stage
+from .._quiet import quietly
 from ..errors import ConfigError, ExportError, HubError, ManifestError
 from ..formats import ExportFormat, backend_for
 from ..manifest import MANIFEST_NAME, Manifest
@@ -399,6 +400,7 @@ def _export_all(models: Any, plan: SyncPlan, directory: Path) -> dict[str, dict[
     return done
 
 
+@quietly
 def sync(
     source: str,
     formats: Sequence[str],
@@ -414,6 +416,7 @@ def sync(
     private: bool | None = None,
     token: str | bool | None = None,
     endpoint: str | None = None,
+    on_plan: Callable[[SyncPlan], None] | None = None,
 ) -> SyncResult:
     """Export the stale formats of ``target`` from ``source@revision`` and publish them in one commit.
 
@@ -433,6 +436,7 @@ def sync(
         private: Visibility of the target repo when it has to be created.
         token: Hub token.
         endpoint: Hub endpoint.
+        on_plan: Called with the plan before anything is downloaded or exported (the CLI prints it).
 
     Returns:
         A :class:`SyncResult` (``updated=False`` when everything was up to date, nothing downloaded); its
@@ -451,6 +455,8 @@ def sync(
     sha = resolve_revision(source, revision, token=token, endpoint=endpoint)
     target = target or source
     plan = _plan(api, source, sha, target, target_revision, wanted)
+    if on_plan is not None:
+        on_plan(plan)
     if plan.up_to_date:
         return SyncResult(plan, False, plan.target_head)
     loaded: dict[str | None, Any] = {}

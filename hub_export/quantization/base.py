@@ -111,13 +111,13 @@ def calibration_for(quantizer: ExportQuantizer, traced: Any) -> Calibration:
     Raises:
         InputError: A calibration sample does not match the traced signature.
     """
-    from ..sample_inputs import default_token_types
+    from ..sample_inputs import default_inputs
 
     signature = traced.signature
     names = [spec.name for spec in signature.inputs]
     if not quantizer.calibration_dataset:
         return Calibration(names, [list(traced.sample)], from_dataset=False)
-    samples = [signature.flatten_inputs(default_token_types(signature, dict(s))) for s in quantizer.calibration_dataset]
+    samples = [signature.flatten_inputs(default_inputs(signature, dict(s))) for s in quantizer.calibration_dataset]
     return Calibration(names, samples)
 
 
