@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from ._cache import cache_root
-from .errors import IntegrityError
-from .manifest import FileEntry
+from .errors import HubExportError, IntegrityError
+from .manifest import MANIFEST_NAME, FileEntry
 
 __all__ = [
     "HashingWriter",
     "atomic_directory",
+    "check_export_folder",
     "copy_file",
     "file_entry",
     "known_sha256",
@@ -235,3 +236,21 @@ def spelled_as_path(text: str) -> bool:
     if text.startswith((".", "/", "~", "\\")) or text.endswith(("/", "\\")) or (len(text) > 1 and text[1] == ":"):
         return True
     return text.count("/") > 1
+
+
+def check_export_folder(target: Path) -> None:
+    """Refuse a folder an export cannot be saved into: a file, or a folder with other files than an export (an export
+    folder is replaced whole). Callers check before the work that would be saved there (``hub-export export``).
+
+    Raises:
+        HubExportError: Saying which folder and what to do.
+    """
+    target = Path(target)
+    if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / MANIFEST_NAME).is_file())):
+        what = "a file" if not target.is_dir() else "a folder holding other files than an export"
+        raise HubExportError(
+            f"{target} is {what}; save into an empty or new folder (one export per folder, e.g. <model>/onnx), "
+            "or into a folder holding an earlier export, which is replaced.",
+            cli_message=f"--output {target} is {what}; pass an empty or new folder (or one holding an earlier "
+            "export, which is replaced).",
+        )

@@ -177,6 +177,9 @@ class Backend:
         root_config_keys: Keys of ``config.json`` that the format's own tools read at the root of a Hub repo
             (transformers.js's ``transformers.js_config``): a publish copies them from the export's ``config.json``
             into the repo's, where it lacks them.
+        outdated_layout: ``outdated_layout(manifest) -> why or None``: what an export made by an earlier version
+            lacks that this one writes, beyond file names (which :meth:`outdated` compares itself): ExecuTorch's
+            LLM runner program.
         card_tags: The Hub tags of the format, on the model card.
         quantization_stage: The program type a quantizer sees after lowering (``"onnx"``, ``"openvino"``) or None
             when the backend's quantization happens on the traced program only.
@@ -195,6 +198,7 @@ class Backend:
     file_stem: Callable[[str, ComponentEntry, Mapping[str, Any] | None], str] | None = None
     runtime_files: Callable[[Path, Manifest], list[str]] | None = None
     root_config_keys: tuple[str, ...] = ()
+    outdated_layout: Callable[[Manifest], str | None] | None = None
     packages: tuple[str, ...] = ()
     distributions: tuple[str, ...] = ()
     extra: str = ""
@@ -212,6 +216,17 @@ class Backend:
                 f"The {self.name} backend names component {component!r} {stem!r}, not a stem of its layout."
             )
         return stem
+
+    def outdated(self, manifest: Manifest) -> str | None:
+        """Why ``manifest``'s export is not in the layout this version writes (its files named otherwise, or what
+        :attr:`outdated_layout` finds), or None. Such an export still loads; ``sync --relayout`` exports it again."""
+        shared = {name for name, _ in self.layout.shared}
+        for name, entry in manifest.components.items():
+            listed = {f.path for f in entry.files} - shared
+            current = set(self.layout.component_files(name, self.stem(name, entry, manifest.generation)))
+            if listed and not listed <= current:
+                return f"component {name!r} has {', '.join(sorted(listed - current))}, now {', '.join(sorted(current))}"
+        return self.outdated_layout(manifest) if self.outdated_layout is not None else None
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("-", "_").isidentifier() or self.name != self.name.lower():

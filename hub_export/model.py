@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ._files import atomic_directory, file_entry, replace_directory, spelled_as_path
+from ._files import atomic_directory, check_export_folder, file_entry, replace_directory, spelled_as_path
 from ._quiet import quietly
 from ._versions import created_with
 from .component import ExportedComponent
@@ -26,7 +26,7 @@ from .formats import ExportFormat, SafetyOptions, backend_for, backends, parse_f
 from .hub.download import download_export
 from .hub.publish import push_export
 from .loading import LoadedExport, LocalFiles, load_export
-from .manifest import MANIFEST_NAME, SIDE_FILE_ROLES, Manifest, Source
+from .manifest import SIDE_FILE_ROLES, Manifest, Source
 from .preprocessing import listed_preprocessing, write_preprocessing
 from .sample_inputs import default_inputs
 from .tasks import TASKS, plan_class_name
@@ -435,24 +435,6 @@ class ExportedModel:
         exported.task = manifest.task
         exported.preprocessing = listed_preprocessing(loaded.source.directory, manifest)
         return exported
-
-
-def check_export_folder(target: Path) -> None:
-    """Refuse a folder an export cannot be saved into: a file, or a folder with other files than an export (an export
-    folder is replaced whole). Callers check before the work that would be saved there (``hub-export export``).
-
-    Raises:
-        HubExportError: Saying which folder and what to do.
-    """
-    target = Path(target)
-    if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / MANIFEST_NAME).is_file())):
-        what = "a file" if not target.is_dir() else "a folder holding other files than an export"
-        raise HubExportError(
-            f"{target} is {what}; save into an empty or new folder (one export per folder, e.g. <model>/onnx), "
-            "or into a folder holding an earlier export, which is replaced.",
-            cli_message=f"--output {target} is {what}; pass an empty or new folder (or one holding an earlier "
-            "export, which is replaced).",
-        )
 
 
 class _Runners(Mapping[str, Any]):

@@ -51,6 +51,21 @@ def register(subparsers: Any) -> None:
     )
     add_task_option(parser)
     parser.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="export what the plan says is stale into DIR/<subfolder> and publish nothing (a fan-out workflow's "
+        "export jobs; hub-export publish commits the folders)",
+    )
+    parser.add_argument(
+        "--relayout",
+        action="store_true",
+        help="export again the exports an earlier version made in another layout (file names the runtimes' own "
+        "tools do not load); without it they count as up to date and the plan says so",
+    )
     add_publish_options(parser)
     add_hub_options(parser, revision_help="source revision to follow (default: main)", revision_default="main")
     add_output_options(parser)
@@ -97,6 +112,7 @@ def run(args: argparse.Namespace, console: Any) -> int:
         generation=args.generation,
         token=args.token,
         endpoint=args.endpoint,
+        relayout=args.relayout,
     )
     if args.dry_run:
         plan = plan_sync(args.source, args.formats, **common)
@@ -133,9 +149,21 @@ def run(args: argparse.Namespace, console: Any) -> int:
         commit_message=args.commit_message,
         private=args.private,
         on_plan=show,
+        output=args.output,
         **common,
     )
     plan = result.plan
+    if args.output is not None:
+        for sub, info in result.exports.items():
+            console.line(
+                f"exported {sub}/ to {info['path']} (max abs diff vs eager {info['parity']:.2e}), not published"
+            )
+        if not result.exports:
+            console.line("up to date: nothing to export")
+        write_outputs({"stale": bool(result.exports), "source-sha": plan.source_sha})
+        data = {**_plan_data(plan, result), "dry_run": False, "updated": False, "output": str(args.output)}
+        console.result(data, essential=[str(info["path"]) for info in result.exports.values()])
+        return 0
     for note in result.notes:
         console.line(f"note: {note}")
     if result.updated:

@@ -54,6 +54,7 @@ __all__ = [
 ]
 
 MISSING, OLDER_SOURCE, CONFIG_CHANGED, UP_TO_DATE = "missing", "older source sha", "config changed", "up to date"
+OLD_LAYOUT = "old layout"
 KEPT = "kept"
 _MAX_REPLANS = 3
 
@@ -66,8 +67,9 @@ class FormatPlan:
         export_format: The format.
         subfolder: Its folder in the target repo.
         config: The export config it must have (``ExportConfig.to_dict()``).
-        status: ``up to date``, ``missing``, ``older source sha``, ``config changed``, or ``kept`` (an export that
-            cannot be made again from its record, e.g. a calibrated quantization: left as it is).
+        status: ``up to date``, ``missing``, ``older source sha``, ``config changed``, ``old layout`` (made by an
+            earlier version in another layout, exported again because ``relayout`` asked for it), or ``kept`` (an
+            export that cannot be made again from its record, e.g. a calibrated quantization: left as it is).
         reason: One human line (which sha, which config fields).
         task: The task to export for (None: inferred from the source's config).
         generation: Made by ``export_for_generation`` (``generate()`` works on it).
@@ -230,7 +232,15 @@ def _read_manifest(api: Any, repo_id: str, path: str, head: str) -> Manifest | N
         return None
 
 
-def _plan(api: Any, source: str, sha: str, target: str, target_revision: str, requested: dict[str, Wanted]) -> SyncPlan:
+def _plan(
+    api: Any,
+    source: str,
+    sha: str,
+    target: str,
+    target_revision: str,
+    requested: dict[str, Wanted],
+    relayout: bool = False,
+) -> SyncPlan:
     head, files = _head(api, target, target_revision)
     same_files: dict[str, Any] = {}
     manifests: dict[str, Manifest | None] = {}
@@ -292,6 +302,8 @@ def _plan(api: Any, source: str, sha: str, target: str, target_revision: str, re
         elif generation != (manifest.generation is not None):
             made = "a generation export" if manifest.generation is not None else "a graph export"
             status, reason = CONFIG_CHANGED, f"{path} is {made}; task {task!r} needs the other kind"
+        elif (outdated := backend_for(fmt).outdated(manifest)) is not None and relayout:
+            status, reason = OLD_LAYOUT, f"made by an earlier version: {outdated}"
         else:
             status = UP_TO_DATE
             reason = (
@@ -299,6 +311,10 @@ def _plan(api: Any, source: str, sha: str, target: str, target_revision: str, re
                 if manifest.source.revision == sha
                 else (f"exported from {manifest.source.revision[:12]}, whose model files are identical")
             )
+            if outdated is not None:
+                reason = "; ".join(
+                    filter(None, [reason, f"in an earlier layout ({outdated}): --relayout exports it again"])
+                )
         plans.append(planned(status, reason))
     return SyncPlan(source, sha, target, target_revision, head, tuple(plans))
 
@@ -316,6 +332,7 @@ def plan_sync(
     generation: bool = False,
     token: str | bool | None = None,
     endpoint: str | None = None,
+    relayout: bool = False,
 ) -> SyncPlan:
     """Which formats of ``target`` are stale against ``source@revision`` (downloads manifests only).
 
@@ -332,12 +349,15 @@ def plan_sync(
         generation: The requested formats are ``export_for_generation`` exports.
         token: Hub token.
         endpoint: Hub endpoint.
+        relayout: Export again the exports made by an earlier version in another layout (:meth:`Backend.outdated`:
+            file names the runtimes' own tools do not load); without it they are up to date, and the plan says so.
     """
     from huggingface_hub import HfApi
 
     wanted = wanted_configs(formats, configs, task, generation)
     sha = source_sha or resolve_revision(source, revision, token=token, endpoint=endpoint)
-    return _plan(HfApi(endpoint=endpoint, token=token), source, sha, target or source, target_revision, wanted)
+    api = HfApi(endpoint=endpoint, token=token)
+    return _plan(api, source, sha, target or source, target_revision, wanted, relayout)
 
 
 # -- syncing --------------------------------------------------------------------------------------------------
@@ -417,6 +437,8 @@ def sync(
     token: str | bool | None = None,
     endpoint: str | None = None,
     on_plan: Callable[[SyncPlan], None] | None = None,
+    relayout: bool = False,
+    output: str | Path | None = None,
 ) -> SyncResult:
     """Export the stale formats of ``target`` from ``source@revision`` and publish them in one commit.
 
@@ -437,6 +459,9 @@ def sync(
         token: Hub token.
         endpoint: Hub endpoint.
         on_plan: Called with the plan before anything is downloaded or exported (the CLI prints it).
+        relayout: As :func:`plan_sync`'s.
+        output: Export the stale formats into ``output/<subfolder>`` and publish nothing (the export jobs of a
+            fan-out workflow: the same plan, each job one format, one ``hub-export publish`` of them all).
 
     Returns:
         A :class:`SyncResult` (``updated=False`` when everything was up to date, nothing downloaded); its
@@ -454,7 +479,7 @@ def sync(
     wanted = wanted_configs(formats, configs, task, generation)
     sha = resolve_revision(source, revision, token=token, endpoint=endpoint)
     target = target or source
-    plan = _plan(api, source, sha, target, target_revision, wanted)
+    plan = _plan(api, source, sha, target, target_revision, wanted, relayout)
     if on_plan is not None:
         on_plan(plan)
     if plan.up_to_date:
@@ -472,6 +497,13 @@ def sync(
         return loaded[key]
 
     notes: list[str] = []
+    if output is not None:
+        from .._files import check_export_folder
+
+        for item in plan.stale:  # before the work, not after it
+            check_export_folder(Path(output) / item.subfolder)
+        exports = _export_all(models, plan, Path(output))
+        return SyncResult(plan, False, plan.target_head, exports=exports)
     with tempfile.TemporaryDirectory(prefix="hub-export-sync-") as tmp:
         exports = _export_all(models, plan, Path(tmp))
         for attempt in range(1, _MAX_REPLANS + 1):
@@ -498,7 +530,7 @@ def sync(
                 notes.append(
                     f"{target}@{target_revision} moved to {head[:12] if head else None} while exporting: re-planned"
                 )
-                plan = _plan(api, source, sha, target, target_revision, wanted)  # same source commit
+                plan = _plan(api, source, sha, target, target_revision, wanted, relayout)  # same source commit
                 if plan.up_to_date:
                     notes.append(f"another sync already published {source}@{sha[:12]}; nothing to commit")
                     return SyncResult(plan, False, plan.target_head, notes=tuple(notes))

@@ -22,6 +22,7 @@ BACKEND = register_backend(
         load_program=io.load_program,
         check_files=safety.check,
         file_stem=llm_runner.file_stem,
+        outdated_layout=llm_runner.outdated,
         packages=("executorch",),
         distributions=("executorch", "torchao"),
         extra="executorch",

@@ -113,7 +113,10 @@ class ExecutorchExporter(HfExporter):
         :attr:`llm_runner` is False; the plan's ``runtimes`` names it, or says why it is missing."""
         exported = super().export_for_generation(model, inputs, config=_weights_outside(config), **kwargs)
         plan = exported.generation
-        if not self.llm_runner or plan.get("kind") != "decoder_only" or plan.get("one_graph") is not True:
+        if plan.get("kind") != "decoder_only" or plan.get("one_graph") is not True:
+            return exported
+        if not self.llm_runner:
+            plan["runtimes"] = {RUNTIME: "not exported: ExecutorchExporter.llm_runner is False"}
             return exported
         try:
             component = export_llm_runner(self, model, inputs, exported.export_config)

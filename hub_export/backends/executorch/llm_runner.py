@@ -29,7 +29,7 @@ from typing import Any
 
 from ...errors import HubExportError
 
-__all__ = ["LLM_COMPONENT", "MAX_PROMPT_CHUNK", "RUNTIME", "export_llm_runner", "file_stem", "metadata"]
+__all__ = ["LLM_COMPONENT", "MAX_PROMPT_CHUNK", "RUNTIME", "export_llm_runner", "file_stem", "metadata", "outdated"]
 
 #: The component holding the program, and the plan's name for the runtimes that run it.
 LLM_COMPONENT = "llm"
@@ -106,6 +106,19 @@ def file_stem(component: str, entry: Any, generation: Any) -> str:
     """ExecuTorch's ``Backend.file_stem``: the ``llm`` component is ``model.pte`` (optimum-executorch's name for it);
     every other component keeps its name (``decode.pte``, ``decode.ptd``)."""
     return "model" if component == LLM_COMPONENT and generation else component
+
+
+def outdated(manifest: Any) -> str | None:
+    """ExecuTorch's ``Backend.outdated_layout``: a decoder-only generation export made before the ``llm`` program
+    (its plan says nothing of the LLM runner)."""
+    plan = manifest.generation or {}
+    if (
+        plan.get("kind") == "decoder_only"
+        and plan.get("one_graph") is True
+        and RUNTIME not in (plan.get("runtimes") or {})
+    ):
+        return "no model.pte for ExecuTorch's LLM runner and optimum-executorch"
+    return None
 
 
 def export_llm_runner(exporter: Any, model: Any, prompt: dict[str, Any], config: Any) -> Any:
