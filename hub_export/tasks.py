@@ -27,6 +27,7 @@ __all__ = [
     "export_task",
     "infer_task",
     "plan_class_name",
+    "tasks_for",
 ]
 
 
@@ -143,6 +144,23 @@ def infer_task(config: Any, architecture: str | None = None) -> str:
             if getattr(candidate, "__name__", None) == wanted:
                 return task
     raise ConfigError(f"No task's auto class loads architecture {wanted!r}; pass task= (one of {', '.join(TASKS)}).")
+
+
+def tasks_for(folder: Any) -> list[str]:
+    """The tasks whose auto class loads the model config in ``folder`` (its class has a head for them)."""
+    import transformers
+
+    try:
+        config = transformers.AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
+    except (OSError, ValueError):
+        return []
+    found = []
+    for task in TASKS.values():
+        for auto in filter(None, (task.auto_class, task.non_generative_class)):
+            mapping = getattr(getattr(transformers, auto, None), "_model_mapping", None)
+            if mapping is not None and type(config) in mapping and task.name not in found:
+                found.append(task.name)
+    return found
 
 
 def export_task(exported: Any) -> str:

@@ -50,7 +50,14 @@ def register(subparsers: Any) -> None:
         type=Path,
         help="folder to write the export to",
     )
-    parser.add_argument("--dynamic", dest="dynamic", action="store_true", default=True, help="dynamic shapes (default)")
+    parser.add_argument(
+        "--dynamic",
+        dest="dynamic",
+        action="store_true",
+        default=True,
+        help="dynamic shapes (the default here; in Python an ExportConfig defaults to dynamic=False, as in "
+        "transformers.exporters: pass dynamic=True there)",
+    )
     parser.add_argument("--static", dest="dynamic", action="store_false", help="static shapes (the sample's sizes)")
     parser.add_argument(
         "--subfolder-per-format",
@@ -102,10 +109,10 @@ def load_model(
             raise HubExportError(
                 f"{model} has no *.safetensors weights; hub_export loads safetensors only (save_pretrained writes them)."
             )
-        from ..hub.source import _model_class
+        from ..hub.source import load_model_folder
 
         with stage(f"loading {model}"):
-            return (_task_class(task) or _model_class(local)).from_pretrained(str(local)).eval()
+            return load_model_folder(local, _task_class(task), model)
     if local.exists():
         raise HubExportError(f"{model} is a file; MODEL is a model folder (config.json + *.safetensors) or a repo id.")
     if spelled_as_path(model):
@@ -145,8 +152,8 @@ def _configs(args: argparse.Namespace) -> dict[ExportFormat, Any]:
 
 def run(args: argparse.Namespace, console: Any) -> int:
     """Export and save; one line per format (its folder and parity)."""
+    from .._files import check_export_folder
     from ..hub.wanted import export_model
-    from ..model import check_export_folder
     from ..tasks import auto_class_name
 
     check_task(args)

@@ -79,7 +79,22 @@ def _subfolders(args: argparse.Namespace) -> dict[str, Path]:
     return exports
 
 
-def _check(exports: dict[str, Path]) -> tuple[Any, list[tuple]]:
+def _same_model(sources: dict[str, Any], endpoint: str | None, token: str | None) -> bool:
+    """Whether exports recorded from different commits of one repo were made from the same model: the commits'
+    model files are identical (``hub.source.model_identity``, the notion ``sync`` uses), as when an export was
+    made before and another after a publish to the source repo itself."""
+    from huggingface_hub import HfApi
+
+    from ..hub.source import model_identity
+
+    if any(s is None for s in sources.values()) or len({s.repo_id for s in sources.values()}) != 1:
+        return False
+    api = HfApi(endpoint=endpoint, token=token)
+    identities = {model_identity(api, s.repo_id, s.revision) for s in sources.values()}
+    return len(identities) == 1 and None not in identities
+
+
+def _check(exports: dict[str, Path], endpoint: str | None = None, token: str | None = None) -> tuple[Any, list[tuple]]:
     """All exports valid, within their parity tolerance and from one source commit; returns it and summary rows."""
     from ..errors import HubExportError
     from ..loading import LocalFiles, verify_export
@@ -97,11 +112,13 @@ def _check(exports: dict[str, Path]) -> tuple[Any, list[tuple]]:
         diff, atol = parity.get("max_abs_diff"), parity.get("atol")
         rows.append((manifest.export_format, sub, "published", diff, atol, sum(e.size for e in manifest.all_listed())))
     distinct = {(s.repo_id, s.revision) if s else None for s in sources.values()}
-    if len(distinct) > 1:
+    if len(distinct) > 1 and not _same_model(sources, endpoint, token):
         listed = ", ".join(
             f"{sub}/: {f'{s.repo_id}@{s.revision[:12]}' if s else 'no source'}" for sub, s in sources.items()
         )
-        raise HubExportError(f"The exports come from different sources ({listed}); export them all from one commit.")
+        raise HubExportError(
+            f"The exports come from different models ({listed}); export them all from one commit of the model."
+        )
     return next(iter(sources.values())), rows
 
 
@@ -114,7 +131,7 @@ def run(args: argparse.Namespace, console: Any) -> int:
     for directory in args.directories:
         check_repo_first(args, args.repo_id, directory, USAGE)
     exports = _subfolders(args)
-    source, rows = _check(exports)
+    source, rows = _check(exports, args.endpoint, args.token)
     result = publish(
         args.repo_id,
         exports,

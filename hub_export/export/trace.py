@@ -511,10 +511,15 @@ def _export_flat(
         except (ConfigError, ExportError):
             raise
         except Exception as exc:  # torch raises many types; the message says what to try
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             raise ExportError(
                 f"torch.export failed for {type(model).__name__}: {type(exc).__name__}: {str(exc)[:2000]}\n"
                 "Try attn_implementation='sdpa' or 'eager', dynamic=False, or explicit dynamic_shapes with "
-                "prefer_deferred_runtime_asserts_over_guards=True."
+                "prefer_deferred_runtime_asserts_over_guards=True.",
+                cli_message=f"torch.export could not trace {type(model).__name__} with dynamic shapes ({why}); "
+                "export with --static (the sample's sizes), or from Python with explicit dynamic_shapes"
+                if not static
+                else f"torch.export could not trace {type(model).__name__} ({why}); run with --verbose for its trace.",
             ) from exc
         if wrapper.sizes and len(expected) != len(program.graph_signature.user_outputs):
             # the trace returned sizes of dynamic dims as tensors where eager returned ints: eager again, alike

@@ -12,13 +12,14 @@ and uploads nothing.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import random
 import re
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,20 +135,28 @@ def publish(
     api = HfApi(endpoint=endpoint, token=token)
     with tempfile.TemporaryDirectory(prefix="hub-export-publish-") as tmp:
         local = _stage(exports, Path(tmp))
-        for attempt in range(1, _MAX_ATTEMPTS + 1):
-            try:
-                with _progress.stage(f"uploading to {repo_id}"):
-                    return _publish_once(
-                        api, repo_id, local, revision, create_pr, commit_message, tag, parent_commit, private
-                    )
-            except _Conflict:
-                if parent_commit is not None:
-                    raise HubError(
-                        f"{repo_id}@{revision} moved past parent_commit {parent_commit} while publishing; nothing was "
-                        "changed. Re-read the head and publish again."
-                    ) from None
-                time.sleep(random.uniform(0.0, 0.05 * attempt))  # back off; the other publisher's commit won
-    raise HubError(f"Gave up publishing to {repo_id}@{revision} after {_MAX_ATTEMPTS} concurrent-commit conflicts.")
+        new_repo = not _exists(api, repo_id)
+        try:
+            for attempt in range(1, _MAX_ATTEMPTS + 1):
+                try:
+                    with _progress.stage(f"uploading to {repo_id}"):
+                        return _publish_once(
+                            api, repo_id, local, revision, create_pr, commit_message, tag, parent_commit, private
+                        )
+                except _Conflict:
+                    if parent_commit is not None:
+                        raise HubError(
+                            f"{repo_id}@{revision} moved past parent_commit {parent_commit} while publishing; nothing "
+                            "was changed. Re-read the head and publish again."
+                        ) from None
+                    time.sleep(random.uniform(0.0, 0.05 * attempt))  # back off; the other publisher's commit won
+            raise HubError(
+                f"Gave up publishing to {repo_id}@{revision} after {_MAX_ATTEMPTS} concurrent-commit conflicts."
+            )
+        except BaseException:
+            if new_repo:  # a failed first publish leaves no empty repo behind
+                _delete_if_empty(api, repo_id)
+            raise
 
 
 # -- staging --------------------------------------------------------------------------------------------------
@@ -252,15 +261,16 @@ def _publish_once(
         notes = ["unchanged: the revision already holds this export", *notes]
         return PublishResult(head, url, None, None, False, 0, tagged, tuple(notes))
     try:
-        info = api.create_commit(
-            repo_id,
-            ops,
-            commit_message=message or _default_message(local),
-            commit_description=_description(local),
-            revision=revision,
-            create_pr=create_pr,
-            parent_commit=head,
-        )
+        with _lfs_where_xet_is_missing(api, repo_id, revision):
+            info = api.create_commit(
+                repo_id,
+                ops,
+                commit_message=message or _default_message(local),
+                commit_description=_description(local),
+                revision=revision,
+                create_pr=create_pr,
+                parent_commit=head,
+            )
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else None
         if status in (409, 412):
@@ -274,6 +284,53 @@ def _publish_once(
         ) from exc
     tagged, notes = _tags(api, repo_id, info.oid, tag, sources, create_pr=create_pr)
     return PublishResult(info.oid, info.commit_url, info.pr_url, info.pr_revision, True, uploaded, tagged, tuple(notes))
+
+
+def _exists(api: Any, repo_id: str) -> bool:
+    try:
+        return bool(api.repo_exists(repo_id))
+    except Exception:  # noqa: BLE001 - unknown: never delete what may have been there
+        return True
+
+
+def _delete_if_empty(api: Any, repo_id: str) -> None:
+    """Delete a repo this publish created when it holds no more than the Hub's first commit (best effort)."""
+    try:
+        if len(api.list_repo_commits(repo_id)) <= 1:
+            api.delete_repo(repo_id)
+    except Exception:  # noqa: BLE001 - the publish's own error is the one to report
+        pass
+
+
+@contextlib.contextmanager
+def _lfs_where_xet_is_missing(api: Any, repo_id: str, revision: str) -> Iterator[None]:
+    """Upload with Git LFS where the endpoint has no Xet storage (the embedded hub, other self-hosted hubs):
+    huggingface_hub uploads with Xet whenever ``hf_xet`` is installed and ``HF_HUB_DISABLE_XET`` is unset, and a hub
+    without it answers its token request 404, failing the upload. Asked once per commit; the Hub itself is asked
+    too and answers a token, so nothing changes there."""
+    from urllib.parse import quote
+
+    from huggingface_hub import constants, get_session
+    from huggingface_hub.utils import build_hf_headers
+    from huggingface_hub.utils._runtime import is_xet_available
+
+    if not is_xet_available():
+        yield
+        return
+    url = f"{api.endpoint}/api/models/{repo_id}/xet-write-token/{quote(revision, safe='')}"
+    try:
+        missing = get_session().get(url, headers=build_hf_headers(token=api.token), timeout=10).status_code == 404
+    except Exception:  # noqa: BLE001 - undecided: leave the client's choice
+        missing = False
+    if not missing:
+        yield
+        return
+    before = constants.HF_HUB_DISABLE_XET
+    constants.HF_HUB_DISABLE_XET = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_DISABLE_XET = before
 
 
 def _remote_state(api: Any, repo_id: str, revision: str, create_pr: bool, private: bool | None) -> tuple[str, dict]:

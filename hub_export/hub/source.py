@@ -23,6 +23,7 @@ from ..preprocessing import PREPROCESSING_FILES, read_preprocessing
 __all__ = [
     "SOURCE_ATTRIBUTE",
     "SOURCE_PATTERNS",
+    "load_model_folder",
     "load_source",
     "model_identity",
     "preprocessing_of",
@@ -133,9 +134,7 @@ def load_source(
             "Convert the repo to safetensors first."
         )
     with stage(f"loading {repo_id}"):
-        cls = model_class or _model_class(snapshot)
-        model = cls.from_pretrained(str(snapshot), **from_pretrained_kwargs)
-        model.eval()
+        model = load_model_folder(snapshot, model_class, repo_id, **from_pretrained_kwargs)
     used = endpoint or constants.ENDPOINT
     source = Source(repo_id, sha, revision, None if used.rstrip("/") == _DEFAULT_ENDPOINT else used.rstrip("/"))
     setattr(model, SOURCE_ATTRIBUTE, source)
@@ -174,6 +173,59 @@ def model_identity(api: Any, repo_id: str, sha: str) -> frozenset[tuple[str, str
     except (HfHubHTTPError, OSError, ValueError):
         return None
     return frozenset(files.items())
+
+
+def load_model_folder(folder: Path, model_class: Any = None, name: str | None = None, **kwargs: Any) -> Any:
+    """``model_class`` (default: the auto class of the config's architecture) loaded from a model folder, in eval
+    mode; a model transformers cannot load as asked becomes one line saying what to do.
+
+    Raises:
+        ExportError: The model needs custom code (never run), or ``model_class`` has no head for it (the message
+            names the tasks it has).
+    """
+    from ..errors import ExportError
+
+    name = name or str(folder)
+    config = _read_config(folder)
+    remote = config.get("auto_map")
+    if remote:
+        code = ", ".join(sorted({str(v if isinstance(v, str) else v[0]) for v in remote.values()}))[:200]
+        raise ExportError(
+            f"{name} needs code of its own ({code}, named by auto_map in config.json), which hub_export never runs: "
+            "load the model yourself with transformers (trust_remote_code=True, after reading that code) and export "
+            "it from Python with an exporter."
+        )
+    try:
+        cls = model_class or _model_class(folder)
+        return cls.from_pretrained(str(folder), **kwargs).eval()
+    except ValueError as exc:
+        text = str(exc)
+        if "does not recognize this architecture" in text or "Unrecognized model" in text:
+            raise ExportError(
+                f"{name} is a {config.get('model_type')!r} model, which this transformers does not know: upgrade "
+                "transformers, or export a model of a type it ships."
+            ) from exc
+        if "Unrecognized configuration class" in text and model_class is not None:
+            from ..tasks import tasks_for
+
+            kinds = ", ".join(tasks_for(folder)) or "none of hub_export's tasks"
+            raise ExportError(
+                f"{name} ({config.get('model_type')}) has no {model_class.__name__.removeprefix('AutoModelFor')} "
+                f"head for this task; its config has: {kinds}.",
+                cli_message=f"{name} ({config.get('model_type')}) has no head for this --task; pass one it has: "
+                f"{kinds}.",
+            ) from exc
+        raise
+
+
+def _read_config(folder: Path) -> dict[str, Any]:
+    import json
+
+    try:
+        data = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _model_class(snapshot: Path) -> Any:

@@ -103,9 +103,18 @@ class OpenVINOExporter(HfExporter):
             with conversion_patches(traced.program):
                 model = openvino.convert_model(traced.program, input=given)
         except Exception as exc:  # the frontend raises OpConversionFailure, RuntimeError, ...
+            symbolic = any(not dim.pinned for dim in signature.dims.values())
             raise ExportError(
                 f"OpenVINO could not convert {traced.architecture}: {type(exc).__name__}: {str(exc)[:2000]}\n"
                 "Check that the installed openvino supports these operators, or export to ONNX instead."
+                + (" A static export (dynamic=False) may convert where this dynamic one did not." if symbolic else ""),
+                cli_message=f"OpenVINO could not convert {traced.architecture} ({type(exc).__name__}; --verbose shows "
+                "its message): "
+                + (
+                    "export with --static (the sample's sizes), or to another --format."
+                    if symbolic
+                    else "export to another --format."
+                ),
             ) from exc
         stable_top_k(model)
         floor_mods_of_integers_as_mods(model)
