@@ -8,7 +8,7 @@ from importlib import metadata
 __all__ = ["TESTED_VERSIONS", "__version__", "created_with", "warn_version_drift"]
 
 #: The version of hub_export (the facade re-exports it).
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # Keep equal to constraints.txt (a test checks it).
 TESTED_VERSIONS: dict[str, str] = {

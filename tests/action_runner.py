@@ -341,13 +341,19 @@ class WorkflowRunner:
             return {}
         if repo == "actions/upload-artifact":
             source = self.workdir / given["path"]
-            assert source.is_dir() and any(source.iterdir()), f"upload-artifact: nothing at {given['path']}"
+            if not (source.is_dir() and any(source.iterdir())):
+                assert given.get("if-no-files-found") in ("ignore", "warn"), (
+                    f"upload-artifact: nothing at {given['path']}"
+                )
+                return {}
             shutil.copytree(source, self.artifacts / given["name"])
             return {}
         if repo == "actions/download-artifact":
+            merge = str(given.get("merge-multiple", "false")).lower() == "true"
             for stored in sorted(self.artifacts.iterdir()) if self.artifacts.is_dir() else []:
                 if fnmatch.fnmatch(stored.name, given.get("pattern", "*")):
-                    shutil.copytree(stored, self.workdir / given.get("path", ".") / stored.name)
+                    target = self.workdir / given.get("path", ".")
+                    shutil.copytree(stored, target if merge else target / stored.name, dirs_exist_ok=merge)
             return {}
         raise AssertionError(f"the runner does not know the action {uses}")
 

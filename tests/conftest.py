@@ -52,6 +52,8 @@ from hub_fixtures import HUB_TOKEN, hub_api, hub_env, hub_server  # noqa: E402,F
 #: are short ones and the two workers finish together (by default xdist orders modules by their number of tests).
 SLOW_MODULES = (
     "test_consumers.py",
+    "test_docs.py",
+    "test_install.py",
     "test_generation.py",
     "test_weights_once.py",
     "test_executorch_lowering.py",

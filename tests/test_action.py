@@ -23,6 +23,7 @@ from action_runner import ROOT, StepFailed, StepRunner, WorkflowRunner
 from huggingface_hub import HfApi
 from test_sync import REPO, upload_source
 
+from hub_export import ExportedModel
 from hub_export.embedded_hub.server import HubServer
 
 ACTION = ROOT / "actions" / "sync" / "action.yml"
@@ -193,3 +194,8 @@ def test_the_fanout_example_runs_as_written(hub_api: HfApi, hub_env: HubServer, 
     assert "onnx/model.onnx" in hub_api.list_repo_files(REPO) and head.commit_id != source
     tags = {t.name: t.target_commit for t in hub_api.list_repo_refs(REPO).tags}
     assert tags == {f"source-{source[:12]}": head.commit_id}
+    # the repo sync gets: the task's generation export, which sync then finds up to date (no silent downgrade)
+    from hub_export.hub.sync import plan_sync
+
+    assert ExportedModel.from_pretrained(REPO, subfolder="onnx").can_generate()
+    assert plan_sync(REPO, ["onnx"], task="text-generation").up_to_date

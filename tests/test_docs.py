@@ -1,0 +1,122 @@
+"""Every documented block runs as written (tests/doc_pages.py): each page in order, in a folder and on an embedded
+hub of its own, with tiny stand-ins for the Hub models it names."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from doc_pages import PAGES, STAND_INS, blocks, driver_script, stand_in_repos
+from tiny_models import seeded
+from tiny_tokenizers import bert_tokenizer, byte_level_tokenizer, save_as_hub_tokenizer
+
+from hub_export.embedded_hub.server import HubServer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "consumers"))
+import envs  # noqa: E402
+
+RUN = [page for page in PAGES if any(b.skip is None for b in blocks(page))]
+
+
+def _model(family: str) -> tuple[Any, Any]:
+    """A tiny model of ``family`` and its tokenizer (random weights, real tokenizer)."""
+    import transformers
+
+    if family == "bert":
+        config = transformers.BertConfig(
+            vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64
+        )
+        return seeded(transformers.BertForSequenceClassification, config), bert_tokenizer()
+    config_class, model_class = {
+        "llama": ("LlamaConfig", "LlamaForCausalLM"),
+        "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    }[family]
+    config = getattr(transformers, config_class)(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    return seeded(getattr(transformers, model_class), config), byte_level_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def stand_ins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each stand-in family saved once: ``{family: folder}``."""
+    root = tmp_path_factory.mktemp("stand-ins")
+    folders = {}
+    for family in sorted(set(STAND_INS.values())):
+        model, tokenizer = _model(family)
+        model.save_pretrained(root / family)
+        save_as_hub_tokenizer(tokenizer, root / family)
+        folders[family] = root / family
+    return folders
+
+
+def _environment(hub: HubServer, home: Path) -> dict[str, str]:
+    bin_dir = str(Path(sys.executable).parent)
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "HUGGINGFACE_"))}
+    env.update(
+        PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
+        HF_ENDPOINT=hub.url,
+        HF_HUB_DISABLE_XET="1",
+        HF_HOME=str(home / "hf-home"),
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+        HUB_EXPORT_CACHE=str(home / "hub-export-cache"),
+    )
+    return env
+
+
+@pytest.mark.parametrize("page", RUN)
+def test_the_page_runs_as_written(page: str, stand_ins: dict[str, Path], tmp_path: Path) -> None:
+    from huggingface_hub import HfApi
+
+    runnable = [b for b in blocks(page) if b.skip is None]
+    interpreters = {b.environment: str(envs.python(b.environment)) for b in runnable if b.environment}
+    node = str(envs.node_modules()) if any(b.language == "js" for b in runnable) else None
+    work = tmp_path / "work"
+    work.mkdir()
+    with HubServer(tmp_path / "hub") as hub:
+        api = HfApi(endpoint=hub.url)
+        for repo in stand_in_repos(page):
+            api.create_repo(repo, exist_ok=True)
+            api.upload_folder(repo_id=repo, folder_path=stand_ins[STAND_INS[repo]], commit_message="Stand-in")
+        script = tmp_path / "driver.py"
+        script.write_text(driver_script(page, runnable, interpreters, node))
+        result = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=work,
+            env=_environment(hub, tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    outputs = result.stdout.split("@@block ")[1:]
+    if result.returncode != 0:
+        failed = len(outputs) - 1
+        block = runnable[failed] if 0 <= failed < len(runnable) else None
+        where = block.where if block else page
+        pytest.fail(f"{where} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    for block, output in zip(runnable, outputs):
+        position = 0
+        for line in block.prints:
+            pattern = ".*".join(map(_escaped, line.split("...")))
+            match = __import__("re").compile(pattern).search(output, position)
+            assert match is not None, f"{block.where}: its output lacks {line!r}:\n{output[-2000:]}"
+            position = match.end()
+
+
+def _escaped(text: str) -> str:
+    import re
+
+    return re.escape(text.strip())
