@@ -207,6 +207,34 @@ def test_missing_things_are_named(repo: str, hub_env: HubServer):
         ExportedModel.from_pretrained(REPO, subfolder="pt2", revision="nope")
 
 
+def test_a_copy_cached_from_another_endpoint_never_passes_for_this_one(
+    repo: str, hub_env: HubServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+):
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nothing listens on: an unreachable hub
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    assert main(["pull", REPO, "--subfolder", "pt2", "--endpoint", hub_env.url]) == 0  # cached from the embedded hub
+    capsys.readouterr()
+    assert main(["pull", REPO, "--subfolder", "pt2", "--endpoint", dead]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"Cannot confirm {REPO}@" in err and f"with {dead}" in err, err
+    assert f"was downloaded from {hub_env.url}" in err and "no copy from another hub is used in its place" in err
+    assert main(["validate", REPO, "--subfolder", "pt2", "--endpoint", dead]) == 1  # as pull, not "verified"
+    capsys.readouterr()
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert main(["pull", REPO, "--subfolder", "pt2", "--endpoint", dead]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(
+        f"was downloaded from {hub_env.url}, not from {dead}: pass --endpoint {hub_env.url} to load it."
+    )
+    assert main(["pull", REPO, "--subfolder", "pt2", "--endpoint", hub_env.url]) == 0  # its own copy loads offline
+    with pytest.raises(HubError, match="set HF_ENDPOINT to that hub"):
+        ExportedModel.from_pretrained(REPO, subfolder="pt2", endpoint=dead)
+
+
 def test_cli_push_and_pull(exports, hub_api: HfApi, hub_env: HubServer, tmp_path, capsys: pytest.CaptureFixture):
     case, first, _, _ = exports
     folder = first.save_pretrained(tmp_path / "export")

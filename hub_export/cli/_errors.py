@@ -39,7 +39,8 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         yield current
-        current = current.__cause__ or current.__context__
+        # as a traceback shows it: ``raise ... from None`` ends the chain
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -7,7 +7,9 @@ Only the requested components' files and the export's side files (configs, token
 and other subfolders never are. Each file is checked against the manifest's size
 and sha256; a file that does not match raises :class:`IntegrityError` and is removed from the cache so that a
 retry downloads it again. With a 40-hex revision and a warm cache no request is made at all; with
-``HF_HUB_OFFLINE=1`` (or ``local_files_only``) a previously downloaded export loads from the cache.
+``HF_HUB_OFFLINE=1`` (or ``local_files_only``) a previously downloaded export loads from the cache. A cached
+commit stands for an endpoint only when it was downloaded from that endpoint (:mod:`._origins`): huggingface_hub's
+cache does not say which hub a repo came from, and falls back to it when the endpoint cannot be reached.
 
 Transient failures are retried with exponential backoff (:data:`RETRY_DELAYS`, so at most 4 attempts per file)
 while the file's retry budget lasts (:data:`RETRY_BUDGET_S` from its first attempt): a 5xx answer, a failed
@@ -39,6 +41,7 @@ from .._progress import stage
 from ..errors import HubError, IntegrityError, ManifestError
 from ..manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, FileEntry, Manifest
 from ..patches._base import patch_attribute
+from ._origins import endpoint_url, origins_of, record_origin
 
 __all__ = ["HubFiles", "download_export"]
 
@@ -163,6 +166,7 @@ def download_export(
         "endpoint": endpoint,
     }
     manifest_path = _join(subfolder, MANIFEST_NAME)
+    before = None if offline else _cached_path(repo_id, manifest_path, revision, cache_dir)
     local = _fetch(repo_id, manifest_path, revision, **options)
     if local is None:
         found = _exports_in(repo_id, revision, options)
@@ -193,6 +197,9 @@ def download_export(
         local = _fetch(repo_id, manifest_path, commit, **options)
         if local is None or not _matches_blob_id(local):
             raise HubError(f"{repo_id}@{commit[:12]}/{manifest_path} changed while it was downloaded; try again.")
+    # a snapshot path the cache did not hold before was served by the endpoint now; the one it held may be a
+    # copy huggingface_hub fell back to when the endpoint could not be reached
+    _confirm_origin(repo_id, manifest_path, commit, options, served=not offline and before != local)
     manifest = _read_cached_manifest(local)
     if components is not None:
         manifest.component_files(components)  # raises ManifestError naming what exists
@@ -207,6 +214,52 @@ def download_export(
             wanted = manifest.loaded_components() if components is None else components
             export.fetch(manifest.component_files(wanted) + side)
     return export
+
+
+def _cached_path(repo_id: str, path: str, revision: str, cache_dir: Any) -> Path | None:
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(repo_id, path, cache_dir=cache_dir, revision=revision)
+    return Path(cached) if isinstance(cached, str) else None
+
+
+def _confirm_origin(repo_id: str, path: str, commit: str, options: dict[str, Any], *, served: bool) -> None:
+    """Use the cached ``repo_id@commit`` only if it came from the endpoint of this call (see :mod:`._origins`);
+    ``served``: the endpoint has just served it (recorded without asking again).
+
+    Raises:
+        HubError: Offline, the cached commit came from other endpoints; online, the endpoint cannot confirm it
+            (unreachable, or it has no such commit).
+    """
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    endpoint = endpoint_url(options["endpoint"])
+    known = origins_of(options["cache_dir"], repo_id, commit)
+    if endpoint in known:
+        return
+    if served:
+        record_origin(options["cache_dir"], repo_id, commit, endpoint)
+        return
+    came_from = f"the cached copy of {repo_id}@{commit[:12]} was downloaded from {', '.join(sorted(known))}"
+    switch = "set HF_ENDPOINT to that hub to load it"
+    if options["offline"]:
+        if known:
+            raise HubError(
+                f"{came_from}, not from {endpoint}: {switch}.",
+                cli_message=f"{came_from}, not from {endpoint}: pass --endpoint {sorted(known)[0]} to load it.",
+            )
+        return  # downloaded by another tool: nothing says where from
+    try:
+        with _single_metadata_attempt():
+            get_hf_file_metadata(hf_hub_url(repo_id, path, revision=commit, endpoint=endpoint), token=options["token"])
+    except Exception as exc:  # noqa: BLE001 - whatever the cause, the endpoint did not confirm the cached commit
+        reason = _first_line(_transport_error(exc) or exc)
+        cached = f"; {came_from}" if known else ""
+        raise HubError(
+            f"Cannot confirm {repo_id}@{commit[:12]} with {endpoint} ({reason}){cached}; no copy from another hub "
+            "is used in its place: retry when it is reachable, or set HF_HUB_OFFLINE=1 to load what it served before."
+        ) from None  # the reason is in the message; the command line must not reword it as a plain network failure
+    record_origin(options["cache_dir"], repo_id, commit, endpoint)
 
 
 def _check_manifest_size(local: Path) -> Path:
