@@ -208,9 +208,19 @@ class ExportedModel:
             HubExportError: Always, naming the components this export has.
         """
         raise HubExportError(
-            "generate() needs an export made with exporter.export_for_generation(model, inputs, config=...); "
-            f"this one has components {list(self.components)}."
+            f"This export is one graph ({', '.join(self.components)}) and cannot generate; export for generation: "
+            f"`hub-export export MODEL --task {self._generative_task()}` (or `sync --task`), or "
+            "exporter.export_for_generation(model, inputs, config=...) in Python."
         )
+
+    def _generative_task(self) -> str:
+        from .tasks import TASKS, infer_task
+
+        try:
+            task = infer_task(self.config)
+        except (ConfigError, TypeError, AttributeError):
+            return "text-generation"
+        return task if TASKS[task].generative else "text-generation"
 
     def _single(self) -> ExportedComponent:
         if len(self.components) != 1:

@@ -15,6 +15,7 @@ from huggingface_hub import HfApi
 from hub_export.cli._reference import commands
 from hub_export.cli.main import build_parser
 from hub_export.embedded_hub.server import HubServer
+from hub_export.errors import HubExportError
 
 __all__ = ["outside_actions"]  # an autouse fixture, used by importing it
 
@@ -121,15 +122,27 @@ def test_export_prints_one_status_line_per_stage(tmp_path: Path, capsys):
     assert run.code == 0, run.err
     result = json.loads(run.out)
     assert result["exports"][0]["format"] == "dynamo" and result["exports"][0]["path"] == str(tmp_path / "out")
-    assert all(re.match(STAGE_LINE, line) for line in run.err_lines), run.err
-    stages = [line.split(" ...")[0] for line in run.err_lines]
+    assert all(re.match(STAGE_LINE, line) for line in run.err_lines[:-1]), run.err
+    stages = [line.split(" ...")[0] for line in run.err_lines[:-1]]
     assert stages == [
         f"loading {model}",
         "tracing",
         "lowering to dynamo",
         "checking parity",
+        "checking at size 1",  # the symbolic axes go down to 1 where the program still matches eager there
         f"saving {tmp_path / 'out'}",
     ]
+    # a causal LM without --task is one graph: it claims no task, and the CLI says how to get one that generates
+    assert result["exports"][0]["task"] is None and result["exports"][0]["generation"] is False
+    assert run.err_lines[-1] == (
+        "warning: one graph of the model's forward (no generate()); add --task text-generation to export for generation"
+    )
+    manifest = json.loads((tmp_path / "out" / "export.json").read_text())
+    assert manifest["task"] is None
+    from hub_export import ExportedModel
+
+    with pytest.raises(HubExportError, match="cannot generate; export for generation: `hub-export export MODEL --task"):
+        ExportedModel.from_pretrained(tmp_path / "out").generate()
     quiet = run_cli(capsys, "export", model, "-f", "dynamo", "-o", tmp_path / "again", "--quiet")
     assert quiet.code == 0 and quiet.err == "" and quiet.out.strip() == str(tmp_path / "again")
 

@@ -129,7 +129,7 @@ def test_saving_an_export_of_a_model_folder_copies_its_tokenizer(tmp_path: Path)
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     exported = DynamoExporter().export(model, dict(tokenizer(["the cat", "a dog"], return_tensors="pt")))
-    assert exported.task == "text-generation"
+    assert exported.task is None  # one graph of a causal LM cannot generate: it claims no text-generation
     target = exported.save_pretrained(tmp_path / "export")
     manifest = Manifest.read(target)
     listed = {f.path: f.role for f in manifest.side_files()}

@@ -187,6 +187,9 @@ def run(args: argparse.Namespace, console: Any) -> int:
                 "atol": parity["atol"],
             }
         )
+    hint = _generation_hint(model, generation)
+    if hint:
+        console.warn(hint)
     source = getattr(model, "_hub_export_source", None)
     console.result(
         {
@@ -197,3 +200,19 @@ def run(args: argparse.Namespace, console: Any) -> int:
         essential=[item["path"] for item in done],
     )
     return 0
+
+
+def _generation_hint(model: Any, generation: bool) -> str | None:
+    """For a generative model exported as one graph: how to get an export that generates."""
+    from ..errors import ConfigError
+    from ..tasks import auto_class_name, infer_task
+
+    if generation:
+        return None
+    try:
+        task = infer_task(model.config)
+    except ConfigError:
+        return None
+    if not auto_class_name(task, model.config)[1]:
+        return None
+    return f"one graph of the model's forward (no generate()); add --task {task} to export for generation"

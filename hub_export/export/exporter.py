@@ -348,9 +348,10 @@ def _weights_by_dtype(program: Any) -> dict[str, dict[str, int]]:
 def _with_provenance(exported: Any, model: Any) -> Any:
     """Record where ``model`` came from on the export: its Hub source (also for a model loaded with transformers'
     ``from_pretrained(repo_id)``), the task its architecture serves, and its preprocessing files (tokenizer,
-    processor configs), which ``save_pretrained`` writes beside the programs."""
+    processor configs), which ``save_pretrained`` writes beside the programs. A single graph of a generative
+    model (a causal LM's forward) records no task: it cannot generate, so it does not claim ``text-generation``."""
     from ..hub.source import preprocessing_of, source_of
-    from ..tasks import infer_task
+    from ..tasks import auto_class_name, infer_task
 
     exported.source = exported.source or source_of(model)
     if exported.task is None and getattr(model, "config", None) is not None:
@@ -358,6 +359,8 @@ def _with_provenance(exported: Any, model: Any) -> Any:
             exported.task = infer_task(model.config)
         except ConfigError:
             exported.task = None
+        if exported.task is not None and not exported.generation and auto_class_name(exported.task, model.config)[1]:
+            exported.task = None  # one graph of a generative model cannot serve text-generation: no label claims it
     exported.preprocessing = preprocessing_of(model, exported.source)
     return exported
 
