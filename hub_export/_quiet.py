@@ -25,7 +25,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
-__all__ = ["debug_requested", "quiet_third_party", "quietly", "show_third_party_output"]
+__all__ = [
+    "debug_requested",
+    "quiet_third_party",
+    "quietly",
+    "show_third_party_output",
+    "third_party_output_shown",
+]
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent) + os.sep
 _SHOW: bool | None = None
@@ -38,6 +44,17 @@ def show_third_party_output(show: bool = True) -> None:
     records and native log lines (the environment variable ``HUB_EXPORT_DEBUG=1`` does the same)."""
     global _SHOW
     _SHOW = bool(show)
+
+
+@contextlib.contextmanager
+def third_party_output_shown() -> Iterator[None]:
+    """:func:`show_third_party_output` for the block only (a ``--verbose`` command run in-process)."""
+    global _SHOW
+    previous, _SHOW = _SHOW, True
+    try:
+        yield
+    finally:
+        _SHOW = previous
 
 
 def debug_requested() -> bool:

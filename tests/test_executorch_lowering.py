@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -139,15 +138,17 @@ class _PermuteTwoConsumers(torch.nn.Module):
         return y.reshape(hidden_states.shape[0], -1) + 1, y.sum(dim=1)
 
 
-def test_partitions_xnnpack_cannot_compile_run_on_the_portable_kernels(caplog: pytest.LogCaptureFixture) -> None:
+def test_partitions_xnnpack_cannot_compile_run_on_the_portable_kernels() -> None:
     """XNNPACK's compile of one partition raises (a permute with two consumers becomes the partition's output and its
     input: "Output node ... is already in the inputs", pytorch/executorch#19152); that partition runs on the portable
     kernels, the rest stays delegated, and the program gives eager's numbers at another shape."""
     model = _PermuteTwoConsumers().eval()
     x = torch.randn(2, 3, 5)
-    with caplog.at_level(logging.WARNING, logger="hub_export.backends.executorch._refused"):
+    # shown while the export hides other libraries' output: a warning of hub_export's own
+    with pytest.warns(
+        UserWarning, match=r"XNNPACK could not compile 1 of the 2 partitions \(RuntimeError: Output node"
+    ):
         export = ExecutorchExporter().export(model, {"hidden_states": x}, config=ExecutorchConfig(dynamic=True))
-    assert "XNNPACK could not compile 1 of the 2 partitions (RuntimeError: Output node" in caplog.text
     other = torch.randn(3, 2, 5)
     with torch.no_grad():
         for got, want in zip(export(hidden_states=other), model(other), strict=True):

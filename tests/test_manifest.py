@@ -61,12 +61,12 @@ _DELETE = object()
 C = "components/model"
 
 HOSTILE = {
-    "missing_components": ("components", _DELETE, "$"),
-    "missing_format": ("export_format", _DELETE, "$"),
+    "missing_components": ("components", _DELETE, "export.json: "),
+    "missing_format": ("export_format", _DELETE, "export.json: "),
     "unknown_format": ("export_format", "tflite", "$.export_format"),
     "future_schema": ("schema_version", 99, "$.schema_version"),
     "schema_as_string": ("schema_version", "1", "$.schema_version"),
-    "extra_top_level_key": ("loader", "os:system", "$"),
+    "extra_top_level_key": ("loader", "os:system", "export.json: "),
     "files_not_list": (f"{C}/files", "model.pt2", "$.components.model.files"),
     "component_file_unlisted": (f"{C}/files/0", "other.pt2", "$.components.model.files[0]"),
     "unknown_role": ("files/0/role", "plugin", "$.files[0].role"),

@@ -57,7 +57,9 @@ def test_atomic_save_keeps_previous_export_on_failure(llama_export, tmp_path: Pa
 def test_save_refuses_a_folder_that_is_not_an_export(llama_export, tmp_path: Path) -> None:
     _, exported = llama_export
     (tmp_path / "weights.safetensors").write_bytes(b"user data")
-    with pytest.raises(HubExportError, match="not a hub_export export folder"):
+    with pytest.raises(
+        HubExportError, match="is a folder holding other files than an export; save into an empty or new folder"
+    ):
         exported.save_pretrained(tmp_path)
     assert (tmp_path / "weights.safetensors").read_bytes() == b"user data"
 
@@ -72,8 +74,11 @@ def test_resave_of_a_loaded_export_is_byte_identical(llama_export, tmp_path: Pat
 
 def test_input_errors_name_the_input(llama_export) -> None:
     case, exported = llama_export
-    with pytest.raises(InputError, match="Missing input 'attention_mask'.*input_ids: int64"):
-        exported(input_ids=case.sample["input_ids"])
+    with pytest.raises(InputError, match="Missing input 'input_ids'.*input_ids: int64"):
+        exported(attention_mask=case.sample["attention_mask"])
+    # what eager fills in itself is filled in the same way: attention_mask all ones
+    ones = {"input_ids": case.sample["input_ids"], "attention_mask": torch.ones_like(case.sample["attention_mask"])}
+    torch.testing.assert_close(exported(input_ids=case.sample["input_ids"]).logits, exported(**ones).logits)
     with pytest.raises(InputError, match="'input_ids' has dtype float32, expected int64"):
         exported(input_ids=case.sample["input_ids"].float(), attention_mask=case.sample["attention_mask"])
     with pytest.raises(InputError, match="'attention_mask' has rank 1"):

@@ -149,8 +149,8 @@ def test_io_and_dim_names(exports: Any, tmp_path: Path) -> None:
 def test_wrong_inputs_raise_input_error(exports: Any) -> None:
     case, _, loaded = exports("bert")
     good = dict(case.sample)
-    with pytest.raises(InputError, match="attention_mask"):
-        loaded(**{k: v for k, v in good.items() if k != "attention_mask"})
+    with pytest.raises(InputError, match="Missing input 'input_ids'"):
+        loaded(**{k: v for k, v in good.items() if k != "input_ids"})
     with pytest.raises(InputError, match="dtype"):
         loaded(**{**good, "input_ids": good["input_ids"].float()})
     with pytest.raises(InputError, match="rank"):

@@ -23,7 +23,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
-from .._quiet import debug_requested, quiet_third_party, show_third_party_output
+from .._quiet import debug_requested, quiet_third_party, third_party_output_shown
 
 __all__ = ["Console", "debug_requested", "quiet_third_party"]
 
@@ -140,8 +140,8 @@ class Console:
         with contextlib.ExitStack() as stack:
             if self.quiet:
                 stack.enter_context(_progress_bars_disabled())
-            if self.verbose:  # the library's entry points show everything too
-                show_third_party_output(True)
+            if self.verbose:  # the library's entry points show everything too, while the command runs
+                stack.enter_context(third_party_output_shown())
             else:
                 stack.enter_context(quiet_third_party(self.warn, native=True))
             stack.enter_context(listen(self))

@@ -27,8 +27,9 @@ from ...signature import Signature
 
 __all__ = ["call_flat", "use_model_call"]
 
-_TRACED_SOURCE = re.compile(r"L\['tensors'\]\[(\d+)\]")
 _CACHE_PARTS = ("key", "value")
+#: An input's source in a guard: ``L['input_ids']``, ``L['past_key_values'][0][1]``.
+_SOURCE = re.compile(r"(?<!\w)L(?:\['[^']*'\]|\[\d+\])+")
 
 
 def use_model_call(program: Any, signature: Signature) -> bool:
@@ -48,14 +49,23 @@ def use_model_call(program: Any, signature: Signature) -> bool:
         return False
     example = program.example_inputs
     flat_example = list(example[0]) if example is not None else None
-    paths = [pytree.keystr(path) for path, _ in pytree.tree_leaves_with_path(kwargs)]
+    # the guards name each input by its source: ``L['tensors'][i]`` for hub_export's flat call, ``L['tensors_i']``
+    # for a program re-exported from a module's positional arguments (as a PT2E quantizer's is); they become the
+    # model's names, and a guard naming anything else keeps the program flat
+    new = [f"L{pytree.keystr(path)}" for path, _ in pytree.tree_leaves_with_path(kwargs)]
+    renamed = {}
+    for index, name in enumerate(new):
+        renamed[f"L['tensors'][{index}]"] = renamed[f"L['tensors_{index}']"] = name
+    pattern = re.compile("|".join(re.escape(source) for source in sorted(renamed, key=len, reverse=True)))
+    guards = [pattern.sub(lambda m: renamed[m.group(0)], guard) for guard in program._guards_code]
+    kept = set(new)
+    if any(source not in kept for guard in guards for source in _SOURCE.findall(guard)):
+        return False
     call.signature.in_spec = pytree.tree_structure(((), kwargs))
     call.signature.out_spec = pytree.tree_structure(outputs)
     call.signature.forward_arg_names = list(kwargs)
-    program._guards_code = [
-        _TRACED_SOURCE.sub(lambda m: f"L{paths[int(m.group(1))]}", guard) for guard in program._guards_code
-    ]
-    if flat_example is not None and len(flat_example) == len(paths):
+    program._guards_code = guards
+    if flat_example is not None and len(flat_example) == len(new):
         program._example_inputs = pytree.tree_unflatten(flat_example, call.signature.in_spec)
     return True
 

@@ -22,15 +22,13 @@ deterministic for one program and partitioner, so the survey's names are the las
 from __future__ import annotations
 
 import contextlib
-import logging
 import re
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["PreprocessWatch", "log_refused", "partitioner_without", "xnnpack_preprocess_watch"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["PreprocessWatch", "warn_refused", "partitioner_without", "xnnpack_preprocess_watch"]
 
 
 @dataclass
@@ -100,11 +98,12 @@ def partitioner_without(refused: list[frozenset[str]]) -> Any:
     return PartitionerWithout()
 
 
-def log_refused(watch: PreprocessWatch) -> None:
+def warn_refused(watch: PreprocessWatch) -> None:
     """One warning naming how many partitions run on the portable kernels, and why."""
-    logger.warning(
-        "XNNPACK could not compile %d of the %d partitions (%s): they run on ExecuTorch's portable kernels.",
-        len(watch.refused),
-        watch.compiled,
-        "; ".join(sorted(set(watch.errors))),
+    # a warning, not a log record: hub_export's own warnings show while other libraries' output is hidden (_quiet)
+    warnings.warn(
+        f"XNNPACK could not compile {len(watch.refused)} of the {watch.compiled} partitions "
+        f"({'; '.join(sorted(set(watch.errors)))}): they run on ExecuTorch's portable kernels.",
+        UserWarning,
+        stacklevel=2,
     )

@@ -491,7 +491,7 @@ def _to_edge(program: Any, backend: str, compile_config: Any, passes: Any, const
             constant_methods=constants,
         )
     from ._decompose import is_kept_node_refused, one_table_partitioner, unbacked_symbols_restorer
-    from ._refused import log_refused, partitioner_without, xnnpack_preprocess_watch
+    from ._refused import partitioner_without, warn_refused, xnnpack_preprocess_watch
 
     restore = unbacked_symbols_restorer(program)  # a failed lowering's data-dependent sizes, put back
     with xnnpack_preprocess_watch() as watch:
@@ -514,7 +514,7 @@ def _to_edge(program: Any, backend: str, compile_config: Any, passes: Any, const
             return surveyed
         del surveyed
         restore()
-        log_refused(watch)
+        warn_refused(watch)
         watch.survey = False  # a partition failing now fails the export
         return lower(partitioner_without(watch.refused))
 
