@@ -208,3 +208,37 @@ def test_publish_and_sync_hold_float_exports_to_their_tolerance_and_record_quant
     # an int8 weight-only ONNX export of the tiny Llama differs by 2.6e-3: recorded, publishable
     quantized = ComponentEntry((), signature, None, "float32", "cpu", parity=entry.parity, quantization={"bits": 8})
     assert quantized.over_tolerance() is None
+
+
+def _matches_page(page: object, real: object, where: str = "$") -> list[str]:
+    """Where the page's example differs from a real manifest: ``"..."`` and ``"<...>"`` stand for anything, a list
+    on the page may stop early, sizes and measured differences need only be numbers."""
+    if isinstance(page, str) and (page == "..." or (page.startswith("<") and page.endswith(">"))):
+        return []
+    if where.endswith((".size", ".max_abs_diff")):
+        return [] if isinstance(page, (int, float)) and isinstance(real, (int, float)) else [where]
+    if isinstance(page, dict) and isinstance(real, dict):
+        if set(page) != set(real):
+            return [f"{where}: keys {sorted(set(page) ^ set(real))} on one side only"]
+        return [d for key in page for d in _matches_page(page[key], real[key], f"{where}.{key}")]
+    if isinstance(page, list) and isinstance(real, list):
+        if len(page) > len(real):
+            return [f"{where}: longer on the page"]
+        return [d for i, item in enumerate(page) for d in _matches_page(item, real[i], f"{where}[{i}]")]
+    return [] if page == real else [f"{where}: page {page!r}, real {real!r}"]
+
+
+def test_the_manifest_page_example_is_what_an_export_writes(tmp_path: Path) -> None:
+    """docs/manifest.md's example: the ONNX export of the tiny Llama, as ``save_pretrained`` writes it today."""
+    import re
+
+    from hub_export import OnnxConfig, OnnxExporter
+    from hub_export.manifest import Source
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "manifest.md").read_text()
+    example = json.loads(re.search(r"```json\n(\{.*?\n\})\n```", page, re.S).group(1))
+    case = build("llama")
+    exported = OnnxExporter().export(case.model, case.sample, config=OnnxConfig(dynamic=True))
+    exported.source = Source("demo/tiny-llama", "0" * 40, "main")
+    real = json.loads((exported.save_pretrained(tmp_path / "onnx") / "export.json").read_text())
+    assert _matches_page(example, real) == []
