@@ -14,11 +14,12 @@ import hmac
 import logging
 import re
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 from hub_export.embedded_hub._cors import CORS_HEADERS, preflight
@@ -311,3 +312,11 @@ class HTTPServer(ThreadingHTTPServer):
         self.hub = hub
         self.connections: set[socket.socket] = set()
         super().__init__(address, Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that drops its connection (a browser closing a keep-alive socket) is no error of the server's;
+        anything else is logged as ``socketserver`` does."""
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
+            _log.debug("%s dropped the connection", client_address)
+            return
+        super().handle_error(request, client_address)
