@@ -84,9 +84,11 @@ def test_the_page_runs_as_written(page: str, stand_ins: dict[str, Path], tmp_pat
     runnable = [b for b in blocks(page) if b.skip is None]
     interpreters = {b.environment: str(envs.python(b.environment)) for b in runnable if b.environment}
     node = str(envs.node_modules()) if any(b.language == "js" for b in runnable) else None
+    if any("git lfs" in b.code for b in runnable):
+        envs.git_lfs()
     work = tmp_path / "work"
     work.mkdir()
-    with HubServer(tmp_path / "hub") as hub:
+    with HubServer(work / "hub-data") as hub:  # a page's `--root ./hub-data` is the hub it talks to
         api = HfApi(endpoint=hub.url)
         for repo in stand_in_repos(page):
             api.create_repo(repo, exist_ok=True)

@@ -250,11 +250,15 @@ def test_tokens_401_and_403(tmp_path: Path, hub_env: HubServer):
         with pytest.raises(HfHubHTTPError) as info:
             reader.upload_file(path_or_fileobj=b"x", path_in_repo="x.txt", repo_id=REPO)
         assert info.value.response.status_code == 403
-        for token in (False, "wrong"):
-            with pytest.raises(HfHubHTTPError) as info:
-                HfApi(endpoint=server.url, token=token).model_info(REPO)
-            assert info.value.response.status_code == 401
-        assert _raw(server, "GET", f"/{REPO}/resolve/main/w.bin")[0] == 401
+        # without a token a public repo reads, as on the Hub; writes and an invalid token are 401
+        assert HfApi(endpoint=server.url, token=False).model_info(REPO).id == REPO
+        with pytest.raises(HfHubHTTPError) as info:
+            HfApi(endpoint=server.url, token="wrong").model_info(REPO)
+        assert info.value.response.status_code == 401
+        with pytest.raises(HfHubHTTPError) as info:
+            HfApi(endpoint=server.url, token=False).create_repo("user/other")
+        assert info.value.response.status_code == 401
+        assert _raw(server, "GET", f"/{REPO}/resolve/main/w.bin")[0] == 200
         lfs_put = f"/{REPO}.git/info/lfs/objects/{'0' * 64}?size=1&exp=99999999999&sig=forged"
         assert _raw(server, "PUT", lfs_put, body=b"x")[0] == 403
 

@@ -253,7 +253,7 @@ class GitRepo:
     def resolve(self, rev: str) -> tuple[str, str | None]:
         """Resolve a revision to ``(commit oid, full ref or None)``.
 
-        Accepts a full commit sha, a branch, a tag, or a full ref (``refs/pr/1``, ``refs/heads/x``).
+        Accepts a full or abbreviated (7+ hex) commit sha, a branch, a tag, or a full ref (``refs/pr/1``).
 
         Raises:
             StoreError: 400 for a malformed name, 404 ``RevisionNotFound`` when nothing matches.
@@ -268,6 +268,16 @@ class GitRepo:
             oid = self.read_ref(ref)
             if oid is not None:
                 return oid, ref
+        if re.fullmatch(r"[0-9a-f]{7,39}", rev):  # an abbreviated commit sha, as git takes it
+            folder = self.path / "objects" / rev[:2]
+            names = [f.name for f in folder.iterdir()] if folder.is_dir() else []
+            found = [
+                rev[:2] + n for n in names if len(n) == 38 and n.startswith(rev[2:]) and self.has_commit(rev[:2] + n)
+            ]
+            if len(found) > 1:
+                raise StoreError(f"Ambiguous revision {rev!r}: pass more of the commit sha", 400)
+            if found:
+                return found[0], None
         raise revision_not_found(rev)
 
     # -- commits and trees ---------------------------------------------------------------------------
@@ -482,7 +492,8 @@ class HubStore:
             raise StoreError(f"Invalid repo id: {repo_id!r}")
         return "/".join(parts)
 
-    def _dir(self, repo_type: str, repo_id: str) -> Path:
+    def path_of(self, repo_type: str, repo_id: str) -> Path:
+        """The folder of a repo (validated id; it may not exist)."""
         if repo_type not in REPO_TYPES:
             raise StoreError(f"Invalid repo type: {repo_type!r}")
         ns, name = self.canonical_id(repo_id).split("/")
@@ -493,7 +504,7 @@ class HubStore:
 
     def exists(self, repo_type: str, repo_id: str) -> bool:
         """Whether the repository exists."""
-        return (self._dir(repo_type, repo_id) / "hub.json").is_file()
+        return (self.path_of(repo_type, repo_id) / "hub.json").is_file()
 
     def get(self, repo_type: str, repo_id: str) -> GitRepo:
         """Open a repository.
@@ -501,7 +512,7 @@ class HubStore:
         Raises:
             StoreError: 404 ``RepoNotFound`` when it does not exist.
         """
-        path = self._dir(repo_type, repo_id)
+        path = self.path_of(repo_type, repo_id)
         if not (path / "hub.json").is_file():
             raise repo_not_found(repo_id)
         key = str(path)
@@ -517,7 +528,7 @@ class HubStore:
     @contextlib.contextmanager
     def lock(self, repo_type: str, repo_id: str) -> Iterator[None]:
         """Serialise writers of one repository (threads and processes)."""
-        path = self._dir(repo_type, repo_id)
+        path = self.path_of(repo_type, repo_id)
         with self._guard:
             lock = self._locks.setdefault(str(path), threading.Lock())
         with lock:
@@ -533,7 +544,7 @@ class HubStore:
         Raises:
             StoreError: 409 when it already exists.
         """
-        path = self._dir(repo_type, repo_id)
+        path = self.path_of(repo_type, repo_id)
         with self.lock(repo_type, repo_id):
             if (path / "hub.json").is_file():
                 raise StoreError("You already created this model repo", 409)
@@ -554,14 +565,14 @@ class HubStore:
                 shutil.rmtree(staging, ignore_errors=True)
         return self.get(repo_type, repo_id)
 
-    def delete(self, repo_type: str, repo_id: str) -> None:
-        """Delete a repository and its LFS objects.
+    def delete(self, repo_type: str, repo_id: str, *, locked: bool = False) -> None:
+        """Delete a repository and its LFS objects (``locked``: the caller holds the repo's lock).
 
         Raises:
             StoreError: 404 ``RepoNotFound`` when it does not exist.
         """
-        path = self._dir(repo_type, repo_id)
-        with self.lock(repo_type, repo_id):
+        path = self.path_of(repo_type, repo_id)
+        with contextlib.nullcontext() if locked else self.lock(repo_type, repo_id):
             if not (path / "hub.json").is_file():
                 raise repo_not_found(repo_id)
             trash = self.root / "trash" / uuid.uuid4().hex

@@ -10,13 +10,12 @@ and injected faults (:class:`~hub_export.embedded_hub.server.FaultRule`) are app
 from __future__ import annotations
 
 import dataclasses
-import hmac
 import logging
 import re
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
@@ -77,9 +76,8 @@ class Hub(Protocol):
 
     max_body: int
     max_buffered_body: int
-    token: str | None
-    read_tokens: tuple[str, ...]
     _router: Router
+    access_log: Callable[[str], None] | None
 
     @property
     def url(self) -> str: ...
@@ -177,22 +175,11 @@ class Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
     # -- request -----------------------------------------------------------------------------------------
-    def _access(self) -> str | None:
-        hub = self.server.hub
-        auth = self.headers.get("Authorization") or ""
-        token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-        if not token:
-            return None
-        if hub.token is not None and hmac.compare_digest(token.encode(), hub.token.encode()):
-            return "write"
-        if any(hmac.compare_digest(token.encode(), t.encode()) for t in hub.read_tokens):
-            return "read"
-        return None if hub.token or hub.read_tokens else "write"
-
     def _handle(self) -> None:
         hub, self._started = self.server.hub, time.monotonic()
         path, _, query = self.path.partition("?")
         self._record: RequestRecord | None = None
+        self._request: Request | None = None
         self._received, self._sent, self._body_state, self._remaining = 0, 0, "unread", 0
         self._chunked = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
         status = 500
@@ -212,13 +199,12 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 host = self.headers.get("Host") or ""
                 base = f"http://{host}" if _HOST_RE.fullmatch(host) else hub.url
-                request = Request(
+                request = self._request = Request(
                     self.command,
                     path,
                     parse_qs(query),
                     self.headers,
                     base,
-                    self._access(),
                     self._chunks,
                     min(hub.max_body, hub.max_buffered_body),
                 )
@@ -242,6 +228,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def _log_final(self, path: str, status: int) -> None:
         hub = self.server.hub
+        if hub.access_log is not None:  # method, path (not the query: it may carry a signature), status, bytes, user
+            identity = getattr(self._request, "identity", None)
+            user = (identity.user if identity is not None else None) or "-"
+            elapsed_ms = (time.monotonic() - self._started) * 1000
+            hub.access_log(f"{self.command} {path} {status} {self._sent} {elapsed_ms:.0f}ms {user}")
         if self._record is None:
             elapsed = time.monotonic() - self._started
             hub._record(RequestRecord(self.command, path, status, self._sent, self._received, elapsed, self._range))

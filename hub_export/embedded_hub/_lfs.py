@@ -17,6 +17,7 @@ import hmac
 import time
 from collections.abc import Callable
 
+from hub_export.embedded_hub._access import AccessPolicy
 from hub_export.embedded_hub._gitstore import GitRepo, HubStore
 from hub_export.embedded_hub._multipart import MultipartUploads
 from hub_export.embedded_hub._protocol import Request, Response, json_body, json_response, ranged
@@ -32,7 +33,8 @@ class LfsRoutes:
     Args:
         store: The repositories.
         secret: Key signing upload URLs.
-        need: ``need(req, "read" | "write")`` raises 401/403 when the request lacks that access.
+        open_repo: ``open_repo(req, repo_type, repo_id)``: the repo if the request may read it, else 404.
+        access: The access policy (an upload needs a write token; the commit decides what lands).
 
     Attributes:
         multipart_threshold: Objects of at least this size get multipart uploads (see
@@ -43,8 +45,8 @@ class LfsRoutes:
     multipart_threshold = DEFAULT_MULTIPART_THRESHOLD
     chunk_size = DEFAULT_CHUNK_SIZE
 
-    def __init__(self, store: HubStore, secret: bytes, need: Callable[[Request, str], None]):
-        self.store, self.secret, self.need = store, secret, need
+    def __init__(self, store: HubStore, secret: bytes, open_repo: Callable[..., GitRepo], access: AccessPolicy):
+        self.store, self.secret, self.open_repo, self.access = store, secret, open_repo, access
         self.multipart = MultipartUploads()
 
     def handle(self, req: Request, repo_type: str, repo_id: str, tail: list[str]) -> Response:
@@ -53,8 +55,8 @@ class LfsRoutes:
         if tail == ["batch"] and method == "POST":
             return self._batch(req, repo_type, repo_id)
         if len(tail) == 2 and tail[1] == "verify" and method == "POST":
-            self.need(req, "write")
-            repo, body = self.store.get(repo_type, repo_id), json_body(req)
+            repo, body = self.open_repo(req, repo_type, repo_id), json_body(req)
+            self.access.require_contributor(req.identity, "upload files")
             stored = repo.lfs_size(tail[0])
             if stored is None or body.get("size", stored) != stored:
                 raise StoreError(f"LFS object {tail[0]} not found", 404)
@@ -64,21 +66,23 @@ class LfsRoutes:
         if len(tail) in (3, 4) and tail[1] == "multipart" and (method, len(tail)) in (("PUT", 4), ("POST", 3)):
             return self._multipart(req, self.store.get(repo_type, repo_id), tail)
         if len(tail) == 1 and method in ("GET", "HEAD"):
-            self.need(req, "read")
-            repo = self.store.get(repo_type, repo_id)
+            # a download link from a batch answer carries its signature; without one, the request's access counts
+            repo = self.store.get(repo_type, repo_id) if req.param("sig") else self.open_repo(req, repo_type, repo_id)
             size = repo.lfs_size(tail[0])
             if size is None:
                 raise StoreError(f"LFS object {tail[0]} not found", 404)
+            if req.param("sig"):
+                self._signed_download(req, repo, tail[0], size)
             resp = Response(200, {"Accept-Ranges": "bytes"}, file=repo.lfs_path(tail[0]), length=size)
             return ranged(req.headers.get("Range"), resp, size)
         raise StoreError(f"Not found: {req.path}", 404)
 
     def _batch(self, req: Request, repo_type: str, repo_id: str) -> Response:
-        self.need(req, "read")
         body = json_body(req)
         upload = body.get("operation") == "upload"
-        self.need(req, "write" if upload else "read")
-        repo = self.store.get(repo_type, repo_id)
+        repo = self.open_repo(req, repo_type, repo_id)
+        if upload:  # a pull request's author uploads without owning the repo; the commit decides what lands
+            self.access.require_contributor(req.identity, "upload files")
         if upload:
             self.multipart.sweep(repo)
         base = f"{req.base_url}/{_PREFIX[repo.repo_type]}{repo.repo_id}.git/info/lfs/objects"
@@ -106,6 +110,20 @@ class LfsRoutes:
         if not valid:
             raise StoreError("Invalid or expired upload URL", 403)
         return int(size), int(chunk or 0)
+
+    def _signed_download(self, req: Request, repo: GitRepo, oid: str, size: int) -> None:
+        """Check a download link's signature (bound to the repo, the object, its size and the expiry).
+
+        Raises:
+            StoreError: 403 for a forged or expired link.
+        """
+        expires = req.param("exp") or ""
+        valid = expires.isdigit() and int(expires) > time.time()
+        if valid:
+            signature = sign_upload(self.secret, repo, oid, size, int(expires), "download")
+            valid = hmac.compare_digest(signature, req.param("sig") or "")
+        if not valid:
+            raise StoreError("Invalid or expired download URL", 403)
 
     def _put(self, req: Request, repo: GitRepo, oid: str) -> Response:
         repo.lfs_path(oid)  # validates the oid

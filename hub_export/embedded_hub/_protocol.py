@@ -45,9 +45,10 @@ class Request:
     query: dict[str, list[str]]
     headers: Any
     base_url: str
-    access: str | None
     chunks: Callable[[], Iterator[bytes]]
     max_buffered: int
+    #: Who the request acts as (an :class:`~hub_export.embedded_hub._accounts.Identity`), set by the router.
+    identity: Any = None
 
     def param(self, name: str, default: str | None = None) -> str | None:
         """First value of a query parameter."""

@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 import re
 from datetime import UTC, datetime
 from functools import partial
 from urllib.parse import parse_qs, unquote, urlencode
 
+from hub_export.embedded_hub._access import AccessPolicy, unauthorized
+from hub_export.embedded_hub._admin import RepoAdmin
+from hub_export.embedded_hub._catalog import iter_repos, repo_info, select
+from hub_export.embedded_hub._discussion_routes import DiscussionRoutes
+from hub_export.embedded_hub._discussions import Discussions
+from hub_export.embedded_hub._git_http import GitHttp
 from hub_export.embedded_hub._gitstore import GitRepo, HubStore
 from hub_export.embedded_hub._lfs import LfsRoutes
 from hub_export.embedded_hub._names import check_ref_name, clean_path, entry_not_found, revision_not_found
@@ -35,7 +40,25 @@ from hub_export.errors import StoreError
 
 _PREFIX = {"model": "", "dataset": "datasets/", "space": "spaces/"}
 _API_TYPES = {"models": "model", "datasets": "dataset", "spaces": "space"}
-_SUBPATHS = {"revision", "refs", "branch", "tag", "tree", "paths-info", "preupload", "commit", "commits", "resolve"}
+_SUBPATHS = {
+    "revision",
+    "refs",
+    "branch",
+    "tag",
+    "tree",
+    "paths-info",
+    "preupload",
+    "commit",
+    "commits",
+    "resolve",
+    "discussions",
+    "settings",
+    "super-squash",
+    "duplicate",
+}
+#: Writes whose access the route decides (a pull request's author may commit to it and comment without owning
+#: the repo, as on the Hub).
+_OWN_CHECKS = {"commit", "discussions", "preupload", "duplicate"}
 _READ_POSTS = {"paths-info"}
 
 
@@ -43,13 +66,25 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
 
 
+def _count(value: str | None, name: str, default: int) -> int:
+    """A non-negative integer query parameter (``default`` when absent).
+
+    Raises:
+        StoreError: 400 for anything but digits.
+    """
+    if value is None or value == "":
+        return default
+    if not value.isdigit() or len(value) > 12:
+        raise StoreError(f"Invalid {name}: {value!r} (a non-negative integer)")
+    return int(value)
+
+
 class Router:
     """Maps Hub-protocol requests to the store.
 
     Args:
         store: The repositories.
-        username: Name reported by ``whoami`` and written as commit author.
-        auth_enabled: Whether tokens are configured (then every request needs one).
+        access: Who may do what (:mod:`hub_export.embedded_hub._access`); every route asks it.
         secret: Key signing LFS upload URLs (they carry no bearer token, like presigned S3 URLs).
 
     Attributes:
@@ -58,26 +93,34 @@ class Router:
 
     page_size = 1000
 
-    def __init__(self, store: HubStore, username: str, auth_enabled: bool, secret: bytes):
-        self.store, self.username, self.auth_enabled = store, username, auth_enabled
-        self.lfs = LfsRoutes(store, secret, self._need)
+    def __init__(self, store: HubStore, access: AccessPolicy, secret: bytes):
+        self.store, self.access = store, access
+        self.lfs = LfsRoutes(store, secret, self.open_repo, access)
+        self.discussions = DiscussionRoutes(store, access)
+        self.admin = RepoAdmin(store, access, self.open_repo)
+        self.git = GitHttp(self.open_repo)
 
     def handle(self, req: Request) -> Response:
         """Answer one request; store errors become Hub-shaped error responses."""
         try:
+            req.identity = self.access.identify(req.headers.get("Authorization"))
             return self._dispatch(req, [unquote(s, errors="strict") for s in req.path.split("/")[1:]])
         except UnicodeDecodeError:
             return error_response(StoreError("Malformed URL encoding"))
         except StoreError as err:
             return error_response(err)
 
-    def _need(self, req: Request, level: str) -> None:
-        if not self.auth_enabled:
-            return
-        if req.access is None:
-            raise StoreError("Invalid credentials in Authorization header", 401)
-        if level == "write" and req.access != "write":
-            raise StoreError("This token is read-only: write access is required", 403)
+    def open_repo(self, req: Request, repo_type: str, repo_id: str, write: str | None = None) -> GitRepo:
+        """The repo, if the request may read it (else 404, as if it did not exist), and write to it when ``write``
+        names the action (else 401/403)."""
+        repo = self.store.get(repo_type, repo_id)
+        self.access.require_read(req.identity, repo.repo_id, bool(self.store.meta(repo)["private"]))
+        if write is not None:
+            self.access.require_write(req.identity, repo.repo_id.split("/")[0], write)
+        return repo
+
+    def _author(self, req: Request) -> str:
+        return req.identity.user or self.access.default_user
 
     def _dispatch(self, req: Request, segs: list[str]) -> Response:
         if any("\x00" in s for s in segs):
@@ -88,17 +131,20 @@ class Router:
             if rest == ["whoami-v2"] and method == "GET":
                 return self._whoami(req)
             if rest == ["validate-yaml"] and method == "POST":
-                self._need(req, "read")
                 return self._validate_yaml(req)
             if rest == ["repos", "create"] and method == "POST":
-                self._need(req, "write")
                 return self._create_repo(req)
             if rest == ["repos", "delete"] and method == "DELETE":
-                self._need(req, "write")
                 body = json_body(req)
-                repo_id = "/".join(p for p in (body.get("organization"), body.get("name")) if p)
-                self.store.delete(body.get("type") or "model", repo_id)
+                repo_type = body.get("type") or "model"
+                namespace = body.get("organization") or req.identity.user or self.access.default_user
+                repo = self.open_repo(req, repo_type, f"{namespace}/{body.get('name')}", write="delete a repo")
+                self.store.delete(repo_type, repo.repo_id)
                 return json_response({})
+            if len(rest) == 1 and rest[0] in _API_TYPES and method == "GET":
+                return self._list_repos(req, _API_TYPES[rest[0]])
+            if rest == ["repos", "move"] and method == "POST":
+                return self.admin.move(req)
             if len(rest) >= 2 and rest[0] in _API_TYPES:
                 return self._repo_api(req, _API_TYPES[rest[0]], rest[1:])
             raise StoreError(f"Not found: {req.path}", 404)
@@ -106,10 +152,13 @@ class Router:
         if len(segs) > 3 and segs[0] in ("datasets", "spaces"):
             repo_type, segs = segs[0][:-1], segs[1:]
         for n in (1, 2):
+            if segs[n:] in (["info", "refs"], ["git-upload-pack"], ["git-receive-pack"]):  # git over smart HTTP
+                repo_id = "/".join(segs[:n])
+                return self.git.handle(req, repo_type, repo_id.removesuffix(".git"), segs[n:])
             if len(segs) > n + 1 and segs[n] == "resolve" and method in ("GET", "HEAD"):
-                self._need(req, "read")
                 rev, i = self._rev(segs[n + 1 :], 0)
-                return self._resolve(req, self.store.get(repo_type, "/".join(segs[:n])), rev, segs[n + 1 + i :])
+                repo = self.open_repo(req, repo_type, "/".join(segs[:n]))
+                return self._resolve(req, repo, rev, segs[n + 1 + i :])
             if len(segs) > n + 3 and segs[n - 1].endswith(".git") and segs[n : n + 3] == ["info", "lfs", "objects"]:
                 repo_id = "/".join(segs[:n])[:-4]
                 return self.lfs.handle(req, repo_type, repo_id, segs[n + 3 :])
@@ -128,9 +177,16 @@ class Router:
         n = 2 if len(rest) >= 2 and rest[1] not in _SUBPATHS else 1
         repo_id, tail = "/".join(rest[:n]), rest[n:]
         action, method = (tail[0] if tail else ""), req.method
-        write = method not in ("GET", "HEAD") and action not in _READ_POSTS
-        self._need(req, "write" if write else "read")
-        repo = self.store.get(repo_type, repo_id)
+        write = method not in ("GET", "HEAD") and action not in _READ_POSTS and action not in _OWN_CHECKS
+        repo = self.open_repo(req, repo_type, repo_id, write=f"{action or 'change'} this repo" if write else None)
+        if action == "discussions":
+            return self.discussions.handle(req, repo, tail[1:])
+        if (method, tail[:1]) == ("PUT", ["settings"]) and len(tail) == 1:
+            return self.admin.settings(req, repo)
+        if method == "POST" and action == "super-squash" and len(tail) > 1:
+            return self.admin.super_squash(req, repo, "/".join(tail[1:]))
+        if (method, tail) == ("POST", ["duplicate"]):
+            return self.admin.duplicate(req, repo)
         if method == "GET" and action in ("", "revision"):
             return self._info(req, repo, self._rev(tail, 1)[0] if tail else "main")
         if method == "GET" and tail == ["refs"]:
@@ -157,22 +213,26 @@ class Router:
 
     # -- account and repos ---------------------------------------------------------------------------
     def _whoami(self, req: Request) -> Response:
-        if self.auth_enabled:
-            self._need(req, "read")
-        elif not req.headers.get("Authorization"):
-            raise StoreError("Invalid credentials in Authorization header", 401)
-        role = req.access or "write"
+        identity = req.identity
+        if identity.anonymous or (self.access.open and not req.headers.get("Authorization")):
+            raise unauthorized()
+        name = identity.user
         return json_response(
             {
                 "type": "user",
-                "id": self.username,
-                "name": self.username,
-                "fullname": self.username,
+                "id": name,
+                "name": name,
+                "fullname": name,
                 "email": None,
                 "emailVerified": False,
                 "isPro": False,
-                "orgs": [],
-                "auth": {"type": "access_token", "accessToken": {"displayName": "hub-export", "role": role}},
+                "orgs": [
+                    {"type": "org", "name": org, "roleInOrg": role} for org, role in sorted(identity.orgs.items())
+                ],
+                "auth": {
+                    "type": "access_token",
+                    "accessToken": {"displayName": identity.token_name or "hub-export", "role": identity.scope},
+                },
             }
         )
 
@@ -196,13 +256,16 @@ class Router:
         if not isinstance(body, dict) or not isinstance(body.get("name"), str):
             raise StoreError("Missing repo name")
         repo_type = body.get("type") or "model"
-        repo_id = f"{body.get('organization') or self.store.default_namespace}/{body['name']}"
+        namespace = body.get("organization") or req.identity.user or self.access.default_user
+        repo_id = f"{namespace}/{body['name']}"
         url = f"{req.base_url}/{_PREFIX.get(repo_type, '')}{self.store.canonical_id(repo_id)}"
+        self.access.require_write(req.identity, str(namespace), "create a repo")
         if self.store.exists(repo_type, repo_id):
             return json_response({"error": "You already created this model repo", "url": url}, 409)
         try:
             initial = {".gitattributes": GITATTRIBUTES.encode()}
-            repo = self.store.create(repo_type, repo_id, initial, private=body.get("visibility") == "private")
+            private = body.get("visibility") == "private" or body.get("private") is True
+            repo = self.store.create(repo_type, repo_id, initial, private=private)
         except StoreError as err:
             if err.status == 409:
                 return json_response({"error": str(err), "url": url}, 409)
@@ -221,28 +284,39 @@ class Router:
                 if info.lfs_oid:
                     sibling["lfs"] = {"sha256": info.lfs_oid, "size": info.size, "pointerSize": info.pointer_size}
             siblings.append(sibling)
-        meta = self.store.meta(repo)
-        namespace = repo.repo_id.split("/")[0]
-        return json_response(
-            {
-                "_id": hashlib.sha1(repo.repo_id.encode()).hexdigest()[:24],
-                "id": repo.repo_id,
-                "modelId": repo.repo_id,
-                "author": namespace,
-                "sha": sha,
-                "lastModified": _iso(commit.timestamp),
-                "createdAt": _iso(meta["createdAt"]),
-                "private": meta["private"],
-                "disabled": False,
-                "gated": False,
-                "downloads": 0,
-                "likes": 0,
-                "tags": [],
-                "siblings": siblings,
-                "spaces": [],
-                "sdk": meta.get("sdk"),
-            }
+        data = repo_info(self.store, repo, sha, siblings=siblings, card=True)
+        return json_response({**data, "spaces": [], "sdk": self.store.meta(repo).get("sdk")})
+
+    def _list_repos(self, req: Request, repo_type: str) -> Response:
+        """``list_models`` (and datasets, spaces): the readable repos matching the query, a page at a time."""
+        limit, cursor = _count(req.param("limit"), "limit", self.page_size), _count(req.param("cursor"), "cursor", 0)
+        full, card = req.flag("full"), req.flag("cardData")
+        items = []
+        for repo in iter_repos(self.store, repo_type):
+            if not self.access.can_read(
+                req.identity, repo.repo_id.split("/")[0], bool(self.store.meta(repo)["private"])
+            ):
+                continue
+            sha, _ = repo.resolve("main")
+            siblings = [{"rfilename": p} for p in repo.files(repo.read_commit(sha).tree)] if full else None
+            items.append(repo_info(self.store, repo, sha, siblings=siblings, card=card))
+        chosen = select(
+            items,
+            search=req.param("search"),
+            author=req.param("author"),
+            filters=req.query.get("filter", []),
+            pipeline_tag=req.param("pipeline_tag"),
+            sort=req.param("sort"),
+            direction=req.param("direction"),
         )
+        size = max(1, min(limit, self.page_size))
+        page = chosen[cursor : cursor + size]
+        headers = {}
+        if cursor + size < len(chosen):
+            query = {k: v for k, v in req.query.items()}
+            query["cursor"] = [str(cursor + size)]
+            headers["Link"] = f'<{req.base_url}{req.path}?{urlencode(query, doseq=True)}>; rel="next"'
+        return json_response(page, headers=headers)
 
     # -- refs ----------------------------------------------------------------------------------------
     def _refs(self, req: Request, repo: GitRepo) -> Response:
@@ -326,8 +400,8 @@ class Router:
             raise entry_not_found(path or "/", sha)
         prefix = f"{path}/" if path else ""
         items = [(prefix + p, d, o) for p, d, o in repo.walk(found[1]) if req.flag("recursive") or "/" not in p]
-        size = max(1, min(int(req.param("limit") or self.page_size), self.page_size))
-        start = int(req.param("cursor") or 0) if (req.param("cursor") or "0").isdigit() else 0
+        size = max(1, min(_count(req.param("limit"), "limit", self.page_size), self.page_size))
+        start = _count(req.param("cursor"), "cursor", 0)
         page = items[start : start + size]
         last = self._last_commits(repo, sha, [p for p, _, _ in page]) if req.flag("expand") else None
         headers = {}
@@ -381,6 +455,8 @@ class Router:
         return repo.read_object(hit[1])[1].decode("utf-8", "replace") if hit and not hit[0] else ""
 
     def _preupload(self, req: Request, repo: GitRepo, rev: str) -> Response:
+        # the first call of every commit: a read token is refused here (the commit decides the rest)
+        self.access.require_contributor(req.identity, "upload files")
         body = json_body(req)
         files = body.get("files") if isinstance(body, dict) else None
         if not isinstance(files, list):
@@ -412,9 +488,10 @@ class Router:
         return json_response({"files": out, "commitOid": sha})
 
     def _commit(self, req: Request, repo: GitRepo, rev: str) -> Response:
+        create_pr = req.flag("create_pr")
+        pr_number = self.discussions.may_commit(req, repo, rev, create_pr)
         # Read (and store the regular files of) the payload line by line before taking the repo's lock.
         header, ops = parse_commit(iter_lines(req.chunks(), req.max_buffered), partial(repo.write_object, "blob"))
-        create_pr = req.flag("create_pr")
         with self.store.lock(repo.repo_type, repo.repo_id):
             head, ref = repo.resolve(rev)
             if ref is None or not ref.startswith(("refs/heads/", "refs/pr/")):
@@ -430,13 +507,23 @@ class Router:
                 [head],
                 header["summary"],
                 str(header.get("description") or ""),
-                self.username,
+                self._author(req),
             )
             pr_url = None
+            board = Discussions(repo)
             if create_pr:
-                number = 1 + max((int(n) for n in repo.list_refs("refs/pr") if n.isdigit()), default=0)
-                ref, pr_url = f"refs/pr/{number}", f"{self._url(req, repo)}/discussions/{number}"
+                opened = board.create(
+                    header["summary"],
+                    str(header.get("description") or ""),
+                    self._author(req),
+                    pull_request=True,
+                    status="open",
+                )
+                pr_number = opened["num"]
+                ref, pr_url = f"refs/pr/{pr_number}", f"{self._url(req, repo)}/discussions/{pr_number}"
             repo.write_ref(ref, commit)
+            if pr_number is not None:
+                board.record_commit(pr_number, commit, header["summary"], self._author(req))
         return json_response(
             {
                 "success": True,

@@ -301,7 +301,10 @@ def lfs_batch(
             entry["actions"] = {"upload": upload_action, "verify": {"href": f"{base}/{oid}/verify", "header": {}}}
         elif not upload and stored is None:
             entry["error"] = {"code": 404, "message": "Object does not exist"}
-        elif not upload:
-            entry["actions"] = {"download": {"href": f"{base}/{oid}", "header": {}}}
+        elif not upload and stored is not None:  # signed, as the Hub's CDN links: git-lfs sends no credentials there
+            expires = int(time.time()) + URL_LIFETIME
+            signature = sign_upload(secret, repo, oid, stored, expires, "download")
+            query = urlencode({"exp": expires, "sig": signature})
+            entry["actions"] = {"download": {"href": f"{base}/{oid}?{query}", "header": {}, "expires_in": URL_LIFETIME}}
         out.append(entry)
     return {"transfer": transfer, "objects": out, "hash_algo": "sha256"}

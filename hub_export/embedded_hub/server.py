@@ -29,17 +29,24 @@ Example:
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import re
 import secrets
 import socket
+import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
+from hub_export.embedded_hub._access import AccessPolicy
+from hub_export.embedded_hub._accounts import Accounts
+from hub_export.embedded_hub._fsck import clean
 from hub_export.embedded_hub._gitstore import HubStore
 from hub_export.embedded_hub._http import FaultRule, HTTPServer, RequestRecord
 from hub_export.embedded_hub._routes import Router
 from hub_export.embedded_hub._uploads import DEFAULT_CHUNK_SIZE, DEFAULT_MULTIPART_THRESHOLD
+from hub_export.errors import HubError
 
 __all__ = [
     "HubServer",
@@ -62,13 +69,17 @@ class HubServer:
         root: Storage directory; repositories persist there across restarts.
         host: Interface to bind (loopback by default).
         port: Port to bind; 0 picks a free one (see :attr:`port` after :meth:`start`).
-        token: Read-write bearer token. When it or ``read_tokens`` is set, every request needs a valid token
-            (401 otherwise) and writes need the read-write one (403 otherwise).
-        read_tokens: Read-only bearer tokens.
+        token: An admin token (reads and writes every repo). With it, ``read_tokens`` or users (``hub-export hub user
+            add``, stored in ``ROOT/accounts.json``), requests without a token read public repos only; see
+            :mod:`hub_export.embedded_hub._access` for every rule.
+        read_tokens: Read-only admin tokens.
         max_body: Largest request body accepted (413 beyond); bodies stream to disk, so this bounds disk use,
             not memory. JSON bodies and each NDJSON line of a commit are buffered and further capped by
             :attr:`max_buffered_body`.
-        username: Name returned by ``whoami``, default namespace and commit author.
+        username: The user an open hub (no users, no token) and the server's own tokens act as: ``whoami``'s
+            name, the namespace of a repo created without one, the commit author.
+        allow_open_network: Serve an open hub (no users, no token: anyone may write and delete) on an interface other
+            than loopback. Refused unless set.
         multipart_threshold: LFS objects of at least this many bytes are offered the Hub's multipart
             transfer (when the client lists ``multipart``): one signed ``PUT`` URL per part plus a
             completion URL. Lower it (with ``chunk_size``) to exercise multipart with small files.
@@ -77,9 +88,11 @@ class HubServer:
 
     Raises:
         ValueError: For a negative ``multipart_threshold`` or a ``chunk_size`` below 1.
+        HubError: On :meth:`start`, for an open hub on a non-loopback ``host`` without ``allow_open_network``.
 
     Attributes:
         log: One :class:`RequestRecord` per served request, in order.
+        cleaned: What :meth:`start` removed of a crashed server's interrupted writes (paths under ``root``).
         faults: :class:`FaultRule` objects consumed by matching requests (see :meth:`add_fault`).
     """
 
@@ -98,11 +111,15 @@ class HubServer:
         username: str = "user",
         multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        allow_open_network: bool = False,
     ):
         self.root, self.host, self.max_body = root, host, max_body
         self.token, self.read_tokens = token, tuple(read_tokens)
+        self.allow_open_network = allow_open_network
         self.store = HubStore(root, username)
-        self._router = Router(self.store, username, bool(token or self.read_tokens), secrets.token_bytes(32))
+        self.accounts = Accounts(self.store.root)
+        self.access = AccessPolicy(self.accounts, token, self.read_tokens, username)
+        self._router = Router(self.store, self.access, secrets.token_bytes(32))
         self.multipart_threshold, self.chunk_size = multipart_threshold, chunk_size
         self.log: list[RequestRecord] = []
         self.faults: list[FaultRule] = []
@@ -110,11 +127,26 @@ class HubServer:
         self._requested_port = port
         self._httpd: HTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self.cleaned: list[str] = []
+        #: Called with one line per request (method, path, status, bytes sent, milliseconds, user), or None.
+        self.access_log: Callable[[str], None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> HubServer:
-        """Bind and serve in a background thread; return ``self``."""
+        """Bind and serve in a background thread; return ``self``.
+
+        Raises:
+            HubError: An open hub (no users, no token) on a non-loopback host without ``allow_open_network``.
+        """
         if self._httpd is None:
+            if self.access.open and not is_loopback(self.host) and not self.allow_open_network:
+                raise HubError(
+                    f"refusing to serve a hub without users or a token on {self.host}: anyone who reaches it could "
+                    "write and delete every repo. Add a user and a token (hub-export hub user add NAME --root ROOT; "
+                    "hub-export hub token create NAME --scope write --root ROOT) or pass --token, or bind "
+                    "--host 127.0.0.1 (or pass --allow-open-network to accept the risk)."
+                )
+            self.cleaned = clean(self.store)  # what a crash left behind, before any request can see the store
             self._httpd = HTTPServer((self.host, self._requested_port), self)
             self._thread = threading.Thread(
                 target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="hub-server", daemon=True
@@ -153,6 +185,12 @@ class HubServer:
         if self._httpd is None:
             raise RuntimeError("HubServer is not started: call start() first")
         return self._httpd.server_address[1]
+
+    @property
+    def bound(self) -> str:
+        """The address the server listens on, as ``host:port`` (``0.0.0.0:8000`` is every IPv4 interface)."""
+        host = self.host or "0.0.0.0"
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     @property
     def url(self) -> str:
@@ -247,6 +285,22 @@ class HubServer:
         return None
 
 
+def _stderr_line(line: str) -> None:
+    """An access-log line on stderr, with the time (UTC)."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    print(f"{stamp} {line}", file=sys.stderr, flush=True)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback interface (``127.0.0.1``, ``::1``, ``localhost``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def serve(
     root: str | os.PathLike,
     host: str = "127.0.0.1",
@@ -255,25 +309,46 @@ def serve(
     *,
     multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    allow_open_network: bool = False,
+    access_log: bool = True,
 ) -> None:
     """Run a Hub server in the foreground until interrupted (Ctrl-C).
 
-    Prints one line with the URL (``Hub serving ROOT at URL ...``) once it listens.
+    Prints the URL to use, the address it is bound to and who may write, once it listens; then, with ``access_log``, one line
+    per request on stderr (method, path, status, bytes sent, milliseconds, user; never a token).
 
     Args:
         root: Storage directory.
         host: Interface to bind.
         port: Port to bind (0 picks a free one).
-        token: Optional read-write bearer token.
+        token: Optional admin token.
         multipart_threshold: See :class:`HubServer`.
         chunk_size: See :class:`HubServer`.
+        allow_open_network: See :class:`HubServer`.
+        access_log: Log each request on stderr.
     """
     hub = HubServer(
-        root, host=host, port=port, token=token, multipart_threshold=multipart_threshold, chunk_size=chunk_size
+        root,
+        host=host,
+        port=port,
+        token=token,
+        multipart_threshold=multipart_threshold,
+        chunk_size=chunk_size,
+        allow_open_network=allow_open_network,
     )
+    if access_log:
+        hub.access_log = _stderr_line
     with hub:
+        users = len(hub.accounts.users())
+        if hub.access.open:
+            who = "open: every request may write (no users, no token)"
+        else:
+            who = f"{users} user(s)" if users else "no users"
+            who += ", the server token" if token else ""
+            who += "; requests without a token read public repos only"
         print(
-            f"Hub serving {os.path.abspath(root)} at {hub.url}  (export HF_ENDPOINT={hub.url} HF_HUB_DISABLE_XET=1)",
+            f"Hub serving {os.path.abspath(root)} at {hub.url} (bound to {hub.bound}; {who})\n"
+            f"  export HF_ENDPOINT={hub.url} HF_HUB_DISABLE_XET=1",
             flush=True,
         )
         try:
@@ -291,7 +366,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--root", required=True, help="storage directory (created if missing)")
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback)")
     parser.add_argument("--port", type=int, default=8000, help="port (0 picks a free one)")
-    parser.add_argument("--token", default=None, help="require this read-write bearer token")
+    parser.add_argument("--token", default=None, help="an admin token (reads and writes every repo)")
+    parser.add_argument(
+        "--allow-open-network", action="store_true", help="serve a hub without users or token on a non-loopback host"
+    )
     parser.add_argument("--multipart-threshold", type=int, default=DEFAULT_MULTIPART_THRESHOLD, help="bytes")
     parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, help="multipart part size, bytes")
     args = parser.parse_args(argv)
@@ -302,6 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.token,
         multipart_threshold=args.multipart_threshold,
         chunk_size=args.chunk_size,
+        allow_open_network=args.allow_open_network,
     )
     return 0
 

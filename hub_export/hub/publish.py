@@ -478,13 +478,32 @@ def _default_message(local: list[_Local]) -> str:
 
 
 def _description(local: list[_Local]) -> str:
-    lines = []
+    """The commit's (and a pull request's) description: one row per export, what a reviewer checks."""
+    lines = [
+        "| folder | format | task | max abs diff vs eager (atol) | size | source | hub-export |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for exp in local:
-        source = exp.manifest.source
-        origin = f" from {source.repo_id}@{source.revision}" if source else ""
-        version = exp.manifest.created_with.get("hub_export", "?")
-        lines.append(f"- {exp.subfolder}/: {exp.manifest.export_format} export{origin} (hub-export {version})")
+        manifest = exp.manifest
+        source = manifest.source
+        origin = f"{source.repo_id}@{source.revision[:12]}" if source else "-"
+        measured = [c.parity for c in manifest.components.values() if c.parity]
+        worst = max(measured, key=lambda p: p.get("max_abs_diff", 0.0)) if measured else None
+        parity = f"{worst['max_abs_diff']:.2e} ({worst['atol']:g})" if worst else "-"
+        size = sum(entry.size for entry in manifest.files)
+        version = manifest.created_with.get("hub_export", "?")
+        row = [f"{exp.subfolder}/", manifest.export_format, manifest.task or "-", parity, _size(size), origin, version]
+        lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
+
+
+def _size(nbytes: int) -> str:
+    value = float(nbytes)
+    for unit in ("B", "KB", "MB"):
+        if value < 1000:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"
 
 
 # -- tags -----------------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ list (``<name>.txt``, installed with ``--no-deps``: nothing is resolved, torch s
 npm project (``package.json`` and its lock file). Each environment is kept under
 ``$XDG_CACHE_HOME/hub-export/consumers/<name>-<hash of what defines it>`` (``~/.cache`` by default; another root
 with ``HUB_EXPORT_CONSUMERS``), so a fresh checkout on the same machine reuses it and a changed pin makes a new one.
-Debian's ``chromium`` is installed with apt-get when ``/usr/bin/chromium`` is missing.
+Debian's ``chromium`` and ``git-lfs`` are installed with apt-get when missing.
 
 ``python tests/consumers/envs.py`` creates whatever is missing (``make consumers``); the tests call :func:`python`,
 :func:`node_modules` and :func:`chromium`, which create it too.
@@ -25,6 +25,7 @@ HERE = Path(__file__).resolve().parent
 #: The Python environments, by name (each defined by ``<name>.txt``).
 PYTHON_ENVS = ("optimum-onnx", "optimum-intel", "optimum-executorch")
 CHROMIUM = Path("/usr/bin/chromium")
+GIT_LFS = Path("/usr/bin/git-lfs")
 
 
 def root() -> Path:
@@ -87,13 +88,23 @@ def node_modules() -> Path:
     return _ensure(root() / f"node-{_digest(package, lock)}", build) / "node_modules"
 
 
-def chromium() -> Path:
-    """Debian's Chromium (installed with apt-get when missing)."""
-    if not CHROMIUM.exists():
+def _apt(package: str, binary: Path) -> Path:
+    """``binary``, installed from Debian's ``package`` when missing."""
+    if not binary.exists():
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], check=True, env=env)
-    return CHROMIUM
+        subprocess.run(["apt-get", "install", "-y", "-qq", package], check=True, env=env)
+    return binary
+
+
+def chromium() -> Path:
+    """Debian's Chromium (installed with apt-get when missing)."""
+    return _apt("chromium", CHROMIUM)
+
+
+def git_lfs() -> Path:
+    """Debian's git-lfs, which ``git lfs pull`` from the embedded hub runs (installed with apt-get when missing)."""
+    return _apt("git-lfs", GIT_LFS)
 
 
 def main() -> int:
@@ -101,6 +112,7 @@ def main() -> int:
         print(f"{name}: {python(name)}", flush=True)
     print(f"transformers.js: {node_modules()}", flush=True)
     print(f"chromium: {chromium()}", flush=True)
+    print(f"git-lfs: {git_lfs()}", flush=True)
     return 0
 
 
