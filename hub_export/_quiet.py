@@ -93,30 +93,70 @@ def quiet_third_party(show_own: Any = None, *, native: bool = False) -> Iterator
     if getattr(_ACTIVE, "depth", 0) or debug_requested():
         yield
         return
-    previous_disable = logging.root.manager.disable
     _ACTIVE.depth = 1
-    with contextlib.ExitStack() as stack:
-        stack.callback(setattr, _ACTIVE, "depth", 0)
-        stack.enter_context(warnings.catch_warnings())
-        warnings.simplefilter("default")  # each distinct warning once, then ours are shown and theirs dropped
-        original = warnings.showwarning
+    _ACTIVE.show_own = show_own
+    try:
+        with contextlib.ExitStack() as stack:
+            if native:  # first: the filter of native log lines then wraps the terminal's copy of descriptor 2
+                stack.enter_context(_native_stderr_hidden())
+            stack.enter_context(_process_quieted())
+            yield
+    finally:
+        _ACTIVE.depth = 0
+        _ACTIVE.show_own = None
 
-        def showwarning(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001 - stdlib hook
-            if not str(filename).startswith(_PACKAGE_DIR):
-                return
-            if show_own is None:
-                original(message, category, filename, lineno, file, line)
-            else:
-                show_own((str(message).strip().splitlines() or [category.__name__])[0])
 
-        warnings.showwarning = showwarning
-        logging.disable(logging.WARNING)
-        stack.callback(logging.disable, previous_disable)
-        stack.enter_context(_transformers_bars_off())
-        if native:
-            stack.enter_context(_native_stderr_hidden())
-        stack.enter_context(_native_log_lines_dropped())
+# The filters are process-wide (the warnings filters, ``logging.disable``, ``sys.stderr``, transformers' bar hook)
+# while blocks run per thread: the first block to start (in any thread) installs them and the last to end restores
+# what was there, so that blocks ending out of order in threads (concurrent publishes) never leave them behind.
+_PROCESS_LOCK = threading.Lock()
+_PROCESS_BLOCKS = 0
+_PROCESS_STACK: contextlib.ExitStack | None = None
+
+
+@contextlib.contextmanager
+def _process_quieted() -> Iterator[None]:
+    global _PROCESS_BLOCKS, _PROCESS_STACK
+    with _PROCESS_LOCK:
+        if _PROCESS_BLOCKS == 0:
+            stack = contextlib.ExitStack()
+            try:
+                _install_filters(stack)
+            except BaseException:
+                stack.close()
+                raise
+            _PROCESS_STACK = stack
+        _PROCESS_BLOCKS += 1
+    try:
         yield
+    finally:
+        with _PROCESS_LOCK:
+            _PROCESS_BLOCKS -= 1
+            if _PROCESS_BLOCKS == 0 and _PROCESS_STACK is not None:
+                stack, _PROCESS_STACK = _PROCESS_STACK, None
+                stack.close()
+
+
+def _install_filters(stack: contextlib.ExitStack) -> None:
+    stack.enter_context(warnings.catch_warnings())
+    warnings.simplefilter("default")  # each distinct warning once, then ours are shown and theirs dropped
+    original = warnings.showwarning
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001 - stdlib hook
+        if not str(filename).startswith(_PACKAGE_DIR):
+            return
+        show_own = getattr(_ACTIVE, "show_own", None)  # the thread's own block decides where ours go
+        if show_own is None:
+            original(message, category, filename, lineno, file, line)
+        else:
+            show_own((str(message).strip().splitlines() or [category.__name__])[0])
+
+    warnings.showwarning = showwarning
+    previous_disable = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    stack.callback(logging.disable, previous_disable)
+    stack.enter_context(_transformers_bars_off())
+    stack.enter_context(_native_log_lines_dropped())
 
 
 @contextlib.contextmanager

@@ -140,3 +140,35 @@ def test_the_library_is_quiet_by_default_and_shows_everything_on_request(capsys,
         assert "[cpuinfo_utils.cpp:71]" in capsys.readouterr().err
     finally:
         hub_export_quiet._SHOW = None  # back to the environment's choice
+
+
+def test_blocks_in_threads_ending_out_of_order_restore_everything(monkeypatch):
+    """Concurrent publishes each run quietly: the filters are the process's, so the last block to end restores them,
+    whichever started first (before, the first to end restored a state the other then put back for good)."""
+    import threading
+
+    monkeypatch.delenv("HUB_EXPORT_DEBUG", raising=False)
+    before = (logging.root.manager.disable, warnings.showwarning, sys.stderr, list(warnings.filters))
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    seen: list[int] = []
+
+    def first() -> None:
+        with quiet_third_party():
+            first_in.set()
+            second_in.wait(10)
+        first_out.set()
+
+    def second() -> None:
+        first_in.wait(10)
+        with quiet_third_party():
+            second_in.set()
+            first_out.wait(10)
+            seen.append(logging.root.manager.disable)  # still quiet while a block runs
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    assert first_out.is_set() and seen == [logging.WARNING]
+    assert (logging.root.manager.disable, warnings.showwarning, sys.stderr, list(warnings.filters)) == before
