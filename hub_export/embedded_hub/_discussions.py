@@ -222,6 +222,11 @@ class Discussions:
         main = repo.files(repo.read_commit(repo.resolve("main")[0]).tree)
         return base, changes, main
 
+    def changes(self, item: dict[str, Any]) -> tuple[dict[str, str], dict[str, str | None]]:
+        """``(the base's files, the pull request's changes: path -> blob, or None when deleted)``."""
+        base, changes, _ = self._changes(item)
+        return base, changes
+
     def conflicts(self, item: dict[str, Any]) -> list[str]:
         """The files the pull request and ``main`` (since the pull request's base) both changed, differently."""
         if not item["isPullRequest"] or item["status"] == "merged":

@@ -332,6 +332,11 @@ class GitRepo:
             if is_dir:
                 yield from self.walk(oid, path + "/")
 
+    def entries(self, tree: str) -> list[tuple[str, bool, str]]:
+        """The entries of one tree: ``(name, is_dir, oid)``, folders first, by name."""
+        found = [(name, mode == "40000", oid) for mode, name, oid in self._tree_entries(tree)]
+        return sorted(found, key=lambda e: (not e[1], e[0]))
+
     def files(self, tree: str) -> dict[str, str]:
         """Flatten a tree into ``{path: blob oid}``."""
         return {path: oid for path, is_dir, oid in self.walk(tree) if not is_dir}

@@ -15,6 +15,7 @@ import json
 import re
 from datetime import UTC, datetime
 from functools import partial
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode
 
 from hub_export.embedded_hub._access import AccessPolicy, unauthorized
@@ -99,6 +100,8 @@ class Router:
         self.discussions = DiscussionRoutes(store, access)
         self.admin = RepoAdmin(store, access, self.open_repo)
         self.git = GitHttp(self.open_repo)
+        self._secret = secret
+        self._pages: Any = None  # the web pages (hub_export.embedded_hub.pages), made at their first request
 
     def handle(self, req: Request) -> Response:
         """Answer one request; store errors become Hub-shaped error responses."""
@@ -162,7 +165,23 @@ class Router:
             if len(segs) > n + 3 and segs[n - 1].endswith(".git") and segs[n : n + 3] == ["info", "lfs", "objects"]:
                 repo_id = "/".join(segs[:n])[:-4]
                 return self.lfs.handle(req, repo_type, repo_id, segs[n + 3 :])
+        page = self._page(req, segs) if repo_type == "model" else None
+        if page is not None:
+            return page
         raise StoreError(f"Not found: {req.path}", 404)
+
+    def _page(self, req: Request, segs: list[str]) -> Response | None:
+        """The web page at this URL (None when it is not a page's)."""
+        if self._pages is None:
+            try:
+                from hub_export.embedded_hub.pages import PageRoutes
+
+                self._pages = PageRoutes(self.store, self.access, self._secret)
+            except ImportError as exc:
+                raise StoreError(
+                    f"The hub's web pages need {exc.name or 'jinja2'}: pip install 'hub-export[hub]'", 501
+                ) from None
+        return self._pages.handle(req, segs)
 
     @staticmethod
     def _rev(tail: list[str], i: int) -> tuple[str, int]:
