@@ -293,6 +293,9 @@ def run(args: Any) -> None:
         outputs.append(table(size, info, rows, args, (before, after)))
         if getattr(args, "results", None):
             _append_results(Path(args.results), size, rows, args, (before, after))
+            from charts import speed_bars  # the bar charts next to docs/benchmarks.md's tables
+
+            speed_bars(Path(args.results))
     print()
     print(f"hardware: {hardware()}")
     print(f"versions: {versions(args.peer_python)}")

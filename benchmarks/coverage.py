@@ -504,6 +504,8 @@ def report(results: Path, out: Path, backends: list[str], tools: list[str]) -> N
         "",
         "## Totals",
         "",
+        "![The matrix below as a heatmap: green passed, red failed, grey not run](images/support-matrix.png)",
+        "",
         "| backend | " + " | ".join(TOOL_NAMES[t] for t in tools) + " |",
         "|---|" + "---|" * len(tools),
     ]
@@ -602,6 +604,10 @@ def write_matrix(out: Path, results: Path = ROOT / "docs" / "coverage-results.js
     ran = {(row["tool"], row["backend"]) for row in map(json.loads, results.read_text().splitlines())}
     backends = [b for b in ALL_BACKENDS if any((t, b) in ran for t in TOOLS)]
     report(results, out, backends, [t for t in TOOLS if any((t, b) in ran for b in backends)])
+    if out.name == "support-matrix.md":  # the heatmap the page shows (benchmarks/charts.py)
+        from charts import support_heatmap
+
+        support_heatmap(results, out.parent / "images" / "support-matrix.png")
 
 
 if __name__ == "__main__":

@@ -118,10 +118,20 @@ def discussions(routes: PageRoutes, req: Request, visitor: dict[str, Any], repo:
     if len(tail) != 1 or not tail[0].isdigit() or len(tail[0]) > 9:
         raise StoreError("Not found", 404)
     item = board.get(int(tail[0]))
+    context = _base(routes, repo, tab="discussions")
     review = views.pull_request_view(board, item)
+    if item["isPullRequest"] and review["formats"]:  # the exports it adds or changes, as its head has them
+        head = repo.read_commit(repo.resolve(f"refs/pr/{item['num']}")[0])
+        rows = views.exports(routes.cache, repo, head)
+        review["exports"] = [row for row in rows if row.folder in review["formats"]]
     mergeable = item["isPullRequest"] and item["status"] in ("open", "draft") and not review["conflicts"]
+    comments = {  # comments are Markdown, as untrusted as a card
+        event["id"]: views.comment_html(routes.cache, event["data"]["latest"]["raw"], context["prefix"])
+        for event in item["events"]
+        if event["type"] == "comment" and not event["data"].get("hidden")
+    }
     return routes.render(
-        req, visitor, "discussion.html", **_base(routes, repo, tab="discussions"), item=item, review=review,
+        req, visitor, "discussion.html", **context, item=item, review=review, comments=comments,
         may_merge=mergeable and routes.may_write(visitor, repo), merged=req.param("merged") == "1",
     )  # fmt: skip
 

@@ -187,11 +187,7 @@ class PageRoutes:
             if not self.access.can_read(visitor["identity"], repo.repo_id.split("/")[0], bool(meta["private"])):
                 continue
             sha, _ = repo.resolve("main")
-            commit = repo.read_commit(sha)
-            exports = views.exports(self.cache, repo, commit)
-            row_formats = sorted({e.format for e in exports if e.format})
-            card = views.metadata(self.cache, repo, sha)
-            row_tasks = sorted({e.task for e in exports if e.task} | {str(card.get("pipeline_tag") or "")} - {""})
+            row_formats, row_tasks, updated = self._row(repo, sha)
             formats.update(row_formats)
             tasks.update(row_tasks)
             if search and search.lower() not in repo.repo_id.lower():
@@ -204,8 +200,8 @@ class PageRoutes:
                     "private": meta["private"],
                     "formats": row_formats,
                     "tasks": row_tasks,
-                    "updated": commit.timestamp,
-                }  # fmt: skip
+                    "updated": updated,
+                }
             )
         rows.sort(key=lambda r: -r["updated"])
         shown = rows[page * views.PAGE : (page + 1) * views.PAGE]
@@ -217,6 +213,17 @@ class PageRoutes:
 
     def _login(self, req: Request, visitor: dict[str, Any], segs: list[str]) -> Response:
         return self.render(req, visitor, "login.html", failed=False)
+
+    def _row(self, repo: GitRepo, sha: str) -> tuple[list[str], list[str], int]:
+        """A repo's row in the list at commit ``sha``: its export formats, its tasks, its time (cached)."""
+        return self.cache.get(("row", str(repo.path), sha), lambda: self._make_row(repo, sha))
+
+    def _make_row(self, repo: GitRepo, sha: str) -> tuple[list[str], list[str], int]:
+        commit = repo.read_commit(sha)
+        exports = views.exports(self.cache, repo, commit)
+        card = views.metadata(self.cache, repo, sha)
+        tasks = {e.task for e in exports if e.task} | {str(card.get("pipeline_tag") or "")}
+        return sorted({e.format for e in exports if e.format}), sorted(tasks - {""}), commit.timestamp
 
     def _repo_home(self, req: Request, visitor: dict[str, Any], segs: list[str]) -> Response:
         return repo_pages.home(self, req, visitor, self.repo(visitor, segs))

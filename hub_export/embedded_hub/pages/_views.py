@@ -30,6 +30,7 @@ __all__ = [
     "Cache",
     "blob_view",
     "card",
+    "comment_html",
     "commit_view",
     "exports",
     "history_view",
@@ -98,6 +99,14 @@ def card(cache: Cache, repo: GitRepo, commit: Commit, prefix: str) -> tuple[str 
         return render_card(text, files_url=f"{prefix}/blob/{commit.oid}", resolve_url=f"{prefix}/resolve/{commit.oid}")
 
     return cache.get(("card", hit[1], prefix, commit.oid), make), None
+
+
+def comment_html(cache: Cache, text: str, prefix: str) -> str:
+    """A discussion comment's Markdown as sanitized HTML (links to files point at ``main``)."""
+    key = ("comment", hashlib.sha256(text.encode()).hexdigest(), prefix)
+    return cache.get(
+        key, lambda: render_card(text, files_url=f"{prefix}/blob/main", resolve_url=f"{prefix}/resolve/main")
+    )
 
 
 def metadata(cache: Cache, repo: GitRepo, sha: str) -> dict[str, Any]:
@@ -177,7 +186,7 @@ def pull_request_view(board: Discussions, item: dict[str, Any]) -> dict[str, Any
         for p, o in sorted(changes.items())
     ][:MAX_CHANGES]
     folders = sorted({f["path"].split("/")[0] for f in files if f["path"].endswith("export.json")})
-    return {"files": files, "formats": folders, "conflicts": board.conflicts(item)}
+    return {"files": files, "formats": folders, "conflicts": board.conflicts(item), "exports": []}
 
 
 def link(prefix: str, kind: str, rev: str, path: str = "") -> str:
