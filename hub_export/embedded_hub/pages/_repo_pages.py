@@ -4,17 +4,17 @@ checked the visitor may read the repo."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
+import hub_export.embedded_hub.pages._views as views
 from hub_export.embedded_hub._discussions import Discussions
 from hub_export.embedded_hub._gitstore import GitRepo
 from hub_export.embedded_hub._protocol import Request, Response
-from hub_export.embedded_hub.pages import _views as views
 from hub_export.errors import StoreError
 
-if TYPE_CHECKING:
-    from hub_export.embedded_hub.pages._routes import PageRoutes
+#: The :class:`~hub_export.embedded_hub.pages._routes.PageRoutes` serving the page (that module imports this one).
+PageRoutes = Any
 
 __all__ = ["HANDLERS", "home", "merge"]
 

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
+import hub_export.embedded_hub.pages._repo_pages as repo_pages
+import hub_export.embedded_hub.pages._views as views
 from hub_export.embedded_hub._access import AccessPolicy
 from hub_export.embedded_hub._accounts import Identity
 from hub_export.embedded_hub._catalog import iter_repos
 from hub_export.embedded_hub._gitstore import GitRepo, HubStore
 from hub_export.embedded_hub._protocol import Request, Response
-from hub_export.embedded_hub.pages import _repo_pages as repo_pages
-from hub_export.embedded_hub.pages import _views as views
 from hub_export.embedded_hub.pages._session import CSRF_COOKIE, SESSION_COOKIE, Sessions, cookie_header, read_cookies
 from hub_export.errors import StoreError
 
