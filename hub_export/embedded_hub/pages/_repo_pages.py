@@ -51,8 +51,10 @@ def home(routes: PageRoutes, req: Request, visitor: dict[str, Any], repo: GitRep
     context = _base(routes, repo, tab="card")
     card_html, card_note = views.card(routes.cache, repo, commit, context["prefix"])
     open_prs = [item for item in Discussions(repo).listing(0, "pull_request", "open", None)[0]]
+    exports = views.exports(routes.cache, repo, commit)
+    exported = views.exported_at(routes.cache, repo, commit, [row.folder for row in exports])
     return routes.render(
-        req, visitor, "repo.html", **context, commit=commit, exports=views.exports(routes.cache, repo, commit),
+        req, visitor, "repo.html", **context, commit=commit, exports=exports, exported=exported,
         card_html=card_html, card_note=card_note, metadata=views.metadata(routes.cache, repo, sha),
         branches=sorted(repo.list_refs("refs/heads/").items()), tags=sorted(repo.list_refs("refs/tags/").items()),
         pull_requests=open_prs, base_url=req.base_url,

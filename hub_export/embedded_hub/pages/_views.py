@@ -32,6 +32,7 @@ __all__ = [
     "card",
     "comment_html",
     "commit_view",
+    "exported_at",
     "exports",
     "history_view",
     "link",
@@ -83,6 +84,32 @@ def when(timestamp: float) -> str:
 
 def exports(cache: Cache, repo: GitRepo, commit: Commit) -> list[ExportRow]:
     return cache.get(("exports", str(repo.path), commit.tree), lambda: exports_of(repo, commit.tree))
+
+
+def exported_at(cache: Cache, repo: GitRepo, commit: Commit, folders: list[str], depth: int = 500) -> dict[str, int]:
+    """When each export folder's ``export.json`` took the content it has at ``commit`` (the commit time), looking back
+    at most ``depth`` commits of first-parent history (older: the time of the oldest commit looked at)."""
+
+    def make() -> dict[str, int]:
+        def manifest(tree: str, folder: str) -> str | None:
+            hit = repo.lookup(tree, f"{folder}/export.json" if folder else "export.json")
+            return hit[1] if hit and not hit[0] else None
+
+        pending = {folder: manifest(commit.tree, folder) for folder in folders}
+        oldest_same = dict.fromkeys(folders, commit.timestamp)
+        found: dict[str, int] = {}
+        for older in repo.history(commit.oid, limit=depth):  # newest first
+            for folder in list(pending):
+                if manifest(older.tree, folder) == pending[folder]:
+                    oldest_same[folder] = older.timestamp
+                else:
+                    found[folder] = oldest_same[folder]
+                    del pending[folder]
+            if not pending:
+                break
+        return {**found, **{folder: oldest_same[folder] for folder in pending}}
+
+    return cache.get(("exported-at", str(repo.path), commit.oid, tuple(folders)), make)
 
 
 def card(cache: Cache, repo: GitRepo, commit: Commit, prefix: str) -> tuple[str | None, str | None]:
