@@ -23,10 +23,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
-__all__ = ["Block", "PAGES", "STAND_INS", "blocks", "driver_script", "stand_in_repos"]
+__all__ = [
+    "Block",
+    "PAGES",
+    "RUN_ELSEWHERE",
+    "STAND_INS",
+    "blocks",
+    "driver_script",
+    "environment",
+    "run_page",
+    "stand_in_repos",
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The pages whose blocks run, relative to the repository root.
@@ -36,6 +49,10 @@ PAGES = (
     "actions/README.md",
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")),
 )
+#: Pages whose blocks run in another test module, on the hub that module's own checks use (``page -> module``):
+#: docs/interop.md runs in tests/test_consumers.py, after the same ``sync`` that the page's first block runs, so the
+#: page's sync finds its exports up to date instead of making them a second time.
+RUN_ELSEWHERE = {"docs/interop.md": "tests/test_consumers.py"}
 #: Repo id -> the tiny stand-in put on a page's hub under it: (architecture family, task it is saved for).
 STAND_INS = {
     "Qwen/Qwen2.5-0.5B": "qwen2",
@@ -106,6 +123,49 @@ def stand_in_repos(page: str) -> list[str]:
     """The :data:`STAND_INS` a page names."""
     text = (ROOT / page).read_text(encoding="utf-8")
     return [repo for repo in STAND_INS if repo in text]
+
+
+def environment(endpoint: str, home: Path) -> dict[str, str]:
+    """The environment a page's blocks run in: the test environment's ``bin`` first on ``PATH``, the hub at
+    ``endpoint``, caches under ``home``, and none of the caller's ``HF_*`` settings."""
+    bin_dir = str(Path(sys.executable).parent)
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "HUGGINGFACE_"))}
+    env.update(
+        PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
+        HF_ENDPOINT=endpoint,
+        HF_HUB_DISABLE_XET="1",
+        HF_HOME=str(home / "hf-home"),
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+        HUB_EXPORT_CACHE=str(home / "hub-export-cache"),
+    )
+    return env
+
+
+def run_page(page: str, work: Path, env: dict[str, str], interpreters: dict[str, str], node: str | None) -> None:
+    """Run the page's blocks in ``work`` (a driver script beside it) and check what they print.
+
+    Raises:
+        AssertionError: naming the block that failed, or the printed line a block's output lacks.
+    """
+    runnable = [b for b in blocks(page) if b.skip is None]
+    script = work.parent / "driver.py"
+    script.write_text(driver_script(page, runnable, interpreters, node))
+    result = subprocess.run(
+        [sys.executable, str(script)], cwd=work, env=env, capture_output=True, text=True, timeout=900
+    )
+    outputs = result.stdout.split("@@block ")[1:]
+    if result.returncode != 0:
+        failed = len(outputs) - 1
+        block = runnable[failed] if 0 <= failed < len(runnable) else None
+        where = block.where if block else page
+        raise AssertionError(f"{where} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    for block, output in zip(runnable, outputs):
+        position = 0
+        for line in block.prints:
+            pattern = ".*".join(re.escape(piece.strip()) for piece in line.split("..."))
+            match = re.compile(pattern).search(output, position)
+            assert match is not None, f"{block.where}: its output lacks {line!r}:\n{output[-2000:]}"
+            position = match.end()
 
 
 def driver_script(page: str, runnable: list[Block], interpreters: dict[str, str], node_modules: str | None) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import torch
+from doc_pages import environment, run_page
 from tiny_models import seeded
 from tiny_tokenizers import bert_tokenizer, byte_level_tokenizer, save_as_hub_tokenizer
 
@@ -34,7 +35,8 @@ import envs  # noqa: E402
 from hub_export.embedded_hub.server import HubServer  # noqa: E402
 
 CONSUMERS = Path(__file__).resolve().parent / "consumers"
-LLAMA, BERT, PLAIN = "interop/tiny-llama", "interop/tiny-bert", "interop/tiny-llama-graph"
+# the Llama under the id docs/interop.md uses: the page runs here, on these exports (test_the_interop_page_runs_as_written)
+LLAMA, BERT, PLAIN = "me/tiny-llama", "interop/tiny-bert", "interop/tiny-llama-graph"
 PROMPT = "the cat sat on the mat and"
 NEW_TOKENS = 20
 ATOL = 1e-4
@@ -108,6 +110,8 @@ def _upload(repo: str, model: Any, tokenizer: Any, folder: Path) -> None:
 @pytest.fixture(scope="module")
 def published(hub: HubServer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The two models on the hub with their exports published by ``sync``, and eager's answers."""
+    from huggingface_hub import HfApi
+
     from hub_export.hub.sync import sync
 
     root = tmp_path_factory.mktemp("models")
@@ -119,6 +123,7 @@ def published(hub: HubServer, tmp_path_factory: pytest.TempPathFactory) -> dict[
     assert sync(LLAMA, ["onnx", "openvino", "dynamo", "executorch"], task="text-generation").updated
     assert sync(BERT, ["onnx", "openvino", "dynamo"], task="text-classification").updated
     assert sync(PLAIN, ["onnx"]).updated  # a graph export of the causal LM: its forward, no cache inputs
+    llama_head = HfApi().model_info(LLAMA).sha
     inputs = llama_tokenizer(PROMPT, return_tensors="pt")
     # transformers.js's text-generation pipeline tokenizes the prompt without special tokens (no BOS)
     bare = llama_tokenizer(PROMPT, return_tensors="pt", add_special_tokens=False)
@@ -138,6 +143,7 @@ def published(hub: HubServer, tmp_path_factory: pytest.TempPathFactory) -> dict[
         "bert_inputs": encoded,
         "logits": logits,
         "root": root,
+        "llama_head": llama_head,
     }
 
 
@@ -346,3 +352,20 @@ def test_transformers_js_in_chromium_generates_eagers_tokens_from_the_hub(publis
     assert answer["ids"] == published["ids"]
     # the model came from the hub, over HTTP, with CORS: the hub served the graph and its weights
     assert any(r.path.endswith("/onnx/model.onnx_data") and r.status in (200, 206) for r in hub.log)
+
+
+def test_the_interop_page_runs_as_written(published, hub, tmp_path) -> None:
+    """docs/interop.md, every block in order, as tests/test_docs.py runs the other pages, on this module's hub: its
+    first block's ``sync`` asks for the exports ``published`` made (same formats, same task), finds them up to date and
+    makes nothing; then each runtime's block runs them, as the tests above did with their tokens checked."""
+    from doc_pages import blocks
+
+    runnable = [b for b in blocks("docs/interop.md") if b.skip is None]
+    interpreters = {b.environment: str(envs.python(b.environment)) for b in runnable if b.environment}
+    work = tmp_path / "work"
+    work.mkdir()
+    env = environment(hub.url, tmp_path)
+    run_page("docs/interop.md", work, env, interpreters, str(envs.node_modules()))
+    from huggingface_hub import HfApi
+
+    assert HfApi(endpoint=hub.url).model_info(LLAMA).sha == published["llama_head"]  # the page's sync made nothing

@@ -3,14 +3,12 @@ hub of its own, with tiny stand-ins for the Hub models it names."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from doc_pages import PAGES, STAND_INS, blocks, driver_script, stand_in_repos
+from doc_pages import PAGES, RUN_ELSEWHERE, STAND_INS, blocks, environment, run_page, stand_in_repos
 from tiny_models import seeded
 from tiny_tokenizers import bert_tokenizer, byte_level_tokenizer, save_as_hub_tokenizer
 
@@ -19,7 +17,7 @@ from hub_export.embedded_hub.server import HubServer
 sys.path.insert(0, str(Path(__file__).resolve().parent / "consumers"))
 import envs  # noqa: E402
 
-RUN = [page for page in PAGES if any(b.skip is None for b in blocks(page))]
+RUN = [page for page in PAGES if page not in RUN_ELSEWHERE and any(b.skip is None for b in blocks(page))]
 
 
 def _model(family: str) -> tuple[Any, Any]:
@@ -63,20 +61,6 @@ def stand_ins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return folders
 
 
-def _environment(hub: HubServer, home: Path) -> dict[str, str]:
-    bin_dir = str(Path(sys.executable).parent)
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "HUGGINGFACE_"))}
-    env.update(
-        PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
-        HF_ENDPOINT=hub.url,
-        HF_HUB_DISABLE_XET="1",
-        HF_HOME=str(home / "hf-home"),
-        HF_HUB_DISABLE_PROGRESS_BARS="1",
-        HUB_EXPORT_CACHE=str(home / "hub-export-cache"),
-    )
-    return env
-
-
 @pytest.mark.parametrize("page", RUN)
 def test_the_page_runs_as_written(page: str, stand_ins: dict[str, Path], tmp_path: Path) -> None:
     from huggingface_hub import HfApi
@@ -93,32 +77,11 @@ def test_the_page_runs_as_written(page: str, stand_ins: dict[str, Path], tmp_pat
         for repo in stand_in_repos(page):
             api.create_repo(repo, exist_ok=True)
             api.upload_folder(repo_id=repo, folder_path=stand_ins[STAND_INS[repo]], commit_message="Stand-in")
-        script = tmp_path / "driver.py"
-        script.write_text(driver_script(page, runnable, interpreters, node))
-        result = subprocess.run(
-            [sys.executable, str(script)],
-            cwd=work,
-            env=_environment(hub, tmp_path),
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-    outputs = result.stdout.split("@@block ")[1:]
-    if result.returncode != 0:
-        failed = len(outputs) - 1
-        block = runnable[failed] if 0 <= failed < len(runnable) else None
-        where = block.where if block else page
-        pytest.fail(f"{where} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    for block, output in zip(runnable, outputs):
-        position = 0
-        for line in block.prints:
-            pattern = ".*".join(map(_escaped, line.split("...")))
-            match = __import__("re").compile(pattern).search(output, position)
-            assert match is not None, f"{block.where}: its output lacks {line!r}:\n{output[-2000:]}"
-            position = match.end()
+        run_page(page, work, environment(hub.url, tmp_path), interpreters, node)
 
 
-def _escaped(text: str) -> str:
-    import re
-
-    return re.escape(text.strip())
+def test_pages_run_elsewhere_are_run_there() -> None:
+    """A page left out of :data:`RUN` runs whole in the module :data:`doc_pages.RUN_ELSEWHERE` names."""
+    root = Path(__file__).resolve().parents[1]
+    for page, module in RUN_ELSEWHERE.items():
+        assert page in PAGES and f'run_page("{page}"' in (root / module).read_text(), (page, module)

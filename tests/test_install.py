@@ -3,6 +3,7 @@ sdist that the release workflow (.github/workflows/release.yml) builds, checks a
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tarfile
@@ -47,15 +48,42 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def _sees_this_environment(bin_dir: Path) -> None:
+    """Let a fresh venv import what this environment installed (a ``.pth`` file, read after its own packages)."""
+    import sysconfig
+
+    (site_packages,) = (bin_dir.parent / "lib").glob("python3*/site-packages")
+    ours = sysconfig.get_paths()["purelib"]
+    (site_packages / "zz-test-environment.pth").write_text(ours + "\n")
+
+
 def test_the_wheel_installs_with_its_extras_and_exports(dist: Path, tmp_path: Path) -> None:
+    """pip resolves the wheel with its extras under constraints.txt (``--dry-run``: the runtimes it would install are
+    the ones asked for), and the wheel's own code, installed in a fresh venv, exports and loads with them (the
+    runtimes themselves are this environment's, rather than a second copy of torch and the runtimes)."""
     (wheel,) = dist.glob("*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
     assert {"hub_export/schemas/export.schema.json", "hub_export/schemas/sync-config.schema.json"} <= names
     bin_dir = _venv(tmp_path / "venv")
     constraints = str(ROOT / "constraints.txt")
-    _run(str(bin_dir / "pip"), "install", "--quiet", "-c", constraints, f"{wheel}[onnx,openvino]")
+    report = tmp_path / "report.json"
+    pip = (sys.executable, "-m", "pip", "--python", str(bin_dir / "python"))
+    _run(*pip, "install", "--quiet", "--dry-run", "--ignore-installed", "--report", str(report), "-c", constraints,
+         f"{wheel}[onnx,openvino]")  # fmt: skip
+    resolved = {
+        item["metadata"]["name"].lower().replace("_", "-"): item["metadata"]["version"]
+        for item in json.loads(report.read_text())["install"]
+    }
+    pins = dict(line.split("==") for line in (ROOT / "constraints.txt").read_text().splitlines() if "==" in line)
+    for name in ("torch", "transformers", "huggingface_hub", "onnx", "onnxruntime", "onnxscript", "openvino"):
+        assert (resolved.get(name.lower().replace("_", "-")) or "").split("+")[0] == pins[name], (name, resolved)
+    assert "executorch" not in resolved and "hub-export" in resolved  # only the extras asked for
+    _run(*pip, "install", "--quiet", "--no-deps", str(wheel))
+    _sees_this_environment(bin_dir)
     assert "hub-export" in _run(str(bin_dir / "hub-export"), "--version")
+    where = _run(str(bin_dir / "python"), "-c", "import hub_export; print(hub_export.__file__)", cwd=tmp_path)
+    assert where.startswith(str(tmp_path / "venv")), where  # the wheel's code, not this checkout's
     assert _run(str(bin_dir / "python"), "-c", _SMOKE, cwd=tmp_path).strip().endswith("ok")
 
 

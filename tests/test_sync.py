@@ -254,3 +254,15 @@ def test_create_pr_proposes_the_export_and_leaves_main(
     assert _commits(hub_api)[0] == source and hub_api.list_repo_refs(REPO).tags == []
     proposed = ExportedModel.from_pretrained(REPO, subfolder="pt2", revision="refs/pr/1")
     assert proposed.manifest().source.revision == source
+
+
+def test_a_field_left_to_the_backends_default_is_not_a_change() -> None:
+    """ExecuTorch's generation export records ``external_data: True`` for a config that left it unset: sync found it
+    "config changed" at every run and exported again (tests/test_consumers.py checks a real sync end to end)."""
+    from hub_export.hub.sync import _config_changes
+
+    recorded = {"export_format": "executorch", "dynamic": True, "external_data": True}
+    assert _config_changes({"export_format": "executorch", "dynamic": True, "external_data": None}, recorded) == []
+    assert _config_changes({"export_format": "executorch", "dynamic": True}, recorded) == []
+    assert _config_changes({"export_format": "executorch", "dynamic": False}, recorded) == ["dynamic"]
+    assert _config_changes({"export_format": "executorch", "external_data": False}, recorded) == ["external_data"]

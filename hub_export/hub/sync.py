@@ -215,6 +215,17 @@ def _head(api: Any, repo_id: str, revision: str) -> tuple[str | None, set[str]]:
     return info.sha, {s.rfilename for s in info.siblings or []}
 
 
+def _config_changes(requested: dict[str, Any], recorded: dict[str, Any]) -> list[str]:
+    """The config fields whose requested value differs from the export's record. A field left unset (None, or not
+    given) asks for the backend's default, which the exporter resolves when it exports (ExecuTorch's generation
+    export records ``external_data: True`` for None): any recorded value of it is that default, not a change."""
+    return sorted(
+        k
+        for k in set(requested) | set(recorded)
+        if requested.get(k) is not None and requested.get(k) != recorded.get(k)
+    )
+
+
 def _model_files(api: Any, repo_id: str, sha: str, cache: dict[str, Any]) -> Any:
     """:func:`~hub_export.hub.source.model_identity` of ``sha``, each commit read once per plan."""
     if sha not in cache:
@@ -291,8 +302,7 @@ def _plan(
             != _model_files(api, source, manifest.source.revision, same_files)
         ):
             status, reason = OLDER_SOURCE, f"exported from {manifest.source.revision[:12]}, source is at {sha[:12]}"
-        elif manifest.config != config:
-            changed = sorted(k for k in set(config) | set(manifest.config) if config.get(k) != manifest.config.get(k))
+        elif changed := _config_changes(config, manifest.config):
             status, reason = (
                 CONFIG_CHANGED,
                 "fields " + ", ".join(f"{k}: {manifest.config.get(k)!r} -> {config.get(k)!r}" for k in changed),
