@@ -233,7 +233,10 @@ class PageRoutes:
 
     # -- forms ---------------------------------------------------------------------------------------------
     def _form(self, req: Request) -> dict[str, str]:
-        raw = req.read_body() if int(req.headers.get("Content-Length") or 0) <= _MAX_FORM else b""
+        announced = str(req.headers.get("Content-Length") or "0")
+        if not announced.isdigit() or int(announced) > _MAX_FORM:
+            raise StoreError("Form too large", 413)
+        raw = req.read_body()
         if len(raw) > _MAX_FORM:
             raise StoreError("Form too large", 413)
         fields = parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True)
