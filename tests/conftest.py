@@ -54,6 +54,7 @@ SLOW_MODULES = (
     "test_consumers.py",
     "test_docs.py",
     "test_install.py",
+    "test_hub_pages.py",
     "test_generation.py",
     "test_weights_once.py",
     "test_executorch_lowering.py",
