@@ -33,6 +33,7 @@ import ipaddress
 import os
 import re
 import secrets
+import signal
 import socket
 import sys
 import threading
@@ -312,7 +313,7 @@ def serve(
     allow_open_network: bool = False,
     access_log: bool = True,
 ) -> None:
-    """Run a Hub server in the foreground until interrupted (Ctrl-C).
+    """Run a Hub server in the foreground until interrupted (Ctrl-C, or SIGTERM).
 
     Prints the URL to use, the address it is bound to and who may write, once it listens; then, with ``access_log``, one line
     per request on stderr (method, path, status, bytes sent, milliseconds, user; never a token).
@@ -351,10 +352,27 @@ def serve(
             f"  export HF_ENDPOINT={hub.url} HF_HUB_DISABLE_XET=1",
             flush=True,
         )
+        _wait_for_a_stop_signal()
+
+
+def _wait_for_a_stop_signal() -> None:
+    """Block until SIGINT (Ctrl-C) or SIGTERM (``kill``, a service manager). Both are handled here rather than left to
+    Python's defaults: a process started with SIGINT ignored (by a parent that ignores it) would otherwise run on."""
+    stop = threading.Event()
+    previous = {}
+    for number in (signal.SIGINT, signal.SIGTERM):
         try:
-            threading.Event().wait()
-        except KeyboardInterrupt:
+            previous[number] = signal.signal(number, lambda *_: stop.set())
+        except ValueError:  # not the main thread: Ctrl-C arrives as KeyboardInterrupt, if at all
+            break
+    try:
+        while not stop.wait(0.5):
             pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
