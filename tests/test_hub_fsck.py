@@ -26,7 +26,11 @@ def _serve(root: Path, *extra: str, sigint_ignored: bool = False) -> tuple[subpr
     """``hub-export hub serve`` in a process of its own; returns it and its URL (from the banner)."""
     cmd = [sys.executable, "-m", "hub_export.cli.main", "hub", "serve", "--root", str(root), "--port", "0", *extra]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
+
+    def ignore() -> None:  # in the child: SIGINT ignored and blocked, both inherited by what it runs
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=ignore)
     line = proc.stdout.readline()
     assert " at http://" in line, line + proc.stderr.read() if proc.poll() is not None else line
@@ -133,8 +137,8 @@ def test_one_access_log_line_per_request_without_tokens(tmp_path: Path):
 
 
 def test_ctrl_c_stops_the_hub_even_when_its_parent_ignored_sigint(tmp_path: Path):
-    """A process started with SIGINT ignored (as some test runners and shells start their children) keeps Python from
-    turning Ctrl-C into KeyboardInterrupt: ``hub serve`` handles SIGINT and SIGTERM itself (it ran on, before)."""
+    """A process started with SIGINT ignored or blocked (as a pytest-xdist worker starts its children) never sees
+    Ctrl-C: ``hub serve`` unblocks and handles SIGINT and SIGTERM itself (it ran on, before)."""
     proc, url = _serve(tmp_path / "hub", sigint_ignored=True)
     try:
         assert HfApi(endpoint=url).list_models() is not None

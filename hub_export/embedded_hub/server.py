@@ -357,9 +357,12 @@ def serve(
 
 def _wait_for_a_stop_signal() -> None:
     """Block until SIGINT (Ctrl-C) or SIGTERM (``kill``, a service manager). Both are handled here rather than left to
-    Python's defaults: a process started with SIGINT ignored (by a parent that ignores it) would otherwise run on."""
+    Python's defaults, and unblocked: a process started with SIGINT ignored or blocked (both are inherited from the
+    parent, as from a test runner's worker) would otherwise run on."""
     stop = threading.Event()
     previous = {}
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     for number in (signal.SIGINT, signal.SIGTERM):
         try:
             previous[number] = signal.signal(number, lambda *_: stop.set())
