@@ -25,7 +25,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 from hub_export.embedded_hub.server import HubServer  # noqa: E402
 
-__all__ = ["hub_server", "hub_env", "hub_api", "HUB_TOKEN"]
+__all__ = ["hub_server", "hub_env", "hub_api", "http_status", "HUB_TOKEN"]
 
 HUB_TOKEN = "hf_embedded_hub_test_token"
 
@@ -63,3 +63,16 @@ def hub_api(hub_env: HubServer):
     from huggingface_hub import HfApi
 
     return HfApi(endpoint=hub_env.url, token=HUB_TOKEN)
+
+
+def http_status(call) -> int:  # noqa: ANN001 - any client call
+    """The HTTP status a huggingface_hub client call ends with (200 when it succeeds)."""
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+    try:
+        call()
+    except RepositoryNotFoundError:
+        return 404
+    except HfHubHTTPError as exc:
+        return exc.response.status_code
+    return 200

@@ -13,8 +13,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from hub_fixtures import http_status
 from huggingface_hub import HfApi, hf_hub_download
-from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
 from hub_export.embedded_hub._accounts import Accounts
 from hub_export.embedded_hub.server import HubServer
@@ -46,17 +46,6 @@ def team(tmp_path: Path):
         yield server, tokens, accounts
 
 
-def _status(call) -> int:
-    """The HTTP status a client call ends with (200 when it succeeds)."""
-    try:
-        call()
-    except RepositoryNotFoundError:
-        return 404
-    except HfHubHTTPError as exc:
-        return exc.response.status_code
-    return 200
-
-
 def _api(server: HubServer, token) -> HfApi:
     return HfApi(endpoint=server.url, token=token)
 
@@ -83,25 +72,25 @@ def test_the_access_matrix(team, who, public_read, private_read, public_write, p
     def write(repo: str):
         return lambda: api.upload_file(path_or_fileobj=b"new", path_in_repo="x.txt", repo_id=repo)
 
-    assert _status(read("alice/public")) == public_read
-    assert _status(lambda: api.model_info("alice/public")) == public_read
-    assert _status(read("alice/private")) == private_read
-    assert _status(lambda: api.list_repo_files("alice/private")) == private_read
-    assert _status(write("alice/public")) == public_write
-    assert _status(write("alice/private")) == private_write
-    assert _status(lambda: api.delete_repo("alice/public")) == delete
+    assert http_status(read("alice/public")) == public_read
+    assert http_status(lambda: api.model_info("alice/public")) == public_read
+    assert http_status(read("alice/private")) == private_read
+    assert http_status(lambda: api.list_repo_files("alice/private")) == private_read
+    assert http_status(write("alice/public")) == public_write
+    assert http_status(write("alice/private")) == private_write
+    assert http_status(lambda: api.delete_repo("alice/public")) == delete
 
 
 def test_organisation_roles_and_namespaces(team):
     server, tokens, _ = team
     alice, bob = _api(server, tokens["alice-write"]), _api(server, tokens["bob-write"])
     assert bob.list_repo_files("team/private") == [".gitattributes", "w.bin"]  # a read member reads private repos
-    assert _status(lambda: bob.upload_file(path_or_fileobj=b"x", path_in_repo="x", repo_id="team/private")) == 403
-    assert _status(lambda: bob.create_repo("team/new")) == 403
-    assert _status(lambda: bob.create_repo("alice/new")) == 403
+    assert http_status(lambda: bob.upload_file(path_or_fileobj=b"x", path_in_repo="x", repo_id="team/private")) == 403
+    assert http_status(lambda: bob.create_repo("team/new")) == 403
+    assert http_status(lambda: bob.create_repo("alice/new")) == 403
     assert bob.create_repo("mine").repo_id == "bob/mine"  # a name without namespace: the user's own
     assert alice.create_repo("team/new").repo_id == "team/new"
-    assert _status(lambda: alice.create_repo("bob/other")) == 403
+    assert http_status(lambda: alice.create_repo("bob/other")) == 403
     me = alice.whoami()
     assert me["name"] == "alice" and me["auth"]["accessToken"] == {"displayName": "ci", "role": "write"}
     assert me["orgs"] == [{"type": "org", "name": "team", "roleInOrg": "write"}]
@@ -118,18 +107,18 @@ def test_missing_invalid_expired_and_revoked_tokens(team):
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(request, timeout=10)
     assert info.value.code == 401 and info.value.headers["WWW-Authenticate"].startswith("Bearer realm=")
-    assert _status(lambda: _api(server, "hf_not_a_token").model_info("alice/public")) == 401
+    assert http_status(lambda: _api(server, "hf_not_a_token").model_info("alice/public")) == 401
     expired, secret = accounts.create_token("alice", scope="write", expires_in=0.001)
     import time
 
     time.sleep(0.01)
-    assert _status(lambda: _api(server, secret).model_info("alice/public")) == 401
+    assert http_status(lambda: _api(server, secret).model_info("alice/public")) == 401
     assert any(t.id == expired.id and t.expired for t in accounts.tokens("alice"))
     api = _api(server, tokens["bob-write"])
     assert api.whoami()["name"] == "bob"
     bob_token = next(t for t in accounts.tokens("bob"))
     accounts.revoke_token(bob_token.id)  # while the server runs: it reads the file again
-    assert _status(api.whoami) == 401
+    assert http_status(api.whoami) == 401
     stored = (server.store.root / "accounts.json").read_text()
     assert not any(value in stored for value in tokens.values())  # only hashes are kept
     assert json.loads(stored)["users"].keys() == {"alice", "bob"}
@@ -141,8 +130,8 @@ def test_an_open_hub_serves_loopback_only(tmp_path: Path):
     with HubServer(tmp_path / "open", host="0.0.0.0", allow_open_network=True) as server:
         assert server.bound.startswith("0.0.0.0:")
     with HubServer(tmp_path / "open", host="0.0.0.0", token=ADMIN) as server:  # a token: anonymous only reads
-        assert _status(lambda: _api(server, False).create_repo("user/x")) == 401
+        assert http_status(lambda: _api(server, False).create_repo("user/x")) == 401
     accounts = Accounts(tmp_path / "users")
     accounts.add_user("alice")
     with HubServer(tmp_path / "users", host="0.0.0.0") as server:  # users: not open
-        assert _status(lambda: _api(server, False).create_repo("alice/x")) == 401
+        assert http_status(lambda: _api(server, False).create_repo("alice/x")) == 401

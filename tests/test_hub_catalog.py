@@ -8,8 +8,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from hub_fixtures import http_status
 from huggingface_hub import HfApi, hf_hub_download
-from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
 from hub_export.embedded_hub._accounts import Accounts
 from hub_export.embedded_hub.server import HubServer
@@ -46,16 +46,6 @@ def hub(tmp_path: Path):
             alice.upload_file(path_or_fileobj=b"\0" * 2048, path_in_repo=f"{fmt}/model.bin", repo_id=f"alice/{name}")
         bob.create_repo("bob/bert")
         yield server, alice, bob
-
-
-def _status(call) -> int:
-    try:
-        call()
-    except RepositoryNotFoundError:
-        return 404
-    except HfHubHTTPError as exc:
-        return exc.response.status_code
-    return 200
 
 
 def test_list_models_filters_sorts_and_pages(hub):
@@ -96,11 +86,11 @@ def test_settings_move_duplicate_squash_and_short_shas(hub, tmp_path: Path):
     server, alice, bob = hub
     repo = "alice/llama-onnx"
     alice.update_repo_settings(repo, private=True)
-    assert _status(lambda: bob.model_info(repo)) == 404 and alice.model_info(repo).private
-    assert _status(lambda: bob.update_repo_settings(repo, private=False)) == 404  # cannot even see it
+    assert http_status(lambda: bob.model_info(repo)) == 404 and alice.model_info(repo).private
+    assert http_status(lambda: bob.update_repo_settings(repo, private=False)) == 404  # cannot even see it
     alice.update_repo_settings(repo, private=False, gated="manual")
     assert alice.model_info(repo).gated == "manual"
-    assert _status(lambda: bob.update_repo_settings(repo, gated=False)) == 403
+    assert http_status(lambda: bob.update_repo_settings(repo, gated=False)) == 403
 
     head = alice.list_repo_commits(repo)[0].commit_id
     short = hf_hub_download(repo, "README.md", revision=head[:7], endpoint=server.url, cache_dir=tmp_path / "c")
@@ -110,10 +100,10 @@ def test_settings_move_duplicate_squash_and_short_shas(hub, tmp_path: Path):
     copy = bob.duplicate_repo(repo, "bob/llama-copy")
     assert copy.repo_id == "bob/llama-copy"
     assert bob.list_repo_commits("bob/llama-copy")[0].commit_id == head  # the whole history
-    assert _status(lambda: bob.duplicate_repo(repo, "alice/theft")) == 403
-    assert _status(lambda: bob.move_repo(repo, "bob/taken")) == 403
+    assert http_status(lambda: bob.duplicate_repo(repo, "alice/theft")) == 403
+    assert http_status(lambda: bob.move_repo(repo, "bob/taken")) == 403
     alice.move_repo(repo, "alice/llama-onnx-renamed")
-    assert _status(lambda: alice.model_info(repo)) == 404
+    assert http_status(lambda: alice.model_info(repo)) == 404
     renamed = "alice/llama-onnx-renamed"
     assert alice.list_repo_commits(renamed)[0].commit_id == head
     assert bob.model_info("bob/llama-copy").sha == head  # the copy keeps its own objects
@@ -123,7 +113,7 @@ def test_settings_move_duplicate_squash_and_short_shas(hub, tmp_path: Path):
     commits = alice.list_repo_commits(renamed)
     assert before > 1 and len(commits) == 1 and commits[0].title == "one commit"
     assert sorted(alice.list_repo_files(renamed)) == [".gitattributes", "README.md", "onnx/model.bin"]
-    assert _status(lambda: bob.super_squash_history("bob/bert", branch="nope")) == 404
+    assert http_status(lambda: bob.super_squash_history("bob/bert", branch="nope")) == 404
 
 
 @pytest.mark.parametrize(

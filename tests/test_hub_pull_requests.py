@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hub_fixtures import http_status
 from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download
-from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
 from hub_export.embedded_hub._accounts import Accounts
 from hub_export.embedded_hub.server import HubServer
@@ -29,16 +29,6 @@ def hub(tmp_path: Path):
         alice.upload_file(path_or_fileobj=b"one\n", path_in_repo="a.txt", repo_id=REPO)
         alice.create_repo("alice/secret", private=True)
         yield server, alice, bob
-
-
-def _status(call) -> int:
-    try:
-        call()
-    except RepositoryNotFoundError:
-        return 404
-    except HfHubHTTPError as exc:
-        return exc.response.status_code
-    return 200
 
 
 def test_a_pull_request_is_listed_shown_discussed_and_merged(hub, tmp_path: Path):
@@ -67,7 +57,7 @@ def test_a_pull_request_is_listed_shown_discussed_and_merged(hub, tmp_path: Path
     assert comment.content == "looks right" and comment.author == "alice"
     assert alice.rename_discussion(REPO, 1, "Add b.txt").new_title == "Add b.txt"
     assert alice.change_discussion_status(REPO, 1, "closed").new_status == "closed"
-    assert _status(lambda: alice.merge_pull_request(REPO, 1)) == 409  # a closed pull request does not merge
+    assert http_status(lambda: alice.merge_pull_request(REPO, 1)) == 409  # a closed pull request does not merge
     alice.change_discussion_status(REPO, 1, "open")
     alice.merge_pull_request(REPO, 1, comment="merging")
     merged = alice.get_discussion_details(REPO, 1)
@@ -85,7 +75,7 @@ def test_merging_checks_the_base(hub, tmp_path: Path):
     alice.upload_file(path_or_fileobj=b"x\n", path_in_repo="c.txt", repo_id=REPO, create_pr=True)
     alice.upload_file(path_or_fileobj=b"main\n", path_in_repo="a.txt", repo_id=REPO)  # main changes a.txt too
     assert alice.get_discussion_details(REPO, 1).conflicting_files == ["a.txt"]
-    assert _status(lambda: alice.merge_pull_request(REPO, 1)) == 409
+    assert http_status(lambda: alice.merge_pull_request(REPO, 1)) == 409
     alice.merge_pull_request(REPO, 2)  # c.txt only: main's own change to a.txt is kept
     files = {f: alice.hf_hub_download(REPO, f, cache_dir=tmp_path / "c") for f in ("a.txt", "c.txt")}
     assert Path(files["a.txt"]).read_text() == "main\n" and Path(files["c.txt"]).read_text() == "x\n"
@@ -99,19 +89,19 @@ def test_who_may_do_what(hub, tmp_path: Path):
     )
     number = int(opened.pr_revision.rsplit("/", 1)[1])
     bob.upload_file(path_or_fileobj=b"more\n", path_in_repo="bob2.txt", repo_id=REPO, revision=opened.pr_revision)
-    assert _status(lambda: bob.merge_pull_request(REPO, number)) == 403  # only the owner merges
-    assert _status(lambda: alice.comment_discussion(REPO, number, "thanks")) == 200
+    assert http_status(lambda: bob.merge_pull_request(REPO, number)) == 403  # only the owner merges
+    assert http_status(lambda: alice.comment_discussion(REPO, number, "thanks")) == 200
     draft = alice.create_pull_request(REPO, "Draft from alice")
     assert draft.status == "draft"
     assert (
-        _status(
+        http_status(
             lambda: bob.upload_file(
                 path_or_fileobj=b"x", path_in_repo="x", repo_id=REPO, revision=f"refs/pr/{draft.num}"
             )
         )
         == 403
     )  # someone else's pull request
-    assert _status(lambda: bob.change_discussion_status(REPO, draft.num, "closed")) == 403
+    assert http_status(lambda: bob.change_discussion_status(REPO, draft.num, "closed")) == 403
     alice.upload_file(path_or_fileobj=b"y", path_in_repo="y.txt", repo_id=REPO, revision=f"refs/pr/{draft.num}")
     assert alice.get_discussion_details(REPO, draft.num).status == "open"  # a commit opens a draft
     alice.merge_pull_request(REPO, number)
@@ -119,13 +109,13 @@ def test_who_may_do_what(hub, tmp_path: Path):
     # without a token: read the discussions of a public repo, nothing else; a private repo's do not exist
     anonymous = HfApi(endpoint=server.url, token=False)
     assert [d.num for d in anonymous.get_repo_discussions(REPO)] == [draft.num, number]
-    assert _status(lambda: anonymous.create_discussion(REPO, "hi")) == 401
-    assert _status(lambda: list(bob.get_repo_discussions("alice/secret"))) == 404
-    assert _status(lambda: bob.create_discussion("alice/secret", "hi")) == 404
+    assert http_status(lambda: anonymous.create_discussion(REPO, "hi")) == 401
+    assert http_status(lambda: list(bob.get_repo_discussions("alice/secret"))) == 404
+    assert http_status(lambda: bob.create_discussion("alice/secret", "hi")) == 404
     # a discussion (not a pull request) has no ref and does not merge
     talk = bob.create_discussion(REPO, "A question", description="why?")
     assert not talk.is_pull_request and talk.events[0].content == "why?"
-    assert _status(lambda: alice.merge_pull_request(REPO, talk.num)) == 400
+    assert http_status(lambda: alice.merge_pull_request(REPO, talk.num)) == 400
     assert f"refs/pr/{talk.num}" not in [
         r.ref for r in alice.list_repo_refs(REPO, include_pull_requests=True).pull_requests
     ]

@@ -50,7 +50,7 @@ def home(routes: PageRoutes, req: Request, visitor: dict[str, Any], repo: GitRep
     commit = repo.read_commit(sha)
     context = _base(routes, repo, tab="card")
     card_html, card_note = views.card(routes.cache, repo, commit, context["prefix"])
-    open_prs = [item for item in Discussions(repo).listing(0, "pull_request", "open", None)[0]]
+    open_prs = Discussions(repo).listing(0, "pull_request", "open", None)[0]
     exports = views.exports(routes.cache, repo, commit)
     exported = views.exported_at(routes.cache, repo, commit, [row.folder for row in exports])
     return routes.render(
