@@ -114,7 +114,7 @@ def test_nested_no_grad_blocks_leave_no_empty_region(tmp_path: Path, monkeypatch
     # torch.export does write the empty pieces (which torch.export.load cannot read back): the model is the case
     from hub_export.export import trace
 
-    monkeypatch.setattr(trace, "_drop_empty_regions", lambda program: 0)
+    monkeypatch.setattr(trace, "drop_empty_regions", lambda program: 0)
     exported = DynamoExporter().export(
         NestedNoGradHead().eval(), {"input_ids": torch.tensor([[1, 3, 0, 5, 7]])}, config=DynamoConfig(dynamic=True)
     )

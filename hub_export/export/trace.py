@@ -33,6 +33,7 @@ from ..signature import (
 from ..structure import flatten_value, refuse_own_state_input, unflatten
 from ._fixed import data_dependent, drop_folded_reads, value_inputs, warn_fixed
 from ._guards import bound_dims
+from ._program import detach_weights, drop_empty_regions, user_output_values
 from .roles import axis_role, bound_roles, input_axis_name, shape_roles
 from .widen import admit_down_to, capped_dims, longer_kwargs, matches
 
@@ -323,8 +324,8 @@ def trace(
         attempt, constants = _export_folded(model, traced_kwargs, constants, config, bounds, experts, exc)
         folded = True
     program, leaves, input_structure, sample, expected, output_names, output_structure, dynamic_shapes = attempt
-    _detach_weights(program)
-    _drop_empty_regions(program)
+    detach_weights(program)
+    drop_empty_regions(program)
     input_names = [name for name, _ in leaves]
     shapes, symbols, ranged = _name_dims(program, input_names)
     dims = bound_dims(program, symbols, ranged)  # size guards through `//`, `%`, `min`: multiples, maxima
@@ -341,7 +342,7 @@ def trace(
     input_names, output_names = pair_names(input_names, output_names)
     shapes = _pin_axes(model, config, dynamic_shapes, leaf_names, input_names, shapes, dims)
     inputs = [TensorSpec(n, dtype_name(t.dtype), s) for n, t, s in zip(input_names, sample, shapes)]
-    out_nodes = _user_output_values(program)
+    out_nodes = user_output_values(program)
     outputs = [
         TensorSpec(n, dtype_name(v.dtype), tuple(_rename_expr(d, symbols) for d in v.shape))
         for n, v in zip(output_names, out_nodes)
@@ -398,8 +399,8 @@ def _trace_past_caps(
     except Exception:  # eager or the tracer refused the longer size (a table of positions): the cap is real
         return None
     program = attempt[0]
-    _detach_weights(program)
-    _drop_empty_regions(program)
+    detach_weights(program)
+    drop_empty_regions(program)
     names = [name for name, _ in attempt[1]]
     wide_shapes, symbols, wide_ranged = _name_dims(program, names)
     wide = bound_dims(program, symbols, wide_ranged)
@@ -529,74 +530,3 @@ def _export_flat(
     finally:
         model.train(was_training)
     return program, leaves, input_structure, sample, expected, output_names, output_structure, dynamic_shapes
-
-
-def _user_output_values(program: Any) -> list[Any]:
-    output_node = next(n for n in program.graph.nodes if n.op == "output")
-    specs = program.graph_signature.output_specs
-    from torch.export.graph_signature import OutputKind
-
-    values = []
-    for spec, arg in zip(specs, output_node.args[0]):
-        if spec.kind == OutputKind.USER_OUTPUT:
-            values.append(arg.meta["val"])
-    return values
-
-
-def _detach_weights(program: Any) -> None:
-    """Give the program its own copy of the lifted tensor constants (small: masks, rotary tables), which eager
-    code may update in place; parameters and buffers stay shared with the model, as ``torch.export`` leaves them.
-
-    Weights are never copied: an export holds one copy of them however many components and formats use it (a
-    copy would double the memory of a multi-GB model, and break tied weights into two tensors that would then be
-    stored twice). Changing the model's weights in place after exporting changes the export's program too, until
-    it is saved.
-    """
-    for name, value in list(program.constants.items()):
-        program.constants[name] = value.detach().clone() if hasattr(value, "detach") else value
-
-
-#: Higher-order operators that only run their subgraph under a grad or autocast mode: with no outputs, nothing.
-_REGION_OPS = ("wrap_with_set_grad_enabled", "wrap_with_autocast")
-
-
-def _drop_empty_regions(program: Any) -> int:
-    """Remove the ``torch.no_grad()`` / autocast regions whose results the model never uses.
-
-    ``torch.export`` keeps a ``with torch.no_grad():`` block as a ``wrap_with_set_grad_enabled`` node even when
-    nothing reads what it computes (a mask computed for a branch the sample inputs do not take): its subgraph then
-    returns nothing. ``torch.export.save`` writes such a node with no outputs, and ``torch.export.load`` cannot read
-    it back: its deserializer gives the node no ``val`` and the verifier refuses the program ("Node.meta
-    wrap_with_set_grad_enabled is missing val field", torch/_export/serde/serialize.py ``deserialize_outputs`` and
-    torch/_export/verifier.py ``_check_val``; torch 2.13). The program is functional (a mutation is an output), so
-    a region with no outputs and no users computes nothing observable: it is removed with its subgraph.
-
-    Returns:
-        The number of regions removed.
-    """
-    removed = 0
-    for module in list(program.graph_module.modules()):
-        graph = getattr(module, "graph", None)
-        if graph is None:
-            continue
-        here = 0
-        for node in list(graph.nodes):
-            name = getattr(node.target, "__name__", "")
-            if node.op != "call_function" or name not in _REGION_OPS or node.users:
-                continue
-            body: Any = next((arg for arg in node.args if getattr(arg, "op", None) == "get_attr"), None)
-            subgraph = getattr(module, body.target, None) if body is not None else None
-            if subgraph is None:
-                continue
-            outputs = next((n.args[0] for n in subgraph.graph.nodes if n.op == "output"), None)
-            if outputs is None or len(outputs) > 0:
-                continue
-            graph.erase_node(node)
-            if not body.users:
-                graph.erase_node(body)
-                module.delete_submodule(body.target)
-            here += 1
-        if here:
-            module.recompile()
-            removed += here
-    return removed
