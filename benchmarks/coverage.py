@@ -418,15 +418,6 @@ _CAUSES = ("No ONNX function found", "No conversion rule found", "Unsupported", 
 
 #: known limitations: case -> [(a marker of its failure's reason or traceback, "" for any, the one-line reason shown)]
 _KNOWN = {
-    "mamba": [
-        (
-            "static there",
-            "upstream limitation: transformers' reference Mamba scan (used on CPU and whenever "
-            "exporting) is a Python loop over the sequence (`for index in range(seq_len)`, "
-            "models/mamba/modeling_mamba.py), so the export is static on `sequence`; hub_export warns at export "
-            "and says so at run time (its `export_for_generation` + `generate` passes)",
-        )
-    ],
     "mamba2": [
         (
             "0x:21",

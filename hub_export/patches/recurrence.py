@@ -105,8 +105,16 @@ def _while_loop(step: Step, init: list[Any], xs: list[Any], consts: list[Any]) -
         inputs, read = state[n_carry + n_out : n_carry + n_out + n_xs], state[n_carry + n_out + n_xs :]
         new_carry, ys = step(list(state[:n_carry]), [x.index_select(0, at).squeeze(0) for x in inputs], list(read))
         written = [b.index_copy(0, at, y.unsqueeze(0)) for b, y in zip(state[n_carry : n_carry + n_out], ys)]
-        return (i + 1, *new_carry, *written, *(x.clone() for x in (*inputs, *read)))
+        return (
+            i + 1,
+            *new_carry,
+            *written,
+            *(x.clone(memory_format=torch.contiguous_format) for x in (*inputs, *read)),
+        )
 
+    # contiguous on both sides: a carried tensor's strides must match the body's copy of it (a ``movedim`` view's
+    # symbolic strides do not equal the fresh ones of its copy, and while_loop refuses the pair)
+    xs, consts = [x.contiguous() for x in xs], [c.contiguous() for c in consts]
     start = torch.ones((), dtype=torch.int64, device=xs[0].device)
     out = while_loop(cond_fn, body_fn, (start, *carry, *buffers, *xs, *consts))
     return list(out[1 : 1 + n_carry]), list(out[1 + n_carry : 1 + n_carry + n_out])
