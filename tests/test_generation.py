@@ -552,7 +552,12 @@ def test_state_space_model_generates_through_its_conv_and_ssm_states(tmp_path, n
     ]
     for component in exported.components.values():
         assert component.metadata.parity["max_abs_diff"] < 1e-5
-    runs = [text_inputs(3, 9, pad_left=3, seed=5), {"input_ids": case.other["input_ids"][:2, :2]}]
+    runs = [
+        text_inputs(3, 9, pad_left=3, seed=5),
+        {"input_ids": case.other["input_ids"][:2, :2]},
+        {"input_ids": case.other["input_ids"][:1, :5]},  # a batch of one: no guard of the trace may refuse it
+        {"input_ids": case.other["input_ids"][:1, :1]},
+    ]
     for inputs in runs + ([case.other] if name == "mamba" else []):
         expected = case.model.generate(**inputs, max_new_tokens=8, do_sample=False)
         assert torch.equal(exported.generate(**inputs, max_new_tokens=8), expected), inputs["input_ids"].shape

@@ -28,6 +28,16 @@ __all__ = ["admit_down_to", "capped_dims", "longer_kwargs", "matches"]
 
 #: A guard torch.export adds when it specializes a size away from 1 (``s != 1``, ``(s // 4) != 1``, ``s > 1``).
 _NOT_ONE = re.compile(r"(!= 1|> 1)$")
+#: The same of a multiple: ``(64*s) != 64`` (a flattened ``[s, 64]`` view's size, which is 64 only at ``s == 1``).
+_MULTIPLE_NOT_ONE = re.compile(r"\(?(?:(\d+)\*[^=]+|[^=]+\*(\d+))\)?!=(\d+)")
+
+
+def _says_not_one(guard: str) -> bool:
+    """Whether ``guard`` only says that a size is not 1 (or a multiple of it is not that multiple)."""
+    if _NOT_ONE.search(guard):
+        return True
+    found = _MULTIPLE_NOT_ONE.fullmatch(guard.replace(" ", ""))
+    return found is not None and (found.group(1) or found.group(2)) == found.group(3)
 
 
 def capped_dims(ranged: dict[str, Dim], bounded: dict[str, Dim]) -> dict[str, Dim]:
@@ -105,9 +115,11 @@ def admit_down_to(
     """Let ``program`` take each dim of ``dims`` down to its minimum.
 
     The ranges of the dims' symbols are lowered to the minimum where they are above it, and the guards that only
-    say "not 1" (``!= 1``, ``> 1``) about such a dim are dropped, which ``ExportedProgram.module()`` would assert on
-    every call (and the saved ``.pt2`` with it): for the dims whose range was lowered, and for ``names`` (dims the
-    caller checked at a size those guards refuse though the range admits it).
+    say "not 1" (``!= 1``, ``> 1``, ``(64*s) != 64``) about such a dim are dropped, which ``ExportedProgram.module()``
+    would assert on every call (and the saved ``.pt2`` with it): for the dims whose range was lowered, the dims whose
+    minimum is 0 or 1 (a range torch left at ``[0, inf]`` while a guard refuses 1: the other backends keep no
+    guards and run size 1), and ``names`` (dims the caller checked at a size those guards refuse though the range
+    admits it).
 
     Args:
         program: The ExportedProgram (changed in place).
@@ -127,10 +139,10 @@ def admit_down_to(
         lowered = ranges[symbol].lower > low
         if lowered:
             ranges[symbol] = type(ranges[symbol])(low, ranges[symbol].upper)
-        if lowered or name in names:
+        if lowered or name in names or low <= 1:  # the signature admits size 1: no guard may refuse it
             dropped.extend(sources)
     if dropped:
-        program._guards_code = [g for g in guards if not (_NOT_ONE.search(g) and any(s in g for s in dropped))]
+        program._guards_code = [g for g in guards if not (_says_not_one(g) and any(s in g for s in dropped))]
 
 
 def matches(expected: list[Any], produced: list[Any]) -> bool:
