@@ -13,8 +13,6 @@ outputs within 1e-4 of eager's.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -30,15 +28,17 @@ from tiny_models import seeded
 from tiny_tokenizers import bert_tokenizer, byte_level_tokenizer, save_as_hub_tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "consumers"))
+import decoders  # noqa: E402
 import envs  # noqa: E402
+from decoders import NEW_TOKENS, download, node, run_json  # noqa: E402
 
 from hub_export.embedded_hub.server import HubServer  # noqa: E402
 
 CONSUMERS = Path(__file__).resolve().parent / "consumers"
 # the Llama under the id docs/interop.md uses: the page runs here, on these exports (test_the_interop_page_runs_as_written)
 LLAMA, BERT, PLAIN = "me/tiny-llama", "interop/tiny-bert", "interop/tiny-llama-graph"
+QUANTIZED = "interop/tiny-llama-int8"
 PROMPT = "the cat sat on the mat and"
-NEW_TOKENS = 20
 ATOL = 1e-4
 
 
@@ -147,82 +147,68 @@ def published(hub: HubServer, tmp_path_factory: pytest.TempPathFactory) -> dict[
     }
 
 
-def _run(command: list[str], **kwargs: Any) -> dict[str, Any]:
-    """Run a consumer; its last stdout line is its JSON answer."""
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, **kwargs)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def _node(script: str, *args: str, cache: Path) -> subprocess.CompletedProcess[str]:
-    """Run a transformers.js script of ``tests/consumers`` with Node, from a folder beside its ``node_modules``."""
-    folder = cache / "node-app"
-    folder.mkdir(parents=True, exist_ok=True)
-    link = folder / "node_modules"
-    if not link.exists():
-        link.symlink_to(envs.node_modules())
-    (folder / script).write_text((CONSUMERS / script).read_text())
-    env = {**os.environ, "TRANSFORMERS_JS_CACHE": str(cache / "transformers-js")}
-    return subprocess.run(["node", script, *args], cwd=folder, capture_output=True, text=True, timeout=600, env=env)
-
-
-def _download(repo: str, subfolder: str) -> Path:
-    from huggingface_hub import snapshot_download
-
-    return Path(snapshot_download(repo, allow_patterns=[f"{subfolder}/*"])) / subfolder
-
-
 # -- the decoder --------------------------------------------------------------------------------------------
-def test_transformers_js_generates_eagers_tokens_from_the_repo_id(published, hub, tmp_path) -> None:
-    result = _node("transformers_js.mjs", hub.url, LLAMA, "text-generation", PROMPT, cache=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    answer = json.loads(result.stdout.strip().splitlines()[-1])
+def test_transformers_js_generates_eagers_tokens_from_the_repo_id(published, tmp_path) -> None:
+    answer = decoders.transformers_js(LLAMA, PROMPT, cache=tmp_path)
     assert answer["ids"] == published["ids"]
     assert answer["text"] == published["pipeline_text"]
+
+
+def test_transformers_js_loads_an_int8_export_by_its_dtype(published, hub, tmp_path) -> None:
+    """An int8 ONNX generation export pushed to its own folder is saved as ``model_quantized.onnx``, the file
+    transformers.js's ``dtype: "q8"`` loads: it generates the tokens our runner generates on the same export (the
+    same quantized graph; eager has no int8 reference)."""
+    from huggingface_hub import HfApi
+
+    from hub_export import OnnxConfig, OnnxExporter, OnnxRuntimeDynamicConfig, OnnxRuntimeQuantizer
+
+    llama, tokenizer = _llama()
+    _upload(QUANTIZED, llama, tokenizer, tmp_path / "model")
+    inputs = tokenizer(PROMPT, return_tensors="pt")
+    config = OnnxConfig(dynamic=True, quantizer=OnnxRuntimeQuantizer(OnnxRuntimeDynamicConfig()))
+    exported = OnnxExporter().export_for_generation(llama, inputs, config=config)
+    exported.push_to_hub(QUANTIZED, subfolder="onnx-int8")
+    files = HfApi().list_repo_files(QUANTIZED)
+    assert "onnx-int8/model_quantized.onnx" in files
+    ours = exported.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False).tolist()
+    answer = decoders.transformers_js(QUANTIZED, PROMPT, cache=tmp_path, dtype="q8", subfolder="onnx-int8")
+    assert answer["ids"] == ours
+    # it ran the quantized graph: the only one in the folder, fetched from the hub
+    assert not any(name.startswith("onnx-int8/model.onnx") for name in files)
+    assert any(r.path.endswith("/onnx-int8/model_quantized.onnx") and r.status == 200 for r in hub.log)
 
 
 def test_transformers_js_refuses_a_graph_export_of_a_decoder(published, hub, tmp_path) -> None:
     """A causal LM's plain forward has no cache inputs: transformers.js would feed it one token after the first and
     generate wrong tokens, so it is not published under the name transformers.js loads."""
-    result = _node("transformers_js.mjs", hub.url, PLAIN, "text-generation", PROMPT, cache=tmp_path)
+    result = node("transformers_js.mjs", hub.url, PLAIN, "text-generation", PROMPT, cache=tmp_path)
     assert result.returncode != 0
     assert "onnx/model.onnx" in result.stderr
 
 
 def test_optimum_onnx_generates_eagers_tokens(published) -> None:
-    python = envs.python("optimum-onnx")
-    answer = _run([str(python), str(CONSUMERS / "optimum_run.py"), "onnx", "causal-lm", LLAMA, "onnx", PROMPT])
-    assert answer["ids"] == published["ids"]
+    assert decoders.optimum_onnx(LLAMA, PROMPT)["ids"] == published["ids"]
 
 
 def test_onnxruntime_genai_generates_eagers_tokens(published) -> None:
-    folder = _download(LLAMA, "onnx")
-    assert (folder / "genai_config.json").is_file()
-    answer = _run([sys.executable, str(CONSUMERS / "genai_run.py"), str(folder), json.dumps(published["prompt"])])
-    assert [answer["ids"]] == published["ids"]
+    assert (download(LLAMA, "onnx") / "genai_config.json").is_file()
+    answer = decoders.onnxruntime_genai(LLAMA, published["prompt"])
+    assert answer["ids"] == published["ids"]
     assert answer["text"] == published["text"]
 
 
 def test_optimum_intel_generates_eagers_tokens(published) -> None:
-    python = envs.python("optimum-intel")
-    answer = _run([str(python), str(CONSUMERS / "optimum_run.py"), "openvino", "causal-lm", LLAMA, "openvino", PROMPT])
-    assert answer["ids"] == published["ids"]
+    assert decoders.optimum_intel(LLAMA, PROMPT)["ids"] == published["ids"]
 
 
 def test_openvino_genai_generates_eagers_text(published) -> None:
-    import openvino_genai
-
-    folder = _download(LLAMA, "openvino")
-    pipe = openvino_genai.LLMPipeline(str(folder), "CPU")
-    config = openvino_genai.GenerationConfig()
-    config.max_new_tokens, config.do_sample = NEW_TOKENS, False
-    assert pipe.generate(PROMPT, config) == published["text"]
+    assert decoders.openvino_genai(LLAMA, PROMPT)["text"] == published["text"]
 
 
 def test_torch_export_load_runs_the_generation_graph_with_the_models_arguments(published) -> None:
     from transformers import AutoConfig
 
-    folder = _download(LLAMA, "pt2")
+    folder = download(LLAMA, "pt2")
     config = AutoConfig.from_pretrained(folder)
     program = torch.export.load(str(folder / "model.pt2"))
     ids = torch.tensor([published["prompt"]])
@@ -244,26 +230,26 @@ def test_torch_export_load_runs_the_generation_graph_with_the_models_arguments(p
 def test_executorch_llm_runner_generates_eagers_text(published) -> None:
     """ExecuTorch's own LLM runner (the C++ runner of its Android and iOS apps, here through its Python binding) on
     the program and the tokenizer file as published; ``num_bos=1``: this tokenizer starts a prompt with BOS."""
-    from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
-
-    folder = _download(LLAMA, "executorch")
-    runner = TextLLMRunner(str(folder / "model.pte"), str(folder / "tokenizer.json"))
-    pieces: list[str] = []
-    config = GenerationConfig(echo=False, max_new_tokens=NEW_TOKENS, temperature=0.0, num_bos=1)
-    runner.generate(PROMPT, config, token_callback=pieces.append)
-    assert "".join(pieces) == published["text_with_special"]
+    assert decoders.executorch_runner(LLAMA, PROMPT, num_bos=1)["text"] == published["text_with_special"]
 
 
 def test_optimum_executorch_generates_eagers_tokens(published) -> None:
-    python = envs.python("optimum-executorch")
-    script, prompt = str(CONSUMERS / "optimum_executorch_run.py"), json.dumps(published["prompt"])
-    answer = _run([str(python), script, LLAMA, "executorch", prompt, str(NEW_TOKENS)])
-    assert [answer["ids"]] == published["ids"]
+    assert decoders.optimum_executorch(LLAMA, published["prompt"])["ids"] == published["ids"]
+
+
+def test_every_export_folder_loads_the_tokenizer_as_the_repo_root(published) -> None:
+    """``AutoTokenizer.from_pretrained(repo, subfolder=<format folder>)`` on what ``sync`` published: each folder holds
+    the tokenizer files the root has, and they tokenize alike."""
+    from transformers import AutoTokenizer
+
+    expected = AutoTokenizer.from_pretrained(LLAMA)(PROMPT).input_ids
+    for subfolder in ("onnx", "openvino", "executorch", "pt2"):
+        assert AutoTokenizer.from_pretrained(LLAMA, subfolder=subfolder)(PROMPT).input_ids == expected, subfolder
 
 
 # -- the encoder --------------------------------------------------------------------------------------------
 def test_transformers_js_classifies_as_eager(published, hub, tmp_path) -> None:
-    result = _node("transformers_js.mjs", hub.url, BERT, "text-classification", PROMPT, cache=tmp_path)
+    result = node("transformers_js.mjs", hub.url, BERT, "text-classification", PROMPT, cache=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     answer = json.loads(result.stdout.strip().splitlines()[-1])
     assert answer["input_ids"] == published["bert_inputs"]["input_ids"].tolist()
@@ -274,7 +260,7 @@ def test_transformers_js_classifies_as_eager(published, hub, tmp_path) -> None:
 def test_optimum_classifies_as_eager(published, runtime) -> None:
     python = envs.python("optimum-onnx" if runtime == "onnx" else "optimum-intel")
     script = str(CONSUMERS / "optimum_run.py")
-    answer = _run([str(python), script, runtime, "sequence-classification", BERT, runtime, PROMPT])
+    answer = run_json([str(python), script, runtime, "sequence-classification", BERT, runtime, PROMPT])
     assert torch.allclose(torch.tensor(answer["output"]), published["logits"], atol=ATOL)
 
 
@@ -283,7 +269,7 @@ def test_a_plain_compile_model_keeps_the_promised_float32(published) -> None:
     still computes the float32 export in float32 when a user compiles it with no properties."""
     import openvino
 
-    folder = _download(BERT, "openvino")
+    folder = download(BERT, "openvino")
     model = openvino.Core().read_model(folder / "openvino_model.xml")
     computed = [op for op in model.get_ops() if op.get_type_name() not in ("Parameter", "Result")]
     assert computed and all("DisablePrecisionConversion_0" in op.get_rt_info() for op in computed)
@@ -294,7 +280,7 @@ def test_a_plain_compile_model_keeps_the_promised_float32(published) -> None:
 
 
 def test_torch_export_load_runs_the_graph_with_the_models_arguments(published) -> None:
-    folder = _download(BERT, "pt2")
+    folder = download(BERT, "pt2")
     out = torch.export.load(str(folder / "model.pt2")).module()(**published["bert_inputs"])
     assert list(out) == ["logits"]
     assert torch.allclose(out["logits"], published["logits"], atol=ATOL)

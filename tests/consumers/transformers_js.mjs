@@ -1,14 +1,14 @@
 // Run an export with transformers.js in Node, as its users do: the repo id alone, from the hub at HOST
 // (run by tests/test_consumers.py; prints one JSON object).
 //
-//   node transformers_js.mjs HOST REPO text-generation|feature-extraction|text-classification PROMPT [DTYPE]
+//   node transformers_js.mjs HOST REPO text-generation|feature-extraction|text-classification PROMPT [DTYPE [SUBFOLDER]]
 import { AutoModel, AutoModelForSequenceClassification, AutoTokenizer, env, pipeline } from '@huggingface/transformers';
 
-const [host, repo, task, prompt, dtype] = process.argv.slice(2);
+const [host, repo, task, prompt, dtype, subfolder] = process.argv.slice(2);
 env.remoteHost = host;
 env.allowLocalModels = false;
 env.cacheDir = process.env.TRANSFORMERS_JS_CACHE;
-const options = dtype ? { dtype } : {};
+const options = { ...(dtype ? { dtype } : {}), ...(subfolder ? { subfolder } : {}) };
 
 if (task === 'text-generation') {
     const generator = await pipeline('text-generation', repo, options);
