@@ -701,3 +701,26 @@ def test_int32_indices_are_cast_for_the_edge_verifier() -> None:
     )
     x = torch.randint(0, 9, (3, 10))
     assert torch.equal(export(input_ids=x), model(x))
+
+
+@pytest.mark.parametrize("name", ["falcon", "gpt_neox"])
+def test_the_llm_runner_cache_is_sized_as_the_model_writes_it(name: str) -> None:
+    """transformers' recipe sizes the static cache from the config: Falcon's multi-query attention writes one
+    key/value head, and the tiny GPT-NeoX config carries a ``num_key_value_heads`` its model never reads. The
+    program's cache takes each layer's shape from an eager step instead, so the prompt and the steps run as eager's."""
+    from zoo import build as build_zoo
+
+    from hub_export.backends.executorch.llm_runner import runner_module
+
+    model = build_zoo(name).model
+    ids = torch.tensor([[5, 9, 14, 3, 7]])
+    module = runner_module(model, 32, ids[:, :1])
+    with torch.no_grad():
+        eager = model(input_ids=ids, use_cache=True)
+        logits = module(ids, torch.arange(5))
+        step = module(torch.tensor([[11]]), torch.tensor([5]))
+        eager_step = model(input_ids=torch.tensor([[11]]), past_key_values=eager.past_key_values, use_cache=True)
+    heads = eager.past_key_values.layers[0].keys.shape[1]
+    assert all(layer.keys.shape[1] == heads for layer in module.cache.layers)
+    assert torch.allclose(logits[0, -1], eager.logits[0, -1], atol=1e-5)
+    assert torch.allclose(step[0, -1], eager_step.logits[0, -1], atol=1e-5)

@@ -40,9 +40,36 @@ _STEPS = 4
 MAX_PROMPT_CHUNK = 512
 
 
-def runner_module(model: Any, max_cache_len: int) -> Any:
+def _fit_cache(module: Any, cache: Any, model: Any, probe: Any) -> None:
+    """Size each layer of the recipe's static cache as the model's attention writes it.
+
+    transformers' recipe sizes the cache from the config (``get_head_shapes``: ``num_key_value_heads``, else
+    ``num_attention_heads``), which is not what every model writes: Falcon's multi-query attention keeps one
+    key/value head, and a config may carry a ``num_key_value_heads`` its model never reads (GPT-NeoX). The first
+    write then fails (``index_copy_(): Source/destination tensor must have same slice shapes``). A layer whose
+    shape differs from an eager step's cache is allocated again from that step's keys and values, and registered
+    again as the module's buffer.
+    """
+    import torch
+
+    with torch.no_grad():
+        seen = getattr(model(input_ids=probe, use_cache=True).past_key_values, "layers", None) or []
+    for index, (layer, eager) in enumerate(zip(cache.layers, seen)):
+        keys, values = getattr(eager, "keys", None), getattr(eager, "values", None)
+        mine = getattr(layer, "keys", None)
+        if keys is None or values is None or mine is None or keys.dim() != 4 or layer.max_cache_len == 0:
+            continue
+        if (mine.shape[1], mine.shape[3], layer.values.shape[3]) == (keys.shape[1], keys.shape[3], values.shape[3]):
+            continue
+        layer.lazy_initialization(keys, values)
+        module.register_buffer(f"key_cache_{index}", layer.keys, persistent=False)
+        module.register_buffer(f"value_cache_{index}", layer.values, persistent=False)
+
+
+def runner_module(model: Any, max_cache_len: int, probe: Any) -> Any:
     """``forward(input_ids, cache_position) -> logits of the last position``, the cache in the module's buffers
-    (transformers' ``TorchExportableModuleForDecoderOnlyLM`` picks the static or hybrid recipe for the model)."""
+    (transformers' ``TorchExportableModuleForDecoderOnlyLM`` picks the static or hybrid recipe for the model;
+    :func:`_fit_cache` sizes its cache as ``model`` writes it on ``probe``, one token)."""
     import torch
     from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
 
@@ -60,6 +87,7 @@ def runner_module(model: Any, max_cache_len: int) -> Any:
                 generation.cache_implementation = before
             self.recipe = recipe.model
             self.cache: Any = getattr(self.recipe, "static_cache", None) or self.recipe.cache
+            _fit_cache(self.recipe, self.cache, model, probe)
 
         def forward(self, input_ids: Any, cache_position: Any) -> Any:
             for layer in self.cache.layers:  # the fill position: a new sequence starts again at 0
@@ -137,7 +165,7 @@ def export_llm_runner(exporter: Any, model: Any, prompt: dict[str, Any], config:
     positions = getattr(model.config.get_text_config(), "max_position_embeddings", None) or limit
     max_cache_len = int(min(positions, limit))
     chunk = min(max_cache_len, MAX_PROMPT_CHUNK)
-    module = runner_module(model, max_cache_len)
+    module = runner_module(model, max_cache_len, ids[:, :1])
     sample = {"input_ids": ids, "cache_position": torch.arange(ids.shape[1])}
     # one sequence (the cache's batch), a prompt of up to `chunk` tokens per call: the runner feeds longer ones in
     # pieces; the attention of one call is planned for chunk x max_cache_len
