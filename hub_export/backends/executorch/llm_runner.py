@@ -25,6 +25,7 @@ loading an export skips it unless asked for (``components=["llm"]``).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any
 
 from ...errors import HubExportError
@@ -88,12 +89,22 @@ def runner_module(model: Any, max_cache_len: int, probe: Any) -> Any:
             self.recipe = recipe.model
             self.cache: Any = getattr(self.recipe, "static_cache", None) or self.recipe.cache
             _fit_cache(self.recipe, self.cache, model, probe)
+            # positions from the call, as transformers derives them by default (cache_position), not from the
+            # cache's fill count: OPT computes them from `get_seq_length()`, a value read out of a buffer that
+            # the trace cannot bound (a data-dependent slice)
+            self.positions = "position_ids" in inspect.signature(self.recipe.model.forward).parameters
 
         def forward(self, input_ids: Any, cache_position: Any) -> Any:
             for layer in self.cache.layers:  # the fill position: a new sequence starts again at 0
                 layer.cumulative_length.copy_(cache_position[0])
+            positions = {"position_ids": cache_position.unsqueeze(0)} if self.positions else {}
             output = self.recipe.model(
-                input_ids=input_ids, attention_mask=None, past_key_values=self.cache, use_cache=True, logits_to_keep=1
+                input_ids=input_ids,
+                attention_mask=None,
+                past_key_values=self.cache,
+                use_cache=True,
+                logits_to_keep=1,
+                **positions,
             )
             return output.logits
 
