@@ -724,3 +724,16 @@ def test_the_llm_runner_cache_is_sized_as_the_model_writes_it(name: str) -> None
     assert all(layer.keys.shape[1] == heads for layer in module.cache.layers)
     assert torch.allclose(logits[0, -1], eager.logits[0, -1], atol=1e-5)
     assert torch.allclose(step[0, -1], eager_step.logits[0, -1], atol=1e-5)
+
+
+def test_the_llm_runner_program_of_a_model_deriving_positions_from_its_cache_lowers() -> None:
+    """OPT computes its positions from the cache's fill count (``get_seq_length()``), a value read out of a buffer
+    that the lowering could not bound; the program passes them from ``cache_position`` and lowers, checked against
+    eager's greedy tokens by the export itself."""
+    from zoo import build as build_zoo
+
+    from hub_export.backends.executorch.llm_runner import export_llm_runner
+
+    case = build_zoo("opt", num_hidden_layers=1)
+    component = export_llm_runner(ExecutorchExporter(), case.model, dict(case.sample), ExecutorchConfig(dynamic=True))
+    assert component.metadata.parity["max_abs_diff"] < 1e-4
