@@ -4,6 +4,7 @@ on a backend that keeps no guards)."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -134,8 +135,10 @@ def test_the_finest_step_of_the_guards_is_probed_first() -> None:
 
 
 def test_maximum_from_a_min_floordiv_guard() -> None:
+    """A cap the model's code puts on the sequence is read from its guards, said at export, and refused at run."""
     model = _Capped()
-    exported = _export(model, 7)
+    with pytest.warns(UserWarning, match=r"_Capped: the model's code bounds 'sequence' to \[0, 7\]"):
+        exported = _export(model, 7)
     sequence = exported.components["model"].metadata.signature.dims["sequence"]
     assert sequence.max == 7 and sequence.multiple_of == 1
     torch.testing.assert_close(exported(input_ids=_ids(3, 5)), model(_ids(3, 5)))
@@ -166,14 +169,17 @@ def test_a_derived_size_of_one_does_not_cap_the_dim(tmp_path: Path) -> None:
 
 def test_a_real_branch_on_a_derived_size_keeps_the_cap() -> None:
     """The trace past the cap computes otherwise at the user's sample: the first trace, capped, is kept."""
-    exported = _export(_BranchOnOneMolecule(), 7)
+    with pytest.warns(UserWarning, match=r"bounds 'sequence' to \[4, 7\]"):
+        exported = _export(_BranchOnOneMolecule(), 7)
     sequence = exported.components["model"].metadata.signature.dims["sequence"]
     assert (sequence.min, sequence.max) == (4, 7)
     torch.testing.assert_close(exported(input_ids=_ids(2, 5)), _ids(2, 5).float() * 2)
 
 
 def test_dims_without_arithmetic_guards_stay_unbounded() -> None:
-    dims = _export(_Plain(), 7).components["model"].metadata.signature.dims
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing capped: nothing said
+        dims = _export(_Plain(), 7).components["model"].metadata.signature.dims
     assert dims["sequence"].max is None and dims["sequence"].multiple_of == 1
 
 

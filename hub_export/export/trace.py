@@ -163,6 +163,37 @@ def _pin_axes(
     return [tuple(shape) for shape in named]
 
 
+def _warn_capped(model: Any, spec: Any, shapes: list[tuple[int | str, ...]], dims: dict[str, Dim]) -> None:
+    """Warn when the model's code capped a dim below what the export asked for (its own size guards: a sequence
+    taking 4 to 15 tokens only), so that an export narrower than asked is never a silent outcome."""
+    import warnings
+
+    capped: dict[str, tuple[Dim, int | None]] = {}
+    for axes, shape in zip(spec[0] if spec else (), shapes):
+        axes = axes if isinstance(axes, dict) else dict(enumerate(axes)) if isinstance(axes, (list, tuple)) else {}
+        for axis, wanted in axes.items():
+            size = shape[axis] if axis < len(shape) else None
+            dim = dims.get(size) if isinstance(size, str) else None
+            if dim is None or dim.max is None or dim.name in capped:
+                continue
+            asked = getattr(wanted, "max", None)
+            asked = int(asked) if isinstance(asked, int) and asked < 2**31 else None
+            if asked is None or dim.max < asked:
+                capped[dim.name] = (dim, asked)
+    if capped:
+        text = ", ".join(
+            f"{name!r} to [{dim.min}, {dim.max}]" + (f" (asked: up to {asked})" if asked else "")
+            for name, (dim, asked) in capped.items()
+        )
+        warnings.warn(
+            f"{type(model).__name__}: the model's code bounds {text} while tracing (size guards on that dim): the "
+            "export refuses other sizes with InputBoundsError. Export from a sample of the size you will run, or "
+            "look for the limit in the model's code.",
+            UserWarning,
+            stacklevel=4,  # _warn_capped < trace < export_component < the exporter
+        )
+
+
 def _model_dtype_device(model: Any) -> tuple[str, str]:
     import torch
 
@@ -340,6 +371,7 @@ def trace(
             program, leaves, input_structure, sample, expected, output_names, output_structure, dynamic_shapes = attempt
     leaf_names = input_names
     input_names, output_names = pair_names(input_names, output_names)
+    _warn_capped(model, dynamic_shapes, shapes, dims)
     shapes = _pin_axes(model, config, dynamic_shapes, leaf_names, input_names, shapes, dims)
     inputs = [TensorSpec(n, dtype_name(t.dtype), s) for n, t, s in zip(input_names, sample, shapes)]
     out_nodes = user_output_values(program)
