@@ -3,6 +3,7 @@ hub of its own, with tiny stand-ins for the Hub models it names."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from hub_export.embedded_hub.server import HubServer
 sys.path.insert(0, str(Path(__file__).resolve().parent / "consumers"))
 import envs  # noqa: E402
 
+ROOT = Path(__file__).resolve().parent.parent
 RUN = [page for page in PAGES if page not in RUN_ELSEWHERE and any(b.skip is None for b in blocks(page))]
 
 
@@ -85,3 +87,19 @@ def test_pages_run_elsewhere_are_run_there() -> None:
     root = Path(__file__).resolve().parents[1]
     for page, module in RUN_ELSEWHERE.items():
         assert page in PAGES and f'run_page("{page}"' in (root / module).read_text(), (page, module)
+
+
+def test_the_interop_table_is_generated_from_its_results() -> None:
+    """docs/interop.md's compatibility table is what ``benchmarks/interop.py`` writes from docs/interop-results.jsonl
+    (run it again after changing either)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("interop_bench", ROOT / "benchmarks" / "interop.py")
+    assert spec is not None and spec.loader is not None
+    interop = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(interop)
+    rows = [json.loads(line) for line in (ROOT / "docs" / "interop-results.jsonl").read_text().splitlines() if line]
+    assert {row["case"] for row in rows} == set(interop.decoder_cases())  # every decoder of the zoo was run
+    page = (ROOT / "docs" / "interop.md").read_text()
+    section = page.split(interop.START, 1)[1].split(interop.END, 1)[0]
+    assert section.strip() == interop.table(rows).strip()

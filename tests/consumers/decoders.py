@@ -49,7 +49,7 @@ def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     if not lines:
         return "(no output)"
-    named = [i for i, line in enumerate(lines) if re.match(r"^[A-Za-z_][\w.]*: ", line)]
+    named = [i for i, line in enumerate(lines) if re.match(r"^(?:\w+\.)*[A-Z]\w*: ", line)]
     message = " ".join(lines[named[-1] :]) if named else lines[-1]
     return message if len(message) <= 300 else message[:297] + "..."
 
