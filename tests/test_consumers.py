@@ -37,7 +37,7 @@ from hub_export.embedded_hub.server import HubServer  # noqa: E402
 CONSUMERS = Path(__file__).resolve().parent / "consumers"
 # the Llama under the id docs/interop.md uses: the page runs here, on these exports (test_the_interop_page_runs_as_written)
 LLAMA, BERT, PLAIN = "me/tiny-llama", "interop/tiny-bert", "interop/tiny-llama-graph"
-QUANTIZED = "interop/tiny-llama-int8"
+QUANTIZED = "interop/tiny-llama"
 PROMPT = "the cat sat on the mat and"
 ATOL = 1e-4
 
@@ -154,28 +154,35 @@ def test_transformers_js_generates_eagers_tokens_from_the_repo_id(published, tmp
     assert answer["text"] == published["pipeline_text"]
 
 
-def test_transformers_js_loads_an_int8_export_by_its_dtype(published, hub, tmp_path) -> None:
-    """An int8 ONNX generation export pushed to its own folder is saved as ``model_quantized.onnx``, the file
-    transformers.js's ``dtype: "q8"`` loads: it generates the tokens our runner generates on the same export (the
-    same quantized graph; eager has no int8 reference)."""
+@pytest.mark.parametrize(
+    ("dtype", "recipe", "stem"),
+    [("q8", "OnnxRuntimeDynamicConfig", "model_quantized"), ("q4", "OnnxRuntimeWeightOnlyConfig", "model_q4")],
+)
+def test_transformers_js_loads_a_quantized_export_by_its_dtype(hub, tmp_path, dtype, recipe, stem) -> None:
+    """A quantized ONNX generation export pushed to its own folder is saved under the name transformers.js's
+    ``dtype`` loads (int8 dynamic: ``model_quantized.onnx`` for ``"q8"``; int4 ``MatMulNBits``: ``model_q4.onnx`` for
+    ``"q4"``, what browser apps ship): it generates the tokens our runner generates on the same export (the same
+    quantized graph; eager has no quantized reference)."""
     from huggingface_hub import HfApi
 
-    from hub_export import OnnxConfig, OnnxExporter, OnnxRuntimeDynamicConfig, OnnxRuntimeQuantizer
+    import hub_export
+    from hub_export import OnnxConfig, OnnxExporter, OnnxRuntimeQuantizer
 
+    repo, folder = f"{QUANTIZED}-{dtype}", f"onnx-{dtype}"
     llama, tokenizer = _llama()
-    _upload(QUANTIZED, llama, tokenizer, tmp_path / "model")
+    _upload(repo, llama, tokenizer, tmp_path / "model")
     inputs = tokenizer(PROMPT, return_tensors="pt")
-    config = OnnxConfig(dynamic=True, quantizer=OnnxRuntimeQuantizer(OnnxRuntimeDynamicConfig()))
+    config = OnnxConfig(dynamic=True, quantizer=OnnxRuntimeQuantizer(getattr(hub_export, recipe)()))
     exported = OnnxExporter().export_for_generation(llama, inputs, config=config)
-    exported.push_to_hub(QUANTIZED, subfolder="onnx-int8")
-    files = HfApi().list_repo_files(QUANTIZED)
-    assert "onnx-int8/model_quantized.onnx" in files
+    exported.push_to_hub(repo, subfolder=folder)
+    files = HfApi().list_repo_files(repo)
+    assert f"{folder}/{stem}.onnx" in files
     ours = exported.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False).tolist()
-    answer = decoders.transformers_js(QUANTIZED, PROMPT, cache=tmp_path, dtype="q8", subfolder="onnx-int8")
+    answer = decoders.transformers_js(repo, PROMPT, cache=tmp_path, dtype=dtype, subfolder=folder)
     assert answer["ids"] == ours
     # it ran the quantized graph: the only one in the folder, fetched from the hub
-    assert not any(name.startswith("onnx-int8/model.onnx") for name in files)
-    assert any(r.path.endswith("/onnx-int8/model_quantized.onnx") and r.status == 200 for r in hub.log)
+    assert not any(name.startswith(f"{folder}/model.onnx") for name in files)
+    assert any(r.path.endswith(f"/{folder}/{stem}.onnx") and r.status == 200 for r in hub.log)
 
 
 def test_transformers_js_refuses_a_graph_export_of_a_decoder(published, hub, tmp_path) -> None:
