@@ -75,25 +75,13 @@ def _reference(model: Any, tokenizer: Any) -> dict[str, Any]:
     }
 
 
-#: consumer -> the file of its format's folder it loads (a folder without it is not one the consumer reads)
-_LOADS = {
-    "transformers.js": "model.onnx",
-    "optimum-onnx": "model.onnx",
-    "onnxruntime-genai": "genai_config.json",
-    "optimum-intel": "openvino_model.xml",
-    "OpenVINO GenAI": "openvino_model.xml",
-    "ExecuTorch LLM runner": "model.pte",
-    "optimum-executorch": "model.pte",
-}
-
-
 def _missing(consumer: str, repo: str, files: list[str]) -> str | None:
     """Why the published folder holds nothing ``consumer`` loads, from the export's own plan; None when it does."""
     import decoders
     from huggingface_hub import hf_hub_download
 
-    folder = decoders.CONSUMERS[consumer]
-    if f"{folder}/{_LOADS[consumer]}" in files:
+    loads, folder = decoders.CONSUMERS[consumer], decoders.folder_of(consumer)
+    if loads in files:
         return None
     plan = json.loads(Path(hf_hub_download(repo, f"{folder}/export.json")).read_text()).get("generation") or {}
     runtimes = plan.get("runtimes") or {}
@@ -104,7 +92,7 @@ def _missing(consumer: str, repo: str, files: list[str]) -> str | None:
         why = f"separate graphs ({stages}) that hub_export chains itself: {plan.get('one_graph')}"
     else:
         why = "see the export's plan"
-    return f"no {folder}/{_LOADS[consumer]}: {why}"
+    return f"no {loads}: {why}"
 
 
 def _consume(consumer: str, repo: str, eager: dict[str, Any], work: Path) -> tuple[bool, str]:
@@ -153,7 +141,7 @@ def run_case(case: str, work: Path, consumers: list[str]) -> list[dict[str, Any]
     api.create_repo(repo, exist_ok=True)
     api.upload_folder(repo_id=repo, folder_path=folder, commit_message="Add the model")
     exported: dict[str, str | None] = {}
-    for fmt in [f for f in FORMATS if f in {decoders.CONSUMERS[c] for c in consumers}]:
+    for fmt in [f for f in FORMATS if f in {decoders.folder_of(c) for c in consumers}]:
         try:
             sync(repo, [fmt], task="text-generation")
             exported[fmt] = None
@@ -162,7 +150,7 @@ def run_case(case: str, work: Path, consumers: list[str]) -> list[dict[str, Any]
     rows = []
     files = api.list_repo_files(repo)
     for consumer in consumers:
-        fmt = decoders.CONSUMERS[consumer]
+        fmt = decoders.folder_of(consumer)
         start = time.perf_counter()
         row: dict[str, Any] = {"case": case, "family": zoo.FAMILIES[case], "consumer": consumer, "format": fmt}
         missing = None if exported[fmt] is not None else _missing(consumer, repo, files)

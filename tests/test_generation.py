@@ -542,7 +542,7 @@ def test_state_space_model_generates_through_its_conv_and_ssm_states(tmp_path, n
 
     case = build_zoo(name)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # Mamba: "the model's code fixed" the sequence axis
+        warnings.simplefilter("ignore")  # the trace's warnings are not what this test checks
         exported = DynamoExporter().export_for_generation(case.model, case.sample, config=DynamoConfig(dynamic=True))
     manifest = Manifest.read(exported.save_pretrained(tmp_path / "export"))  # the schema takes the conv/recurrent nodes
     assert manifest.generation["cache"] == "cache_params" and manifest.generation["attention_mask"] == "extend"

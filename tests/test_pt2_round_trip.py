@@ -112,9 +112,9 @@ def test_nested_no_grad_blocks_leave_no_empty_region(tmp_path: Path, monkeypatch
     kept = regions(path)
     assert kept and all(node["outputs"] for node in kept)
     # torch.export does write the empty pieces (which torch.export.load cannot read back): the model is the case
-    from hub_export.export import trace
+    from hub_export.export import _program
 
-    monkeypatch.setattr(trace, "drop_empty_regions", lambda program: 0)
+    monkeypatch.setattr(_program, "drop_empty_regions", lambda program: 0)
     exported = DynamoExporter().export(
         NestedNoGradHead().eval(), {"input_ids": torch.tensor([[1, 3, 0, 5, 7]])}, config=DynamoConfig(dynamic=True)
     )

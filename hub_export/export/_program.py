@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["detach_weights", "drop_empty_regions", "user_output_values"]
+__all__ = ["detach_weights", "drop_empty_regions", "own", "user_output_values"]
 
 
 def user_output_values(program: Any) -> list[Any]:
@@ -79,3 +79,11 @@ def drop_empty_regions(program: Any) -> int:
             module.recompile()
             removed += here
     return removed
+
+
+def own(program: Any) -> Any:
+    """``program`` as trace keeps it: its own copy of the lifted constants (:func:`detach_weights`), without the
+    empty grad/autocast regions (:func:`drop_empty_regions`)."""
+    detach_weights(program)
+    drop_empty_regions(program)
+    return program

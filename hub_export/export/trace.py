@@ -33,7 +33,7 @@ from ..signature import (
 from ..structure import flatten_value, refuse_own_state_input, unflatten
 from ._fixed import data_dependent, drop_folded_reads, value_inputs, warn_fixed
 from ._guards import bound_dims
-from ._program import detach_weights, drop_empty_regions, user_output_values
+from ._program import own, user_output_values
 from .roles import axis_role, bound_roles, input_axis_name, shape_roles
 from .widen import admit_down_to, capped_dims, longer_kwargs, matches
 
@@ -115,6 +115,13 @@ class Traced:
         return fixed_values_fold() if self.folded else contextlib.nullcontext()
 
 
+def _axes(spec_entry: Any) -> dict[int, Any]:
+    """One input's entry of a ``dynamic_shapes`` spec as ``{axis: dim}`` (a dict, or a list / tuple by axis)."""
+    if isinstance(spec_entry, dict):
+        return spec_entry
+    return dict(enumerate(spec_entry)) if isinstance(spec_entry, (list, tuple)) else {}
+
+
 def _pin_axes(
     model: Any,
     config: ExportConfig,
@@ -139,8 +146,7 @@ def _pin_axes(
     pinned = []
     named: list[list[int | str]] = [list(shape) for shape in shapes]
     for leaf, name, axes, shape in zip(leaves, names, spec[0] if spec else (), named):
-        axes = axes if isinstance(axes, dict) else dict(enumerate(axes)) if isinstance(axes, (list, tuple)) else {}
-        for axis, dim in axes.items():
+        for axis, dim in _axes(axes).items():
             if dim is None or dim == torch.export.Dim.STATIC or axis >= len(shape) or not isinstance(shape[axis], int):
                 continue
             role = axis_role(leaf, axis, cache_inputs, shaped)
@@ -170,8 +176,7 @@ def _warn_capped(model: Any, spec: Any, shapes: list[tuple[int | str, ...]], dim
 
     capped: dict[str, tuple[Dim, int | None]] = {}
     for axes, shape in zip(spec[0] if spec else (), shapes):
-        axes = axes if isinstance(axes, dict) else dict(enumerate(axes)) if isinstance(axes, (list, tuple)) else {}
-        for axis, wanted in axes.items():
+        for axis, wanted in _axes(axes).items():
             size = shape[axis] if axis < len(shape) else None
             dim = dims.get(size) if isinstance(size, str) else None
             if dim is None or dim.max is None or dim.name in capped:
@@ -355,8 +360,7 @@ def trace(
         attempt, constants = _export_folded(model, traced_kwargs, constants, config, bounds, experts, exc)
         folded = True
     program, leaves, input_structure, sample, expected, output_names, output_structure, dynamic_shapes = attempt
-    detach_weights(program)
-    drop_empty_regions(program)
+    own(program)
     input_names = [name for name, _ in leaves]
     shapes, symbols, ranged = _name_dims(program, input_names)
     dims = bound_dims(program, symbols, ranged)  # size guards through `//`, `%`, `min`: multiples, maxima
@@ -431,8 +435,7 @@ def _trace_past_caps(
     except Exception:  # eager or the tracer refused the longer size (a table of positions): the cap is real
         return None
     program = attempt[0]
-    detach_weights(program)
-    drop_empty_regions(program)
+    own(program)
     names = [name for name, _ in attempt[1]]
     wide_shapes, symbols, wide_ranged = _name_dims(program, names)
     wide = bound_dims(program, symbols, wide_ranged)

@@ -27,6 +27,7 @@ __all__ = [
     "NEW_TOKENS",
     "ConsumerFailed",
     "download",
+    "folder_of",
     "executorch_runner",
     "node",
     "onnxruntime_genai",
@@ -148,13 +149,18 @@ def optimum_executorch(repo: str, prompt_ids: list[int]) -> dict[str, Any]:
     return {"ids": [answer["ids"]]}
 
 
-#: consumer -> the export folder it reads.
+#: consumer -> the file it loads, in the export folder of its format (a folder without it is not one it reads)
 CONSUMERS = {
-    "transformers.js": "onnx",
-    "optimum-onnx": "onnx",
-    "onnxruntime-genai": "onnx",
-    "optimum-intel": "openvino",
-    "OpenVINO GenAI": "openvino",
-    "ExecuTorch LLM runner": "executorch",
-    "optimum-executorch": "executorch",
+    "transformers.js": "onnx/model.onnx",
+    "optimum-onnx": "onnx/model.onnx",
+    "onnxruntime-genai": "onnx/genai_config.json",
+    "optimum-intel": "openvino/openvino_model.xml",
+    "OpenVINO GenAI": "openvino/openvino_model.xml",
+    "ExecuTorch LLM runner": "executorch/model.pte",
+    "optimum-executorch": "executorch/model.pte",
 }
+
+
+def folder_of(consumer: str) -> str:
+    """The export folder (the format's) ``consumer`` reads."""
+    return CONSUMERS[consumer].split("/", 1)[0]
