@@ -20,11 +20,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _coverage_generation import GENERATIVE_HEADS, is_generation_backend
 from _failure_classes import CLASSES, classify
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "docs" / "coverage-all"
 ALL_BACKENDS = ["dynamo", "onnx", "openvino", "executorch"]
+#: the generation columns (``export_for_generation`` + ``generate``), run on the generative heads only
+GENERATION_BACKENDS = [f"gen-{b}" for b in ALL_BACKENDS]
 TOOL_NAMES = {"hub": "hub_export", "peer": "transformers.exporters"}
 SKIP = ("*", "*")
 
@@ -165,7 +168,9 @@ def drive_all(
                     for a in chunk
                     for backend in column
                     for tool in tools
-                    if (a.model_type, *SKIP) not in rows and stale(rows.get((a.model_type, tool, backend)))
+                    if (a.model_type, *SKIP) not in rows
+                    and stale(rows.get((a.model_type, tool, backend)))
+                    and (not is_generation_backend(backend) or a.head in GENERATIVE_HEADS)
                 ]
 
             cells = pending()
@@ -355,7 +360,7 @@ def section(paths: list[Path] | None = None) -> list[str]:
     except Exception:  # noqa: BLE001 - the report also works from the files alone
         pass
     pending = [t for t in enumerated if t not in types and t not in skipped]
-    backends = [b for b in ALL_BACKENDS if any(k[2] == b for k in rows)]
+    backends = [b for b in ALL_BACKENDS + GENERATION_BACKENDS if any(k[2] == b for k in rows)]
     tools = [t for t in ("hub", "peer") if any(k[1] == t for k in rows)]
     ran = [t for t in types if t not in skipped]
     built = {

@@ -39,12 +39,19 @@ CLASSES: dict[str, str] = {
     "onnx-runtime": "the ONNX model was written but onnxruntime refused to load or run it",
     "dynamo-unsupported": "torch.export could not trace a Python construct (dynamo Unsupported / UserError)",
     "output-structure": "the exported model's outputs differ in structure from eager (class, leaves, shape)",
-    "parity": "the export ran but its outputs differ from eager beyond the tolerance (inf: NaN on one side only)",
+    "parity": "the export ran but its outputs differ from eager beyond the tolerance (inf: NaN on one side only; "
+    "generation: greedy tokens differ from eager generate)",
     "timeout": "the cell did not finish within the time limit",
     "crash": "the process died (segfault, abort, out of memory)",
     "export-error": "any other exception during the export",
     "run-error": "any other exception while running the export",
 }
+
+
+def _format(row: dict[str, Any]) -> str:
+    """The backend's format: a generation cell ``gen-onnx`` is an ONNX cell."""
+    return str(row.get("backend", "")).removeprefix("gen-")
+
 
 # (class, pattern over "reason + traceback", a predicate on the row or None); the first match wins
 RULES: list[tuple[str, re.Pattern[str], Any]] = [
@@ -102,7 +109,7 @@ RULES: list[tuple[str, re.Pattern[str], Any]] = [
             r"src/plugins/intel_cpu",
             re.IGNORECASE,
         ),
-        lambda row: row.get("backend") == "openvino",
+        lambda row: _format(row) == "openvino",
     ),
     (
         "executorch-lowering",
@@ -111,17 +118,17 @@ RULES: list[tuple[str, re.Pattern[str], Any]] = [
             r"Missing out variants|ExportError.*lower",
             re.IGNORECASE,
         ),
-        lambda row: row.get("backend") == "executorch",
+        lambda row: _format(row) == "executorch",
     ),
     (
         "onnx-runtime",
         re.compile(r"onnxruntime|ONNXRuntimeError|InvalidGraph|Fail\]|\[ONNXRuntimeError\]", re.IGNORECASE),
-        lambda row: row.get("backend") == "onnx",
+        lambda row: _format(row) == "onnx",
     ),
     (
         "onnx-conversion",
         re.compile(r"ConversionError|PassError|Failed to decompose the FX graph|torch\.onnx\.export failed"),
-        lambda row: row.get("backend") == "onnx",
+        lambda row: _format(row) == "onnx",
     ),
     (
         "dynamo-unsupported",
@@ -129,7 +136,7 @@ RULES: list[tuple[str, re.Pattern[str], Any]] = [
         None,
     ),
     ("output-structure", re.compile(r"output class|output leaves differ|output shape mismatch"), None),
-    ("parity", re.compile(r"max abs diff"), None),
+    ("parity", re.compile(r"max abs diff|greedy tokens differ"), None),
 ]
 
 
@@ -141,4 +148,4 @@ def classify(row: dict[str, Any]) -> str | None:
     for name, pattern, predicate in RULES:
         if pattern.search(text) and (predicate is None or predicate(row)):
             return name
-    return "run-error" if str(row.get("reason", "")).startswith("[run") else "export-error"
+    return "run-error" if str(row.get("reason", "")).startswith(("[run", "[generate")) else "export-error"

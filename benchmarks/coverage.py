@@ -61,7 +61,7 @@ from _coverage_generation import GENERATIVE_FAMILIES, is_generation_backend, run
 
 DEFAULT_BACKENDS = ["dynamo", "onnx", "openvino"]
 #: ``export_for_generation`` + ``generate`` cells (benchmarks/_coverage_generation.py), generative families only
-GENERATION_BACKENDS = ["gen-dynamo", "gen-onnx", "gen-openvino"]
+GENERATION_BACKENDS = ["gen-dynamo", "gen-onnx", "gen-openvino", "gen-executorch"]
 #: column order of the matrix; a backend is shown when the results file has a row for it
 ALL_BACKENDS = [*DEFAULT_BACKENDS, "executorch", *GENERATION_BACKENDS]
 TOOLS = ["hub", "peer"]
@@ -210,7 +210,7 @@ def run_cell(case_name: str, tool: str, backend: str, all_mode: bool = False) ->
                 row["notes"] = "; ".join(case.notes)
         if is_generation_backend(backend):
             row.pop("stage")
-            return run_generation_cell(case, tool, backend, row)
+            return run_generation_cell(case, tool, backend, row, all_mode)
         row["stage"] = "eager"
         with torch.no_grad():
             expected = [case.model(**inputs) for inputs in (case.sample, case.other)]
@@ -530,7 +530,7 @@ def main() -> None:
         nargs="+",
         default=None,
         choices=ALL_BACKENDS,
-        help=f"default: {' '.join(DEFAULT_BACKENDS)} (--all: these and executorch)",
+        help=f"default: {' '.join(DEFAULT_BACKENDS)} (--all: these and executorch; the gen- columns only when named)",
     )
     parser.add_argument("--cases", nargs="+", default=None)
     parser.add_argument("--tools", nargs="+", default=TOOLS, choices=TOOLS)

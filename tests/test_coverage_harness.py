@@ -198,3 +198,36 @@ def test_a_length_and_a_config_field_are_read_from_the_models_errors() -> None:
     assert fix is not None
     fix[1](shrunk)  # the modeling code reads a field its config class lacks: the value another level holds
     assert shrunk["attn_config"]["rope_theta"] == 5e5
+
+
+def test_generation_cells_are_classed_and_prepared() -> None:
+    """The generation columns (gen-<backend>): a cell is classed by its format's rules, differing tokens are parity
+    (after a reload: round-trip); the other prompt is cut to a batch of two; a tiny config gets the generation
+    settings its checkpoints carry."""
+    import torch
+    from _coverage_generation import _batch_of_two, _generation_defaults
+    from _failure_classes import classify
+    from transformers import BertGenerationConfig, BertGenerationDecoder, T5Config, T5ForConditionalGeneration
+
+    def row(backend: str, reason: str) -> dict:
+        return {"backend": backend, "ok": False, "reason": reason}
+
+    assert classify(row("gen-onnx", "[generate sample] Fail] onnxruntime refused")) == "onnx-runtime"
+    assert classify(row("gen-dynamo", "[generate sample] Fail] onnxruntime refused")) == "run-error"
+    assert classify(row("gen-openvino", "greedy tokens differ from eager generate (other: 1/2 rows)")) == "parity"
+    assert classify(row("gen-dynamo", "after save/load: greedy tokens differ from eager generate (x)")) == "round-trip"
+    three = {"input_ids": torch.ones(3, 5, dtype=torch.int64), "attention_mask": torch.ones(3, 5)}
+    assert {k: tuple(v.shape) for k, v in _batch_of_two(three).items()} == {
+        "input_ids": (2, 5),
+        "attention_mask": (2, 5),
+    }
+    mixed = {**three, "pixel_values": torch.ones(6, 3, 4, 4)}  # images per row: left as they are
+    assert _batch_of_two(mixed) is mixed
+    t5 = T5ForConditionalGeneration(T5Config(vocab_size=32, d_model=8, d_ff=16, num_layers=1, num_heads=2, d_kv=4))
+    t5.generation_config.decoder_start_token_id = t5.generation_config.bos_token_id = None
+    assert _generation_defaults(t5, "seq2seq-lm") and t5.generation_config.decoder_start_token_id == 0
+    config = BertGenerationConfig(vocab_size=32, hidden_size=8, num_hidden_layers=1, num_attention_heads=2)
+    decoder = BertGenerationDecoder(config)
+    assert decoder.config.is_decoder is False
+    assert _generation_defaults(decoder, "causal-lm") == ["is_decoder=True (the config's default is an encoder)"]
+    assert decoder.config.is_decoder is True and _generation_defaults(decoder, "causal-lm") == []

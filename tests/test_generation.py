@@ -7,10 +7,11 @@ import json
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
-from tiny_models import build, text_inputs
+from tiny_models import build, seeded, text_inputs
 
 from hub_export import (
     DynamoConfig,
@@ -561,3 +562,58 @@ def test_state_space_model_generates_through_its_conv_and_ssm_states(tmp_path, n
     for inputs in runs + ([case.other] if name == "mamba" else []):
         expected = case.model.generate(**inputs, max_new_tokens=8, do_sample=False)
         assert torch.equal(exported.generate(**inputs, max_new_tokens=8), expected), inputs["input_ids"].shape
+
+
+def test_bert_to_bert_encoder_decoder_generates_as_eager(tmp_path):
+    """EncoderDecoderModel with a BERT decoder: transformers' SDPA computes is_causal as ``q_length > 1 and ...``,
+    a SymBool under a symbolic query length, which SDPA refuses (patches.tracing.sdpa_causal_flag_as_bool passes the
+    value the guard fixed). The export generates eager's tokens, after a save and reload too."""
+    from transformers import BertConfig, EncoderDecoderConfig, EncoderDecoderModel
+
+    def bert_config(**extra: Any) -> Any:
+        sizes = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+        return BertConfig(vocab_size=96, max_position_embeddings=64, **sizes, **extra)
+
+    config = EncoderDecoderConfig.from_encoder_decoder_configs(
+        bert_config(), bert_config(is_decoder=True, add_cross_attention=True)
+    )
+    config.decoder_start_token_id, config.pad_token_id = 1, 0
+    model = seeded(EncoderDecoderModel, config)
+    model.generation_config.decoder_start_token_id = 1
+    sample = text_inputs(2, 7)
+    exported = DynamoExporter().export_for_generation(model, sample, config=DynamoConfig(dynamic=True))
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "export"))
+    for inputs in (sample, text_inputs(2, 11, pad_left=2, seed=1)):
+        expected = model.generate(**inputs, max_new_tokens=6, do_sample=False)
+        assert torch.equal(exported.generate(**inputs, max_new_tokens=6), expected)
+        assert torch.equal(loaded.generate(**inputs, max_new_tokens=6), expected)
+
+
+def test_several_ids_per_position_are_refused_before_tracing():
+    """Dia feeds (batch, length, codebooks) decoder ids with its own delay pattern: export_for_generation refuses it
+    with one line instead of failing inside the plan."""
+    from hub_export.errors import ExportError
+    from hub_export.generation.export import _refuse_several_ids_per_position
+
+    capture = SimpleNamespace(multimodal=None, calls=[])
+    components = {"prefill": (None, {"decoder_input_ids": torch.zeros(2, 1, 9, dtype=torch.int64)})}
+    with pytest.raises(ExportError, match=r"several ids per position"):
+        _refuse_several_ids_per_position(torch.nn.Identity(), components, capture)
+    components = {"prefill": (None, {"decoder_input_ids": torch.zeros(2, 1, dtype=torch.int64)})}
+    _refuse_several_ids_per_position(torch.nn.Identity(), components, capture)  # one id per position: accepted
+
+
+def test_batch_tie_reads_the_batch_of_multimodal_rotary_positions():
+    """M-RoPE position ids are (sections, batch, sequence) (Qwen2-VL's family, Cosmos 3): the check that every
+    batched input has one batch size reads their second axis, so a language model taking them traces and runs."""
+    from hub_export.generation.export import _batch_tied
+
+    class Language(torch.nn.Module):
+        def forward(self, input_ids: Any, position_ids: Any) -> Any:
+            return input_ids + position_ids.sum(0)
+
+    tied = _batch_tied(Language())
+    ids, positions = torch.ones(2, 5, dtype=torch.int64), torch.arange(5).expand(3, 2, 5)
+    assert torch.equal(tied(input_ids=ids, position_ids=positions), ids + 3 * torch.arange(5))
+    with pytest.raises(RuntimeError):  # a true batch mismatch is still refused
+        tied(input_ids=ids, position_ids=torch.arange(5).expand(3, 3, 5))

@@ -38,7 +38,7 @@ import copy
 from typing import Any
 
 from ..configs import ExportConfig
-from ..errors import ConfigError, HubExportError
+from ..errors import ConfigError, ExportError, HubExportError
 from ..model import exported_model_class
 from ..signature import split_kwargs
 from ._one_graph import CACHE_DIM, QUERY_DIM, check_one_graph, one_graph_refusal, one_token_step, prompt_step_refusal
@@ -103,9 +103,10 @@ def _batch_tied(module: Any) -> Any:
         for name, value in kwargs.items():
             if name in _BATCHED:
                 flatten_value(value, (name,), leaves)
-        tensors = [t for _, t in leaves if t.dim() > 0]
-        for tensor in tensors[1:]:
-            torch._check(tensor.shape[0] == tensors[0].shape[0])
+        # multimodal rotary positions (Qwen2-VL's M-RoPE, ...) are (sections, batch, sequence): batch second
+        sizes = [t.shape[1] if name == "position_ids" and t.dim() == 3 else t.shape[0] for name, t in leaves if t.dim()]
+        for size in sizes[1:]:
+            torch._check(size == sizes[0])
         keep = kwargs.get("logits_to_keep")
         ids = kwargs.get("input_ids", kwargs.get("decoder_input_ids"))
         if type(keep) is int and keep > 0 and isinstance(ids, torch.Tensor):
@@ -210,6 +211,7 @@ def export_for_generation(
     components, capture = decompose_with_capture(
         model, inputs, generation_config=generation_config, multi_token_decode=multi_token_decode
     )
+    _refuse_several_ids_per_position(model, components, capture)
     exported = _export_components(
         exporter, model, components, capture, config, main, generation_config, multi_token_decode
     )
@@ -217,6 +219,20 @@ def export_for_generation(
     if plan["kind"] == "decoder_only":
         plan["one_graph"] = why_not
     return _exported(exporter, model, main, exported, gen_config, plan)
+
+
+def _refuse_several_ids_per_position(model: Any, components: dict[str, Any], capture: Any) -> None:
+    """``generate()`` chains one token id per position; a model whose ids are ``(batch, length, codebooks)`` (Dia's
+    audio codebooks, with its own delay pattern) is refused before any graph is traced."""
+    first = capture.calls[0] if capture.multimodal is not None else components["prefill"][1]
+    for name in ("decoder_input_ids", "input_ids"):
+        ids = first.get(name)
+        if ids is not None and getattr(ids, "dim", lambda: 2)() != 2:
+            raise ExportError(
+                f"{type(model).__name__}.generate feeds {name} of shape {tuple(ids.shape)} (several ids per "
+                "position, e.g. one per audio codebook); an exported generate() chains one id per position: export "
+                "the model with export() instead."
+            )
 
 
 def _exported(

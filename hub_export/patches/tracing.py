@@ -2,6 +2,7 @@
 
 * :func:`size_one_dims_stay_dynamic` — 0/1 specialization (pytorch/pytorch#106289).
 * :func:`decode_attention_without_kv_copies` — transformers' SDPA repeats the KV cache in traced GQA decode steps.
+* :func:`sdpa_causal_flag_as_bool` — transformers' SDPA can pass a ``SymBool`` as ``is_causal``, which SDPA refuses.
 * :func:`~hub_export.patches.modeling.symbolic_sizes` — transformers' modeling code that pins a dynamic axis
   (a Python list or loop over a size), rewritten on tensors for the models that use it.
 * :func:`~hub_export.patches.lengths.tensor_len_symbolic` — ``len(tensor)`` in transformers' modeling code pins the
@@ -34,6 +35,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -57,6 +59,7 @@ __all__ = [
     "experts_per_expert_loop",
     "gathered_experts_forward",
     "module_conversions_without_swaps",
+    "sdpa_causal_flag_as_bool",
     "size_one_dims_stay_dynamic",
     "tracing_patches",
 ]
@@ -215,6 +218,36 @@ def decode_attention_without_kv_copies() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def sdpa_causal_flag_as_bool() -> Iterator[None]:
+    """Trace SDPA calls whose ``is_causal`` is a symbolic boolean as eager runs them: with that boolean's value.
+
+    transformers' ``sdpa_attention_forward`` (integrations/sdpa_attention.py) computes
+    ``is_causal = q_length > 1 and attention_mask is None and is_causal``; with a symbolic query length Python's
+    ``and`` evaluates ``q_length > 1`` (a guard, as in eager) and, when it is false, returns that ``SymBool`` itself,
+    which ``torch.nn.functional.scaled_dot_product_attention`` refuses (``argument 'is_causal' must be bool, not
+    SymBool``: BERT decoders in ``EncoderDecoderModel`` / ``SpeechEncoderDecoderModel`` decode steps, the
+    SeamlessM4T speech encoders). transformers leaves it to the exporter (the TODO above that line, see
+    huggingface/transformers#46196). Inside the block SDPA receives ``bool(is_causal)``: the value the guard
+    already fixed, what eager passes.
+    """
+    import torch
+
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    @functools.wraps(original)
+    def scaled_dot_product_attention(*args: Any, **kwargs: Any) -> Any:
+        if isinstance(kwargs.get("is_causal"), torch.SymBool):
+            kwargs["is_causal"] = bool(kwargs["is_causal"])
+        return original(*args, **kwargs)
+
+    reason = "a SymBool is_causal from transformers' sdpa_attention_forward (huggingface/transformers#46196)"
+    with patch_attribute(
+        torch.nn.functional, "scaled_dot_product_attention", scaled_dot_product_attention, reason=reason
+    ):
+        yield
+
+
+@contextlib.contextmanager
 def distribution_checks_skipped() -> Iterator[None]:
     """Trace ``torch.distributions`` without their argument checks.
 
@@ -290,6 +323,7 @@ def tracing_patches(
         stack.enter_context(no_padding_mask_skipped())
         stack.enter_context(mask_functions_broadcast())
         stack.enter_context(decode_attention_without_kv_copies())
+        stack.enter_context(sdpa_causal_flag_as_bool())
         stack.enter_context(distribution_checks_skipped())
         stack.enter_context(module_conversions_without_swaps())
         yield
