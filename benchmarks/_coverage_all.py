@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from _coverage_generation import GENERATIVE_HEADS, is_generation_backend
+from _coverage_quantized import QUANTIZED
 from _failure_classes import CLASSES, classify
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,6 +29,8 @@ RESULTS_DIR = ROOT / "docs" / "coverage-all"
 ALL_BACKENDS = ["dynamo", "onnx", "openvino", "executorch"]
 #: the generation columns (``export_for_generation`` + ``generate``), run on the generative heads only
 GENERATION_BACKENDS = [f"gen-{b}" for b in ALL_BACKENDS]
+#: the quantized generation columns (weight-only int8 / int4 on ONNX and OpenVINO: ``_coverage_quantized``)
+QUANTIZED_BACKENDS = list(QUANTIZED)
 TOOL_NAMES = {"hub": "hub_export", "peer": "transformers.exporters"}
 SKIP = ("*", "*")
 
@@ -360,7 +363,8 @@ def section(paths: list[Path] | None = None) -> list[str]:
     except Exception:  # noqa: BLE001 - the report also works from the files alone
         pass
     pending = [t for t in enumerated if t not in types and t not in skipped]
-    backends = [b for b in ALL_BACKENDS + GENERATION_BACKENDS if any(k[2] == b for k in rows)]
+    columns = ALL_BACKENDS + GENERATION_BACKENDS + QUANTIZED_BACKENDS
+    backends = [b for b in columns if any(k[2] == b for k in rows)]
     tools = [t for t in ("hub", "peer") if any(k[1] == t for k in rows)]
     ran = [t for t in types if t not in skipped]
     built = {
@@ -385,6 +389,14 @@ def section(paths: list[Path] | None = None) -> list[str]:
         "peer: the main tensor). A failing cell shows its failure class (legend below); measured on a 2-core x86 CPU;",
         "`—` = not run (yet). Totals count the model types that were built; `tiny-config` types (the harness could",
         "not build the tiny model or its inputs) are listed apart and not counted.",
+        "",
+        "The `gen-<backend>` columns run generation on the generative heads (causal-lm, seq2seq-lm, speech-seq2seq,",
+        "image-text-to-text): `export_for_generation(model, prompt, dynamic=True)`, then `generate()` of 8 greedy",
+        "tokens on the prompt and on a left-padded batch of two of another length, then `save_pretrained`,",
+        "`ExportedModel.from_pretrained` and that batch again; a cell passes when every run is token-identical to eager",
+        "`model.generate`. Audio-language models get prompts with audio (their forward cells ran text alone); a tiny",
+        "config gets the generation settings its checkpoints carry (an encoder-decoder's decoder start id, a causal",
+        "LM's `is_decoder`), noted in its row; an eager `generate` that fails on the tiny model is `tiny-config`.",
         "",
         f"**{len(enumerated)} model types enumerated**: {len(skipped)} skipped (reasons below), "
         f"{len(ran) - len(built)} not built tiny (`tiny-config`), {len(built)} built and run"

@@ -10,6 +10,7 @@ model's own mismatch error (``tokens: N, features: M``); eager runs each prompt 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from _sample_inputs import _get
@@ -20,6 +21,15 @@ __all__ = ["audio_prompts"]
 
 _AUDIO_INPUTS = ("input_features", "input_values", "audio_values", "audio_features")
 _START = ("audio_start_token_id", "audio_bos_token_id", "boa_token_id", "begin_audio_token_id")
+_LENGTH = re.compile(r"features to be of length (\d+)")
+
+
+class _FramesWanted(Exception):
+    def __init__(self, frames: int) -> None:
+        super().__init__(f"{frames} frames")
+        self.frames = frames
+
+
 _END = ("audio_end_token_id", "audio_eos_token_id", "eoa_token_id", "end_audio_token_id")
 
 
@@ -31,10 +41,16 @@ def audio_prompts(case: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
         Exception: eager refused every prompt tried (its error for the last).
     """
     model = case.model
-    token = _get(model.config, "audio_token_id", "audio_token_index", default=None)
-    if not _int(token) or getattr(model, "get_audio_features", None) is None:
+    if getattr(model, "get_audio_features", None) is None or any(name in case.sample for name in _AUDIO_INPUTS):
         return None
-    if any(name in case.sample for name in _AUDIO_INPUTS):
+    token = _get(model.config, "audio_token_id", "audio_token_index", default=None)
+    if token is None and "audio_token_id" in model.config.to_dict():  # unset by the class (Voxtral): a free id
+        vocab = _get(model.config.get_text_config(decoder=True), "vocab_size", default=None)
+        if not _int(vocab):
+            return None
+        token = model.config.audio_token_id = vocab - 1
+        case.notes.append(f"audio_token_id={token} (the config leaves it unset)")
+    if not _int(token):
         return None
     ids = _Ids(model.config)
     sample = _prompt(model, ids, int(token), text=5, seed=0)
@@ -53,7 +69,10 @@ def _counts(model: Any, features: dict[str, Any], batch: int) -> list[int]:
     try:
         with torch.no_grad():
             out = model.get_audio_features(**features)
-    except Exception:  # noqa: BLE001 - the layout the encoder refuses: the forward's error will tell
+    except Exception as exc:  # noqa: BLE001 - the layout the encoder refuses: the forward's error will tell
+        wanted = _LENGTH.search(str(exc))
+        if wanted:  # an encoder that takes one number of frames (Voxtral: 128 mel frames, as its error says)
+            raise _FramesWanted(int(wanted.group(1))) from exc
         return []
     leaves = (
         [out]
@@ -77,11 +96,20 @@ def _prompt(model: Any, ids: _Ids, token: int, text: int, seed: int, batch: int 
     config = model.config
     start, end = _get(config, *_START, default=None), _get(config, *_END, default=None)
     error: BaseException | None = None
-    for frames in (32, 64):
+    lengths = [32, 64]
+    while lengths:
+        frames = lengths.pop(0)
         for features in _audio_feature_inputs(model, batch, frames, seed):
             if "attention_mask" in features:
                 continue  # a frame mask under the name the text's mask has: not for an audio-language model
-            queue, tried = _counts(model, features, batch) or [frames, frames // 2, frames // 4], set()
+            try:
+                counts = _counts(model, features, batch)
+            except _FramesWanted as wanted:
+                if wanted.frames not in (32, 64, *lengths) and wanted.frames <= 4096:
+                    lengths.append(wanted.frames)
+                error = wanted.__cause__
+                continue
+            queue, tried = counts or [frames, frames // 2, frames // 4], set()
             while queue and len(tried) < 6:
                 count = queue.pop(0)
                 if count in tried or count <= 0:

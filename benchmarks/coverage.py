@@ -62,8 +62,10 @@ from _coverage_generation import GENERATIVE_FAMILIES, is_generation_backend, run
 DEFAULT_BACKENDS = ["dynamo", "onnx", "openvino"]
 #: ``export_for_generation`` + ``generate`` cells (benchmarks/_coverage_generation.py), generative families only
 GENERATION_BACKENDS = ["gen-dynamo", "gen-onnx", "gen-openvino", "gen-executorch"]
+#: quantized generation cells (benchmarks/_coverage_quantized.py): closeness to eager, not identity
+QUANTIZED_BACKENDS = ["gen-onnx-int8", "gen-onnx-int4", "gen-openvino-int8", "gen-openvino-int4"]
 #: column order of the matrix; a backend is shown when the results file has a row for it
-ALL_BACKENDS = [*DEFAULT_BACKENDS, "executorch", *GENERATION_BACKENDS]
+ALL_BACKENDS = [*DEFAULT_BACKENDS, "executorch", *GENERATION_BACKENDS, *QUANTIZED_BACKENDS]
 TOOLS = ["hub", "peer"]
 TOOL_NAMES = {"hub": "hub_export", "peer": "transformers.exporters"}
 

@@ -231,3 +231,33 @@ def test_generation_cells_are_classed_and_prepared() -> None:
     assert decoder.config.is_decoder is False
     assert _generation_defaults(decoder, "causal-lm") == ["is_decoder=True (the config's default is an encoder)"]
     assert decoder.config.is_decoder is True and _generation_defaults(decoder, "causal-lm") == []
+
+
+def test_quantized_cells_score_tokens_by_eagers_ranks() -> None:
+    """A quantized generation cell scores each chosen token by its rank under eager's logits given the same prefix:
+    eager's own greedy output ranks 0 everywhere; a token swapped for eager's least likely one ranks last; positions
+    after a row's end-of-sequence token are not scored."""
+    import torch
+    from _coverage_quantized import closeness, eager_ranks, split_backend
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, n_positions=32)).eval()
+    model.generation_config.eos_token_id = None
+    inputs = {"input_ids": torch.randint(3, 60, (2, 5)), "attention_mask": torch.ones(2, 5, dtype=torch.int64)}
+    inputs["attention_mask"][0, :2] = 0
+    produced = model.generate(**inputs, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert eager_ranks(model, inputs, produced).tolist() == [[0] * 4, [0] * 4]
+    row: dict = {}
+    assert closeness(model, inputs, produced, "sample", row) is None and row["eager_choice_share"] == 1.0
+    positions = (inputs["attention_mask"].cumsum(-1) - 1).clamp(min=0)  # as generate() counts them
+    with torch.no_grad():
+        logits = model(**inputs, position_ids=positions).logits[:, -1]
+    worse = produced.clone()
+    worse[:, 5] = logits.argmin(-1)  # the first new token: eager's least likely
+    assert eager_ranks(model, inputs, worse)[:, 0].tolist() == [63, 63]
+    assert "ranks 63" in closeness(model, inputs, worse, "other", row)
+    model.generation_config.eos_token_id = int(worse[0, 5])  # row 0 ends there: its later positions are not scored
+    assert eager_ranks(model, inputs, worse)[0, 1:].tolist() == [-1, -1, -1]
+    fmt, quantizer = split_backend("gen-openvino-int4")
+    assert fmt == "openvino" and quantizer is not None and split_backend("gen-onnx") == ("onnx", None)
