@@ -94,7 +94,6 @@ def run_generation_cell(case: Any, tool: str, backend: str, row: dict[str, Any],
     there is no reference, the harness's side), ``export_for_generation``, ``generate <prompt>``, and with
     ``all_mode`` ``save`` / ``load`` / ``run loaded`` (the round trip)."""
     import torch
-
     from _coverage_quantized import closeness, split_backend
 
     fmt, quantizer = split_backend(backend)
@@ -143,7 +142,9 @@ def run_generation_cell(case: Any, tool: str, backend: str, row: dict[str, Any],
     row["max_diff"] = 0.0 if not mismatches else float("inf")
     row["ok"] = not mismatches
     if mismatches:
-        what = "greedy tokens differ from eager generate" if quantizer is None else "quantized tokens not close to eager"
+        what = (
+            "greedy tokens differ from eager generate" if quantizer is None else "quantized tokens not close to eager"
+        )
         row["reason"] = f"{what} (" + "; ".join(mismatches) + ")"
     elif all_mode:  # the loaded export gives the tokens this one gave (eager's, unless quantized)
         _round_trip(exported, other, produced["other"], row)
