@@ -617,3 +617,23 @@ def test_batch_tie_reads_the_batch_of_multimodal_rotary_positions():
     assert torch.equal(tied(input_ids=ids, position_ids=positions), ids + 3 * torch.arange(5))
     with pytest.raises(RuntimeError):  # a true batch mismatch is still refused
         tied(input_ids=ids, position_ids=torch.arange(5).expand(3, 3, 5))
+
+
+def test_model_whose_every_layer_slides_generates_past_its_window(tmp_path):
+    """Mistral declares no layer_types, only sliding_window: transformers' generate() still gives every layer a
+    sliding-window cache (get_layer_types_and_kwargs), which the capture replaces with full-length caches as for
+    Gemma 2's declared layers; before, the traced decode graph kept a guard of the window (`mask > 1 + past`) and
+    refused the first step. Prompts longer than the window generate eager's tokens, after a reload too."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    config = MistralConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, sliding_window=4,
+    )  # fmt: skip
+    model = seeded(MistralForCausalLM, config)
+    sample = text_inputs(2, 7)
+    exported = DynamoExporter().export_for_generation(model, sample, config=DynamoConfig(dynamic=True))
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "export"))
+    for inputs in (sample, text_inputs(2, 11, pad_left=2, seed=1)):
+        expected = model.generate(**inputs, max_new_tokens=8, do_sample=False)
+        assert torch.equal(loaded.generate(**inputs, max_new_tokens=8), expected)

@@ -141,7 +141,8 @@ def _full_length_cache(model: Any, inputs: Any, config: Any) -> Any:
     """
     text_config: Any = getattr(model, "config", None)
     text_config = text_config.get_text_config() if hasattr(text_config, "get_text_config") else text_config
-    sliding = "sliding_attention" in (getattr(text_config, "layer_types", None) or ())
+    declared = "sliding_attention" in (getattr(text_config, "layer_types", None) or ())
+    sliding = declared or _windowed_attention_only(text_config)
     implementation = getattr(config, "cache_implementation", None)
     if (
         not sliding
@@ -153,6 +154,24 @@ def _full_length_cache(model: Any, inputs: Any, config: Any) -> Any:
     from transformers import DynamicCache
 
     return DynamicCache()
+
+
+#: cache layer types whose window or chunk the attention mask applies too (the rest are plain attention layers)
+_WINDOWED = ("sliding_attention", "chunked_attention")
+
+
+def _windowed_attention_only(text_config: Any) -> bool:
+    """Whether the cache ``generate`` builds for this config has sliding-window (or chunked) attention layers and
+    otherwise plain ones, by the layer types transformers derives itself (``get_layer_types_and_kwargs``: a
+    config's ``layer_types``, else ``sliding_window`` / ``attention_chunk_size`` on every layer): a model whose
+    every layer slides without saying so in ``layer_types`` (Mistral) gets sliding-window cache layers too."""
+    try:
+        from transformers.cache_utils import get_layer_types_and_kwargs
+
+        types = set(get_layer_types_and_kwargs(text_config)[0])
+    except Exception:  # noqa: BLE001 - a config transformers cannot read layer types from: as declared
+        types = set(getattr(text_config, "layer_types", None) or ())
+    return bool(types & set(_WINDOWED)) and types <= {*_WINDOWED, "full_attention"}
 
 
 def _is_encoder_decoder(model: Any) -> bool:
