@@ -637,3 +637,7 @@ def test_model_whose_every_layer_slides_generates_past_its_window(tmp_path):
     for inputs in (sample, text_inputs(2, 11, pad_left=2, seed=1)):
         expected = model.generate(**inputs, max_new_tokens=8, do_sample=False)
         assert torch.equal(loaded.generate(**inputs, max_new_tokens=8), expected)
+    from hub_export.generation.decompose import _window_in_the_mask
+
+    # a model whose mask has no window (it lets a sliding cache drop old keys, as Moshi's) keeps its sliding cache
+    assert _window_in_the_mask(model) and not _window_in_the_mask(build("gpt2").model)

@@ -142,7 +142,7 @@ def _full_length_cache(model: Any, inputs: Any, config: Any) -> Any:
     text_config: Any = getattr(model, "config", None)
     text_config = text_config.get_text_config() if hasattr(text_config, "get_text_config") else text_config
     declared = "sliding_attention" in (getattr(text_config, "layer_types", None) or ())
-    sliding = declared or _windowed_attention_only(text_config)
+    sliding = declared or (_windowed_attention_only(text_config) and _window_in_the_mask(model))
     implementation = getattr(config, "cache_implementation", None)
     if (
         not sliding
@@ -172,6 +172,18 @@ def _windowed_attention_only(text_config: Any) -> bool:
     except Exception:  # noqa: BLE001 - a config transformers cannot read layer types from: as declared
         types = set(getattr(text_config, "layer_types", None) or ())
     return bool(types & set(_WINDOWED)) and types <= {*_WINDOWED, "full_attention"}
+
+
+def _window_in_the_mask(model: Any) -> bool:
+    """Whether the modeling code of ``model`` builds its window into the attention mask (transformers'
+    ``create_sliding_window_causal_mask`` / ``create_chunked_causal_mask``), so full-length caches compute the same
+    attention. A model that builds a plain causal mask and lets the sliding cache drop old keys (Moshi) does not:
+    with a full-length cache it would attend past its window, and its sliding cache layers stay."""
+    import sys
+
+    modules = {sys.modules.get(type(m).__module__) for m in model.modules()}
+    names = ("create_sliding_window_causal_mask", "create_chunked_causal_mask")
+    return any(module is not None and any(hasattr(module, n) for n in names) for module in modules)
 
 
 def _is_encoder_decoder(model: Any) -> bool:
