@@ -43,6 +43,22 @@ def _batch_of_two(inputs: dict[str, Any]) -> dict[str, Any]:
     return {k: v[:2] for k, v in inputs.items()}
 
 
+def _vlm_batch_of_two(case: Any) -> dict[str, Any] | None:
+    """For an image-text-to-text type: two images and a longer text than the sample's, its first row left-padded by
+    two tokens (the harness's other inputs hold three images, which ``_batch_of_two`` cannot cut: patches are not
+    per row); None where the harness cannot build them."""
+    if getattr(case, "head", None) != "image-text-to-text":
+        return None
+    from _tiny_inputs import _Ids, _vlm_inputs
+
+    inputs, error = _vlm_inputs(case.model, _Ids(case.model.config), 2, 9, 1)
+    if error is not None or "attention_mask" not in inputs:
+        return None
+    inputs["attention_mask"] = inputs["attention_mask"].clone()
+    inputs["attention_mask"][0, :2] = 0
+    return inputs
+
+
 def _export(tool: str, fmt: str, model: Any, prompt: dict[str, Any], quantizer: Any = None) -> Any:
     if tool == "hub":
         from hub_export.configs import AutoExportConfig
@@ -101,7 +117,7 @@ def run_generation_cell(case: Any, tool: str, backend: str, row: dict[str, Any],
     other = _prompt(case.other)
     notes = _generation_defaults(case.model, getattr(case, "head", None))
     if all_mode:
-        other = _batch_of_two(other)
+        other = _batch_of_two(_vlm_batch_of_two(case) or other)
         from _tiny_audio_prompts import audio_prompts
 
         row["stage"] = "build"

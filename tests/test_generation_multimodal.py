@@ -166,3 +166,32 @@ def test_audio_language_model_generate_equals_eager(backend, tmp_path):
     for inputs in [case.sample, case.other, audio_flamingo_inputs(1, 6, seed=8)]:
         expected = case.model.generate(**inputs, max_new_tokens=8, do_sample=False)
         assert torch.equal(loaded.generate(**inputs, max_new_tokens=8), expected), backend
+
+
+def test_multimodal_rotary_positions_come_from_transformers_own_method(tmp_path):
+    """Qwen2-VL's language model takes (text, temporal, height, width) positions that Qwen2VLModel.get_rope_index
+    computes from the ids, the image marks and grids; generate() runs that method on a weightless Qwen2VLModel
+    holding the export's config (the plan names the class; only a transformers model class is accepted), and each
+    decode step adds the prompt's deltas. Tokens equal eager generate, for a left-padded batch of two as well."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from _coverage_generation import _prompt, _vlm_batch_of_two
+    from _tiny_configs import build_case
+
+    from hub_export.generation._rope_index import model_class
+
+    case = build_case("qwen2_vl")
+    prompt, other = _prompt(case.sample), _vlm_batch_of_two(case)
+    assert other is not None and int(other["attention_mask"][0, :2].sum()) == 0
+    exported = DynamoExporter().export_for_generation(case.model, prompt, config=DynamoConfig(dynamic=True))
+    plan = exported.generation
+    assert plan["runnable"] is True and plan["rope_index"] == {"class": "Qwen2VLModel", "text_row": True}
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "export"))
+    for inputs in (prompt, other):
+        expected = case.model.generate(**inputs, max_new_tokens=6, do_sample=False)
+        assert torch.equal(loaded.generate(**inputs, max_new_tokens=6), expected)
+    for name in ("os", "PreTrainedModel.__init__", "AutoTokenizer", 3):
+        with pytest.raises(HubExportError, match="not a transformers model"):
+            model_class(name)

@@ -378,7 +378,7 @@ def decompose_with_capture(
         components["encoder"] = (model.get_encoder(), capture.encoder_calls[0])
     if parts is not None:
         prompt_components, capture.multimodal = multimodal_components(
-            parts, capture.watched, capture.calls[0], input_name
+            parts, capture.watched, capture.calls[0], input_name, inputs
         )
         language, kwargs = prompt_components["language_model"]
         prompt_components["language_model"] = (language, _without_empty_caches(kwargs))

@@ -28,6 +28,9 @@ runtime in any language can drive the components from ``export.json`` alone::
                       "features": "image_features", "projector": "multi_modal_projector",
                       "projector_input": "image_features", "embeds": "image_embeds", "token_id": 32000}],
       "embeds_input": "inputs_embeds", "hidden": "last_hidden_state",
+      "rope_index": {"class": "Qwen2VLModel", "text_row": true},  # multimodal rotary positions, if any: the
+                                             # transformers class whose get_rope_index gives them (run without
+                                             # weights on the config); text_row: the text positions come first
       "runnable": true,                      # or why generate() cannot chain the components
     }
 """

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import HubExportError, InputError
+from ._rope_index import prompt_positions
 
 __all__ = ["merge_features", "positions_from_mask"]
 
@@ -140,6 +141,9 @@ def _multimodal_prompt(
             features = runners[entry["projector"]](**{entry["projector_input"]: features})[entry["embeds"]]
         embeds = merge_features(embeds, ids, features, entry["token_id"], entry["modality"])
     language = runners[plan["stages"]["language_model"]]
+    rope = plan.get("rope_index")
+    if rope is not None:  # multimodal rotary positions, by transformers' own method (see _rope_index)
+        positions, exported.rope_deltas = prompt_positions(rope, exported.config, {**user, "attention_mask": mask})
     step = {plan["embeds_input"]: embeds}
     if mask is not None:
         step["attention_mask"] = mask

@@ -44,6 +44,7 @@ from .._quiet import quietly
 from ..errors import HubExportError, InputError
 from ._processors import cheaper
 from ._prompt import fit_prompt
+from ._rope_index import TOKEN_TYPES, decode_positions
 from ._threads import loop_threads
 from .decompose import _empty_cache as _holds_nothing
 from .loop import (
@@ -348,6 +349,9 @@ class CausalLMSteps(GenerativeSteps):
     against the cache; it returns the model's output class with the logits and the next cache.
     """
 
+    #: a multimodal rotary (M-RoPE) plan: the per-row deltas of the prompt last run, which its decode steps add
+    rope_deltas: Any = None
+
     def forward(
         self,
         input_ids: Any = None,
@@ -377,6 +381,12 @@ class CausalLMSteps(GenerativeSteps):
             step["attention_mask"] = mask
         if positions is not None:
             step["position_ids"] = positions
+        rope = plan.get("rope_index")
+        if rope is not None:  # the prompt's multimodal rotary deltas on the text positions; new tokens are text
+            if self.rope_deltas is None or positions is None:
+                raise InputError("This export's decode steps continue a prompt run by generate() (rotary deltas).")
+            step["position_ids"] = decode_positions(rope, positions, self.rope_deltas)
+            step.update({name: torch.zeros_like(input_ids) for name in TOKEN_TYPES if name in constant})
         return self._decode_step(step, cache, constant)
 
     def _prompt(self, prompt: Any, mask: Any, positions: Any, cache: Any, constant: dict[str, Any]) -> Any:

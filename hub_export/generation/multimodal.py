@@ -31,6 +31,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from ..errors import ExportError
+from ._rope_index import rope_entry
 from ._wrap import with_forward
 
 __all__ = ["MultimodalParts", "find_parts", "multimodal_components"]
@@ -203,12 +204,17 @@ def _first_tensor(call: dict[str, Any]) -> tuple[str, Any]:
 
 
 def multimodal_components(
-    parts: MultimodalParts, watched: dict[str, list[dict[str, Any]]], prefill: dict[str, Any], input_name: str
+    parts: MultimodalParts,
+    watched: dict[str, list[dict[str, Any]]],
+    prefill: dict[str, Any],
+    input_name: str,
+    inputs: dict[str, Any] | None = None,
 ) -> tuple[dict[str, tuple[Any, dict[str, Any]]], dict[str, Any]]:
     """The components of the prompt step and the plan entries that chain them.
 
     ``watched`` holds the recorded feature-function and projector calls; ``prefill`` the model's first forward
-    kwargs (masks restored). The prompt step is replayed with the embeddings, language model and head recorded.
+    kwargs (masks restored); ``inputs`` what ``generate`` was given (image grids for rotary positions). The prompt
+    step is replayed with the embeddings, language model and head recorded.
 
     Returns:
         ``({name: (module, kwargs)}, plan)``; ``plan["runnable"]`` is True, or a sentence saying why the captured
@@ -269,7 +275,11 @@ def multimodal_components(
         {"hidden_states": _first_tensor(calls["lm_head"][0])[1]},
     )
     plan: dict[str, Any] = {"modalities": modalities, "embeds_input": "inputs_embeds", "hidden": "last_hidden_state"}
-    plan["runnable"] = _check_chain(modalities, components, prefill, language, replay, input_name)
+    given = {**(inputs or {}), **{k: v for k, v in prefill.items() if isinstance(v, torch.Tensor)}}
+    rope = rope_entry(parts.model, parts.base, given, language.get("position_ids"))
+    if rope is not None:
+        plan["rope_index"] = rope
+    plan["runnable"] = _check_chain(modalities, components, prefill, language, replay, input_name, rope is not None)
     return components, plan
 
 
@@ -288,6 +298,7 @@ def _check_chain(
     language: dict[str, Any],
     replay: Any,
     input_name: str,
+    rope: bool = False,
 ) -> bool | str:
     """Replay the chain ``generate()`` runs on the captured prompt with the eager components; True when it gives
     exactly the captured language-model inputs and logits, else the reason it does not."""
@@ -315,7 +326,9 @@ def _check_chain(
         return "the language model's input embeddings are not the token embeddings with the features written over the placeholders"
     positions = language.get("position_ids")
     mask = prefill.get("attention_mask")
-    if positions is not None and (mask is None or not torch.equal(positions, positions_from_mask(mask))):
+    if rope:
+        pass  # the rotary positions the plan computes were checked against these (rope_entry)
+    elif positions is not None and (mask is None or not torch.equal(positions, positions_from_mask(mask))):
         return "the language model takes positions other than cumsum(attention_mask) - 1 (e.g. 3D multimodal rotary positions)"
     logits = _eager(components["lm_head"])["logits"]
     expected = getattr(replay, "logits", None)
