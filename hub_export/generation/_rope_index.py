@@ -53,7 +53,7 @@ def _weightless(cls: Any, config: Any) -> Any:
     return instance
 
 
-def _method_inputs(cls: type) -> list[str]:
+def _method_inputs(cls: Any) -> list[str]:
     return [n for n in inspect.signature(cls.get_rope_index).parameters if n not in ("self", "args", "kwargs")]
 
 
