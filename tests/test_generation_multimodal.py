@@ -168,11 +168,18 @@ def test_audio_language_model_generate_equals_eager(backend, tmp_path):
         assert torch.equal(loaded.generate(**inputs, max_new_tokens=8), expected), backend
 
 
-def test_multimodal_rotary_positions_come_from_transformers_own_method(tmp_path):
-    """Qwen2-VL's language model takes (text, temporal, height, width) positions that Qwen2VLModel.get_rope_index
-    computes from the ids, the image marks and grids; generate() runs that method on a weightless Qwen2VLModel
-    holding the export's config (the plan names the class; only a transformers model class is accepted), and each
-    decode step adds the prompt's deltas. Tokens equal eager generate, for a left-padded batch of two as well."""
+@pytest.mark.parametrize("name", ["qwen2_vl", "gemma3"])
+def test_vision_language_glue_beyond_the_mask_generates_as_eager(name, tmp_path):
+    """Two kinds of glue the chain now carries, on tiny models built by the coverage harness:
+
+    * Qwen2-VL's language model takes (text, temporal, height, width) positions that Qwen2VLModel.get_rope_index
+      computes from the ids, image marks and grids; generate() runs that method on a weightless Qwen2VLModel holding
+      the export's config (the plan names the class; only a transformers model class is accepted), and each decode
+      step adds the prompt's deltas;
+    * Gemma 3's language model takes masks per layer type that its base model builds (attending both ways within
+      an image): the language component is the base model on the merged embeddings, the 2D mask and token types.
+
+    Tokens equal eager generate, for a left-padded batch of two images as well, after a reload."""
     import sys
     from pathlib import Path
 
@@ -182,16 +189,22 @@ def test_multimodal_rotary_positions_come_from_transformers_own_method(tmp_path)
 
     from hub_export.generation._rope_index import model_class
 
-    case = build_case("qwen2_vl")
+    case = build_case(name)
     prompt, other = _prompt(case.sample), _vlm_batch_of_two(case)
     assert other is not None and int(other["attention_mask"][0, :2].sum()) == 0
     exported = DynamoExporter().export_for_generation(case.model, prompt, config=DynamoConfig(dynamic=True))
     plan = exported.generation
-    assert plan["runnable"] is True and plan["rope_index"] == {"class": "Qwen2VLModel", "text_row": True}
+    assert plan["runnable"] is True
+    if name == "qwen2_vl":
+        assert plan["rope_index"] == {"class": "Qwen2VLModel", "text_row": True}
+        for bad in ("os", "PreTrainedModel.__init__", "AutoTokenizer", 3):
+            with pytest.raises(HubExportError, match="not a transformers model"):
+                model_class(bad)
+    else:
+        assert "rope_index" not in plan
+        inputs = exported.components["language_model"].metadata.signature.inputs
+        assert [len(s.shape) for s in inputs if s.name.startswith("attention_mask")] == [2]  # not one per layer type
     loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "export"))
     for inputs in (prompt, other):
         expected = case.model.generate(**inputs, max_new_tokens=6, do_sample=False)
         assert torch.equal(loaded.generate(**inputs, max_new_tokens=6), expected)
-    for name in ("os", "PreTrainedModel.__init__", "AutoTokenizer", 3):
-        with pytest.raises(HubExportError, match="not a transformers model"):
-            model_class(name)

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import HubExportError, InputError
 from ._rope_index import prompt_positions
+from .multimodal import TOKEN_TYPE_INPUTS
 
 __all__ = ["merge_features", "positions_from_mask"]
 
@@ -144,7 +145,7 @@ def _multimodal_prompt(
     rope = plan.get("rope_index")
     if rope is not None:  # multimodal rotary positions, by transformers' own method (see _rope_index)
         positions, exported.rope_deltas = prompt_positions(rope, exported.config, {**user, "attention_mask": mask})
-    step = {plan["embeds_input"]: embeds}
+    step = {plan["embeds_input"]: embeds, **{k: user[k] for k in TOKEN_TYPE_INPUTS if k in user}}
     if mask is not None:
         step["attention_mask"] = mask
     if positions is not None:

@@ -196,6 +196,27 @@ def _single_input(module: Any, input_name: str, output_name: str) -> Any:
     return with_forward(module, forward)
 
 
+#: inputs marking the tokens' modality, from which a base model builds its attention masks (bidirectional images)
+TOKEN_TYPE_INPUTS = ("token_type_ids", "mm_token_type_ids")
+
+
+def _base_as_language(parts: MultimodalParts, language: dict[str, Any], prefill: dict[str, Any]) -> dict[str, Any]:
+    """The kwargs of the base model as the language component, when its language model received a mask per layer
+    type (a dict the base model builds from the 2D mask and the token types: Gemma 3 attends both ways within an
+    image). The base model on the merged embeddings, the 2D mask and the token types (no pixels: no encoder runs)
+    builds those masks inside the graph, so ``generate()`` feeds it what it feeds a language model, and the token
+    types the user passed."""
+    import torch
+
+    accepted = inspect.signature(parts.base.forward).parameters
+    kwargs = {"inputs_embeds": language["inputs_embeds"], "attention_mask": prefill.get("attention_mask")}
+    for name in (*TOKEN_TYPE_INPUTS, "position_ids", "use_cache"):
+        value = prefill.get(name) if name in TOKEN_TYPE_INPUTS else language.get(name)
+        if name in accepted and (isinstance(value, (torch.Tensor, bool))):
+            kwargs[name] = value
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
 def _first_tensor(call: dict[str, Any]) -> tuple[str, Any]:
     """The name and value of the first tensor a recorded call received."""
     import torch
@@ -270,6 +291,9 @@ def multimodal_components(
     )
     language = calls["language_model"][0]  # the caller drops its empty cache, as for a text-only prefill
     components["language_model"] = (parts.decoder, language)
+    if isinstance(language.get("attention_mask"), dict):  # masks per layer type, built by the base model
+        language = _base_as_language(parts, language, prefill)
+        components["language_model"] = (parts.base, language)
     components["lm_head"] = (
         _single_input(parts.lm_head, "hidden_states", "logits"),
         {"hidden_states": _first_tensor(calls["lm_head"][0])[1]},
@@ -330,6 +354,10 @@ def _check_chain(
         pass  # the rotary positions the plan computes were checked against these (rope_entry)
     elif positions is not None and (mask is None or not torch.equal(positions, positions_from_mask(mask))):
         return "the language model takes positions other than cumsum(attention_mask) - 1 (e.g. 3D multimodal rotary positions)"
+    hidden = _eager(components["language_model"]).last_hidden_state
+    head_input = components["lm_head"][1]["hidden_states"]
+    if not torch.equal(hidden[:, -head_input.shape[1] :], head_input):
+        return "the language model's last hidden state is not what lm_head received"
     logits = _eager(components["lm_head"])["logits"]
     expected = getattr(replay, "logits", None)
     if expected is None or not torch.equal(logits, expected[:, -logits.shape[1] :]):
