@@ -292,8 +292,14 @@ def multimodal_components(
     language = calls["language_model"][0]  # the caller drops its empty cache, as for a text-only prefill
     components["language_model"] = (parts.decoder, language)
     if isinstance(language.get("attention_mask"), dict):  # masks per layer type, built by the base model
-        language = _base_as_language(parts, language, prefill)
-        components["language_model"] = (parts.base, language)
+        base = _base_as_language(parts, language, prefill)
+        try:
+            _eager((parts.base, base))
+        except Exception:  # noqa: BLE001 - a base model that needs more (Gemma 4's per-layer inputs from the ids)
+            pass  # the language model stays; the chain check says why generate() cannot feed it
+        else:
+            language = base
+            components["language_model"] = (parts.base, language)
     components["lm_head"] = (
         _single_input(parts.lm_head, "hidden_states", "logits"),
         {"hidden_states": _first_tensor(calls["lm_head"][0])[1]},
@@ -348,6 +354,8 @@ def _check_chain(
             return f"the {entry['modality']} features do not fill the placeholder tokens one per position ({exc})"
     if not torch.equal(embeds, language.get("inputs_embeds", torch.empty(0))):
         return "the language model's input embeddings are not the token embeddings with the features written over the placeholders"
+    if isinstance(language.get("attention_mask"), dict):
+        return "the language model takes masks per layer type, which its base model builds from more than the mask"
     positions = language.get("position_ids")
     mask = prefill.get("attention_mask")
     if rope:
