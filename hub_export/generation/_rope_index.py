@@ -76,7 +76,7 @@ def prompt_positions(entry: dict[str, Any], config: Any, inputs: dict[str, Any])
 def _text_positions(mask: Any, ids: Any) -> Any:
     import torch
 
-    from .loop import positions_from_mask
+    from ._glue import positions_from_mask
 
     if mask is None:
         return torch.arange(ids.shape[1]).expand(ids.shape[0], -1)

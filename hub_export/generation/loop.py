@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import HubExportError, InputError
+from ._glue import TOKEN_TYPE_INPUTS, positions_from_mask
 from ._rope_index import prompt_positions
-from .multimodal import TOKEN_TYPE_INPUTS
 
 __all__ = ["merge_features", "positions_from_mask"]
 
@@ -97,12 +97,6 @@ def _prompt_in_steps(
             step["position_ids"] = positions[:, i : i + 1]
         outputs = decode(**_select(decode, step))
     return outputs
-
-
-def positions_from_mask(mask: Any) -> Any:
-    """Position ids from a (left-padded) mask, as transformers computes them: cumsum - 1, 1 where masked."""
-    positions = mask.long().cumsum(-1) - 1
-    return positions.masked_fill(mask == 0, 1)
 
 
 def merge_features(embeds: Any, ids: Any, features: Any, token_id: int, modality: str) -> Any:

@@ -31,6 +31,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from ..errors import ExportError
+from ._glue import TOKEN_TYPE_INPUTS
 from ._rope_index import rope_entry
 from ._wrap import with_forward
 
@@ -196,10 +197,6 @@ def _single_input(module: Any, input_name: str, output_name: str) -> Any:
     return with_forward(module, forward)
 
 
-#: inputs marking the tokens' modality, from which a base model builds its attention masks (bidirectional images)
-TOKEN_TYPE_INPUTS = ("token_type_ids", "mm_token_type_ids")
-
-
 def _base_as_language(parts: MultimodalParts, language: dict[str, Any], prefill: dict[str, Any]) -> dict[str, Any]:
     """The kwargs of the base model as the language component, when its language model received a mask per layer
     type (a dict the base model builds from the 2D mask and the token types: Gemma 3 attends both ways within an
@@ -334,7 +331,8 @@ def _check_chain(
     exactly the captured language-model inputs and logits, else the reason it does not."""
     import torch
 
-    from .loop import merge_features, positions_from_mask
+    from ._glue import positions_from_mask
+    from .loop import merge_features
 
     ids = prefill.get(input_name)
     if not isinstance(ids, torch.Tensor):
