@@ -15,7 +15,7 @@ from typing import Any
 
 from _sample_inputs import _get
 from _tiny_fields import _int
-from _tiny_inputs import _MISMATCH, _audio_feature_inputs, _complete, _Ids
+from _tiny_inputs import _MISMATCH, _audio_feature_inputs, _complete, _Ids, placeholder_ids
 
 __all__ = ["audio_prompts"]
 
@@ -115,12 +115,7 @@ def _prompt(model: Any, ids: _Ids, token: int, text: int, seed: int, batch: int 
                 if count in tried or count <= 0:
                     continue
                 tried.add(count)
-                parts = [ids(batch, 2, seed)]
-                parts += [torch.full((batch, 1), int(start))] if _int(start) else []
-                parts.append(torch.full((batch, count), token))
-                parts += [torch.full((batch, 1), int(end))] if _int(end) else []
-                parts.append(ids(batch, text, seed + 1))
-                input_ids = torch.cat(parts, dim=1)
+                input_ids = placeholder_ids(ids, batch, text, seed, token, count, start, end)
                 inputs = {**features, "input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
                 try:
                     return _complete(model, inputs, seed)

@@ -460,14 +460,7 @@ def _placeholders(
         if count in tried or count <= 0:
             continue
         tried.add(count)
-        parts = [ids(batch, 2, seed)]
-        if _int(start):
-            parts.append(torch.full((batch, 1), int(start)))
-        parts.append(torch.full((batch, count), int(token)))
-        if _int(end):
-            parts.append(torch.full((batch, 1), int(end)))
-        parts.append(ids(batch, text, seed + 1))
-        input_ids = torch.cat(parts, dim=1)
+        input_ids = placeholder_ids(ids, batch, text, seed, int(token), count, start, end)
         inputs: dict[str, Any] = {"input_ids": input_ids}
         if "attention_mask" in params:
             inputs["attention_mask"] = torch.ones_like(input_ids)
@@ -489,6 +482,21 @@ def _placeholders(
                     if features % div == 0:
                         queue.append(features // div)
     return {}, error
+
+
+def placeholder_ids(
+    ids: _Ids, batch: int, text: int, seed: int, token: int, count: int, start: Any = None, end: Any = None
+) -> Any:
+    """Two text tokens, ``count`` placeholders ``token`` (between the ``start`` / ``end`` tokens where the config
+    has them), then ``text`` text tokens: ``(batch, length)`` ids."""
+    import torch
+
+    parts = [ids(batch, 2, seed)]
+    parts += [torch.full((batch, 1), int(start))] if _int(start) else []
+    parts.append(torch.full((batch, count), token))
+    parts += [torch.full((batch, 1), int(end))] if _int(end) else []
+    parts.append(ids(batch, text, seed + 1))
+    return torch.cat(parts, dim=1)
 
 
 def _image_like(name: str) -> bool:

@@ -564,6 +564,19 @@ def test_state_space_model_generates_through_its_conv_and_ssm_states(tmp_path, n
         assert torch.equal(exported.generate(**inputs, max_new_tokens=8), expected), inputs["input_ids"].shape
 
 
+def _generates_as_eager(model: Any, tmp_path: Path, new_tokens: int, unsaved_too: bool = False) -> None:
+    """A Dynamo generation export of ``model`` on a prompt of 7, reloaded, gives eager's greedy tokens on that
+    prompt and on a left-padded batch of 11 (``unsaved_too``: the export before saving too)."""
+    sample = text_inputs(2, 7)
+    exported = DynamoExporter().export_for_generation(model, sample, config=DynamoConfig(dynamic=True))
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "export"))
+    for inputs in (sample, text_inputs(2, 11, pad_left=2, seed=1)):
+        expected = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False)
+        if unsaved_too:
+            assert torch.equal(exported.generate(**inputs, max_new_tokens=new_tokens), expected)
+        assert torch.equal(loaded.generate(**inputs, max_new_tokens=new_tokens), expected)
+
+
 def test_bert_to_bert_encoder_decoder_generates_as_eager(tmp_path):
     """EncoderDecoderModel with a BERT decoder: transformers' SDPA computes is_causal as ``q_length > 1 and ...``,
     a SymBool under a symbolic query length, which SDPA refuses (patches.tracing.sdpa_causal_flag_as_bool passes the
@@ -580,13 +593,7 @@ def test_bert_to_bert_encoder_decoder_generates_as_eager(tmp_path):
     config.decoder_start_token_id, config.pad_token_id = 1, 0
     model = seeded(EncoderDecoderModel, config)
     model.generation_config.decoder_start_token_id = 1
-    sample = text_inputs(2, 7)
-    exported = DynamoExporter().export_for_generation(model, sample, config=DynamoConfig(dynamic=True))
-    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "export"))
-    for inputs in (sample, text_inputs(2, 11, pad_left=2, seed=1)):
-        expected = model.generate(**inputs, max_new_tokens=6, do_sample=False)
-        assert torch.equal(exported.generate(**inputs, max_new_tokens=6), expected)
-        assert torch.equal(loaded.generate(**inputs, max_new_tokens=6), expected)
+    _generates_as_eager(model, tmp_path, new_tokens=6, unsaved_too=True)
 
 
 def test_several_ids_per_position_are_refused_before_tracing():
@@ -631,12 +638,7 @@ def test_model_whose_every_layer_slides_generates_past_its_window(tmp_path):
         num_key_value_heads=2, max_position_embeddings=64, sliding_window=4,
     )  # fmt: skip
     model = seeded(MistralForCausalLM, config)
-    sample = text_inputs(2, 7)
-    exported = DynamoExporter().export_for_generation(model, sample, config=DynamoConfig(dynamic=True))
-    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "export"))
-    for inputs in (sample, text_inputs(2, 11, pad_left=2, seed=1)):
-        expected = model.generate(**inputs, max_new_tokens=8, do_sample=False)
-        assert torch.equal(loaded.generate(**inputs, max_new_tokens=8), expected)
+    _generates_as_eager(model, tmp_path, new_tokens=8)
     from hub_export.generation.decompose import _window_in_the_mask
 
     # a model whose mask has no window (it lets a sliding cache drop old keys, as Moshi's) keeps its sliding cache

@@ -94,7 +94,7 @@ def decode_positions(entry: dict[str, Any], positions: Any, deltas: Any) -> Any:
     return torch.cat([positions[None], rope], dim=0) if entry.get("text_row") else rope
 
 
-def rope_entry(model: Any, base: Any, prompt: dict[str, Any], expected: Any) -> dict[str, Any] | None:
+def rope_entry(base: Any, prompt: dict[str, Any], expected: Any) -> dict[str, Any] | None:
     """The plan entry when ``base.get_rope_index`` (on a weightless instance, as ``generate()`` will run it) gives
     exactly the ``expected`` language-model positions of the captured prompt; None otherwise."""
     import torch

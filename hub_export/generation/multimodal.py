@@ -303,7 +303,7 @@ def multimodal_components(
     )
     plan: dict[str, Any] = {"modalities": modalities, "embeds_input": "inputs_embeds", "hidden": "last_hidden_state"}
     given = {**(inputs or {}), **{k: v for k, v in prefill.items() if isinstance(v, torch.Tensor)}}
-    rope = rope_entry(parts.model, parts.base, given, language.get("position_ids"))
+    rope = rope_entry(parts.base, given, language.get("position_ids"))
     if rope is not None:
         plan["rope_index"] = rope
     plan["runnable"] = _check_chain(modalities, components, prefill, language, replay, input_name, rope is not None)
@@ -356,9 +356,8 @@ def _check_chain(
         return "the language model takes masks per layer type, which its base model builds from more than the mask"
     positions = language.get("position_ids")
     mask = prefill.get("attention_mask")
-    if rope:
-        pass  # the rotary positions the plan computes were checked against these (rope_entry)
-    elif positions is not None and (mask is None or not torch.equal(positions, positions_from_mask(mask))):
+    # rotary positions the plan computes were already checked against these (rope_entry)
+    if not rope and positions is not None and (mask is None or not torch.equal(positions, positions_from_mask(mask))):
         return "the language model takes positions other than cumsum(attention_mask) - 1 (e.g. 3D multimodal rotary positions)"
     hidden = _eager(components["language_model"]).last_hidden_state
     head_input = components["lm_head"][1]["hidden_states"]
