@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from tiny_models import build, text_inputs
@@ -158,3 +160,88 @@ def test_dynamic_activation_quantization_with_dynamic_shapes_names_the_way_out(m
     with pytest.raises(ExportError, match="export with dynamic=False, or calibrate a static quantization"):
         ExecutorchExporter().export(case.model, case.sample, config=config)
     assert len(lowerings) == 1
+
+
+def _nbits_tensors(model) -> dict[str, tuple]:
+    """``MatMulNBits`` output name -> (its attributes, the bytes of its weights and scales)."""
+    found = {}
+    for graph in model.graphs():
+        for node in graph:
+            if node.op_type == "MatMulNBits":
+                attributes = tuple(sorted((k, a.value) for k, a in node.attributes.items()))
+                found[node.outputs[0].name] = (attributes, *(v.const_value.tobytes() for v in node.inputs[1:3]))
+    return found
+
+
+def test_weight_only_quantization_in_memory_writes_what_ort_quantizer_writes(tmp_path):
+    """The export quantizes one weight at a time in memory with ONNX Runtime's own quantizer, and its nodes and
+    tensors are exactly those ``MatMulNBitsQuantizer`` writes for the whole saved model; the quantized tensors are
+    read from a temporary file (not held in memory), which goes with the export."""
+    import gc
+    import os
+
+    import onnx_ir as ir
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+    from hub_export.backends.onnx._weight_only import spill_directory_of
+
+    case = build("llama", layers=1)
+    plain = OnnxExporter().export(case.model, case.sample, config=OnnxConfig())
+    folder = plain.save_pretrained(tmp_path / "plain")
+    (source,) = [p for p in folder.glob("*.onnx")]
+    settings = {"block_size": 16, "is_symmetric": True, "accuracy_level": 4, "bits": 4}
+    reference = MatMulNBitsQuantizer(
+        str(source), **settings, algo_config=DefaultWeightOnlyQuantConfig(**settings, op_types_to_quantize=("MatMul",))
+    )
+    reference.process()
+    expected = _nbits_tensors(ir.from_proto(reference.model.model))
+
+    quantizer = OnnxRuntimeQuantizer(OnnxRuntimeWeightOnlyConfig(block_size=16))
+    exported = OnnxExporter().export(case.model, case.sample, config=OnnxConfig(quantizer=quantizer))
+    program = exported.components["model"].program
+    assert len(expected) == 8 and _nbits_tensors(program) == expected  # q/k/v and gate/up packed; lm_head
+    spill = spill_directory_of(program)
+    assert spill is not None and os.path.isdir(spill)
+    del exported, program
+    gc.collect()
+    assert not os.path.exists(spill)
+
+
+def test_bfloat16_model_exports_to_int4_onnx_computing_in_float32(tmp_path):
+    """ONNX Runtime has no bfloat16 kernels, but a weight-only quantized export of a bfloat16 model runs: its weights
+    are quantized from the bfloat16 ones (exactly as from their float32 copy), the graph computes in float32 inside
+    (fused for the CPU like a float32 graph) and keeps bfloat16 at its inputs and outputs (eager's cache and logits
+    dtype), and it generates after a save."""
+    import onnx_ir as ir
+
+    case = build("llama", layers=1)
+    quantizer = OnnxRuntimeQuantizer(OnnxRuntimeWeightOnlyConfig(block_size=16))
+    config = OnnxConfig(dynamic=True, ort_fusions="cpu", quantizer=quantizer)
+    model = case.model.to(torch.bfloat16)
+    exported = OnnxExporter().export_for_generation(model, case.sample, config=config)
+    (component,) = exported.components.values()
+    graph = component.program.graph
+    assert component.metadata.extra["computes_in"] == "float32"
+    assert "GroupQueryAttention" in component.metadata.extra["contrib_ops"]  # its cache is returned through a Cast
+    edges = {id(v) for v in [*graph.inputs, *graph.outputs]}
+    inner = [v.name for n in graph for v in n.outputs if v.dtype == ir.DataType.BFLOAT16 and id(v) not in edges]
+    assert not inner, inner
+    assert {s.dtype for s in component.metadata.signature.outputs} == {"bfloat16"}
+    widened = copy.deepcopy(model).float()
+    from_float = OnnxExporter().export_for_generation(widened, case.sample, config=config)
+    ours = {name.removesuffix("__float32"): v for name, v in _nbits_tensors(component.program).items()}
+    assert ours == _nbits_tensors(from_float.components["decode"].program)
+    prompt = PROMPTS[1]
+    produced = exported.generate(**prompt, max_new_tokens=5)
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "int4"))
+    assert torch.equal(loaded.generate(**prompt, max_new_tokens=5), produced)
+    with torch.no_grad():  # quantized, not exact: the first new token's logits stay close to eager bfloat16's
+        eager = model(**prompt).logits[:, -1].float()
+    graph = loaded.runners[loaded.generation["stages"]["prefill"]]
+    from hub_export.generation.loop import _empty_cache
+
+    positions = (prompt["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+    empty = _empty_cache(graph, "past_key_values", prompt["input_ids"].shape[0])
+    logits = graph(**prompt, position_ids=positions, past_key_values=empty).logits[:, -1]
+    assert logits.dtype == torch.bfloat16
+    assert float((logits.float() - eager).abs().max()) < 0.25 * float(eager.abs().max())

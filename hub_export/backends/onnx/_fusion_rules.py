@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._weights import ConcatenatedTensor
+
 __all__ = [
     "canonical_sums",
     "cos_sin_cache_rules",
@@ -200,7 +202,7 @@ def gqa_rules(*, rotary_inside: bool, query_seqlens: bool, qk_norm_inside: bool 
         ):
             result = pattern.MatchResult()
             present_key = key_cache or key_rope or key_BHSDh
-            if not (present_key.is_graph_output() and (value_cache or value_BHSDh).is_graph_output()):
+            if not (_returned(present_key) and _returned(value_cache or value_BHSDh)):
                 return result.fail("The key/value are not a KV cache returned by the graph.")
             if (query_rope is None) != (key_rope is None) or (query_norm is None) != (key_norm is None):
                 return result.fail("Query and key are not transformed alike.")
@@ -406,6 +408,14 @@ def canonical_sums(model: Any) -> None:
             value.shape = ir.Shape(dims)
 
 
+def _returned(value: Any) -> bool:
+    """Whether the graph returns ``value``: as it is, or through a ``Cast`` (a graph computed in float32 that returns
+    its cache in the model's bfloat16: :mod:`._widen`)."""
+    if value.is_graph_output():
+        return True
+    return any(node.op_type == "Cast" and node.outputs[0].is_graph_output() for node, _ in value.uses())
+
+
 def drop_identity_reshapes(model: Any) -> int:
     """Remove ``Reshape`` nodes whose input already has the output's shape (same sizes and symbols); returns how many.
 
@@ -445,15 +455,15 @@ def pack_projections(model: Any) -> int:
             groups.setdefault(id(node.inputs[0]), []).append(node)
     packs = 0
     for nodes in groups.values():
-        weights = [n.inputs[1].const_value.numpy() for n in nodes]
-        if len(nodes) < 2 or len({(w.shape[0], w.dtype) for w in weights}) != 1:
+        weights = [n.inputs[1].const_value for n in nodes]
+        if len(nodes) < 2 or len({(int(w.shape[0]), w.dtype) for w in weights}) != 1:
             continue
-        array = np.concatenate(weights, 1)
-        tensor = ir.tensor(array)
-        packed = ir.Value(name=f"{nodes[0].inputs[1].name}_packed{packs}", const_value=tensor)
-        packed.shape, packed.type = ir.Shape(array.shape), ir.TensorType(tensor.dtype)
+        name = f"{nodes[0].inputs[1].name}_packed{packs}"
+        tensor = ConcatenatedTensor(weights, 1, name)  # computed when read: no packed copy held in memory
+        packed = ir.Value(name=name, const_value=tensor)
+        packed.shape, packed.type = tensor.shape, ir.TensorType(tensor.dtype)
         graph.register_initializer(packed)
-        widths = np.array([w.shape[1] for w in weights], dtype=np.int64)
+        widths = np.array([int(w.shape[1]) for w in weights], dtype=np.int64)
         sizes = ir.Value(name=f"{packed.name}_sizes", const_value=ir.tensor(widths))
         graph.register_initializer(sizes)
         matmul = ir.node("MatMul", [nodes[0].inputs[0], packed])

@@ -40,6 +40,7 @@ def memory_session(program: Any, providers: list[Any]) -> tuple[Any, Any]:
     Raises:
         Exception: Whatever ONNX Runtime raises for an invalid graph.
     """
+    import numpy as np
     import onnx
     import onnx_ir as ir
     import onnxruntime as ort
@@ -51,8 +52,8 @@ def memory_session(program: Any, providers: list[Any]) -> tuple[Any, Any]:
             continue
         source = tensor.source if is_transposed(tensor) else tensor
         array = zero_copy_array(source)
-        if array is None:
-            continue  # computed bytes: serialized into the graph like a small tensor
+        if array is None:  # computed (packed, widened): one copy, held by the session only
+            array = np.ascontiguousarray(source.numpy()).reshape(-1).view(np.uint8)
         name = f"{value.name}__source" if source is not tensor else value.name
         feeds.append((name, _typed(array, source), int(source.dtype)))
         if source is not tensor:

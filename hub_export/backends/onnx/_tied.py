@@ -15,7 +15,6 @@ the float table is dropped. onnxruntime-genai's model builder stores tied int4 e
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 __all__ = ["tied_tables", "share_tied_tables"]
@@ -105,58 +104,53 @@ def _projection_of(node: Any, tables: dict[Any, Any]) -> Any:
     return None
 
 
-def share_tied_tables(path: Path, pairs: list[tuple[str, str]]) -> int:
-    """Rewrite the quantized model at ``path`` (external data left where it is) so each paired ``Gather`` reads its
-    ``MatMulNBits``' weights; returns how many were rewritten. A pair whose ``MatMul`` was not quantized, or whose
-    hidden size is not a whole number of blocks (the quantized rows are padded), keeps its float ``Gather``."""
+def share_tied_tables(model: Any, pairs: list[tuple[str, str]]) -> int:
+    """Rewrite the quantized ``model`` in place so each paired ``Gather`` reads its ``MatMulNBits``' weights; returns
+    how many were rewritten. A pair whose ``MatMul`` was not quantized, or whose hidden size is not a whole number of
+    blocks (the quantized rows are padded), keeps its float ``Gather``."""
     import numpy as np
-    import onnx
-    from onnx import helper, numpy_helper
+    import onnx_ir as ir
+
+    from ._weights import unique_initializer_name
 
     if not pairs:
         return 0
-    proto = onnx.load(str(path), load_external_data=False)
-    graph = proto.graph
-    by_output = {output: node for node in graph.node for output in node.output}
-    initializers = {init.name: init for init in graph.initializer}
+    graph = model.graph
+    by_output = {value.name: node for node in graph for value in node.outputs}
     rewritten = 0
     for gather_output, matmul_output in pairs:
         gather, matmul = by_output.get(gather_output), by_output.get(matmul_output)
         if gather is None or matmul is None or gather.op_type != "Gather" or matmul.op_type != "MatMulNBits":
             continue
-        weight = initializers.get(matmul.input[1])
-        attrs = {a.name: helper.get_attribute_value(a) for a in matmul.attribute}
-        if weight is None or len(weight.dims) != 3 or attrs["K"] != weight.dims[1] * attrs["block_size"]:
+        weight = matmul.inputs[1]
+        tensor = weight.const_value if weight is not None else None
+        attrs = {name: attr.as_int() for name, attr in matmul.attributes.items() if attr.type == ir.AttributeType.INT}
+        if tensor is None or len(tensor.shape) != 3 or attrs["K"] != int(tensor.shape[1]) * attrs["block_size"]:
             continue
-        rows, blocks, blob = weight.dims
-        shape = numpy_helper.from_array(np.array([rows, blocks * blob], dtype=np.int64), f"{weight.name}_rows_shape")
-        flat = f"{weight.name}_rows"
-        reshape = helper.make_node("Reshape", [weight.name, shape.name], [flat], name=f"{gather.name}_rows")
-        inputs = [flat, gather.input[1], matmul.input[2]]
-        if len(matmul.input) > 3 and matmul.input[3]:
-            inputs.append(matmul.input[3])  # zero points: [vocab, packed blocks], the layout both operators read
-        lookup = helper.make_node(
+        rows, blocks, blob = (int(d) for d in tensor.shape)
+        name = unique_initializer_name(graph, f"{weight.name}_rows_shape")
+        shape = ir.Value(name=name, const_value=ir.tensor(np.array([rows, blocks * blob], dtype=np.int64), name=name))
+        shape.shape, shape.type = ir.Shape([2]), ir.TensorType(ir.DataType.INT64)
+        graph.register_initializer(shape)
+        reshape = ir.node("Reshape", [weight, shape], name=f"{gather.name}_rows")
+        reshape.outputs[0].name = f"{weight.name}_rows"
+        inputs = [reshape.outputs[0], gather.inputs[1], matmul.inputs[2]]
+        if len(matmul.inputs) > 3 and matmul.inputs[3] is not None:
+            inputs.append(matmul.inputs[3])  # zero points: [vocab, packed blocks], the layout both operators read
+        lookup = ir.node(
             "GatherBlockQuantized",
             inputs,
-            list(gather.output),
-            name=f"{gather.name}_quantized",
+            attributes={"gather_axis": 0, "quantize_axis": 1, "block_size": attrs["block_size"], "bits": attrs["bits"]},
             domain="com.microsoft",
-            gather_axis=0,
-            quantize_axis=1,
-            block_size=attrs["block_size"],
-            bits=attrs["bits"],
+            name=f"{gather.name}_quantized",
         )
-        table = gather.input[0]
-        position = list(graph.node).index(gather)
-        graph.node.remove(gather)
-        graph.node.insert(position, lookup)
-        graph.node.insert(position, reshape)
-        graph.initializer.append(shape)
-        if not any(table in node.input for node in graph.node) and table in initializers:
-            graph.initializer.remove(initializers.pop(table))
+        table = gather.inputs[0]
+        ir.convenience.replace_nodes_and_values(
+            graph, gather, [gather], [reshape, lookup], gather.outputs, lookup.outputs
+        )
+        if table is not None and table.is_initializer() and not table.uses() and not table.is_graph_output():
+            graph.initializers.pop(str(table.name), None)
         rewritten += 1
     if rewritten:
-        if not any(opset.domain == "com.microsoft" for opset in proto.opset_import):
-            proto.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-        onnx.save(proto, str(path))
+        model.opset_imports.setdefault("com.microsoft", 1)
     return rewritten

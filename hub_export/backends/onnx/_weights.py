@@ -28,6 +28,7 @@ from ..._files import HashingWriter
 
 __all__ = [
     "EXTERNAL_MIN_BYTES",
+    "ConcatenatedTensor",
     "TransposedTensor",
     "fold_weight_transposes",
     "keep_large_weights",
@@ -72,13 +73,48 @@ def _lazy_tensor_class() -> Any:
         def _compute(self) -> Any:
             import numpy as np
 
-            array = np.ascontiguousarray(self.source.numpy().transpose(self.perm))
-            return ir.Tensor(array, dtype=self.source.dtype, name=self.name)
+            computed = torch_array(self)
+            if computed is None:
+                computed = np.ascontiguousarray(self.source.numpy().transpose(self.perm))
+            return ir.Tensor(computed, dtype=self.source.dtype, name=self.name)
 
     return _Transposed
 
 
 _TRANSPOSED: Any = None
+_CONCATENATED: Any = None
+
+
+def _concatenated_class() -> Any:
+    import onnx_ir as ir
+
+    class _Concatenated(ir.LazyTensor):
+        """``sources`` concatenated along ``axis``, computed each time its bytes are read (never cached)."""
+
+        def __init__(self, sources: list[Any], axis: int, name: str) -> None:
+            self.sources, self.axis = list(sources), axis
+            dims = [int(d) for d in sources[0].shape]
+            dims[axis] = sum(int(s.shape[axis]) for s in sources)
+            super().__init__(self._compute, dtype=sources[0].dtype, shape=ir.Shape(dims), name=name)
+
+        def _compute(self) -> Any:
+            import numpy as np
+
+            computed = torch_array(self)
+            if computed is None:
+                computed = np.concatenate([s.numpy() for s in self.sources], self.axis)
+            return ir.Tensor(computed, dtype=self.dtype, name=self.name)
+
+    return _Concatenated
+
+
+def ConcatenatedTensor(sources: list[Any], axis: int, name: str) -> Any:  # noqa: N802 - a class factory
+    """An ``onnx_ir`` lazy tensor holding ``sources`` concatenated along ``axis`` (computed on every read, never
+    kept): packed projection weights (:func:`._fusion_rules.pack_projections`) cost no memory until written."""
+    global _CONCATENATED
+    if _CONCATENATED is None:
+        _CONCATENATED = _concatenated_class()
+    return _CONCATENATED(sources, axis, name)
 
 
 def TransposedTensor(source: Any, perm: tuple[int, ...], name: str) -> Any:  # noqa: N802 - a class factory
@@ -164,6 +200,11 @@ def tensor_key(tensor: Any) -> tuple[Any, ...]:
         )
     if is_transposed(tensor):
         return ("transpose", tensor_key(tensor.source), tensor.perm)
+    if _CONCATENATED is not None and isinstance(tensor, _CONCATENATED):
+        return ("concatenate", tuple(tensor_key(s) for s in tensor.sources), tensor.axis)
+    source = getattr(tensor, "widened_from", None)
+    if source is not None:
+        return ("widen", tensor_key(source))
     if isinstance(tensor, ir.ExternalTensor):
         return ("file", os.path.realpath(tensor.path), tensor.offset, tensor.length, str(tensor.dtype))
     return ("bytes", str(tensor.dtype), tuple(tensor.shape), hashlib.sha256(tensor.tobytes()).hexdigest())
@@ -173,13 +214,63 @@ def _is_torch(value: Any) -> TypeGuard[Any]:
     return type(value).__module__.startswith("torch") and hasattr(value, "untyped_storage")
 
 
+def _torch_view(tensor: Any) -> tuple[Any, Any] | None:
+    """A torch view of the parameter ``tensor`` reads (transposes applied as views) and the dtype its bytes are in
+    (widening only changes that), or None when it is not made of one parameter."""
+    import torch
+
+    raw = getattr(tensor, "raw", None)
+    if _is_torch(raw):
+        return raw.detach(), raw.dtype
+    if is_transposed(tensor):
+        made = _torch_view(tensor.source)
+        return None if made is None else (made[0].permute(tensor.perm), made[1])
+    widened = getattr(tensor, "widened_from", None)  # _widen.WidenedTensor
+    if widened is not None:
+        made = _torch_view(widened)
+        return None if made is None else (made[0], torch.float32)
+    return None
+
+
+def torch_array(tensor: Any) -> Any | None:
+    """A lazy tensor's bytes computed in torch from the parameters it is made of, as a numpy array (bfloat16 as
+    ``ml_dtypes``'), or None when it is not made of them. One copy in the target layout and dtype (torch transposes
+    and widens bfloat16 in one pass, many times faster than numpy with ``ml_dtypes``' bfloat16)."""
+    import torch
+
+    if _CONCATENATED is not None and isinstance(tensor, _CONCATENATED):
+        parts = [_torch_view(s) for s in tensor.sources]
+        if any(p is None for p in parts):
+            return None
+        out = torch.empty([int(d) for d in tensor.shape], dtype=parts[0][1])  # type: ignore[index]
+        offset = 0
+        for view, _ in parts:  # type: ignore[misc]
+            out.narrow(tensor.axis, offset, view.shape[tensor.axis]).copy_(view)
+            offset += view.shape[tensor.axis]
+    else:
+        made = _torch_view(tensor)
+        if made is None:
+            return None
+        out = torch.empty(made[0].shape, dtype=made[1])
+        out.copy_(made[0])
+    if out.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return out.view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
+    return out.numpy()
+
+
 def zero_copy_array(tensor: Any) -> Any | None:
-    """A contiguous uint8 numpy view of the tensor's memory, or None when it has no such memory (it is computed,
-    or its type packs several values a byte)."""
+    """A contiguous uint8 numpy view of the tensor's memory (a file's tensor: its mapped pages), or None when it has
+    no such memory (it is computed, or its type packs several values a byte)."""
     import numpy as np
+    import onnx_ir as ir
 
     if tensor.dtype.bitwidth < 8 or is_transposed(tensor):
         return None
+    if isinstance(tensor, ir.ExternalTensor):
+        array = tensor.numpy()
+        return array.reshape(-1).view(np.uint8) if array.flags.c_contiguous else None
     raw = getattr(tensor, "raw", None)
     if _is_torch(raw):
         import torch

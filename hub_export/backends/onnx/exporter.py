@@ -41,6 +41,7 @@ from ._fusions import contrib_ops
 from ._fusions import fuse_for_ort as _fuse_for_ort
 from ._moe import fused_experts_forward, moe_plan
 from ._weights import fold_weight_transposes, keep_large_weights
+from ._widen import bfloat16_values, widen_bfloat16
 from .config import FORMAT, OnnxConfig
 from .conventions import graph_dim, graph_input_name, graph_output_name
 from .patches import (
@@ -82,12 +83,16 @@ class OnnxExporter(HfExporter):
     def check_model(self, module: Any, sample_inputs: dict[str, Any], config: ExportConfig) -> None:
         """Refuse a bfloat16 model before tracing: ONNX Runtime's CPU provider has no bfloat16 kernels for most
         operators (``Mul``, ``Add``, ``MatMul``: onnxruntime 1.32), so the graph could be neither checked nor run.
+        With a weight-only quantizer it is accepted: the graph computes in float32 from weights quantized from the
+        bfloat16 ones (:mod:`._widen`).
 
         Raises:
-            ExportError: A parameter, buffer or sample input is bfloat16.
+            ExportError: A parameter, buffer or sample input is bfloat16, and the config quantizes no weights.
         """
         import torch
 
+        if _widens(config):
+            return
         tensors = [*sample_inputs.values()]
         if isinstance(module, torch.nn.Module):
             tensors += [*module.parameters(), *module.buffers()]
@@ -95,9 +100,10 @@ class OnnxExporter(HfExporter):
             why = "ONNX Runtime's CPU provider cannot run bfloat16 graphs (no bfloat16 Mul, Add, MatMul kernels): "
             raise ExportError(
                 why + "convert the model with model.to(torch.float16) (or float32) before exporting to ONNX, or "
-                "export the bfloat16 model to the dynamo, openvino or executorch format.",
-                cli_message=why + "export with --dtype float16 (or float32), or to another --format "
-                "(dynamo, openvino, executorch).",
+                "quantize its weights (OnnxRuntimeQuantizer(OnnxRuntimeWeightOnlyConfig())), or export the bfloat16 "
+                "model to the dynamo, openvino or executorch format.",
+                cli_message=why + "export with --dtype float16 (or float32), with --quantize int4 (or int8), or to "
+                "another --format (dynamo, openvino, executorch).",
             )
 
     def experts_forward(self, module: Any, config: ExportConfig) -> Any:
@@ -147,9 +153,12 @@ class OnnxExporter(HfExporter):
         _name_dims(model, traced)
         model.graph.name = traced.architecture or "model"
         extra: dict[str, Any] = {}
+        if _widens(config) and bfloat16_values(model):  # before the fusions: they match float32 patterns
+            widen_bfloat16(model)
+            extra["computes_in"] = "float32"
         if config.ort_fusions:  # after naming: the fusions match shapes by the traced dims (one past_sequence)
             _fuse_for_ort(model, config.ort_fusions)
-            extra = {"ort_fusions": config.ort_fusions, "contrib_ops": contrib_ops(model)}
+            extra.update(ort_fusions=config.ort_fusions, contrib_ops=contrib_ops(model))
         return Lowered(_quantize(model, traced, config), extra=extra)
 
     def parity_runner(self, program: Any, metadata: ComponentEntry) -> Any:
@@ -172,6 +181,14 @@ def _optimize(model: Any) -> None:
     register_orphan_constants(model)  # onnxscript's rewriter may drop a rewrite's constants (patches.py)
     onnx_fusions.fuse(model)
     fold_weight_transposes(model)
+
+
+def _widens(config: ExportConfig) -> bool:
+    """Whether the config quantizes the weights only, so a bfloat16 model's graph computes in float32."""
+    from .quantization import OnnxRuntimeQuantizer, OnnxRuntimeWeightOnlyConfig
+
+    quantizer = config.quantizer
+    return isinstance(quantizer, OnnxRuntimeQuantizer) and isinstance(quantizer.config, OnnxRuntimeWeightOnlyConfig)
 
 
 def _quantize(model: Any, traced: Traced, config: ExportConfig) -> Any:

@@ -1,14 +1,17 @@
 """``OnnxRuntimeQuantizer``: post-training quantization of the exported ONNX graph with ``onnxruntime.quantization``.
 
 It runs in :class:`~hub_export.backends.onnx.exporter.OnnxExporter` after the export and after ORT fusions (the order
-ONNX Runtime recommends), on the graph saved to a temporary directory with external data (so models past
-protobuf's 2 GB limit work): ``quantize_dynamic`` with an :class:`OnnxRuntimeDynamicConfig` (int8 weights,
+ONNX Runtime recommends). ``quantize_dynamic`` and ``quantize_static`` run on the graph saved to a temporary
+directory with external data (so models past protobuf's 2 GB limit work): ``quantize_dynamic`` with an
+:class:`OnnxRuntimeDynamicConfig` (int8 weights,
 activations quantized at run time: ``DynamicQuantizeLinear`` + ``MatMulInteger``), ``quantize_static`` with an
 :class:`OnnxRuntimeStaticConfig` (scales calibrated on samples: ``QuantizeLinear``/``DequantizeLinear`` pairs), and
-ONNX Runtime's ``MatMulNBitsQuantizer`` with an :class:`OnnxRuntimeWeightOnlyConfig` (int4 or int8 weights in blocks,
-activations float: each ``MatMul`` by a constant becomes one ``com.microsoft`` ``MatMulNBits`` node, the layout
-onnxruntime-genai's int4 models use; a tied input embedding then reads the output projection's quantized weights,
-:mod:`._tied`).
+ONNX Runtime's weight-only quantizer (``MatMulNBitsQuantizer``'s) with an :class:`OnnxRuntimeWeightOnlyConfig` (int4
+or int8 weights in blocks, activations float: each ``MatMul`` by a constant becomes one ``com.microsoft``
+``MatMulNBits`` node, the layout onnxruntime-genai's int4 models use; a tied input embedding then reads the output
+projection's quantized weights, :mod:`._tied`) runs on the graph in memory, one weight at a time
+(:mod:`._weight_only`), so an 8B model quantizes within a 24 GB machine; a bfloat16 model is accepted with it
+(:mod:`._widen`).
 
 Example::
 
@@ -28,9 +31,15 @@ from typing import Any, Literal
 
 from ...errors import ConfigError, ExportError
 from ...quantization.base import Calibration, ExportQuantizer
-from ._tied import share_tied_tables, tied_tables
+from ._weight_only import quantize_weight_only
 
-__all__ = ["OnnxRuntimeQuantizer", "OnnxRuntimeDynamicConfig", "OnnxRuntimeStaticConfig", "OnnxRuntimeWeightOnlyConfig"]
+__all__ = [
+    "OnnxRuntimeQuantizer",
+    "OnnxRuntimeDynamicConfig",
+    "OnnxRuntimeStaticConfig",
+    "OnnxRuntimeWeightOnlyConfig",
+    "weight_quantizer",
+]
 
 _TYPES = {"int8": "QInt8", "uint8": "QUInt8", "int16": "QInt16", "uint16": "QUInt16"}
 
@@ -170,7 +179,8 @@ class OnnxRuntimeQuantizer(ExportQuantizer):
         return recipe
 
     def quantize(self, model: Any, calibration: Calibration, stage: str) -> Any:
-        """Save ``model`` to a temporary directory, quantize it there, load the result into memory.
+        """Weight-only: quantize ``model`` in place, one weight at a time (:mod:`._weight_only`). Dynamic and static:
+        save ``model`` to a temporary directory, quantize it there, load the result into memory.
 
         Raises:
             ExportError: ONNX Runtime's quantizer failed (its message is kept).
@@ -179,19 +189,21 @@ class OnnxRuntimeQuantizer(ExportQuantizer):
         import onnx_ir as ir
         from onnxruntime import quantization as q
 
+        cfg = self.config
+        if isinstance(cfg, OnnxRuntimeWeightOnlyConfig):  # one weight at a time, in memory (._weight_only)
+            try:
+                return quantize_weight_only(model, cfg, tuple(cfg.op_types or _WEIGHT_ONLY_OPS))
+            except Exception as exc:  # ORT's quantizer raises many types
+                raise ExportError(
+                    f"ONNX Runtime weight-only quantization failed: {type(exc).__name__}: {str(exc)[:1500]}\n"
+                    "Try another block_size or op_types, or export without a quantizer to check the graph."
+                ) from exc
         with tempfile.TemporaryDirectory(prefix="hub_export_ortq_") as tmp:
             src, dst = Path(tmp) / "model.onnx", Path(tmp) / "quantized.onnx"
-            cfg = self.config
-            tied = []
-            if isinstance(cfg, OnnxRuntimeWeightOnlyConfig) and cfg.quantize_tied_embedding:
-                tied = tied_tables(model, cfg.block_size)  # before saving: it may add a transposed copy to quantize
             ir.save(model, str(src), external_data="model.onnx.data", size_threshold_bytes=1023)
             _drop_initializer_value_info(onnx, src)
             try:
-                if isinstance(cfg, OnnxRuntimeWeightOnlyConfig):
-                    _quantize_weight_only(q, src, dst, cfg)
-                    share_tied_tables(dst, tied)
-                elif isinstance(cfg, OnnxRuntimeStaticConfig):
+                if isinstance(cfg, OnnxRuntimeStaticConfig):
                     q.quantize_static(
                         str(src),
                         str(dst),
@@ -225,30 +237,9 @@ class OnnxRuntimeQuantizer(ExportQuantizer):
 _WEIGHT_ONLY_OPS = ("MatMul",)
 
 
-def _quantize_weight_only(q: Any, src: Path, dst: Path, cfg: OnnxRuntimeWeightOnlyConfig) -> None:
-    """``MatMulNBitsQuantizer`` (round to nearest, in blocks) on the saved model; writes ``dst`` with external data."""
-    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
-
-    op_types = tuple(cfg.op_types or _WEIGHT_ONLY_OPS)
-    algo = DefaultWeightOnlyQuantConfig(
-        block_size=cfg.block_size,
-        is_symmetric=cfg.symmetric,
-        accuracy_level=cfg.accuracy_level,
-        op_types_to_quantize=op_types,
-        bits=cfg.bits,
-    )
-    quantizer = MatMulNBitsQuantizer(
-        str(src),
-        bits=cfg.bits,
-        block_size=cfg.block_size,
-        is_symmetric=cfg.symmetric,
-        accuracy_level=cfg.accuracy_level,
-        nodes_to_exclude=list(cfg.nodes_to_exclude or ()),
-        op_types_to_quantize=op_types,
-        algo_config=algo,
-    )
-    quantizer.process()
-    quantizer.model.save_model_to_file(str(dst), use_external_data_format=True)
+def weight_quantizer(bits: int) -> OnnxRuntimeQuantizer:
+    """``--quantize int4|int8``: ``MatMulNBits`` in symmetric blocks of 32, the layout onnxruntime-genai builds."""
+    return OnnxRuntimeQuantizer(OnnxRuntimeWeightOnlyConfig(bits=bits, block_size=32))
 
 
 class _Reader:
