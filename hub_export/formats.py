@@ -183,6 +183,9 @@ class Backend:
         card_tags: The Hub tags of the format, on the model card.
         quantization_stage: The program type a quantizer sees after lowering (``"onnx"``, ``"openvino"``) or None
             when the backend's quantization happens on the traced program only.
+        weight_quantizer: ``weight_quantizer(bits) -> quantizer``: the weight-only quantizer of 4- or 8-bit weights
+            that ``hub-export export --quantize int4|int8`` gives this format (the layout its runtimes load); None:
+            the format has none.
         description: One line for listings (``hub-export --help``, docs).
     """
 
@@ -204,6 +207,7 @@ class Backend:
     extra: str = ""
     card_tags: tuple[str, ...] = ()
     quantization_stage: str | None = None
+    weight_quantizer: Callable[[int], Any] | None = None
     description: str = ""
 
     def stem(self, component: str, entry: ComponentEntry, generation: Mapping[str, Any] | None) -> str:

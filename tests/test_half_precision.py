@@ -194,4 +194,17 @@ def test_cli_exports_in_the_dtype_asked(tmp_path: Path, capsys: pytest.CaptureFi
     assert component.dtype == "bfloat16" and {s.dtype for s in component.signature.outputs} == {"bfloat16"}
     refused = run_cli(capsys, "export", model, "-f", "onnx", "-o", tmp_path / "onnx", "--dtype", "bfloat16")
     assert refused.code != 0 and not (tmp_path / "onnx" / "export.json").exists()
-    assert "export with --dtype float16 (or float32), or to another --format" in refused.err
+    assert (
+        "export with --dtype float16 (or float32), with --quantize int4 (or int8), or to another --format"
+        in refused.err
+    )
+    # weight-only quantization takes the bfloat16 model: computed in float32 from weights quantized one at a time
+    run = run_cli(
+        capsys, "export", model, "-f", "onnx", "-o", tmp_path / "int4", "--dtype", "bfloat16", "--quantize", "int4"
+    )
+    assert run.code == 0, run.err
+    component = Manifest.read(tmp_path / "int4").components["model"]
+    assert component.dtype == "bfloat16" and component.extra["computes_in"] == "float32"
+    assert component.quantization is not None and component.quantization["settings"]["bits"] == 4
+    wrong = run_cli(capsys, "export", model, "-f", "dynamo", "-o", tmp_path / "q", "--quantize", "int8")
+    assert wrong.code != 0 and "--quantize applies to the onnx and openvino formats, not dynamo" in wrong.err

@@ -23,6 +23,8 @@ __all__ = ["DTYPES", "register", "run", "load_model"]
 
 #: ``--dtype`` choices: ``auto`` keeps the dtype the checkpoint was saved in.
 DTYPES = ("auto", "float32", "float16", "bfloat16")
+#: ``--quantize`` choices: weight-only quantization, the int4/int8 layouts ONNX Runtime and OpenVINO run.
+QUANTIZE = ("int4", "int8")
 
 
 def register(subparsers: Any) -> None:
@@ -76,6 +78,15 @@ def register(subparsers: Any) -> None:
         default="auto",
         help="the dtype to export in: the checkpoint's (auto, the default) or float32, float16, bfloat16 "
         "(the model is converted after loading; see docs/precision.md)",
+    )
+    parser.add_argument(
+        "--quantize",
+        choices=QUANTIZE,
+        default=None,
+        help="quantize the weights (activations stay float): onnx gets ONNX Runtime's MatMulNBits (blocks of 32, "
+        "symmetric; the layout onnxruntime-genai and transformers.js load), openvino NNCF's weight compression "
+        "(int4: int4_sym, groups of 128; int8: int8_asym); a bfloat16 model exports to onnx this way, "
+        "one weight at a time (see docs/quantization.md)",
     )
     add_task_option(parser)
     add_hub_options(parser, revision_help="source revision for a Hub model: branch, tag or commit sha (default: main)")
@@ -147,7 +158,27 @@ def _configs(args: argparse.Namespace) -> dict[ExportFormat, Any]:
         fmt = parse_format(name)
         data = {"dynamic": args.dynamic, **overrides.get(fmt.value, {}), "export_format": fmt.value}
         configs[fmt] = AutoExportConfig.from_dict(data)
+        if args.quantize:
+            configs[fmt].quantizer = _weight_quantizer(fmt, args.quantize)
     return configs
+
+
+def _weight_quantizer(fmt: ExportFormat, kind: str) -> Any:
+    """The weight-only quantizer ``--quantize`` gives ``fmt`` (its backend's ``weight_quantizer``).
+
+    Raises:
+        HubExportError: A format without one (dynamo, executorch).
+    """
+    make = backend_for(fmt).weight_quantizer
+    if make is None:
+        from ..formats import backends
+
+        able = " and ".join(sorted(name for name, b in backends().items() if b.weight_quantizer is not None))
+        raise HubExportError(
+            f"--quantize applies to the {able} formats, not {fmt.value}: export {fmt.value} without it "
+            "(or quantize in Python with PT2EQuantizer; see docs/quantization.md)."
+        )
+    return make(4 if kind == "int4" else 8)
 
 
 def run(args: argparse.Namespace, console: Any) -> int:

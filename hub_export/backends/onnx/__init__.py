@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...formats import Backend, register_backend
-from . import conventions, io, safety
+from . import conventions, io, quantization, safety
 from .config import FORMAT, LAYOUT, OnnxConfig
 from .exporter import OnnxExporter
 from .runner import OnnxRunner
@@ -29,6 +29,7 @@ BACKEND = register_backend(
         extra="onnx",
         card_tags=("onnx",),
         quantization_stage="onnx",
+        weight_quantizer=quantization.weight_quantizer,
         description="ONNX graph (.onnx + .onnx_data), run by ONNX Runtime on CPU or CUDA",
     )
 )

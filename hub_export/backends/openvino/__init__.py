@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...formats import Backend, one_graph_stem, register_backend
 from . import conventions, io, safety
-from .config import FORMAT, LAYOUT, OpenVINOConfig
+from .config import FORMAT, LAYOUT, OpenVINOConfig, weight_quantizer
 from .exporter import OpenVINOExporter
 from .runner import OpenVINORunner
 
@@ -28,6 +28,7 @@ BACKEND = register_backend(
         extra="openvino",
         card_tags=("openvino",),
         quantization_stage="openvino",
+        weight_quantizer=weight_quantizer,
         description="OpenVINO IR (.xml + .bin), run by OpenVINO Runtime on CPU, GPU (xpu) or NPU",
     )
 )

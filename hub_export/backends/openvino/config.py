@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ...configs import ExportConfig
 from ...errors import ConfigError
@@ -51,3 +51,13 @@ class OpenVINOConfig(ExportConfig):
             raise ConfigError(
                 f"OpenVINOConfig.inference_precision must be None, 'f32', 'bf16' or 'f16', got {self.inference_precision!r}."
             )
+
+
+def weight_quantizer(bits: int) -> Any:
+    """``--quantize int4|int8``: NNCF weight compression as optimum-intel applies it (int4: ``int4_sym`` in groups of
+    128, the embedding and last layer kept int8; int8: ``int8_asym``)."""
+    from ...quantization.nncf_quant import NNCFQuantizer, NNCFWeightCompressionConfig
+
+    if bits == 4:
+        return NNCFQuantizer(NNCFWeightCompressionConfig("int4_sym", group_size=128))
+    return NNCFQuantizer(NNCFWeightCompressionConfig("int8_asym"))
