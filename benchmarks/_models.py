@@ -1,5 +1,5 @@
-"""Real-size models for benchmarks, with random weights: the published configs of Qwen2.5-0.5B, Llama-3.2-1B and
-Llama-3.2-3B written out here (nothing is downloaded), built on the meta device and materialized directly in the
+"""Real-size models for benchmarks, with random weights: the published configs of Qwen2.5-0.5B, Llama-3.2-1B,
+Llama-3.2-3B and Llama-3.1-8B written out here (nothing is downloaded), built on the meta device and materialized directly in the
 target dtype (no float32 copy on the way to bfloat16), weights drawn from N(0, 0.02), norms at 1, biases at 0.
 """
 
@@ -71,6 +71,24 @@ MODELS: dict[str, tuple[str, dict[str, Any]]] = {
             "rope_parameters": _LLAMA_32_ROPE,
             "rms_norm_eps": 1e-5,
             "tie_word_embeddings": True,
+            "bos_token_id": 128000,
+            "eos_token_id": 128001,
+        },
+    ),
+    "llama-3.1-8b": (
+        "LlamaConfig",
+        {
+            "vocab_size": 128256,
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "max_position_embeddings": 131072,
+            "rope_parameters": {**_LLAMA_32_ROPE, "factor": 8.0},
+            "rms_norm_eps": 1e-5,
+            "tie_word_embeddings": False,
             "bos_token_id": 128000,
             "eos_token_id": 128001,
         },
