@@ -2,11 +2,14 @@
 
 * ``docs/images/support-matrix.png``: the zoo's support matrix (``docs/coverage-results.jsonl``) as a heatmap, one
   row per architecture and one column per backend and tool: passed, failed, not run.
+* ``docs/images/large-int4-memory.png``: the int4 exports of real-size models (``benchmarks/large-int4-results.jsonl``)
+  as bars per model and format: the bfloat16 weights, the export's peak anonymous memory, its files, against the
+  machine's memory.
 * ``docs/images/generation-speed-<size>.png``: generation speed (``benchmarks/results/generation-speed.jsonl``) as
   bars, one chart per model size: each tool's median tokens/s in its latest run without ``--contention``, grouped by
   runtime, hub_export's exports beside the runtimes' own tools.
 
-``benchmarks/coverage.py`` and ``benchmarks/generation.py`` call it after writing their tables; run it alone to redraw:
+``benchmarks/coverage.py``, ``benchmarks/generation.py`` and ``benchmarks/large_int4.py`` call it after writing their tables; run it alone to redraw:
 
     python benchmarks/charts.py [--out docs/images]
 """
@@ -22,6 +25,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 COVERAGE = ROOT / "docs" / "coverage-results.jsonl"
 SPEED = ROOT / "benchmarks" / "results" / "generation-speed.jsonl"
+LARGE = ROOT / "benchmarks" / "large-int4-results.jsonl"
 OUT = ROOT / "docs" / "images"
 _BACKENDS = ("dynamo", "onnx", "openvino", "executorch", "gen-dynamo", "gen-onnx", "gen-openvino", "gen-executorch")
 
@@ -101,11 +105,45 @@ def speed_bars(results: Path = SPEED, out_dir: Path = OUT) -> list[Path]:
     return written
 
 
+def large_memory_bars(results: Path = LARGE, out: Path = OUT / "large-int4-memory.png") -> Path:
+    """Per model and format (latest row, errors left out): weights, peak anonymous memory while exporting, files (GB),
+    with the machine's memory as a line."""
+    import os
+
+    plt = _pyplot()
+    latest = {(r["model"], r["format"]): r for r in _rows(results) if "error" not in r}
+    cells = sorted(latest.items(), key=lambda item: (-item[1]["weights_gb"], item[0][1]))
+    figure, axes = plt.subplots(figsize=(7, 0.9 + 0.75 * len(cells)))
+    series = [("weights_gb", "bfloat16 weights", "#8c959f"), ("peak_anon_gb", "peak anonymous memory, exporting",
+              "#0969da"), ("files_gb", "int4 files", "#1a7f37")]  # fmt: skip
+    for offset, (key, label, color) in enumerate(series):
+        values = [row[key] for _, row in cells]
+        positions = [i + (offset - 1) * 0.27 for i in range(len(cells))]
+        axes.barh(positions, values, height=0.25, color=color, label=label)
+        for y, value in zip(positions, values):
+            axes.text(value, y, f" {value:.1f}", va="center", fontsize=7)
+    machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+    axes.axvline(
+        machine, color="#cf222e", linestyle="--", linewidth=1, label=f"the machine's memory ({machine:.0f} GB)"
+    )
+    axes.set_yticks(range(len(cells)), [f"{m} {f} int4" for (m, f), _ in cells], fontsize=8)
+    axes.invert_yaxis()
+    axes.set_xlabel("GB", fontsize=8)
+    axes.legend(fontsize=7, loc="lower right")
+    axes.set_title("Exporting to int4 from bfloat16 (benchmarks/large_int4.py)", fontsize=9)
+    figure.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=110)
+    plt.close(figure)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     print(support_heatmap(out=args.out / "support-matrix.png"))
+    print(large_memory_bars(out=args.out / "large-int4-memory.png"))
     for path in speed_bars(out_dir=args.out):
         print(path)
 

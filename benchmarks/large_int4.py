@@ -285,6 +285,10 @@ def main() -> int:
     if not args.report_only:
         run(args)
     print(report(args.results))
+    if args.results == DEFAULT_RESULTS:
+        from charts import large_memory_bars
+
+        print(large_memory_bars(args.results))
     return 0
 
 
