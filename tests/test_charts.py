@@ -26,3 +26,16 @@ def test_the_support_heatmap_and_the_speed_bars_are_drawn_from_the_results(tmp_p
             f"images/{name}"
             in (ROOT / "docs" / "support-matrix.md").read_text() + (ROOT / "docs" / "benchmarks.md").read_text()
         )
+
+
+def test_the_large_int4_memory_bars_are_drawn_from_the_results(tmp_path: Path) -> None:
+    import json
+
+    chart = charts.large_memory_bars(out=tmp_path / "large-int4-memory.png")
+    cells = {
+        (r["model"], r["format"]) for r in map(json.loads, charts.LARGE.read_text().splitlines()) if "error" not in r
+    }
+    with Image.open(chart) as image:
+        assert image.height > 50 * len(cells)  # three bars per model and format
+    assert (ROOT / "docs" / "images" / "large-int4-memory.png").is_file()
+    assert "images/large-int4-memory.png" in (ROOT / "docs" / "benchmarks.md").read_text()
