@@ -25,12 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from ._tied import share_tied_tables, tied_tables
-from ._weights import EXTERNAL_MIN_BYTES, unique_initializer_name
+from ._weights import _ALIGN, _ALIGN_OVER, EXTERNAL_MIN_BYTES, _chunks, unique_initializer_name
 
 __all__ = ["SpillFile", "quantize_weight_only"]
-
-#: Tensors of more than 1 MiB start at a 64 KiB-aligned offset, as in the saved data files.
-_ALIGN, _ALIGN_OVER = 65536, 1 << 20
 
 
 class SpillFile:
@@ -46,21 +43,18 @@ class SpillFile:
         self.bytes = 0
 
     def add(self, tensor: Any, name: str) -> Any:
-        """Write ``tensor`` (an ``onnx_ir`` tensor) and return the ``ExternalTensor`` reading it from the file."""
-        import numpy as np
+        """Write ``tensor`` (an ``onnx_ir`` tensor) and return the ``ExternalTensor`` reading it from the file; aligned
+        and written as the saved data files are (:func:`._weights.write_programs`)."""
         import onnx_ir as ir
 
-        if tensor.dtype.bitwidth < 8:  # packed several values a byte
-            data: Any = np.frombuffer(tensor.tobytes(), dtype=np.uint8)
-        else:
-            data = np.ascontiguousarray(tensor.numpy()).reshape(-1).view(np.uint8)
-        nbytes = int(data.nbytes)
         offset = self._file.tell()
-        if nbytes > _ALIGN_OVER and offset % _ALIGN:
+        if tensor.nbytes > _ALIGN_OVER and offset % _ALIGN:
             self._file.write(b"\0" * (_ALIGN - offset % _ALIGN))
             offset = self._file.tell()
-        self._file.write(data.data)
+        for chunk in _chunks(tensor):
+            self._file.write(chunk)
         self._file.flush()
+        nbytes = self._file.tell() - offset
         self.bytes += nbytes
         return ir.ExternalTensor(
             self.name, offset, nbytes, tensor.dtype, shape=tensor.shape, name=name, base_dir=str(self.directory)

@@ -30,6 +30,7 @@ __all__ = [
     "EXTERNAL_MIN_BYTES",
     "ConcatenatedTensor",
     "TransposedTensor",
+    "WidenedTensor",
     "fold_weight_transposes",
     "keep_large_weights",
     "large_initializers",
@@ -83,6 +84,41 @@ def _lazy_tensor_class() -> Any:
 
 _TRANSPOSED: Any = None
 _CONCATENATED: Any = None
+_WIDENED: Any = None
+
+
+def _widened_class() -> Any:
+    import onnx_ir as ir
+
+    class _Widened(ir.LazyTensor):
+        """``source`` (bfloat16) as float32, computed each time its bytes are read (never cached)."""
+
+        def __init__(self, source: Any, name: str) -> None:
+            self.source = source
+            super().__init__(self._compute, dtype=ir.DataType.FLOAT, shape=source.shape, name=name)
+
+        def _compute(self) -> Any:
+            import numpy as np
+
+            computed = torch_array(self)
+            if computed is None:
+                computed = self.source.numpy().astype(np.float32)
+            return ir.Tensor(computed, name=self.name)
+
+    return _Widened
+
+
+def WidenedTensor(source: Any, name: str) -> Any:  # noqa: N802 - a class factory
+    """An ``onnx_ir`` lazy tensor holding the bfloat16 ``source`` as float32 (computed on every read, never kept):
+    the weights of a bfloat16 graph computed in float32 (:mod:`._widen`)."""
+    global _WIDENED
+    if _WIDENED is None:
+        _WIDENED = _widened_class()
+    return _WIDENED(source, name)
+
+
+def _is_widened(tensor: Any) -> bool:
+    return _WIDENED is not None and isinstance(tensor, _WIDENED)
 
 
 def _concatenated_class() -> Any:
@@ -202,9 +238,8 @@ def tensor_key(tensor: Any) -> tuple[Any, ...]:
         return ("transpose", tensor_key(tensor.source), tensor.perm)
     if _CONCATENATED is not None and isinstance(tensor, _CONCATENATED):
         return ("concatenate", tuple(tensor_key(s) for s in tensor.sources), tensor.axis)
-    source = getattr(tensor, "widened_from", None)
-    if source is not None:
-        return ("widen", tensor_key(source))
+    if _is_widened(tensor):
+        return ("widen", tensor_key(tensor.source))
     if isinstance(tensor, ir.ExternalTensor):
         return ("file", os.path.realpath(tensor.path), tensor.offset, tensor.length, str(tensor.dtype))
     return ("bytes", str(tensor.dtype), tuple(tensor.shape), hashlib.sha256(tensor.tobytes()).hexdigest())
@@ -225,9 +260,8 @@ def _torch_view(tensor: Any) -> tuple[Any, Any] | None:
     if is_transposed(tensor):
         made = _torch_view(tensor.source)
         return None if made is None else (made[0].permute(tensor.perm), made[1])
-    widened = getattr(tensor, "widened_from", None)  # _widen.WidenedTensor
-    if widened is not None:
-        made = _torch_view(widened)
+    if _is_widened(tensor):
+        made = _torch_view(tensor.source)
         return None if made is None else (made[0], torch.float32)
     return None
 

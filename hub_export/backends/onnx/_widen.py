@@ -4,7 +4,7 @@ ONNX Runtime's CPU provider has no bfloat16 kernels for most operators (``Mul``,
 1.32), so a bfloat16 model is refused for ONNX unless its weights are quantized: ``MatMulNBits`` computes in float32
 from int4/int8 weights, and the weights are quantized from the bfloat16 tensors one at a time
 (:mod:`._weight_only`). What stays float in the graph (norms, biases, an untied embedding table) is widened to
-float32, large tensors lazily (:func:`WidenedTensor`: computed when read, never kept), so no float32 copy of the
+float32, large tensors lazily (:func:`._weights.WidenedTensor`: computed when read, never kept), so no float32 copy of the
 model is ever held.
 
 The graph's inputs and outputs keep the model's bfloat16 (a ``Cast`` on each side): the export's signature, the
@@ -16,51 +16,14 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["WidenedTensor", "bfloat16_values", "widen_bfloat16"]
+from ._weights import WidenedTensor
+
+__all__ = ["bfloat16_values", "widen_bfloat16"]
 
 #: Elements above which a bfloat16 initializer is widened lazily (on every read) instead of at once.
 _LAZY_MIN_ELEMENTS = 8192
 #: Attributes that name an element type (``Cast``'s ``to``, the generators' ``dtype``).
 _TYPE_ATTRIBUTES = ("to", "dtype")
-
-
-def _lazy_class() -> Any:
-    import onnx_ir as ir
-
-    class _Widened(ir.LazyTensor):
-        """``source`` (bfloat16) as float32, computed each time its bytes are read (never cached)."""
-
-        def __init__(self, source: Any, name: str) -> None:
-            self.widened_from = source  # what identifies its bytes (_weights.tensor_key)
-            super().__init__(self._compute, dtype=ir.DataType.FLOAT, shape=source.shape, name=name)
-
-        def _compute(self) -> Any:
-            import numpy as np
-
-            from ._weights import torch_array
-
-            computed = torch_array(self)
-            if computed is None:
-                computed = self.widened_from.numpy().astype(np.float32)
-            return ir.Tensor(computed, name=self.name)
-
-    return _Widened
-
-
-_WIDENED: Any = None
-
-
-def WidenedTensor(source: Any, name: str) -> Any:  # noqa: N802 - a class factory
-    """An ``onnx_ir`` lazy tensor holding the bfloat16 ``source`` as float32 (computed on every read, never kept)."""
-    global _WIDENED
-    if _WIDENED is None:
-        _WIDENED = _lazy_class()
-    return _WIDENED(source, name)
-
-
-def is_widened(tensor: Any) -> bool:
-    """Whether ``tensor`` is a :func:`WidenedTensor`."""
-    return _WIDENED is not None and isinstance(tensor, _WIDENED)
 
 
 def bfloat16_values(model: Any) -> bool:
@@ -126,7 +89,7 @@ def widen_bfloat16(model: Any) -> int:
 
 
 def _widened(tensor: Any, name: str | None, *, lazy: bool = True) -> Any:
-    """``tensor`` as float32: a :func:`WidenedTensor` when large, else a float32 copy."""
+    """``tensor`` as float32: a :func:`._weights.WidenedTensor` when large, else a float32 copy."""
     import numpy as np
     import onnx_ir as ir
 
