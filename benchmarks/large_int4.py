@@ -12,9 +12,11 @@ and OpenVINO with NNCF (``int4_sym``, group 128). Each stage of a format runs in
    tokens/s of ``--new-tokens`` (median of ``--rounds``), peak RSS.
 3. **score**: the same bfloat16 model is built again (same seed) and each token the export chose is ranked under
    eager's next-token logits for the same prefix (``_coverage_quantized.eager_ranks``: rank 0 is eager's own greedy
-   choice); for ONNX also under eager with the export's int4 weights (quantized by ONNX Runtime's kernel and
-   dequantized into the bfloat16 model: :func:`quantize_linears_as_onnx`), which differs from the export only by
-   the kernels' arithmetic (``accuracy_level`` 4 rounds activations to int8 per block) and bfloat16 rounding.
+   choice), and again under eager with the export's own int4 weights: for ONNX quantized by ONNX Runtime's kernel
+   and dequantized into the bfloat16 model (:func:`quantize_linears_as_onnx`), for OpenVINO decompressed by
+   OpenVINO from the saved export (:func:`weights_of_openvino_export`). That reference differs from the export only
+   by the kernels' arithmetic (ONNX's ``accuracy_level`` 4 rounds activations to int8 per block) and bfloat16
+   rounding.
 
     python benchmarks/large_int4.py --formats onnx openvino --workdir /tmp/large
     python benchmarks/large_int4.py --model llama-3.2-1b --formats onnx --workdir /tmp/large   # a quick check
@@ -175,9 +177,50 @@ def quantize_linears_as_onnx(model: Any, block_size: int = 32) -> int:
     return done
 
 
-def score_stage(model_name: str, fmt: str, tokens: list[list[int]]) -> dict[str, Any]:
-    """Ranks of the export's tokens under the float model's logits, and for ONNX under the logits of the model with
-    the export's own int4 weights (:func:`quantize_linears_as_onnx`)."""
+def weights_of_openvino_export(model: Any, folder: Path) -> int:
+    """Give ``model`` the weights the OpenVINO export in ``folder`` computes with: each compressed constant of a
+    ``MatMul`` or ``Gather`` (NNCF's int4 / int8 with their scales) is decompressed by OpenVINO itself (its
+    decompression chain run as a model of its own) and copied into the parameter it came from, found by shape and
+    by its first values (the export's constants carry no parameter names). Returns how many were replaced."""
+    import openvino
+    import openvino.opset13 as ops
+    import torch
+
+    core = openvino.Core()
+    (xml,) = folder.rglob("*.xml")
+    program = core.read_model(xml)
+    compressed = ("i4", "u4", "i8", "u8")
+    parameters = [p for _, p in model.named_parameters() if p.dim() == 2]
+    done = 0
+    with torch.no_grad():
+        for op in program.get_ordered_ops():
+            kind = op.get_type_name()
+            if kind not in ("MatMul", "Gather"):
+                continue
+            weight = op.input_value(1 if kind == "MatMul" else 0)
+            node = weight.get_node()
+            while node.get_type_name() in ("Convert", "Multiply", "Subtract", "Reshape") and node.get_input_size():
+                node = node.input_value(0).get_node()
+            if node.get_type_name() != "Constant" or node.get_output_element_type(0).get_type_name() not in compressed:
+                continue
+            (values,) = core.compile_model(openvino.Model([ops.result(weight)], []), "CPU")({}).values()
+            values = torch.from_numpy(values)
+            if kind == "MatMul" and not op.get_attributes()["transpose_b"]:
+                values = values.T
+            fingerprint = values.reshape(-1)[:256]
+            candidates = [p for p in parameters if tuple(p.shape) == tuple(values.shape)]
+            if not candidates:
+                continue
+            target = min(candidates, key=lambda p: float((p.reshape(-1)[:256].float() - fingerprint).abs().sum()))
+            target.copy_(values)
+            done += 1
+    return done
+
+
+def score_stage(model_name: str, fmt: str, tokens: list[list[int]], folder: Path) -> dict[str, Any]:
+    """Ranks of the export's tokens under the float model's logits, and under the logits of the model with the
+    export's own int4 weights: for ONNX quantized again by ONNX Runtime's kernel (:func:`quantize_linears_as_onnx`),
+    for OpenVINO read from the export (:func:`weights_of_openvino_export`)."""
     import torch
     from _coverage_quantized import eager_ranks
     from _models import build
@@ -185,10 +228,11 @@ def score_stage(model_name: str, fmt: str, tokens: list[list[int]]) -> dict[str,
     model = build(model_name, torch.bfloat16)
     produced = torch.tensor(tokens)
     out: dict[str, Any] = {}
-    references = ["float", "int4"] if fmt == "onnx" else ["float"]
-    for reference in references:
-        if reference == "int4":
+    for reference in ("float", "int4"):
+        if reference == "int4" and fmt == "onnx":
             out["quantized_linears"] = quantize_linears_as_onnx(model)
+        elif reference == "int4":
+            out["quantized_linears"] = weights_of_openvino_export(model, folder)
         ranks = eager_ranks(model, prompt(), produced)
         scored = ranks[ranks >= 0]
         suffix = "" if reference == "float" else "_int4_reference"
@@ -229,7 +273,7 @@ def run(args: argparse.Namespace) -> None:
             row.update({f"generate_{k}" if k.startswith(("peak", "min")) else k: v for k, v in generated.items()})
         if "error" not in row:
             print(f"{args.model} {fmt}: score", flush=True)
-            row.update(_in_child("score", args.model, fmt, json.dumps(row["tokens"])))
+            row.update(_in_child("score", args.model, fmt, json.dumps(row["tokens"]), str(folder)))
         row.update(load_average_after=os.getloadavg(), versions=_versions(), measured=time.strftime("%Y-%m-%d %H:%M"))
         with open(args.results, "a") as handle:
             handle.write(json.dumps(row) + "\n")
@@ -279,7 +323,7 @@ def main() -> int:
         elif stage == "generate":
             out = generate_stage(Path(rest[0]), int(rest[1]), int(rest[2]))
         else:
-            out = score_stage(rest[0], rest[1], json.loads(rest[2]))
+            out = score_stage(rest[0], rest[1], json.loads(rest[2]), Path(rest[3]))
         print(json.dumps(out), flush=True)
         return 0
     if not args.report_only:

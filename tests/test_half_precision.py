@@ -129,6 +129,52 @@ def test_openvino_compressed_weights_are_recorded_as_stored(tmp_path: Path) -> N
     assert 1e-6 < parity["max_abs_diff"] <= parity["atol"]
 
 
+def test_openvino_frontend_bfloat16_constant_of_a_temporary_tensor_is_held() -> None:
+    """The frontend's bfloat16 constant of a tensor nothing else holds reads it after it was dropped, once
+    :func:`hold_constant_memory` tied it to the model (without it, the memory is reused and the constant reads 7)."""
+    import gc
+
+    import openvino
+    import openvino.opset13 as ops
+    from openvino.frontend.pytorch import fx_decoder
+
+    from hub_export.backends.openvino.patches import hold_constant_memory, low_precision_constants_held
+
+    held: list[Any] = []
+    with low_precision_constants_held(held):
+        constant = fx_decoder.torch_tensor_to_ov_const(torch.full((4096,), 3.0, dtype=torch.bfloat16))
+    model = openvino.Model([ops.result(ops.convert(constant, openvino.Type.f32))], [])
+    assert hold_constant_memory(model, held) == 1
+    del held
+    gc.collect()
+    reused = [torch.full((4096,), 7.0, dtype=torch.bfloat16) for _ in range(32)]
+    (values,) = openvino.Core().compile_model(model, "CPU")({}).values()
+    assert set(values.tolist()) == {3.0}, len(reused)
+
+
+def test_openvino_bfloat16_constants_outlive_the_traced_program() -> None:
+    """OpenVINO's frontend builds a bfloat16 constant over the torch tensor's memory without keeping it alive; a
+    constant the traced program owned (the rotary ``inv_freq``) then read freed memory once the program was gone
+    (NaN logits in 2 of 3 runs before the export held them). Run after that memory was reused, the export matches
+    eager, twice."""
+    import copy
+    import gc
+
+    from hub_export import OpenVINOConfig, OpenVINOExporter
+
+    for attempt in (1, 2):
+        case = build("llama", layers=1)
+        model = copy.deepcopy(case.model).to(torch.bfloat16)
+        exported = OpenVINOExporter().export(model, case.sample, config=OpenVINOConfig(dynamic=True))
+        gc.collect()
+        reused = [torch.full((n,), 7.0, dtype=torch.bfloat16) for n in range(1, 65) for _ in range(20)]
+        with torch.no_grad():
+            expected = model(**case.sample).logits.float()
+        got = exported(**case.sample).logits.float()
+        bound = PARITY_RTOL["bfloat16"] * float(expected.abs().max())
+        assert float((got - expected).abs().max()) <= bound, (attempt, len(reused))
+
+
 def test_openvino_bfloat16_generation_keeps_its_cache_as_bf16_state(tmp_path: Path) -> None:
     """OpenVINO computes a bfloat16 model in float32, so greedy tokens may part from eager bfloat16's at a near tie
     (measured on the two-layer Llama): each token chosen must be eager's best up to the bfloat16 tolerance."""

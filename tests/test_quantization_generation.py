@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+from collections import Counter
 
 import pytest
 import torch
@@ -13,11 +15,15 @@ from hub_export import (
     ExecutorchExporter,
     ExportedModel,
     ExportError,
+    NNCFQuantizer,
+    NNCFWeightCompressionConfig,
     OnnxConfig,
     OnnxExporter,
     OnnxRuntimeQuantizer,
     OnnxRuntimeStaticConfig,
     OnnxRuntimeWeightOnlyConfig,
+    OpenVINOConfig,
+    OpenVINOExporter,
     PT2EQuantizer,
 )
 from hub_export.backends.executorch.io import program_contents
@@ -245,3 +251,70 @@ def test_bfloat16_model_exports_to_int4_onnx_computing_in_float32(tmp_path):
     logits = graph(**prompt, position_ids=positions, past_key_values=empty).logits[:, -1]
     assert logits.dtype == torch.bfloat16
     assert float((logits.float() - eager).abs().max()) < 0.25 * float(eager.abs().max())
+
+
+def _compressed_constants(program) -> list[tuple]:
+    """The (type, shape, bytes) of an OpenVINO program's int4/int8 weights and their float16 scales, sorted."""
+    kinds = ("i4", "u4", "i8", "u8", "f16")
+    found = []
+    for op in program.get_ordered_ops():
+        kind = op.get_output_element_type(0).get_type_name()
+        if op.get_type_name() == "Constant" and kind in kinds and op.get_byte_size() > 64:
+            found.append((kind, str(op.get_output_partial_shape(0)), op.get_data().tobytes()))
+    return sorted(found)
+
+
+def _compiled_layers(program) -> Counter:
+    """(layer type, output precision) -> count in the CPU plugin's compiled graph under the float32 hint."""
+    import openvino
+
+    compiled = openvino.Core().compile_model(program, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    layers = Counter()
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        layers[(info["layerType"].astype(str), info["outputPrecisions"].astype(str))] += 1
+    return layers
+
+
+def test_bfloat16_model_compresses_to_int4_openvino_computing_in_float32(tmp_path):
+    """NNCF's int4 weights of a bfloat16 model run compressed: the graph computes in float32 inside (the CPU plugin
+    decompressed every weight of the bfloat16 graph when it compiled it under the float32 hint), so the compiled
+    graph keeps the int4 weights and the attention fused with the cache state exactly as for the float32 model; the
+    weights and scales are those NNCF makes from the float32 copy, the export generates that copy's tokens after a
+    save, and its inputs and outputs keep eager's bfloat16."""
+    from openvino import Type
+
+    case = build("llama", layers=1)
+    config = OpenVINOConfig(
+        dynamic=True, quantizer=NNCFQuantizer(NNCFWeightCompressionConfig("int4_sym", group_size=16))
+    )
+    model = copy.deepcopy(case.model).to(torch.bfloat16)
+    exported = OpenVINOExporter().export_for_generation(model, case.sample, config=config)
+    (component,) = exported.components.values()
+    program = component.program
+    assert component.metadata.extra["computes_in"] == "float32"
+    assert {s.dtype for s in component.metadata.signature.outputs} == {"bfloat16"}
+    computing = [  # what stays bfloat16: the constants (read through a decompression Convert) and the outputs
+        op.get_friendly_name()
+        for op in program.get_ordered_ops()
+        if op.get_output_element_type(0) == Type.bf16
+        and op.get_type_name() != "Constant"
+        and not all(t.get_node().get_type_name() == "Result" for t in op.output(0).get_target_inputs())
+    ]
+    assert not computing, computing
+    from_float = copy.deepcopy(model).float()
+    reference = OpenVINOExporter().export_for_generation(from_float, case.sample, config=config)
+    expected = reference.components["decode"].program
+    assert _compressed_constants(program) == _compressed_constants(expected)
+    layers, float_layers = _compiled_layers(program), _compiled_layers(expected)
+    assert layers[("Const", "i4")] == float_layers[("Const", "i4")] == 7  # q/k/v/o, gate/up/down stay int4
+    assert layers[("ScaledDotProductAttention", "f32")] == 1  # fused with the state, as for the float32 model
+    prompt = PROMPTS[1]
+    produced = exported.generate(**prompt, max_new_tokens=5)
+    assert torch.equal(produced, reference.generate(**prompt, max_new_tokens=5))
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "int4"))
+    assert torch.equal(loaded.generate(**prompt, max_new_tokens=5), produced)
+    stateless = OpenVINOExporter().export_for_generation(
+        model, case.sample, config=dataclasses.replace(config, stateful=False)
+    )
+    assert torch.equal(stateless.generate(**prompt, max_new_tokens=5), produced)

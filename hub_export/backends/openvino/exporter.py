@@ -26,13 +26,15 @@ from ...export.exporter import HfExporter, Lowered
 from ...export.trace import Traced
 from ...manifest import ComponentEntry
 from ...quantization.base import calibration_for, find_quantizer
+from ...quantization.nncf_quant import NNCFQuantizer, NNCFWeightCompressionConfig
 from ...quantization.pt2e import PT2EQuantizer
 from ...signature import Signature, TensorSpec
 from ._size_rules import floor_mods_of_integers_as_mods
 from ._stateful import fuse_state_attention
+from ._widen import bfloat16_graph, widen_bfloat16
 from .config import FORMAT, OpenVINOConfig
 from .io import COMPRESS_KEY, PRECISION_KEY
-from .patches import conversion_patches, stable_top_k
+from .patches import conversion_patches, hold_constant_memory, low_precision_constants_held, stable_top_k
 from .runner import OpenVINORunner
 
 __all__ = ["OpenVINOExporter"]
@@ -99,8 +101,9 @@ class OpenVINOExporter(HfExporter):
         # the frontend drops an input nothing reads, then gives the shapes by position to the inputs left
         # ("Incompatible shape was requested for input #0"): such a program's shapes are set once its inputs are named
         given = specs if not _unread_inputs(traced.program, placeholders) else None
+        held: list[Any] = []
         try:
-            with conversion_patches(traced.program):
+            with conversion_patches(traced.program), low_precision_constants_held(held):
                 model = openvino.convert_model(traced.program, input=given)
         except Exception as exc:  # the frontend raises OpConversionFailure, RuntimeError, ...
             symbolic = any(not dim.pinned for dim in signature.dims.values())
@@ -122,9 +125,13 @@ class OpenVINOExporter(HfExporter):
         _name_outputs(model, signature.outputs)
         model.validate_nodes_and_infer_types()
         quantizer = find_quantizer(config, "openvino")
+        extra = self._extra(traced, config)
+        pairs = self._state_pairs(traced, config)
+        if _compresses_weights(quantizer) and bfloat16_graph(model):  # NNCF's chain then runs compressed
+            widen_bfloat16(model, states=[name for pair in pairs for name in pair])
+            extra["computes_in"] = "float32"
         if quantizer is not None:  # NNCF on the named float model, before any fp16 compression
             model = quantizer.quantize(model, calibration_for(quantizer, traced), "openvino")
-        pairs = self._state_pairs(traced, config)
         if pairs:  # after quantization: NNCF calibrates the stateless graph
             from openvino._offline_transformations import apply_make_stateful_transformation
 
@@ -142,7 +149,8 @@ class OpenVINOExporter(HfExporter):
             model.set_rt_info(precision, PRECISION_KEY)
         model.set_rt_info(str(compress), COMPRESS_KEY)
         stored = _float_constants(model) if compress and quantizer is None else None
-        return Lowered(model, extra=self._extra(traced, config), weights=stored)
+        hold_constant_memory(model, held)
+        return Lowered(model, extra=extra, weights=stored)
 
     def parity_precision(self, dtype: str, config: ExportConfig) -> str:
         """bfloat16 when the runtime may compute in it: an ``inference_precision`` of ``"bf16"``, or ``"f16"`` (a CPU
@@ -189,6 +197,12 @@ class OpenVINOExporter(HfExporter):
             if spec.name.startswith("input.") and name.split(".", 1)[0] in caches and f"output.{name}" in outputs:
                 pairs.append((spec.name, f"output.{name}"))
         return pairs
+
+
+def _compresses_weights(quantizer: Any) -> bool:
+    """Whether ``quantizer`` compresses the weights only (NNCF's ``compress_weights``), so a bfloat16 graph is
+    computed in float32 (:mod:`._widen`)."""
+    return isinstance(quantizer, NNCFQuantizer) and isinstance(quantizer.config, NNCFWeightCompressionConfig)
 
 
 def _precision(config: ExportConfig) -> str | None:

@@ -12,6 +12,9 @@
   ceil-mode pool with a kernel over its input; ``unfold``, ``cummax``, attention with ``enable_gqa``) rewritten as
   standard ops with the same numbers.
 
+* :func:`low_precision_constants_held` — the torch tensors behind the frontend's bfloat16 and float8 constants
+  collected inside the block; :func:`hold_constant_memory` then ties the ones the final model reads to it.
+
 :func:`conversion_patches` applies all of them. :func:`stable_top_k` edits the converted model itself (``TopK``
 made stable, as ONNX's rule), and so does :func:`~._size_rules.floor_mods_of_integers_as_mods`.
 """
@@ -33,6 +36,8 @@ __all__ = [
     "copies_as_clones",
     "distinct_outputs",
     "floor_mods_of_integers_as_mods",
+    "hold_constant_memory",
+    "low_precision_constants_held",
     "pin_reshape_wildcards",
     "retrace_size_oblivious",
     "size_arithmetic_extensions",
@@ -393,3 +398,52 @@ def conversion_patches(program: Any) -> Iterator[None]:
         distinct_outputs(program),
     ):
         yield
+
+
+#: The attribute of a converted ``openvino.Model`` holding the torch tensors its low-precision constants read.
+_HELD_ATTRIBUTE = "_hub_export_constant_memory"
+
+
+@contextlib.contextmanager
+def low_precision_constants_held(held: list[Any]) -> Iterator[None]:
+    """Collect in ``held`` every torch tensor the PyTorch frontend makes a bfloat16 or float8 ``Constant`` of.
+
+    openvino 2026.4's ``torch_tensor_to_ov_const`` (``openvino/frontend/pytorch/utils.py``) builds such a constant
+    on an ``openvino.Tensor`` over the torch tensor's memory, and nothing keeps that memory alive (a float32
+    constant is built from the numpy array, which the constant holds). When the tensor is one the ExportedProgram
+    owned (a lifted buffer such as a rotary ``inv_freq``), the constant reads freed memory once the program is
+    gone: measured, a 4-element bfloat16 constant read back as 1.8e30, and a bfloat16 export generated token 0
+    from NaN logits. :func:`hold_constant_memory` keeps the tensors the final model still reads.
+    """
+    import torch
+    from openvino.frontend.pytorch import fx_decoder
+
+    low = {torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2}
+    original = fx_decoder.torch_tensor_to_ov_const
+
+    def holding(torch_t: Any, shared_memory: bool = True) -> Any:
+        if shared_memory and getattr(torch_t, "dtype", None) in low:
+            torch_t = torch_t.contiguous()  # the copy the constant reads, when the tensor was not contiguous
+            held.append(torch_t)
+        return original(torch_t, shared_memory=shared_memory)
+
+    fx_decoder.torch_tensor_to_ov_const = holding
+    try:
+        yield
+    finally:
+        fx_decoder.torch_tensor_to_ov_const = original
+
+
+def hold_constant_memory(model: Any, held: list[Any]) -> int:
+    """Tie to ``model`` the tensors of ``held`` (:func:`low_precision_constants_held`) whose memory one of its
+    constants reads, so they live as long as the model; returns how many. Tensors no constant reads any more (a
+    weight NNCF replaced with its int4 version) are let go."""
+    read = {
+        op.get_data().ctypes.data
+        for op in model.get_ordered_ops()
+        if op.get_type_name() == "Constant"
+        and op.get_output_element_type(0).get_type_name() in ("bf16", "f8e4m3", "f8e5m2")
+    }
+    kept = [tensor for tensor in held if tensor.data_ptr() in read]
+    setattr(model, _HELD_ATTRIBUTE, kept)
+    return len(kept)

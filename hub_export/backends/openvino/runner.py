@@ -457,12 +457,15 @@ def _to_openvino(tensor: Any) -> Any:
 
 def _from_openvino(array: Any, dtype: str) -> Any:
     """An OpenVINO output array as a torch tensor of the manifest's ``dtype``: OpenVINO hands bf16 data out as a
-    float16-typed array of the same bits, read back here as bfloat16 (not converted)."""
+    float16-typed array of the same bits, read back here as bfloat16 (not converted). A state read back in another
+    type than its output's (the float32 state of a bfloat16 graph computed in float32: ``_widen.py``) is converted."""
     import torch
 
     if dtype == "bfloat16" and array.dtype.itemsize == 2:
         return torch.from_numpy(array.view(_bits(array))).view(torch.bfloat16)
-    return torch.from_numpy(array)
+    tensor = torch.from_numpy(array)
+    wanted = getattr(torch, dtype, None)
+    return tensor.to(wanted) if isinstance(wanted, torch.dtype) and tensor.dtype != wanted else tensor
 
 
 def _state_slots(metadata: ComponentEntry, variables: set[str]) -> list[tuple[int, int, str]]:
