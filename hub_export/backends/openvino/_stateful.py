@@ -37,7 +37,11 @@ def fuse_state_attention(model: Any, batch_axis: int = 0) -> int:
 
     main = [p for p in model.get_parameters() if p.output(0).get_names() & {"input_ids", "inputs_embeds"}]
     states = [op for op in model.get_ops() if op.get_type_name() == "ReadValue"]
-    concatenated = [state for state in states if _concat_inputs(state)]
+    concatenated = [
+        state
+        for state in states
+        if any(t.get_node().get_type_name() == "Concat" for t in state.output(0).get_target_inputs())
+    ]
     if not main or not concatenated or any(p.output(0).get_names() & {BEAM_INPUT} for p in model.get_parameters()):
         return 0
     beam = opset13.parameter(PartialShape([-1]), Type.i32, name=BEAM_INPUT)
@@ -56,22 +60,9 @@ def fuse_state_attention(model: Any, batch_axis: int = 0) -> int:
         # converted, not built in the state's type: numpy has no bfloat16 (to_dtype() gives float16 for it)
         zero = opset13.convert(opset13.constant(np.zeros((), dtype=np.float32)), state.get_output_element_type(0))
         state.set_arguments([opset13.broadcast(zero, opset13.concat(dims, axis=0))])
-        for source, target in _concat_inputs(state):
-            target.replace_source_output(opset13.gather(source, beam, axis, batch_dims=0).output(0))
+        for target in list(state.output(0).get_target_inputs()):
+            if target.get_node().get_type_name() == "Concat":
+                target.replace_source_output(opset13.gather(state.output(0), beam, axis, batch_dims=0).output(0))
     model.add_parameters([beam])
     model.validate_nodes_and_infer_types()
     return len(concatenated)
-
-
-def _concat_inputs(state: Any) -> list[tuple[Any, Any]]:
-    """The ``(source, Concat input)`` pairs that read ``state``: straight from it, or through one ``Convert`` (a
-    bfloat16 state of a graph computed in float32, :mod:`._widen`), which the plugin's fusion also matches."""
-    pairs = []
-    for target in state.output(0).get_target_inputs():
-        node = target.get_node()
-        if node.get_type_name() == "Concat":
-            pairs.append((state.output(0), target))
-        elif node.get_type_name() == "Convert":
-            after = [t for t in node.output(0).get_target_inputs() if t.get_node().get_type_name() == "Concat"]
-            pairs.extend((node.output(0), t) for t in after)
-    return pairs

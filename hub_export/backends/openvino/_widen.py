@@ -10,11 +10,11 @@ for the same compression of the float32 model).
 
 So before NNCF runs, a bfloat16 graph is made float32 inside, the way ``optimum-intel`` traces 16-bit models: each
 bfloat16 constant keeps its bytes (shared with the torch parameter, never copied) and gets a ``Convert`` to
-float32 marked as a decompression (which the plugin does not fold into a float32 copy), every ``Convert`` to
-bfloat16 inside the graph converts to float32 instead, each bfloat16 input gets a ``Convert`` to float32 and each
-bfloat16 output a ``Convert`` back. The export's signature keeps the model's bfloat16 inputs and outputs, and the
-cache is rounded to bfloat16 between steps as eager's is (a state keeps the ``Convert`` on each side, which the CPU
-plugin's stateful attention fusion accepts).
+float32 marked as a decompression, every ``Convert`` to bfloat16 inside the graph converts to float32 instead, each
+bfloat16 input gets a ``Convert`` to float32 and each bfloat16 output a ``Convert`` back. NNCF then compresses the
+float32 weight pattern, from the bfloat16 values (its int4 weights and scales are those of the float32 copy). The
+export's signature keeps the model's bfloat16 inputs and outputs; a cache kept as OpenVINO state is float32 (see
+:func:`widen_bfloat16`), as the CPU plugin keeps a bfloat16 state anyway under the float32 hint.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Any
 
 __all__ = ["bfloat16_graph", "widen_bfloat16"]
 
-#: The runtime-info key OpenVINO gives a ``Convert`` that decompresses a low-precision constant (its
-#: ``ov::Decompression`` attribute): constant folding and the CPU plugin keep such a constant compressed.
+#: The runtime-info key of OpenVINO's mark on a ``Convert`` that decompresses a low-precision constant (its
+#: ``ov::Decompression`` attribute, which constant folding leaves alone).
 DECOMPRESSION = "decompression"
 
 
@@ -58,10 +58,11 @@ def widen_bfloat16(model: Any, states: Collection[str] = ()) -> int:
     from openvino import Type
 
     bf16, f32 = Type.bf16, Type.f32
+    state_names = set(states)
     narrowed = [
         result
         for result in model.get_results()
-        if result.get_input_element_type(0) == bf16 and not (result.output(0).get_names() & set(states))
+        if result.get_input_element_type(0) == bf16 and not (result.output(0).get_names() & state_names)
     ]
     changed = 0
     for op in model.get_ordered_ops():
@@ -69,7 +70,7 @@ def widen_bfloat16(model: Any, states: Collection[str] = ()) -> int:
         if kind == "Convert" and op.get_output_element_type(0) == bf16:
             op.set_attribute("destination_type", "f32")
             changed += 1
-        elif kind == "Parameter" and op.get_output_element_type(0) == bf16 and op.output(0).get_names() & set(states):
+        elif kind == "Parameter" and op.get_output_element_type(0) == bf16 and op.output(0).get_names() & state_names:
             op.set_element_type(f32)
             changed += 1
         elif kind in ("Constant", "Parameter") and op.get_output_element_type(0) == bf16:
