@@ -106,12 +106,21 @@ def speed_bars(results: Path = SPEED, out_dir: Path = OUT) -> list[Path]:
 
 
 def large_memory_bars(results: Path = LARGE, out: Path = OUT / "large-int4-memory.png") -> Path:
-    """Per model and format (latest row, errors left out): weights, peak anonymous memory while exporting, files (GB),
-    with the machine's memory as a line."""
+    """Per model and format (latest row): weights, peak anonymous memory while exporting, files (GB), with the
+    machine's memory as a line. An export the kernel killed for memory shows the peak it had reached (its weights
+    from another row of the model, no files); other failures are left out."""
     import os
 
     plt = _pyplot()
-    latest = {(r["model"], r["format"]): r for r in _rows(results) if "error" not in r}
+    rows = _rows(results)
+    weights = {r["model"]: r["weights_gb"] for r in rows if "weights_gb" in r}
+    latest = {}
+    for r in rows:
+        if "error" not in r:
+            latest[(r["model"], r["format"])] = r
+        elif "export_peak_anon_gb" in r and r["model"] in weights:
+            killed = {"weights_gb": weights[r["model"]], "peak_anon_gb": r["export_peak_anon_gb"], "files_gb": 0.0}
+            latest[(r["model"], r["format"])] = {**killed, "killed": True}
     cells = sorted(latest.items(), key=lambda item: (-item[1]["weights_gb"], item[0][1]))
     figure, axes = plt.subplots(figsize=(7, 0.9 + 0.75 * len(cells)))
     series = [("weights_gb", "bfloat16 weights", "#8c959f"), ("peak_anon_gb", "peak anonymous memory, exporting",
@@ -126,7 +135,8 @@ def large_memory_bars(results: Path = LARGE, out: Path = OUT / "large-int4-memor
     axes.axvline(
         machine, color="#cf222e", linestyle="--", linewidth=1, label=f"the machine's memory ({machine:.0f} GB)"
     )
-    axes.set_yticks(range(len(cells)), [f"{m} {f} int4" for (m, f), _ in cells], fontsize=8)
+    names = [f"{m} {f} int4" + ("\n(killed: out of memory)" if row.get("killed") else "") for (m, f), row in cells]
+    axes.set_yticks(range(len(cells)), names, fontsize=8)
     axes.invert_yaxis()
     axes.set_xlabel("GB", fontsize=8)
     axes.legend(fontsize=7, loc="lower right")

@@ -8,7 +8,8 @@ and OpenVINO with NNCF (``int4_sym``, group 128). Each stage of a format runs in
 1. **export**: build, export, save. Peak RSS and peak anonymous RSS (``RssAnon``: the memory the kernel cannot drop;
    mapped files are file pages it can) over the process, the lowest ``MemAvailable`` of the machine meanwhile;
    export seconds; files.
-2. **generate**: a fresh process loads the export and generates greedily from a 16-token prompt: load seconds,
+2. **generate**: a fresh process loads the export and generates greedily from a 16-token prompt: load seconds, a
+   2-token warm-up (not timed with the rounds: OpenVINO's CPU plugin prepares its kernels at the first calls),
    tokens/s of ``--new-tokens`` (median of ``--rounds``), peak RSS.
 3. **score**: the same bfloat16 model is built again (same seed) and each token the export chose is ranked under
    eager's next-token logits for the same prefix (``_coverage_quantized.eager_ranks``: rank 0 is eager's own greedy
@@ -30,9 +31,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -137,6 +140,9 @@ def generate_stage(folder: Path, new_tokens: int, rounds: int) -> dict[str, Any]
     loaded.runners  # noqa: B018 - sessions / compiled models, ready to run
     row: dict[str, Any] = {"load_s": time.perf_counter() - started}
     inputs, speeds = prompt(), []
+    started = time.perf_counter()  # untimed warm-up: OpenVINO's CPU plugin prepares its kernels at the first calls
+    loaded.generate(**inputs, max_new_tokens=2, min_new_tokens=2, do_sample=False)
+    row["warmup_s"] = time.perf_counter() - started
     produced = None
     for _ in range(rounds):
         started = time.perf_counter()
@@ -253,12 +259,38 @@ def _versions() -> dict[str, str]:
 
 
 def _in_child(stage: str, *args: str) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, __file__, "--stage", stage, *args], capture_output=True, text=True)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode or not lines:
-        tail = done.stderr.strip()[-1500:]
-        return {"error": f"{stage} failed (exit {done.returncode}): {tail}"}
+    """Run a stage in a fresh process. Its peak anonymous memory and the machine's lowest available memory are also
+    sampled from here, so a stage the kernel kills (out of memory) still leaves its figures."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen([sys.executable, __file__, "--stage", stage, *args], stdout=out, stderr=err, text=True)
+        peak_anon, min_available = 0, 1 << 62
+        while child.poll() is None:
+            try:
+                peak_anon = max(peak_anon, Memory._fields(f"/proc/{child.pid}/status", ("RssAnon",))["RssAnon"])
+            except (OSError, KeyError):  # the child is exiting
+                pass
+            min_available = min(min_available, Memory._fields("/proc/meminfo", ("MemAvailable",))["MemAvailable"])
+            time.sleep(0.05)
+        out.seek(0)
+        err.seek(0)
+        lines = [line for line in out.read().splitlines() if line.startswith("{")]
+        messages = [line for line in err.read().splitlines() if not _noise(line)]
+    if child.returncode or not lines:
+        why = f"exit {child.returncode}"
+        if child.returncode == -signal.SIGKILL and min_available < 0.5 * GB:
+            why = f"killed out of memory: peak anonymous {peak_anon / GB:.1f} GB, {min_available / GB:.2f} GB left"
+        tail = "\n".join(messages)[-1500:]
+        return {
+            "error": f"{stage} failed ({why})" + (f": {tail}" if tail else ""),
+            f"{stage}_peak_anon_gb": peak_anon / GB,
+            f"{stage}_min_available_gb": min_available / GB,
+        }
     return json.loads(lines[-1])
+
+
+def _noise(line: str) -> bool:
+    """A line of the libraries' start-up warnings, left out of an error's message."""
+    return line.startswith(("Failed to load", "W12", "W11")) or "Warning" in line or not line.strip()
 
 
 def run(args: argparse.Namespace) -> None:

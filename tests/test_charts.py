@@ -32,9 +32,8 @@ def test_the_large_int4_memory_bars_are_drawn_from_the_results(tmp_path: Path) -
     import json
 
     chart = charts.large_memory_bars(out=tmp_path / "large-int4-memory.png")
-    cells = {
-        (r["model"], r["format"]) for r in map(json.loads, charts.LARGE.read_text().splitlines()) if "error" not in r
-    }
+    rows = [json.loads(line) for line in charts.LARGE.read_text().splitlines()]
+    cells = {(r["model"], r["format"]) for r in rows if "error" not in r or "export_peak_anon_gb" in r}
     with Image.open(chart) as image:
         assert image.height > 50 * len(cells)  # three bars per model and format
     assert (ROOT / "docs" / "images" / "large-int4-memory.png").is_file()
