@@ -318,3 +318,30 @@ def test_bfloat16_model_compresses_to_int4_openvino_computing_in_float32(tmp_pat
         model, case.sample, config=dataclasses.replace(config, stateful=False)
     )
     assert torch.equal(stateless.generate(**prompt, max_new_tokens=5), produced)
+
+
+def test_nncf_compresses_large_openvino_weights_a_slice_of_rows_at_a_time(monkeypatch):
+    """Sliced by rows (here every weight, in slices of 7 rows), NNCF's compression of each weight is byte for byte its
+    compression of the whole weight: the int4 groups and the int8 embedding and output projection alike."""
+    from hub_export.patches import nncf as nncf_patches
+
+    case = build("llama", layers=1)
+    model = case.model.to(torch.bfloat16)
+    config = OpenVINOConfig(quantizer=NNCFQuantizer(NNCFWeightCompressionConfig("int4_sym", group_size=16)))
+    whole = OpenVINOExporter().export(model, case.sample, config=config).components["model"].program
+    from nncf.quantization.algorithms.weight_compression import openvino_backend
+
+    rows_compressed = []
+    compress_weight = openvino_backend.compress_weight
+
+    def counted(weight, *args, **kwargs):
+        rows_compressed.append(weight.shape[0])
+        return compress_weight(weight, *args, **kwargs)
+
+    monkeypatch.setattr(openvino_backend, "compress_weight", counted)
+    monkeypatch.setattr(nncf_patches, "SLICED_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(nncf_patches, "SLICE_ROWS", 7)
+    sliced = OpenVINOExporter().export(model, case.sample, config=config).components["model"].program
+    assert rows_compressed and max(rows_compressed) <= 7  # every weight went through in slices
+    expected = _compressed_constants(whole)
+    assert len(expected) >= 16 and _compressed_constants(sliced) == expected  # 7 int4 weights, 2 int8, scales

@@ -1,6 +1,8 @@
 """Workarounds applied while NNCF quantizes an export; each names the upstream behaviour it works around.
 
 * :func:`fx_integer_edges_typed_integer` — NNCF 3.4's TorchFX graph builder types every edge float.
+* :func:`large_weights_compressed_in_row_slices` — NNCF 3.4 compresses each OpenVINO weight whole, with a transient
+  of several times its size.
 """
 
 from __future__ import annotations
@@ -9,7 +11,12 @@ from typing import Any
 
 from ._base import patch_attribute
 
-__all__ = ["fx_integer_edges_typed_integer"]
+__all__ = ["fx_integer_edges_typed_integer", "large_weights_compressed_in_row_slices"]
+
+#: Weights of more elements than this are compressed a slice of rows at a time (:func:`large_weights_compressed_in_row_slices`).
+SLICED_MIN_ELEMENTS = 1 << 26
+#: The rows of one slice.
+SLICE_ROWS = 8192
 
 
 def fx_integer_edges_typed_integer() -> Any:
@@ -47,4 +54,63 @@ def fx_integer_edges_typed_integer() -> Any:
         "create_nncf_graph",
         staticmethod(create_nncf_graph),
         reason="NNCF's FX graph builder typing integer edges float",
+    )
+
+
+def large_weights_compressed_in_row_slices() -> Any:
+    """Compress a large 2-D OpenVINO weight whose statistics are per row (per output channel, or per group of a row)
+    a slice of :data:`SLICE_ROWS` rows at a time, with NNCF's own ``compress_weight``, and join the slices.
+
+    NNCF 3.4's OpenVINO backend compresses each weight whole (``compress_weight`` in ``transform_model``), and its
+    compression function holds several float32 copies of the weight meanwhile: measured on Llama-3.1-8B's
+    128256 x 4096 embedding and output projection (int8, per channel), a peak of 5.8 GB above the model, which alone
+    took an 8B export past a 24 GB machine's memory. Rows are compressed independently (the reduction is along the
+    row), so the joined slices are the whole weight's compression, byte for byte; sliced, the transient is that of
+    one slice.
+    """
+    import numpy as np
+    import openvino
+    from nncf.quantization.algorithms.weight_compression import openvino_backend
+    from nncf.quantization.algorithms.weight_compression.weight_lowering import CompressedWeight
+    from nncf.tensor import Tensor
+
+    original = openvino_backend.compress_weight
+
+    def joined(parts: list[Any]) -> Any:
+        return Tensor(np.concatenate([part.as_numpy_tensor().data for part in parts], axis=0))
+
+    def compress_weight(weight: Any, reduction_axes: Any, config: Any, precomputed: Any = None) -> Any:
+        shape = tuple(weight.shape)
+        sliced = (
+            precomputed is None
+            and len(shape) == 2
+            and tuple(reduction_axes) == (1,)
+            and shape[0] * shape[1] > SLICED_MIN_ELEMENTS
+            and shape[0] > SLICE_ROWS
+            and config.is_integer
+        )
+        if not sliced:
+            return original(weight, reduction_axes, config, precomputed)
+        data, parts = weight.data, []
+        for start in range(0, shape[0], SLICE_ROWS):
+            end = min(shape[0], start + SLICE_ROWS)
+            # a region of the OpenVINO tensor (or a numpy view): the rows, not a copy of them
+            rows = (
+                openvino.Tensor(data, [start, 0], [end, shape[1]])
+                if isinstance(data, openvino.Tensor)
+                else data[start:end]
+            )
+            parts.append(original(Tensor(rows), reduction_axes, config, None))
+        zero_points = [part.zero_point for part in parts]
+        return CompressedWeight(
+            joined([part.tensor for part in parts]),
+            joined([part.scale for part in parts]),
+            None if zero_points[0] is None else joined(zero_points),
+        )
+
+    return patch_attribute(
+        openvino_backend,
+        "compress_weight",
+        compress_weight,
+        reason="NNCF's OpenVINO backend compressing each weight whole",
     )

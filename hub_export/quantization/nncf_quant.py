@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import ConfigError, ExportError
-from ..patches.nncf import fx_integer_edges_typed_integer
+from ..patches.nncf import fx_integer_edges_typed_integer, large_weights_compressed_in_row_slices
 from .base import Calibration, ExportQuantizer
 
 __all__ = ["NNCFQuantizer", "NNCFWeightCompressionConfig", "NNCFQuantizationConfig"]
@@ -163,7 +163,8 @@ class NNCFQuantizer(ExportQuantizer):
             )
         if stage == "fx":
             return nncf.compress_weights(_plain_module(model), **kwargs)
-        return nncf.compress_weights(model, **kwargs)
+        with large_weights_compressed_in_row_slices():
+            return nncf.compress_weights(model, **kwargs)
 
     def _quantize(self, model: Any, calibration: Calibration, stage: str) -> Any:
         """``nncf.quantize`` calibrated on ``calibration``: feed dicts for ONNX/OpenVINO, argument tuples in
