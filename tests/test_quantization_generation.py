@@ -320,15 +320,18 @@ def test_bfloat16_model_compresses_to_int4_openvino_computing_in_float32(tmp_pat
     assert torch.equal(stateless.generate(**prompt, max_new_tokens=5), produced)
 
 
-def test_nncf_compresses_large_openvino_weights_a_slice_of_rows_at_a_time(monkeypatch):
+def test_nncf_compresses_large_openvino_weights_a_slice_of_rows_at_a_time_into_mapped_files(monkeypatch):
     """Sliced by rows (here every weight, in slices of 7 rows), NNCF's compression of each weight is byte for byte its
-    compression of the whole weight: the int4 groups and the int8 embedding and output projection alike."""
+    compression of the whole weight: the int4 groups and the int8 embedding and output projection alike. Written to
+    files and mapped back (here every constant), the export reads the same bytes and computes the same logits."""
     from hub_export.patches import nncf as nncf_patches
+    from hub_export.quantization.nncf_quant import MAPPED_WEIGHTS_ATTRIBUTE
 
     case = build("llama", layers=1)
     model = case.model.to(torch.bfloat16)
     config = OpenVINOConfig(quantizer=NNCFQuantizer(NNCFWeightCompressionConfig("int4_sym", group_size=16)))
-    whole = OpenVINOExporter().export(model, case.sample, config=config).components["model"].program
+    in_memory = OpenVINOExporter().export(model, case.sample, config=config)
+    whole = in_memory.components["model"].program
     from nncf.quantization.algorithms.weight_compression import openvino_backend
 
     rows_compressed = []
@@ -341,7 +344,11 @@ def test_nncf_compresses_large_openvino_weights_a_slice_of_rows_at_a_time(monkey
     monkeypatch.setattr(openvino_backend, "compress_weight", counted)
     monkeypatch.setattr(nncf_patches, "SLICED_MIN_ELEMENTS", 0)
     monkeypatch.setattr(nncf_patches, "SLICE_ROWS", 7)
-    sliced = OpenVINOExporter().export(model, case.sample, config=config).components["model"].program
+    monkeypatch.setattr(nncf_patches, "MAPPED_MIN_BYTES", 0)
+    exported = OpenVINOExporter().export(model, case.sample, config=config)
+    sliced = exported.components["model"].program
     assert rows_compressed and max(rows_compressed) <= 7  # every weight went through in slices
     expected = _compressed_constants(whole)
     assert len(expected) >= 16 and _compressed_constants(sliced) == expected  # 7 int4 weights, 2 int8, scales
+    assert len(getattr(sliced, MAPPED_WEIGHTS_ATTRIBUTE)) >= 16
+    torch.testing.assert_close(exported(**case.sample).logits, in_memory(**case.sample).logits, atol=0, rtol=0)

@@ -30,8 +30,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import ConfigError, ExportError
-from ..patches.nncf import fx_integer_edges_typed_integer, large_weights_compressed_in_row_slices
+from ..patches.nncf import (
+    compressed_weights_mapped,
+    fx_integer_edges_typed_integer,
+    large_weights_compressed_in_row_slices,
+)
 from .base import Calibration, ExportQuantizer
+
+#: The attribute of a compressed ``openvino.Model`` holding the mapped files its compressed constants read.
+MAPPED_WEIGHTS_ATTRIBUTE = "_hub_export_mapped_weights"
 
 __all__ = ["NNCFQuantizer", "NNCFWeightCompressionConfig", "NNCFQuantizationConfig"]
 
@@ -163,8 +170,11 @@ class NNCFQuantizer(ExportQuantizer):
             )
         if stage == "fx":
             return nncf.compress_weights(_plain_module(model), **kwargs)
-        with large_weights_compressed_in_row_slices():
-            return nncf.compress_weights(model, **kwargs)
+        held: list[Any] = []
+        with large_weights_compressed_in_row_slices(), compressed_weights_mapped(held):
+            compressed = nncf.compress_weights(model, **kwargs)
+        setattr(compressed, MAPPED_WEIGHTS_ATTRIBUTE, held)  # the mapped files live as long as the model
+        return compressed
 
     def _quantize(self, model: Any, calibration: Calibration, stage: str) -> Any:
         """``nncf.quantize`` calibrated on ``calibration``: feed dicts for ONNX/OpenVINO, argument tuples in
