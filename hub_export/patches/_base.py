@@ -1,4 +1,6 @@
-"""The mechanism shared by every patch: replace an attribute for the duration of a ``with`` block."""
+"""The mechanisms shared by the patches: replace an attribute for the duration of a ``with`` block
+(:func:`patch_attribute`); keep alive, as long as an object, the memory a workaround made it read
+(:func:`hold_memory`)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,10 @@ from typing import Any
 
 from ..errors import PatchTargetMissing
 
-__all__ = ["patch_attribute"]
+__all__ = ["held_memory", "hold_memory", "patch_attribute"]
+
+#: The attribute of an object holding what :func:`hold_memory` keeps alive with it.
+_HELD_MEMORY = "_hub_export_held_memory"
 
 _MISSING = object()
 
@@ -41,3 +46,14 @@ def patch_attribute(owner: Any, name: str, value: Any, *, reason: str) -> Iterat
             delattr(owner, name)
         else:
             setattr(owner, name, own)
+
+
+def hold_memory(owner: Any, objects: list[Any]) -> None:
+    """Keep ``objects`` (buffers, tensors, mapped files) alive as long as ``owner``: for an object that reads their
+    memory without holding it (an ``openvino.Model`` whose constants were built over it)."""
+    setattr(owner, _HELD_MEMORY, [*held_memory(owner), *objects])
+
+
+def held_memory(owner: Any) -> list[Any]:
+    """What :func:`hold_memory` keeps alive with ``owner``."""
+    return list(getattr(owner, _HELD_MEMORY, []))

@@ -30,15 +30,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import ConfigError, ExportError
+from ..patches._base import hold_memory
 from ..patches.nncf import (
     compressed_weights_mapped,
     fx_integer_edges_typed_integer,
     large_weights_compressed_in_row_slices,
 )
 from .base import Calibration, ExportQuantizer
-
-#: The attribute of a compressed ``openvino.Model`` holding the mapped files its compressed constants read.
-MAPPED_WEIGHTS_ATTRIBUTE = "_hub_export_mapped_weights"
 
 __all__ = ["NNCFQuantizer", "NNCFWeightCompressionConfig", "NNCFQuantizationConfig"]
 
@@ -173,7 +171,7 @@ class NNCFQuantizer(ExportQuantizer):
         held: list[Any] = []
         with large_weights_compressed_in_row_slices(), compressed_weights_mapped(held):
             compressed = nncf.compress_weights(model, **kwargs)
-        setattr(compressed, MAPPED_WEIGHTS_ATTRIBUTE, held)  # the mapped files live as long as the model
+        hold_memory(compressed, held)  # the mapped files live as long as the model
         return compressed
 
     def _quantize(self, model: Any, calibration: Calibration, stage: str) -> Any:

@@ -25,6 +25,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ...patches._base import hold_memory
 from ...patches.graph import Inserter, edited_nodes, rewritten_nodes, views_after_permutes_as_reshapes
 from ...patches.tracing import size_one_dims_stay_dynamic
 from ._index_rewrites import index_rewrites
@@ -400,10 +401,6 @@ def conversion_patches(program: Any) -> Iterator[None]:
         yield
 
 
-#: The attribute of a converted ``openvino.Model`` holding the torch tensors its low-precision constants read.
-_HELD_ATTRIBUTE = "_hub_export_constant_memory"
-
-
 @contextlib.contextmanager
 def low_precision_constants_held(held: list[Any]) -> Iterator[None]:
     """Collect in ``held`` every torch tensor the PyTorch frontend makes a bfloat16 or float8 ``Constant`` of.
@@ -445,5 +442,5 @@ def hold_constant_memory(model: Any, held: list[Any]) -> int:
         and op.get_output_element_type(0).get_type_name() in ("bf16", "f8e4m3", "f8e5m2")
     }
     kept = [tensor for tensor in held if tensor.data_ptr() in read]
-    setattr(model, _HELD_ATTRIBUTE, kept)
+    hold_memory(model, kept)
     return len(kept)
