@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import re
 from typing import Any
 
@@ -55,6 +56,8 @@ from .patches import (
 from .runner import OnnxRunner
 
 __all__ = ["OnnxExporter"]
+
+logger = logging.getLogger(__name__)
 
 
 class OnnxExporter(HfExporter):
@@ -122,28 +125,18 @@ class OnnxExporter(HfExporter):
         Raises:
             ExportError: The ONNX exporter failed (the message keeps its reason).
         """
-        import torch
 
         if not isinstance(config, OnnxConfig):
             raise ExportError(f"OnnxExporter lowers with an OnnxConfig, got {type(config).__name__}.")
+        direct: list[bool] = []
         try:
-            with onnx_export_patches(), all_true_checks_as_all(traced.program):
-                onnx_program = torch.onnx.export(
-                    traced.program,
-                    args=tuple(traced.sample),
-                    dynamo=True,
-                    opset_version=config.opset_version,
-                    optimize=False,  # optimized below, without folding copies of the weights
-                    custom_translation_table=translation_table(),
-                    verbose=False,
-                    report=False,
-                )
-                if onnx_program is None:  # torch returns None only when asked not to build a program
-                    raise ExportError("torch.onnx.export returned no program.")
-                model = onnx_program.model
-                del onnx_program
-                if config.optimize:
-                    _optimize(model)
+            try:
+                model = _lowered(traced, config, direct)
+            except Exception as exc:  # noqa: BLE001 - lowered as it stood: lower the re-traced program instead
+                if not direct:
+                    raise
+                logger.info("ONNX lowering without the re-trace failed (%s: %s); re-tracing", type(exc).__name__, exc)
+                model = _lowered(traced, config, None)
         except Exception as exc:  # torch.onnx raises many types; keep its message
             raise ExportError(
                 f"torch.onnx.export failed for {traced.architecture}: {type(exc).__name__}: {str(exc)[:2000]}\n"
@@ -164,6 +157,31 @@ class OnnxExporter(HfExporter):
     def parity_runner(self, program: Any, metadata: ComponentEntry) -> Any:
         """ONNX Runtime on the weights' own memory (:meth:`OnnxRunner.for_parity`): no temporary copy of them."""
         return OnnxRunner.for_parity(program, metadata)
+
+
+def _lowered(traced: Traced, config: OnnxConfig, direct: list[bool] | None) -> Any:
+    """``torch.onnx.export`` of ``traced.program``, optimized when ``config`` asks; with a ``direct`` list, a program
+    that needs no re-trace is lowered as it stands (:func:`.patches.lowered_without_retrace`)."""
+    import torch
+
+    with onnx_export_patches(direct), all_true_checks_as_all(traced.program):
+        onnx_program = torch.onnx.export(
+            traced.program,
+            args=tuple(traced.sample),
+            dynamo=True,
+            opset_version=config.opset_version,
+            optimize=False,  # optimized below, without folding copies of the weights
+            custom_translation_table=translation_table(),
+            verbose=False,
+            report=False,
+        )
+        if onnx_program is None:  # torch returns None only when asked not to build a program
+            raise ExportError("torch.onnx.export returned no program.")
+        model = onnx_program.model
+        del onnx_program
+        if config.optimize:
+            _optimize(model)
+    return model
 
 
 def _optimize(model: Any) -> None:

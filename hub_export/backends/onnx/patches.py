@@ -1,5 +1,10 @@
 """Workarounds applied while ``torch.onnx.export`` lowers a traced program; each names the upstream bug.
 
+* :func:`lowered_without_retrace` — torch.onnx runs ``ExportedProgram.run_decompositions`` on every program, a second
+  AOT trace of the whole model (15.0 s of a 42.9 s Qwen2.5-0.5B generation export; OpenVINO's frontend did the same,
+  openvinotoolkit/openvino#37626, dropped upstream in #38078). A program that writes no tensor and holds only
+  operators ONNX's registry translates is lowered as it stands
+  (:func:`~hub_export.patches.direct_lowering.direct_program`).
 * :func:`views_as_reshapes` — pytorch/pytorch#141107 (also #136543): after the ONNX decompositions, torch
   re-runs the graph on fake tensors to insert type promotions, and the strides it then gets for
   ``scaled_dot_product_attention`` differ from the ones the decomposition saw, so a ``view`` of a transposed
@@ -78,6 +83,7 @@ from typing import Any
 
 from ...errors import PatchTargetMissing
 from ...patches import patch_attribute
+from ...patches.direct_lowering import direct_program
 
 __all__ = [
     "onnx_export_patches",
@@ -509,8 +515,37 @@ def known_split_folding() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def onnx_export_patches() -> Iterator[None]:
-    """Every patch needed while lowering to ONNX."""
+def lowered_without_retrace(direct: list[bool]) -> Iterator[None]:
+    """Let ``torch.onnx.export`` lower the traced program itself, instead of ``run_decompositions``'s re-trace of it,
+    where :func:`~hub_export.patches.direct_lowering.direct_program` allows (nothing written in place, every
+    operator one ONNX's registry translates, our :func:`translation_table` included). ``direct`` gets a True for
+    each program lowered so, for the caller to lower again through the re-trace if this lowering fails."""
+    from torch.onnx._internal.exporter import _decomp, _fx_passes
+
+    original = _fx_passes.decompose_with_registry
+
+    def decompose(program: Any, registry: Any) -> Any:
+        translated = set(_decomp.get_onnx_implemented_overloads(registry))
+        lowered = direct_program(program, translated.__contains__)
+        if lowered is None:
+            return original(program, registry)
+        direct.append(True)
+        return lowered
+
+    with patch_attribute(
+        _fx_passes,
+        "decompose_with_registry",
+        decompose,
+        reason="the re-trace of run_decompositions before every ONNX lowering (openvinotoolkit/openvino#37626 for the same in OpenVINO)",
+    ):
+        yield
+
+
+@contextlib.contextmanager
+def onnx_export_patches(direct: list[bool] | None = None) -> Iterator[None]:
+    """Every patch needed while lowering to ONNX; with a ``direct`` list, also :func:`lowered_without_retrace`."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(views_as_reshapes())
+        if direct is not None:
+            stack.enter_context(lowered_without_retrace(direct))
         yield

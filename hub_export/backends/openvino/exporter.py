@@ -17,6 +17,7 @@ only the other inputs and keeps the cache inside its infer request between calls
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,10 +35,18 @@ from ._stateful import fuse_state_attention
 from ._widen import bfloat16_graph, widen_bfloat16
 from .config import FORMAT, OpenVINOConfig
 from .io import COMPRESS_KEY, PRECISION_KEY
-from .patches import conversion_patches, hold_constant_memory, low_precision_constants_held, stable_top_k
+from .patches import (
+    conversion_patches,
+    converted_without_retrace,
+    hold_constant_memory,
+    low_precision_constants_held,
+    stable_top_k,
+)
 from .runner import OpenVINORunner
 
 __all__ = ["OpenVINOExporter"]
+
+logger = logging.getLogger(__name__)
 
 _OV_TYPES = {
     "float32": "f32",
@@ -102,9 +111,18 @@ class OpenVINOExporter(HfExporter):
         # ("Incompatible shape was requested for input #0"): such a program's shapes are set once its inputs are named
         given = specs if not _unread_inputs(traced.program, placeholders) else None
         held: list[Any] = []
+        direct: list[bool] = []
         try:
-            with conversion_patches(traced.program), low_precision_constants_held(held):
-                model = openvino.convert_model(traced.program, input=given)
+            try:
+                model = _converted(traced.program, given, held, direct)
+            except Exception as exc:  # noqa: BLE001 - converted as it stood: convert the re-traced program instead
+                if not direct:
+                    raise
+                logger.info(
+                    "OpenVINO conversion without the re-trace failed (%s: %s); re-tracing", type(exc).__name__, exc
+                )
+                held.clear()
+                model = _converted(traced.program, given, held, None)
         except Exception as exc:  # the frontend raises OpConversionFailure, RuntimeError, ...
             symbolic = any(not dim.pinned for dim in signature.dims.values())
             raise ExportError(
@@ -197,6 +215,22 @@ class OpenVINOExporter(HfExporter):
             if spec.name.startswith("input.") and name.split(".", 1)[0] in caches and f"output.{name}" in outputs:
                 pairs.append((spec.name, f"output.{name}"))
         return pairs
+
+
+def _converted(program: Any, given: Any, held: list[Any], direct: list[bool] | None) -> Any:
+    """``openvino.convert_model(program)`` under :func:`.patches.conversion_patches`, collecting in ``held`` the
+    tensors its low-precision constants read; with a ``direct`` list, a program that needs no re-trace is converted
+    as it stands (:func:`.patches.converted_without_retrace`)."""
+    import contextlib
+
+    import openvino
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(conversion_patches(program))
+        stack.enter_context(low_precision_constants_held(held))
+        if direct is not None:
+            stack.enter_context(converted_without_retrace(direct))
+        return openvino.convert_model(program, input=given)
 
 
 def _compresses_weights(quantizer: Any) -> bool:

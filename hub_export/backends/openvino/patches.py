@@ -12,6 +12,13 @@
   ceil-mode pool with a kernel over its input; ``unfold``, ``cummax``, attention with ``enable_gqa``) rewritten as
   standard ops with the same numbers.
 
+* :func:`root_logger_kept` — a failed ``convert_model`` left the root logger at ``ERROR`` (openvino 2026.4's
+  ``convert.py`` restores it only on success).
+* :func:`converted_without_retrace` — openvino 2026.4's frontend runs ``ExportedProgram.run_decompositions`` on every
+  program, a second AOT trace of the whole model (openvinotoolkit/openvino#37626, dropped upstream in #38078): 19.0 s
+  of a 43.1 s Qwen2.5-0.5B generation export. A program that writes no tensor is converted as it stands
+  (:func:`~hub_export.patches.direct_lowering.direct_program`).
+
 * :func:`low_precision_constants_held` — the torch tensors behind the frontend's bfloat16 and float8 constants
   collected inside the block; :func:`hold_constant_memory` then ties the ones the final model reads to it.
 
@@ -25,7 +32,8 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ...patches._base import hold_memory
+from ...patches._base import hold_memory, patch_attribute
+from ...patches.direct_lowering import direct_program
 from ...patches.graph import Inserter, edited_nodes, rewritten_nodes, views_after_permutes_as_reshapes
 from ...patches.tracing import size_one_dims_stay_dynamic
 from ._index_rewrites import index_rewrites
@@ -34,6 +42,7 @@ from ._size_rules import floor_mods_of_integers_as_mods, size_arithmetic_extensi
 
 __all__ = [
     "conversion_patches",
+    "converted_without_retrace",
     "copies_as_clones",
     "distinct_outputs",
     "floor_mods_of_integers_as_mods",
@@ -41,6 +50,7 @@ __all__ = [
     "low_precision_constants_held",
     "pin_reshape_wildcards",
     "retrace_size_oblivious",
+    "root_logger_kept",
     "size_arithmetic_extensions",
     "size_arithmetic_rules",
     "skip_empty_cat_inputs",
@@ -384,9 +394,29 @@ def retrace_size_oblivious() -> contextlib.AbstractContextManager[None]:
 
 
 @contextlib.contextmanager
+def root_logger_kept() -> Iterator[None]:
+    """Restore the root logger's level, filters and handlers after the block, whatever happens in it.
+
+    openvino 2026.4's ``convert_model`` (``openvino/tools/ovc/convert.py``) sets the root logger to ``ERROR`` with a
+    filter and a handler of its own (``init_logger``) and restores it after ``_convert`` returns, not when it raises:
+    each failed conversion left the process's logging at ``ERROR``, silencing every library's warnings after it
+    (a conversion without the re-trace that fails is retried, so such failures are part of a normal export). The
+    state is read and restored with OpenVINO's own ``get_logger_state`` / ``restore_logger_state``.
+    """
+    from openvino.tools.ovc.logger import get_logger_state, restore_logger_state
+
+    state = get_logger_state()
+    try:
+        yield
+    finally:
+        restore_logger_state(state)
+
+
+@contextlib.contextmanager
 def conversion_patches(program: Any) -> Iterator[None]:
     """Every workaround needed while ``openvino.convert_model`` reads ``program``."""
     with (
+        root_logger_kept(),
         retrace_size_oblivious(),
         op_rewrites(program),
         index_rewrites(program),
@@ -397,6 +427,40 @@ def conversion_patches(program: Any) -> Iterator[None]:
         size_arithmetic_rules(),
         zero_fully_masked_attention_rows(program),
         distinct_outputs(program),
+    ):
+        yield
+
+
+@contextlib.contextmanager
+def converted_without_retrace(direct: list[bool]) -> Iterator[None]:
+    """Let ``openvino.convert_model`` read the traced program itself, instead of ``run_decompositions``'s re-trace of
+    it, where :func:`~hub_export.patches.direct_lowering.direct_program` allows (nothing written in place).
+
+    openvino 2026.4 lists no operators its PyTorch frontend translates, so any operator is tried, with
+    ``aten.reshape`` given as ``aten.view`` (the frontend has no rule for ``reshape``; in a graph that writes nothing
+    the two hold the same values). ``direct`` gets a True for each program converted so: when the conversion
+    fails (an operator without a rule, which the re-trace would have decomposed), the caller converts again
+    through the re-trace.
+    """
+    import torch
+    from openvino.frontend.pytorch import fx_decoder
+
+    decoder = fx_decoder.TorchFXPythonDecoder
+    original = decoder.from_exported_program
+    renames = {torch.ops.aten.reshape.default: torch.ops.aten.view.default}
+
+    def from_exported_program(cls: Any, program: Any, dynamic_shapes: bool = True, op_type_mapping: Any = None) -> Any:
+        lowered = direct_program(program, lambda op: True, renames)
+        if lowered is None:
+            return original(program, dynamic_shapes=dynamic_shapes, op_type_mapping=op_type_mapping)
+        direct.append(True)
+        return cls(lowered.module(), dynamic_shapes=dynamic_shapes, op_type_mapping=op_type_mapping)
+
+    with patch_attribute(
+        decoder,
+        "from_exported_program",
+        classmethod(from_exported_program),
+        reason="the re-trace of run_decompositions in openvino 2026.4's frontend (openvinotoolkit/openvino#37626)",
     ):
         yield
 
