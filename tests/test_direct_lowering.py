@@ -173,3 +173,39 @@ def test_a_failed_openvino_conversion_leaves_the_root_logger_as_it_was() -> None
     before = (root.level, list(root.filters), list(root.handlers))
     OpenVINOExporter().export(ShiftedLogs().eval(), {"x": torch.randn(2, 5)}, config=OpenVINOConfig(dynamic=True))
     assert (root.level, list(root.filters), list(root.handlers)) == before
+
+
+class SameDtypes(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"logits": x * 2.0 + x.sum(-1, keepdim=True)}
+
+
+class MixedDtypes(torch.nn.Module):
+    """A float tensor plus positions counted in int64: ONNX's ``Add`` needs the cast torch makes implicitly."""
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"logits": x + torch.arange(x.shape[-1])}
+
+
+@pytest.mark.parametrize(("module", "needed"), [(SameDtypes, False), (MixedDtypes, True)])
+def test_onnx_type_promotion_runs_only_where_a_cast_is_needed(monkeypatch, module, needed) -> None:
+    """torch.onnx's type-promotion pass executes every node again; it runs only where the recorded dtypes call for
+    a cast (``backends/onnx/_promotion.promotion_needed``), and the export computes eager's numbers either way."""
+    from torch.onnx._internal.fx.passes import type_promotion
+
+    from hub_export.backends.onnx._promotion import promotion_needed
+
+    program = torch.export.export(module().eval(), (torch.randn(2, 5),))
+    assert promotion_needed(program.graph_module) is needed
+    runs: list[int] = []
+    original = type_promotion.InsertTypePromotion.run
+
+    def counted(self, *args, **kwargs):
+        runs.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(type_promotion.InsertTypePromotion, "run", counted)
+    exported = OnnxExporter().export(module().eval(), {"x": torch.randn(2, 5)}, config=OnnxConfig(dynamic=True))
+    assert len(runs) == int(needed)
+    x = torch.randn(3, 7)
+    torch.testing.assert_close(exported(x=x)["logits"], module()(x)["logits"])

@@ -144,3 +144,20 @@ def test_the_check_refuses_a_graph_that_differs_from_eager(saved, llama):
         other.model.layers[0].mlp.down_proj.weight.mul_(3.0)
     why = check_one_graph(runner, component.metadata, other, prompt, step, plan)
     assert why is not None and "differs from eager on the sample prompt" in why
+
+
+def test_the_decode_graph_traces_one_length_for_every_cache_and_takes_a_one_token_prompt(llama) -> None:
+    """Every self-attention key and value is traced on one length symbol (``generation.export._batch_tied``: the
+    sample's caches share a length), not one symbol each, and the bounds stay the model's: a one-token prompt on an
+    empty cache generates eager's tokens."""
+    exported = _export("dynamo", llama)
+    program = exported.components["decode"].program
+    lengths = {
+        str(node.meta["val"].shape[2])
+        for node in program.graph.nodes
+        if node.op == "placeholder" and node.meta.get("val") is not None and node.meta["val"].dim() == 4
+    }
+    assert len(lengths) == 1, lengths
+    prompt = {"input_ids": torch.tensor([[5], [7]]), "attention_mask": torch.ones(2, 1, dtype=torch.long)}
+    expected = llama.generate(**prompt, max_new_tokens=4, do_sample=False)
+    assert torch.equal(exported.generate(**prompt, max_new_tokens=4, do_sample=False), expected)
