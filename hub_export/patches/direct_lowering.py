@@ -23,15 +23,20 @@ as before; the backends also re-trace when the direct lowering fails (``OnnxExpo
 from __future__ import annotations
 
 import copy
+import logging
 import operator
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["blocking_operators", "direct_program"]
+__all__ = ["blocking_operators", "direct_program", "lowered_with_fallback"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def _training_ir_rewrites() -> dict[Any, Any]:
-    """Training-IR operators and the inference forms the re-trace gives them (None: see :func:`_rewrite`)."""
+    """Training-IR operators and the inference forms the re-trace gives them (casts: see :func:`_rewrite`)."""
     import torch
 
     aten = torch.ops.aten
@@ -168,3 +173,17 @@ def direct_program(
         )
     except SpecViolationError:  # what torch.export's verifier refuses, the re-trace makes valid
         return None
+
+
+def lowered_with_fallback(lower: Callable[[list[bool] | None], T], what: str) -> T:
+    """``lower(direct)``, where ``lower`` appends a True to ``direct`` each time it gives a format a program as it
+    stands (a backend's patch around :func:`direct_program`); when that lowering raises, ``lower(None)``: the format's
+    own path through the re-trace. An error raised with no program given directly is raised as it is."""
+    direct: list[bool] = []
+    try:
+        return lower(direct)
+    except Exception as exc:  # noqa: BLE001 - lowered as it stood: lower the re-traced program instead
+        if not direct:
+            raise
+        logger.info("%s without the re-trace failed (%s: %s); re-tracing", what, type(exc).__name__, exc)
+        return lower(None)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 import re
 from typing import Any
 
@@ -35,6 +34,7 @@ from ...errors import ConfigError, ExportError
 from ...export.exporter import HfExporter, Lowered
 from ...export.trace import Traced
 from ...manifest import ComponentEntry
+from ...patches.direct_lowering import lowered_with_fallback
 from ...patches.graph import all_true_checks_as_all
 from ...quantization.base import calibration_for, find_quantizer
 from ...quantization.pt2e import PT2EQuantizer
@@ -56,8 +56,6 @@ from .patches import (
 from .runner import OnnxRunner
 
 __all__ = ["OnnxExporter"]
-
-logger = logging.getLogger(__name__)
 
 
 class OnnxExporter(HfExporter):
@@ -128,15 +126,8 @@ class OnnxExporter(HfExporter):
 
         if not isinstance(config, OnnxConfig):
             raise ExportError(f"OnnxExporter lowers with an OnnxConfig, got {type(config).__name__}.")
-        direct: list[bool] = []
         try:
-            try:
-                model = _lowered(traced, config, direct)
-            except Exception as exc:  # noqa: BLE001 - lowered as it stood: lower the re-traced program instead
-                if not direct:
-                    raise
-                logger.info("ONNX lowering without the re-trace failed (%s: %s); re-tracing", type(exc).__name__, exc)
-                model = _lowered(traced, config, None)
+            model = lowered_with_fallback(lambda direct: _lowered(traced, config, direct), "ONNX lowering")
         except Exception as exc:  # torch.onnx raises many types; keep its message
             raise ExportError(
                 f"torch.onnx.export failed for {traced.architecture}: {type(exc).__name__}: {str(exc)[:2000]}\n"

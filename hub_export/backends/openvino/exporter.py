@@ -17,7 +17,6 @@ only the other inputs and keeps the cache inside its infer request between calls
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +25,7 @@ from ...errors import ConfigError, ExportError
 from ...export.exporter import HfExporter, Lowered
 from ...export.trace import Traced
 from ...manifest import ComponentEntry
+from ...patches.direct_lowering import lowered_with_fallback
 from ...quantization.base import calibration_for, find_quantizer
 from ...quantization.nncf_quant import NNCFQuantizer, NNCFWeightCompressionConfig
 from ...quantization.pt2e import PT2EQuantizer
@@ -45,8 +45,6 @@ from .patches import (
 from .runner import OpenVINORunner
 
 __all__ = ["OpenVINOExporter"]
-
-logger = logging.getLogger(__name__)
 
 _OV_TYPES = {
     "float32": "f32",
@@ -111,18 +109,13 @@ class OpenVINOExporter(HfExporter):
         # ("Incompatible shape was requested for input #0"): such a program's shapes are set once its inputs are named
         given = specs if not _unread_inputs(traced.program, placeholders) else None
         held: list[Any] = []
-        direct: list[bool] = []
+
+        def convert(direct: list[bool] | None) -> Any:
+            held.clear()  # only the tensors the conversion that succeeds read
+            return _converted(traced.program, given, held, direct)
+
         try:
-            try:
-                model = _converted(traced.program, given, held, direct)
-            except Exception as exc:  # noqa: BLE001 - converted as it stood: convert the re-traced program instead
-                if not direct:
-                    raise
-                logger.info(
-                    "OpenVINO conversion without the re-trace failed (%s: %s); re-tracing", type(exc).__name__, exc
-                )
-                held.clear()
-                model = _converted(traced.program, given, held, None)
+            model = lowered_with_fallback(convert, "OpenVINO conversion")
         except Exception as exc:  # the frontend raises OpConversionFailure, RuntimeError, ...
             symbolic = any(not dim.pinned for dim in signature.dims.values())
             raise ExportError(
