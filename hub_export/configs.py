@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
+from .dims import is_unbounded
 from .errors import ConfigError
 from .formats import ExportFormat, backend_for, parse_format
 
@@ -38,15 +39,11 @@ def dim_to_json(dim: Any) -> Any:
         return {"dim": hint_type.name}
     if isinstance(dim, torch.export.dynamic_shapes.Dim) and type(dim).__name__ == "Dim":
         upper = dim.max
-        return {"dim": {"name": dim.__name__, "min": int(dim.min), "max": None if _is_unbounded(upper) else int(upper)}}
+        return {"dim": {"name": dim.__name__, "min": int(dim.min), "max": None if is_unbounded(upper) else int(upper)}}
     raise ConfigError(
         f"Cannot save dynamic shape entry {dim!r}: only torch.export.Dim(name, min=, max=), Dim.AUTO/DYNAMIC/STATIC, "
         "ints and None are supported. Replace derived dims (e.g. 2*batch) with their own Dim."
     )
-
-
-def _is_unbounded(value: Any) -> bool:
-    return value is None or str(value) in {"int_oo", "oo", "inf"} or (isinstance(value, int) and value >= 2**62)
 
 
 def dim_from_json(value: Any) -> Any:

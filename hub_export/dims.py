@@ -37,8 +37,17 @@ __all__ = [
     "SizeExpr",
     "dims_from_json",
     "dims_to_json",
+    "is_unbounded",
     "parse_size",
 ]
+
+
+def is_unbounded(upper: Any) -> bool:
+    """Whether ``upper``, a dim's maximum as torch gives it, means no bound: None, torch's ``int_oo``, or an int of
+    2**62 or more (torch derives ``sys.maxsize - 1`` and the like from unbounded ranges; no tensor axis is that
+    long, and a runtime given such a bound overflows computing sizes)."""
+    return upper is None or str(upper) in {"int_oo", "oo", "inf"} or (isinstance(upper, int) and upper >= 2**62)
+
 
 #: Functions a size expression may call, with their arity (None: two or more arguments).
 FUNCTIONS: dict[str, int | None] = {
@@ -401,10 +410,7 @@ class Dim:
     def from_torch(cls, dim: Any) -> Dim:
         """The dim of a ``torch.export.Dim(name, min=, max=)`` (an unbounded max becomes None)."""
         upper = dim.max
-        unbounded = (
-            upper is None or str(upper) in {"int_oo", "oo", "inf"} or (isinstance(upper, int) and upper >= 2**62)
-        )
-        return cls(dim.__name__, int(dim.min), None if unbounded else int(upper))
+        return cls(dim.__name__, int(dim.min), None if is_unbounded(upper) else int(upper))
 
 
 def dims_to_json(dims: Mapping[str, Dim]) -> dict[str, dict[str, Any]]:

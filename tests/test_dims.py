@@ -16,3 +16,17 @@ def test_a_power_reads_its_base_names_and_evaluates() -> None:
 def test_a_power_of_an_unknown_name_is_refused() -> None:
     with pytest.raises(ValueError):
         parse_size("batch**2", {"sequence"})
+
+
+def test_an_upper_bound_torch_derives_from_an_unbounded_range_means_none() -> None:
+    """torch reports some unbounded dims with a max of sys.maxsize - 1: no axis is that long, and a runtime given it
+    as a bound overflows computing sizes (OpenVINO's CPU plugin refused Qwen3-VL's prompt step so), so it is read
+    as no bound, like int_oo."""
+    import sys
+
+    from torch.utils._sympy.numbers import int_oo
+
+    from hub_export.dims import is_unbounded
+
+    assert is_unbounded(sys.maxsize - 1) and is_unbounded(int_oo) and is_unbounded(None)
+    assert not is_unbounded(4096) and not is_unbounded(2**31)

@@ -16,7 +16,7 @@ from typing import Any
 
 from .._allowlist import is_model_output
 from ..configs import ExportConfig
-from ..dims import Dim
+from ..dims import Dim, is_unbounded
 from ..errors import ConfigError, ExportError
 from ..patches.tracing import ExpertsChoice, tracing_patches
 from ..patches.values import fixed_values_fold
@@ -306,7 +306,8 @@ def _name_dims(program: Any, names: list[str]) -> tuple[list[tuple[int | str, ..
             continue
         name = symbols[str(symbol)]
         low = int(bounds.lower)
-        high = None if str(bounds.upper) in ("int_oo", "oo") else int(bounds.upper)
+        upper = bounds.upper if str(bounds.upper) in ("int_oo", "oo") else int(bounds.upper)  # sympy's, as an int
+        high = None if is_unbounded(upper) else int(upper)
         if name in dims:  # a shared name must satisfy every symbol it stands for
             known = dims[name]
             low = max(known.min, low)
