@@ -204,12 +204,13 @@ class Signature:
                 )
             flat.extend(t for _, t in leaves)
         self.check_inputs(flat)
-        if self._fixed_names:
+        if self.fixed_names:
             self.check_fixed(kwargs)
         return flat
 
     @functools.cached_property
-    def _fixed_names(self) -> tuple[str, ...]:
+    def fixed_names(self) -> tuple[str, ...]:
+        """The inputs the export fixed to the sample's values (see :func:`fixed_constant`)."""
         return tuple(name for name, value in self.constants.items() if is_fixed(value))
 
     @functools.cached_property

@@ -643,3 +643,92 @@ def test_model_whose_every_layer_slides_generates_past_its_window(tmp_path):
 
     # a model whose mask has no window (it lets a sliding cache drop old keys, as Moshi's) keeps its sliding cache
     assert _window_in_the_mask(model) and not _window_in_the_mask(build("gpt2").model)
+
+
+def _lfm3() -> Any:
+    from transformers import Lfm3Config, Lfm3ForCausalLM
+
+    config = Lfm3Config(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        layer_types=["conv", "full_attention", "sliding_attention"],
+        sliding_window=4,
+        conv_L_cache=3,
+        max_position_embeddings=128,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    return seeded(Lfm3ForCausalLM, config)
+
+
+def _inkling() -> Any:
+    from transformers import InklingForCausalLM, InklingTextConfig
+
+    config = InklingTextConfig(
+        vocab_size=128,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        swa_num_attention_heads=4,
+        swa_num_key_value_heads=2,
+        swa_head_dim=8,
+        sliding_window_size=4,
+        d_rel=16,
+        layer_types=["hybrid_sliding", "hybrid"],
+        mlp_layer_types=["dense", "dense"],
+        intermediate_size=64,
+        max_position_embeddings=128,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    return seeded(InklingForCausalLM, config)
+
+
+@pytest.mark.parametrize("build_model", [_lfm3, _inkling], ids=["lfm3", "inkling"])
+def test_hybrid_model_with_sliding_window_layers_generates_through_full_length_caches(tmp_path, build_model):
+    """LFM3 keeps convolution states beside full and sliding-window attention layers, and Inkling's layers carry
+    both a convolution state and attention (``hybrid_sliding``, ``hybrid``). generate() cuts the sliding parts'
+    keys to the window; the export starts from the cache generate() builds from the config with those parts made
+    full-length (the window comes from the mask), so the convolution states are where the model looks for them
+    and the tokens are eager's, past the window, on a left-padded batch too."""
+    from hub_export.generation.decompose import full_length_cache
+
+    model = build_model()
+    cache = full_length_cache(model)
+    assert [type(layer).__name__ for layer in cache.layers] == (
+        ["LinearAttentionLayer", "DynamicLayer", "DynamicLayer"]
+        if build_model is _lfm3
+        else ["LinearAttentionAndFullAttentionLayer", "LinearAttentionAndFullAttentionLayer"]
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the trace's warnings are not what this test checks
+        _generates_as_eager(model, tmp_path, new_tokens=8)
+
+
+def test_batch_axes_leave_out_what_has_no_batch_axis_and_positions_get_one_per_row():
+    """The batch tie of a dynamic generation export ties each batched input's batch axis: axis 1 of rotary positions
+    (sections, batch, sequence), none for a tensor whose size there is not the batch (positions the model built
+    for a batch of one and broadcast); those positions are given one row per batch row before the export."""
+    from hub_export.generation._glue import positions_per_row
+    from hub_export.generation.export import _batch_axes
+
+    ids = torch.ones(2, 5, dtype=torch.int64)
+    call = {"input_ids": ids, "attention_mask": ids, "position_ids": torch.arange(5)[None]}
+    assert _batch_axes(call) == {"input_ids": 0, "attention_mask": 0}
+    positions_per_row(call)
+    assert torch.equal(call["position_ids"], torch.arange(5).expand(2, 5)) and _batch_axes(call)["position_ids"] == 0
+    rotary = {"inputs_embeds": torch.ones(2, 5, 4), "position_ids": torch.zeros(3, 1, 5, dtype=torch.int64)}
+    positions_per_row(rotary)
+    assert rotary["position_ids"].shape == (3, 2, 5) and _batch_axes(rotary) == {"inputs_embeds": 0, "position_ids": 1}
+    seq2seq = {"decoder_input_ids": ids, "decoder_position_ids": torch.arange(5)[None]}
+    positions_per_row(seq2seq)
+    assert seq2seq["decoder_position_ids"].shape == (2, 5)

@@ -134,6 +134,16 @@ def test_unknown_generate_inputs_are_refused(loaded, llama):
         loaded.generate(**inputs, pixel_values=torch.zeros(1, 3, 8, 8), max_new_tokens=2)
 
 
+def test_a_step_gets_the_token_types_of_its_own_tokens(loaded):
+    """Positions and token types (``token_type_ids``, and ``mm_token_type_ids`` of GLM-5 Next and other VLMs) are
+    cut to the tokens a step feeds, as the model's own generate() does: a decode graph takes one token's types."""
+    ids = torch.arange(6).reshape(1, 6)
+    types = {"token_type_ids": torch.zeros(1, 6, dtype=torch.int64), "mm_token_type_ids": torch.ones(1, 6).long()}
+    step = loaded.prepare_inputs_for_generation(ids, next_sequence_length=1, position_ids=ids, **types)
+    assert step["input_ids"].tolist() == [[5]] and step["position_ids"].tolist() == [[5]]
+    assert step["token_type_ids"].shape == step["mm_token_type_ids"].shape == (1, 1)
+
+
 def test_forward_steps_like_the_model(llama, loaded):
     """forward() is one step: the prompt (last logits and the cache), then a token against that cache."""
     model, tokenizer = llama

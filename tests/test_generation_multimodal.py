@@ -208,3 +208,36 @@ def test_vision_language_glue_beyond_the_mask_generates_as_eager(name, tmp_path)
     for inputs in (prompt, other):
         expected = case.model.generate(**inputs, max_new_tokens=6, do_sample=False)
         assert torch.equal(loaded.generate(**inputs, max_new_tokens=6), expected)
+
+
+@pytest.mark.parametrize("name", ["fuyu", "llava_next"])
+def test_a_model_generate_encodes_first_exports_its_feature_function_and_whole_prompt_step(name, tmp_path):
+    """transformers' generate() runs get_image_features first and hands the prompt step its output
+    (mm_encoder_outputs). Where no split chain serves generate() (Fuyu has no separate vision encoder; LLaVA-NeXT
+    packs each image's features with its own layout, so they do not fill the placeholders one per position), the
+    export follows that: a graph of the feature function, returning only what the prompt step reads (its per-image
+    tuple joined into one tensor), then the whole model's prompt step and decode, and the model merges the
+    features itself. Tokens equal eager generate for a left-padded batch of two images as well, after a reload."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from _coverage_generation import _prompt, _vlm_batch_of_two
+    from _tiny_configs import build_case
+
+    case = build_case(name)
+    prompt, other = _prompt(case.sample), _vlm_batch_of_two(case)
+    assert other is not None and int(other["attention_mask"][0, :2].sum()) == 0
+    exported = DynamoExporter().export_for_generation(case.model, prompt, config=DynamoConfig(dynamic=True))
+    plan = exported.generation
+    assert list(exported.components) == ["image_encoder_outputs", "prefill", "decode"]
+    assert plan["kind"] == "decoder_only" and plan["encoder_outputs"][0]["component"] == "image_encoder_outputs"
+    features = exported.components["image_encoder_outputs"].metadata.signature
+    read = "pooler_output" if name == "llava_next" else "last_hidden_state"
+    assert [field for field, _ in features.output_structure["fields"]] == [read]
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "export"))
+    for inputs in (prompt, other):
+        expected = case.model.generate(**inputs, max_new_tokens=6, do_sample=False)
+        assert torch.equal(loaded.generate(**inputs, max_new_tokens=6), expected)
+    with pytest.raises(InputError, match="prompt step takes image features: generate.. needs"):
+        loaded.generate(input_ids=prompt["input_ids"], max_new_tokens=2)  # the prompt step needs the image's features

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import HubExportError
 
-__all__ = ["decode_positions", "model_class", "prompt_positions", "rope_entry"]
+__all__ = ["decode_positions", "model_class", "prompt_positions", "rope_entry", "rope_inputs"]
 
 _NAME = re.compile(r"^[A-Z][A-Za-z0-9_]{0,127}$")
 #: token-type inputs of a decode step: every new token is text
@@ -55,6 +55,11 @@ def _weightless(cls: Any, config: Any) -> Any:
 
 def _method_inputs(cls: Any) -> list[str]:
     return [n for n in inspect.signature(cls.get_rope_index).parameters if n not in ("self", "args", "kwargs")]
+
+
+def rope_inputs(entry: dict[str, Any]) -> list[str]:
+    """The inputs the plan's ``get_rope_index`` reads (``image_grid_thw``, ``mm_token_type_ids``, ...)."""
+    return _method_inputs(model_class(entry["class"]))
 
 
 def prompt_positions(entry: dict[str, Any], config: Any, inputs: dict[str, Any]) -> tuple[Any, Any]:

@@ -32,7 +32,15 @@ from contextlib import ExitStack
 from typing import Any
 
 from ..errors import ExportError
-from .multimodal import feature_watches, find_parts, multimodal_components, recording
+from ._rope_index import rope_entry
+from .multimodal import (
+    encoder_output_components,
+    encoder_output_watches,
+    feature_watches,
+    find_parts,
+    multimodal_components,
+    recording,
+)
 
 __all__ = ["Capture", "capture_generation", "decompose_for_generation", "decompose_with_capture"]
 
@@ -48,6 +56,11 @@ class Capture:
         watched: The kwargs of each call of the other methods watched (multimodal feature functions, projectors).
         sequences: The token ids ``generate`` returned.
         multimodal: The plan entries chaining a multimodal model's components (None for text-only models).
+        encoder_outputs: The plan entries of the feature components whose outputs the prompt step takes
+            (``mm_encoder_outputs``, for a multimodal model not exported as a split chain); empty otherwise.
+        unchained: Why the split chain of a multimodal model does not serve ``generate()``, when it was not used.
+        rope_index: The plan entry of the rotary positions of a prompt step that takes encoder outputs (None when
+            its positions follow the mask).
         full_length_cache: ``generate`` ran with a plain ``DynamicCache`` instead of its sliding-window layers.
     """
 
@@ -57,6 +70,9 @@ class Capture:
         self.watched: dict[str, list[dict[str, Any]]] = {}
         self.sequences: Any = None
         self.multimodal: dict[str, Any] | None = None
+        self.encoder_outputs: list[dict[str, Any]] = []
+        self.unchained: str | None = None
+        self.rope_index: dict[str, Any] | None = None
         self.full_length_cache = False
 
 
@@ -141,7 +157,7 @@ def _full_length_cache(model: Any, inputs: Any, config: Any) -> Any:
     """
     text_config: Any = getattr(model, "config", None)
     text_config = text_config.get_text_config() if hasattr(text_config, "get_text_config") else text_config
-    declared = "sliding_attention" in (getattr(text_config, "layer_types", None) or ())
+    declared = bool({"sliding_attention", "hybrid_sliding"} & set(getattr(text_config, "layer_types", None) or ()))
     sliding = declared or (_windowed_attention_only(text_config) and _window_in_the_mask(model))
     implementation = getattr(config, "cache_implementation", None)
     if (
@@ -151,9 +167,33 @@ def _full_length_cache(model: Any, inputs: Any, config: Any) -> Any:
         or _is_encoder_decoder(model)
     ):
         return None
-    from transformers import DynamicCache
+    return full_length_cache(model)
 
-    return DynamicCache()
+
+def full_length_cache(model: Any) -> Any:
+    """An empty ``DynamicCache`` whose attention layers keep every position (see :func:`_full_length_cache`).
+
+    For an attention-only model, a plain ``DynamicCache`` (it builds its layers as they are used). For a model
+    whose layers are not all attention (LFM's convolutions beside sliding-window attention), the cache ``generate``
+    builds from the config, every layer of the kind it would be, with each sliding-window attention part made
+    full-length."""
+    from transformers import cache_utils
+
+    text_config: Any = getattr(model, "config", None)
+    text_config = text_config.get_text_config() if hasattr(text_config, "get_text_config") else text_config
+    try:
+        types = set(cache_utils.get_layer_types_and_kwargs(text_config)[0])
+    except Exception:  # noqa: BLE001 - a config transformers cannot read layer types from
+        types = set()
+    if types <= {*_WINDOWED, "full_attention"}:
+        return cache_utils.DynamicCache()
+    cache = cache_utils.DynamicCache(config=model.config)
+    for index, layer in enumerate(cache.layers):
+        if isinstance(layer, cache_utils.LinearAttentionAndSlidingWindowAttentionLayer):
+            cache.layers[index] = cache_utils.LinearAttentionAndFullAttentionLayer(layer.number_of_states)
+        elif isinstance(layer, cache_utils.DynamicSlidingWindowLayer):
+            cache.layers[index] = cache_utils.DynamicLayer()
+    return cache
 
 
 #: cache layer types whose window or chunk the attention mask applies too (the rest are plain attention layers)
@@ -339,12 +379,27 @@ def decompose_for_generation(
 
 
 def decompose_with_capture(
-    model: Any, inputs: dict[str, Any], *, generation_config: Any = None, multi_token_decode: bool = False
+    model: Any,
+    inputs: dict[str, Any],
+    *,
+    generation_config: Any = None,
+    multi_token_decode: bool = False,
+    chain_only: bool = False,
 ) -> tuple[dict[str, tuple[Any, dict[str, Any]]], Capture]:
-    """:func:`decompose_for_generation`, also returning the :class:`Capture` it was built from."""
+    """:func:`decompose_for_generation`, also returning the :class:`Capture` it was built from.
+
+    A multimodal model whose split chain ``generate()`` cannot run (its glue differs: features packed per image,
+    deepstack features, positions of its own; ``plan["runnable"]`` says why) is decomposed instead as
+    transformers' ``generate`` runs it: feature graphs whose outputs the prompt step takes
+    (``mm_encoder_outputs``), then the whole model's prompt step and decode (``capture.unchained`` keeps why the
+    chain did not serve). ``chain_only`` keeps the split chain (the caller's fallback when that does not export).
+    """
     steps = 3 if multi_token_decode else 2
-    parts = None if _is_encoder_decoder(model) else find_parts(model)
-    watches = feature_watches(parts) if parts is not None else None
+    encoder_decoder = _is_encoder_decoder(model)
+    parts = None if encoder_decoder else find_parts(model)
+    watches = None if encoder_decoder else encoder_output_watches(model)
+    if parts is not None:
+        watches = {**(watches or {}), **feature_watches(parts)}
     # one step more than needed: a one-token cache (seq2seq's first decoder step) would export a static axis
     capture = capture_generation(model, inputs, generation_config=generation_config, steps=steps + 1, watches=watches)
     if len(capture.calls) < steps + 1:
@@ -382,8 +437,18 @@ def decompose_with_capture(
         )
         language, kwargs = prompt_components["language_model"]
         prompt_components["language_model"] = (language, _without_empty_caches(kwargs))
-        components.update(prompt_components)
-    else:
+        why_not = capture.multimodal["runnable"]
+        if why_not is not True and not chain_only and isinstance(prefill.get("mm_encoder_outputs"), dict):
+            capture.multimodal, capture.unchained = None, why_not
+        else:
+            components.update(prompt_components)
+    if parts is None or capture.multimodal is None:
+        features, capture.encoder_outputs = encoder_output_components(model, capture.watched, prefill)
+        components.update(features)
         components["prefill"] = (model, prefill)
+        if capture.encoder_outputs:  # multimodal rotary positions (sections, batch, sequence), as the chain's
+            given = {**inputs, **{k: v for k, v in capture.calls[0].items() if hasattr(v, "shape")}}
+            base = getattr(model, "base_model", model)
+            capture.rope_index = rope_entry(base, given, capture.calls[0].get("position_ids"))
     components["decode"] = (model, decode)
     return components, capture

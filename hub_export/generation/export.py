@@ -38,6 +38,7 @@ runtime in any language can drive the components from ``export.json`` alone::
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any
 
 from ..configs import ExportConfig
@@ -46,7 +47,9 @@ from ..model import exported_model_class
 from ..signature import split_kwargs
 from ._one_graph import CACHE_DIM, QUERY_DIM, check_one_graph, one_graph_refusal, one_token_step, prompt_step_refusal
 from ._wrap import with_forward
-from .decompose import cache_kwarg, decompose_with_capture
+from .decompose import cache_kwarg, decompose_with_capture, full_length_cache
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["GENERATION_PLAN_VERSION", "export_for_generation"]
 
@@ -117,6 +120,26 @@ def _lengths_tied(sample: dict[str, Any]) -> bool:
     return len({int(n) for n in _cache_lengths(leaves)}) == 1
 
 
+def _batch_axes(kwargs: dict[str, Any]) -> dict[str, int]:
+    """The batch axis of each flattened tensor of ``kwargs``' batched inputs (:data:`_BATCHED`), by name: axis 0, or
+    axis 1 of a 3-D ``...position_ids`` (multimodal rotary positions are (sections, batch, sequence): Qwen2-VL's
+    ``position_ids``, the ``indexer_position_ids`` a cache layer keeps). A tensor whose size there is not the
+    prompt's batch size (a state of fixed shape) has no batch axis and is left out."""
+    from ..structure import flatten_value
+
+    leaves: list[tuple[str, Any]] = []
+    for name, value in kwargs.items():
+        if name in _BATCHED:
+            flatten_value(value, (name,), leaves)
+    axes = {name: 1 if name.endswith("position_ids") and t.dim() == 3 else 0 for name, t in leaves if t.dim()}
+    ids: Any = kwargs.get("input_ids", kwargs.get("decoder_input_ids", kwargs.get("inputs_embeds")))
+    batch = ids.shape[0] if hasattr(ids, "shape") and len(ids.shape) else None
+    if batch is None:
+        return axes
+    shapes = dict(leaves)
+    return {name: axis for name, axis in axes.items() if shapes[name].shape[axis] == batch}
+
+
 def _batch_tied(module: Any, sample: dict[str, Any] | None = None) -> Any:
     """``module`` behind a forward that tells ``torch.export`` every batched input has the same batch size, and,
     where the ``sample`` shows it, that every self-attention cache has one length.
@@ -134,14 +157,15 @@ def _batch_tied(module: Any, sample: dict[str, Any] | None = None) -> Any:
     from ..structure import flatten_value
 
     caches_tied = _lengths_tied(sample or {})
+    axes = _batch_axes(sample) if sample is not None else None
 
     def forward(model: Any, **kwargs: Any) -> Any:
         leaves: list[tuple[str, Any]] = []
         for name, value in kwargs.items():
             if name in _BATCHED:
                 flatten_value(value, (name,), leaves)
-        # multimodal rotary positions (Qwen2-VL's M-RoPE, ...) are (sections, batch, sequence): batch second
-        sizes = [t.shape[1] if name == "position_ids" and t.dim() == 3 else t.shape[0] for name, t in leaves if t.dim()]
+        found = _batch_axes(dict(kwargs)) if axes is None else axes
+        sizes = [t.shape[found[name]] for name, t in leaves if name in found]
         for size in sizes[1:]:
             torch._check(size == sizes[0])
         lengths = _cache_lengths([(n, t) for n, t in leaves if n.startswith("past_key_values.")])
@@ -161,14 +185,13 @@ def _batch_tied(module: Any, sample: dict[str, Any] | None = None) -> Any:
 
 
 def _with_full_length_cache(module: Any) -> Any:
-    """``module`` behind a forward that starts from an empty plain ``DynamicCache`` (see
-    :func:`hub_export.generation.decompose._full_length_cache`): without one, the model would build its own
+    """``module`` behind a forward that starts from an empty full-length ``DynamicCache``
+    (:func:`hub_export.generation.decompose.full_length_cache`): without one, the model would build its own
     sliding-window cache and return keys cut to the window, which the decode graph (traced on full-length
     caches) does not take."""
-    from transformers import DynamicCache
 
     def forward(model: Any, **kwargs: Any) -> Any:
-        kwargs.setdefault("past_key_values", DynamicCache())
+        kwargs.setdefault("past_key_values", full_length_cache(model))
         return model(**kwargs)
 
     return with_forward(module, forward)
@@ -218,6 +241,10 @@ def _plan(
     }
     if multimodal:
         plan.update(capture.multimodal)
+    if capture.encoder_outputs:
+        plan["encoder_outputs"] = capture.encoder_outputs
+    if capture.rope_index is not None:
+        plan["rope_index"] = capture.rope_index
     return plan
 
 
@@ -253,9 +280,21 @@ def export_for_generation(
         model, inputs, generation_config=generation_config, multi_token_decode=multi_token_decode
     )
     _refuse_several_ids_per_position(model, components, capture)
-    exported = _export_components(
-        exporter, model, components, capture, config, main, generation_config, multi_token_decode
-    )
+    try:
+        exported = _export_components(
+            exporter, model, components, capture, config, main, generation_config, multi_token_decode
+        )
+    except HubExportError as exc:
+        if capture.unchained is None:
+            raise
+        # the whole prompt step did not export: the split chain's components still do, for runners[name]
+        logger.warning("%s: the prompt step did not export (%s); exporting the split chain.", type(model).__name__, exc)
+        components, capture = decompose_with_capture(
+            model, inputs, generation_config=generation_config, multi_token_decode=multi_token_decode, chain_only=True
+        )
+        exported = _export_components(
+            exporter, model, components, capture, config, main, generation_config, multi_token_decode
+        )
     plan = {**_plan(components, capture, multi_token_decode, cache), "stateful": _stateful(exported)}
     if plan["kind"] == "decoder_only":
         plan["one_graph"] = why_not

@@ -16,7 +16,7 @@ from ..errors import HubExportError, InputError
 from ._glue import TOKEN_TYPE_INPUTS, positions_from_mask
 from ._rope_index import prompt_positions
 
-__all__ = ["merge_features", "positions_from_mask"]
+__all__ = ["arange_positions", "encoder_outputs", "merge_features", "positions_from_mask"]
 
 
 def _traced_inputs(runner: Any) -> set[str]:
@@ -116,6 +116,33 @@ def merge_features(embeds: Any, ids: Any, features: Any, token_id: int, modality
     return embeds.masked_scatter(placeholders[..., None].expand_as(embeds), rows.to(embeds.dtype))
 
 
+def arange_positions(ids: Any) -> Any:
+    """``0 .. n-1`` on every row of ``ids`` (positions a model builds without looking at the mask)."""
+    import torch
+
+    return torch.arange(ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
+
+
+def encoder_outputs(runners: Any, entries: list[dict[str, Any]], user: dict[str, Any]) -> dict[str, Any]:
+    """``mm_encoder_outputs`` for a prompt step that takes them: each modality's feature graph (the plan's
+    ``encoder_outputs`` entries) on the inputs the caller gave for it.
+
+    Raises:
+        InputError: A feature graph's inputs were not all given (the prompt step's graph takes every modality it
+            was exported with).
+    """
+    outputs = {}
+    for entry in entries:
+        given = {name: user[name] for name in entry["inputs"] if user.get(name) is not None}
+        if len(given) != len(entry["inputs"]):
+            raise InputError(
+                f"This export's prompt step takes {entry['modality']} features: generate() needs {entry['inputs']} "
+                f"(got {sorted(given) or 'none of them'})."
+            )
+        outputs[entry["modality"]] = runners[entry["component"]](**given)
+    return outputs
+
+
 def _multimodal_prompt(
     exported: Any, plan: dict[str, Any], user: dict[str, Any], ids: Any, mask: Any, positions: Any
 ) -> dict[str, Any]:
@@ -136,6 +163,8 @@ def _multimodal_prompt(
             features = runners[entry["projector"]](**{entry["projector_input"]: features})[entry["embeds"]]
         embeds = merge_features(embeds, ids, features, entry["token_id"], entry["modality"])
     language = runners[plan["stages"]["language_model"]]
+    if plan.get("prompt_positions") == "arange" and positions is not None:
+        positions = arange_positions(ids)  # the model's own: the same on every row, padding or not
     rope = plan.get("rope_index")
     if rope is not None:  # multimodal rotary positions, by transformers' own method (see _rope_index)
         positions, exported.rope_deltas = prompt_positions(rope, exported.config, {**user, "attention_mask": mask})

@@ -42,9 +42,10 @@ from transformers import GenerationConfig, GenerationMixin
 
 from .._quiet import quietly
 from ..errors import HubExportError, InputError
+from ._glue import TOKEN_TYPE_INPUTS
 from ._processors import cheaper
 from ._prompt import fit_prompt
-from ._rope_index import TOKEN_TYPES, decode_positions
+from ._rope_index import TOKEN_TYPES, decode_positions, prompt_positions, rope_inputs
 from ._threads import loop_threads
 from .decompose import _empty_cache as _holds_nothing
 from .loop import (
@@ -56,6 +57,7 @@ from .loop import (
     _select,
     _shortened,
     _static_capacity,
+    encoder_outputs,
     positions_from_mask,
 )
 
@@ -194,6 +196,11 @@ class GenerativeSteps(GenerationMixin):
     def _validate_model_kwargs(self, model_kwargs: dict[str, Any]) -> None:
         """Refuse inputs no graph of this export takes (transformers checks them against ``forward``)."""
         traced = {name for c in self.components.values() for name, _ in c.metadata.signature.input_structure}
+        # inputs an export fixed to the sample's values (the model derived sizes from them): checked by the runner
+        traced |= {name for c in self.components.values() for name in c.metadata.signature.fixed_names}
+        rope = (self.generation or {}).get("rope_index")
+        if rope is not None:  # read by the plan's rotary positions, computed in Python
+            traced |= set(rope_inputs(rope))
         unused = [k for k, v in model_kwargs.items() if v is not None and k not in traced | _GENERATION_KWARGS]
         if unused:
             raise ValueError(
@@ -279,7 +286,7 @@ class GenerativeSteps(GenerationMixin):
         if cache is not None:
             inputs[name] = cache
         positions_key = "decoder_position_ids" if encoder_decoder else "position_ids"
-        for key in (positions_key, "token_type_ids"):
+        for key in (positions_key, *TOKEN_TYPE_INPUTS):
             value = kwargs.pop(key, None)
             if value is not None:
                 inputs[key] = value[..., -ids.shape[1] :]
@@ -400,6 +407,11 @@ class CausalLMSteps(GenerativeSteps):
         if plan["kind"] == "multimodal":
             user = {**constant, "input_ids": prompt}
             return _output(_multimodal_prompt(self, plan, user, prompt, mask, positions))
+        if plan.get("encoder_outputs"):  # the prompt step takes the features generate() makes first
+            constant = {**constant, "mm_encoder_outputs": encoder_outputs(runners, plan["encoder_outputs"], constant)}
+            if plan.get("rope_index") is not None and positions is not None:  # as the split chain computes them
+                user = {**constant, "input_ids": prompt, "attention_mask": mask}
+                positions, self.rope_deltas = prompt_positions(plan["rope_index"], self.config, user)
         prefill, decode = runners[plan["stages"]["prefill"]], runners[plan["stages"]["decode"]]
         fitted, mask_fitted, start = fit_prompt(prefill, decode, token_input, prompt, mask, self._pad_token())
         if fitted.shape[1] != prompt.shape[1]:  # left-padded to the prefill's length: positions follow the mask
@@ -495,12 +507,14 @@ class Seq2SeqLMSteps(GenerativeSteps):
             if kwargs.get(key) is not None:
                 step[key] = kwargs[key]
         cache = past_key_values if past_key_values is not None else kwargs.get(name)
+        # other inputs the decoder's graphs traced (T5Gemma 2's pixel_values), as given
+        constant = {k: v for k, v in kwargs.items() if k not in step and k not in (name, "use_cache", "return_dict")}
         if cache is None or (not isinstance(cache, RunnerState) and _past_length(cache) == 0):
             for runner in self._stateful_runners():
                 runner.reset()
             prefill = self.runners[plan["stages"]["prefill"]]
-            return prefill(**_select(prefill, step))
-        return self._decode_step(step, cache, {})
+            return prefill(**_select(prefill, {**constant, **step}))
+        return self._decode_step(step, cache, constant)
 
     def _generate(self, *args: Any, **kwargs: Any) -> Any:
         """transformers' ``generate``, then the decoder prompt dropped when the model's own ``generate`` drops it

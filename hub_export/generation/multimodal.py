@@ -31,11 +31,17 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from ..errors import ExportError
-from ._glue import TOKEN_TYPE_INPUTS
+from ._glue import TOKEN_TYPE_INPUTS, positions_per_row
 from ._rope_index import rope_entry
 from ._wrap import with_forward
 
-__all__ = ["MultimodalParts", "find_parts", "multimodal_components"]
+__all__ = [
+    "MultimodalParts",
+    "encoder_output_components",
+    "encoder_output_watches",
+    "find_parts",
+    "multimodal_components",
+]
 
 _PROJECTORS = {
     "image": ("multi_modal_projector", "connector", "embed_vision"),
@@ -139,6 +145,127 @@ def feature_watches(parts: MultimodalParts) -> dict[str, tuple[Any, str]]:
         if modality in parts.projectors:
             watches[f"{modality}_projector"] = (parts.projectors[modality][1], "forward")
     return watches
+
+
+#: the modalities ``generate`` encodes before the prompt step (transformers' ``mm_encoder_outputs``)
+_PRE_ENCODED = ("image", "video")
+
+
+def encoder_output_watches(model: Any) -> dict[str, tuple[Any, str]]:
+    """What to record during the ``generate`` run of a model that ``find_parts`` cannot split: the feature function
+    ``generate`` itself calls before the prompt step (``base_model.get_<modality>_features``), whose output the
+    prompt step then takes as ``mm_encoder_outputs``."""
+    base = getattr(model, "base_model", model)
+    return {
+        f"{modality}_features": (base, f"get_{modality}_features")
+        for modality in _PRE_ENCODED
+        if callable(getattr(base, f"get_{modality}_features", None))
+    }
+
+
+def encoder_output_components(
+    model: Any, watched: dict[str, list[dict[str, Any]]], prefill: dict[str, Any]
+) -> tuple[dict[str, tuple[Any, dict[str, Any]]], list[dict[str, Any]]]:
+    """The feature components of a prompt step that took ``mm_encoder_outputs`` (transformers' ``generate``
+    encodes the images first, with ``get_<modality>_features``, and hands the prompt step their output), and the
+    plan entries that feed them: ``{"modality", "component", "inputs"}``. The prompt step's graph then merges the
+    features, positions and all, with the model's own code.
+
+    Raises:
+        ExportError: The prompt step took encoder outputs of a modality whose feature call was not recorded.
+    """
+    import torch
+
+    given = prefill.get("mm_encoder_outputs")
+    if not isinstance(given, dict) or not given:
+        return {}, []
+    base = getattr(model, "base_model", model)
+    components: dict[str, tuple[Any, dict[str, Any]]] = {}
+    entries = []
+    for modality in list(given):
+        calls = watched.get(f"{modality}_features") or []
+        if not calls:
+            raise ExportError(
+                f"{type(model).__name__}'s prompt step took {modality} encoder outputs that generate() did not make "
+                f"with get_{modality}_features; cannot export the step that makes them."
+            )
+        kept, joined = _fields_read(model, prefill, modality)
+        given[modality] = _chosen(given[modality], kept, joined)
+        name = f"{modality}_encoder_outputs"
+        components[name] = (_feature_function(base, modality, kept, joined), calls[0])
+        inputs = sorted(k for k, v in calls[0].items() if isinstance(v, torch.Tensor))
+        entries.append({"modality": modality, "component": name, "inputs": inputs})
+    return components, entries
+
+
+def _chosen(output: Any, fields: list[str], joined: list[str]) -> Any:
+    """``output`` (a feature function's ``ModelOutput``) with ``fields`` only, each of ``joined`` (a tuple of
+    tensors, one per image) as one tensor of all their rows in a one-element tuple."""
+
+    values = {field: output[field] for field in fields}
+    for field in joined:
+        values[field] = _joined(values[field])
+    return type(output)(**values)
+
+
+def _joined(value: Any) -> Any:
+    """A tuple of per-image tensors as a one-element tuple of their rows; nested tuples (one per layer: deepstack
+    features) joined inside."""
+    import torch
+
+    if all(isinstance(item, torch.Tensor) for item in value):
+        return (torch.cat(list(value), dim=0),)
+    return type(value)(_joined(item) for item in value)
+
+
+def _joinable(value: Any) -> bool:
+    """Whether ``value`` is a tuple (or tuples of tuples) of tensors, one of them holding several of one layout."""
+    import torch
+
+    if not isinstance(value, (list, tuple)) or not value:
+        return False
+    if all(isinstance(item, torch.Tensor) for item in value):
+        return len(value) > 1 and all(t.dim() >= 1 for t in value) and len({t.shape[1:] for t in value}) == 1
+    return all(isinstance(item, (list, tuple)) for item in value) and any(_joinable(item) for item in value)
+
+
+def _fields_read(model: Any, prefill: dict[str, Any], modality: str) -> tuple[list[str], list[str]]:
+    """What the prompt step reads of its ``mm_encoder_outputs[modality]``: the fields its logits depend on (each
+    other field is left out in turn, and kept when the eager prompt step then fails or gives other logits: the
+    feature function also returns the vision tower's hidden states, which the prompt step does not read and whose
+    ``None`` entries no graph returns), and of those the tuples of per-image tensors it takes joined as well (it
+    concatenates them itself: one tensor, however many images the prompt has)."""
+    import torch
+
+    outputs = prefill["mm_encoder_outputs"][modality]
+
+    def same_logits(fields: list[str], joined: list[str]) -> bool:
+        chosen = _chosen(outputs, fields, joined)
+        kwargs = {**prefill, "mm_encoder_outputs": {**prefill["mm_encoder_outputs"], modality: chosen}}
+        try:
+            with torch.no_grad():
+                return bool(torch.equal(model(**copy.deepcopy(kwargs)).logits, reference))
+        except Exception:  # noqa: BLE001 - the prompt step needs what was left out
+            return False
+
+    kept = [field for field, value in outputs.items() if value is not None]
+    with torch.no_grad():
+        reference = model(**copy.deepcopy(prefill)).logits
+    for field in list(kept):
+        trial = [other for other in kept if other != field]
+        if same_logits(trial, []):
+            kept = trial
+    joined = [field for field in kept if _joinable(outputs[field]) and same_logits(kept, [field])]
+    return kept, joined
+
+
+def _feature_function(base: Any, modality: str, fields: list[str], joined: list[str]) -> Any:
+    """``base.get_<modality>_features`` as a module's forward, returning its output as :func:`_chosen` gives it."""
+
+    def forward(inner: Any, **kwargs: Any) -> Any:
+        return _chosen(getattr(inner, f"get_{modality}_features")(**kwargs), fields, joined)
+
+    return with_forward(base, forward)
 
 
 class _Reached(Exception):
@@ -287,6 +414,7 @@ def multimodal_components(
         {"input_ids": _first_tensor(calls["embeddings"][0])[1]},
     )
     language = calls["language_model"][0]  # the caller drops its empty cache, as for a text-only prefill
+    broadcast = positions_per_row(language)  # the model's own positions, the same on every row
     components["language_model"] = (parts.decoder, language)
     if isinstance(language.get("attention_mask"), dict):  # masks per layer type, built by the base model
         base = _base_as_language(parts, language, prefill)
@@ -302,11 +430,25 @@ def multimodal_components(
         {"hidden_states": _first_tensor(calls["lm_head"][0])[1]},
     )
     plan: dict[str, Any] = {"modalities": modalities, "embeds_input": "inputs_embeds", "hidden": "last_hidden_state"}
+    if broadcast:
+        plan["prompt_positions"] = "arange"
     given = {**(inputs or {}), **{k: v for k, v in prefill.items() if isinstance(v, torch.Tensor)}}
     rope = rope_entry(parts.base, given, language.get("position_ids"))
     if rope is not None:
         plan["rope_index"] = rope
-    plan["runnable"] = _check_chain(modalities, components, prefill, language, replay, input_name, rope is not None)
+    try:
+        plan["runnable"] = _check_chain(
+            modalities,
+            components,
+            prefill,
+            language,
+            replay,
+            input_name,
+            rope is not None,
+            plan.get("prompt_positions"),
+        )
+    except Exception as exc:  # noqa: BLE001 - a part that takes more than the chain gives it (Mistral 3's projector)
+        plan["runnable"] = f"the chain's components do not run on what it feeds them ({type(exc).__name__}: {exc})"
     return components, plan
 
 
@@ -326,17 +468,22 @@ def _check_chain(
     replay: Any,
     input_name: str,
     rope: bool = False,
+    prompt_positions: str | None = None,
 ) -> bool | str:
     """Replay the chain ``generate()`` runs on the captured prompt with the eager components; True when it gives
     exactly the captured language-model inputs and logits, else the reason it does not."""
     import torch
 
     from ._glue import positions_from_mask
-    from .loop import merge_features
+    from .loop import arange_positions, merge_features
 
     ids = prefill.get(input_name)
     if not isinstance(ids, torch.Tensor):
         return f"the prompt step got no {input_name}"
+    chained = {"inputs_embeds", "attention_mask", "position_ids", "past_key_values", *TOKEN_TYPE_INPUTS}
+    unfed = sorted(k for k, v in language.items() if isinstance(v, torch.Tensor) and k not in chained)
+    if unfed:  # e.g. Qwen3-VL's deepstack features, added to the hidden states of the first layers
+        return f"the language model takes {unfed} besides the embeddings, which the chain does not make"
     embeds = _eager(components["embed_tokens"])["inputs_embeds"]
     for entry in modalities:
         if entry["token_id"] is None:
@@ -357,7 +504,11 @@ def _check_chain(
     positions = language.get("position_ids")
     mask = prefill.get("attention_mask")
     # rotary positions the plan computes were already checked against these (rope_entry)
-    if not rope and positions is not None and (mask is None or not torch.equal(positions, positions_from_mask(mask))):
+    if prompt_positions == "arange":
+        fed = arange_positions(ids)
+    else:
+        fed = positions_from_mask(mask) if mask is not None else None
+    if not rope and positions is not None and (fed is None or not torch.equal(positions, fed)):
         return "the language model takes positions other than cumsum(attention_mask) - 1 (e.g. 3D multimodal rotary positions)"
     hidden = _eager(components["language_model"]).last_hidden_state
     head_input = components["lm_head"][1]["hidden_states"]
