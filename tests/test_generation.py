@@ -732,3 +732,27 @@ def test_batch_axes_leave_out_what_has_no_batch_axis_and_positions_get_one_per_r
     seq2seq = {"decoder_input_ids": ids, "decoder_position_ids": torch.arange(5)[None]}
     positions_per_row(seq2seq)
     assert seq2seq["decoder_position_ids"].shape == (2, 5)
+
+
+@pytest.mark.parametrize(("name", "backend"), [("llama", "dynamo"), ("llama", "onnx"), ("t5", "openvino")])
+def test_a_model_that_generates_without_a_cache_exports_its_whole_sequence_steps(tmp_path, name, backend):
+    """A model whose generate() runs without a cache (use_cache=False in its generation config, as MPT's and
+    Pix2Struct's configs have it) feeds the whole sequence at every step: the export has no cache either. A
+    decoder-only model's prompt graph runs every step (its sequence axis is dynamic); an encoder-decoder's first
+    decoder step has its graph (one token) and the later steps theirs. Tokens equal eager, left-padded too."""
+    case = build(name)
+    model = copy.deepcopy(case.model)
+    model.generation_config.use_cache = False
+    exporter, config = _BACKENDS[backend]
+    exported = exporter().export_for_generation(model, _prompt(case), config=config(dynamic=True))
+    plan = exported.generation
+    assert plan["cache"] is None
+    if name in _ENCODER_DECODER:
+        assert list(exported.components) == ["encoder", "prefill", "decode"]
+    else:
+        assert list(exported.components) == ["prefill"] and plan["stages"]["decode"] == "prefill"
+        assert plan["one_graph"] == "the model generates without a cache (every step runs the whole sequence)"
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "export"))
+    for inputs in _runs(name):
+        expected = model.generate(**inputs, max_new_tokens=6, do_sample=False)
+        assert torch.equal(loaded.generate(**inputs, max_new_tokens=6), expected)

@@ -241,3 +241,16 @@ def test_a_model_generate_encodes_first_exports_its_feature_function_and_whole_p
         assert torch.equal(loaded.generate(**inputs, max_new_tokens=6), expected)
     with pytest.raises(InputError, match="prompt step takes image features: generate.. needs"):
         loaded.generate(input_ids=prompt["input_ids"], max_new_tokens=2)  # the prompt step needs the image's features
+
+
+def test_decode_positions_give_every_rope_row_the_text_position_plus_the_prompt_delta():
+    """A decode step's multimodal rotary positions: the text position plus each row's delta on every rope row, three
+    unless the plan says otherwise (HunYuan-VL's get_rope_index returns four), after a text row where the language
+    model takes one (Qwen2-VL)."""
+    from hub_export.generation._rope_index import decode_positions
+
+    positions, deltas = torch.tensor([[7], [9]]), torch.tensor([[-2], [1]])
+    qwen = decode_positions({"class": "Qwen2VLModel", "text_row": True}, positions, deltas)
+    assert qwen[:, :, 0].tolist() == [[7, 9], [5, 10], [5, 10], [5, 10]]
+    hunyuan = decode_positions({"class": "HunYuanVLModel", "text_row": False, "axes": 4}, positions, deltas)
+    assert hunyuan[:, :, 0].tolist() == [[5, 10]] * 4

@@ -58,6 +58,8 @@ def one_graph_refusal(exporter: Any, model: Any, config: Any, main: Any, generat
 
 def prompt_step_refusal(components: dict[str, Any], capture: Any, cache: str) -> str | None:
     """Why the captured stages cannot be served by the decode graph alone; None if they can."""
+    if capture.no_cache:
+        return "the model generates without a cache (every step runs the whole sequence)"
     if set(components) != {"prefill", "decode"} or capture.multimodal is not None:
         return f"the model generates through {sorted(components)}"
     if cache != "past_key_values":

@@ -95,7 +95,7 @@ def decode_positions(entry: dict[str, Any], positions: Any, deltas: Any) -> Any:
 
     if deltas.shape[0] != positions.shape[0]:
         deltas = deltas.repeat_interleave(positions.shape[0] // deltas.shape[0], dim=0)
-    rope = (positions + deltas.to(positions.dtype))[None].expand(3, -1, -1)
+    rope = (positions + deltas.to(positions.dtype))[None].expand(int(entry.get("axes", 3)), -1, -1)
     return torch.cat([positions[None], rope], dim=0) if entry.get("text_row") else rope
 
 
@@ -111,9 +111,15 @@ def rope_entry(base: Any, prompt: dict[str, Any], expected: Any) -> dict[str, An
         model_class(cls.__name__)
     except HubExportError:
         return None
-    entry = {"class": cls.__name__, "text_row": int(expected.shape[0]) == 4}
-    try:
-        positions, _ = prompt_positions(entry, base.config, prompt)
-    except Exception:  # noqa: BLE001 - a method that needs more than the config: generate() cannot run it
-        return None
-    return entry if positions.shape == expected.shape and torch.equal(positions, expected) else None
+    # the language model's rows: the method's own (HunYuan-VL returns all four), or a text row before its three
+    for text_row in (False, True):
+        entry: dict[str, Any] = {"class": cls.__name__, "text_row": text_row}
+        if int(expected.shape[0]) - text_row != 3:
+            entry["axes"] = int(expected.shape[0]) - text_row  # rope rows a decode step gets (3 unless said)
+        try:
+            positions, _ = prompt_positions(entry, base.config, prompt)
+        except Exception:  # noqa: BLE001 - a method that needs more than the config: generate() cannot run it
+            return None
+        if positions.shape == expected.shape and torch.equal(positions, expected):
+            return entry
+    return None

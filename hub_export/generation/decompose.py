@@ -62,6 +62,7 @@ class Capture:
         rope_index: The plan entry of the rotary positions of a prompt step that takes encoder outputs (None when
             its positions follow the mask).
         full_length_cache: ``generate`` ran with a plain ``DynamicCache`` instead of its sliding-window layers.
+        no_cache: ``generate`` ran the model without a cache, each step on the whole sequence.
     """
 
     def __init__(self) -> None:
@@ -73,6 +74,7 @@ class Capture:
         self.encoder_outputs: list[dict[str, Any]] = []
         self.unchained: str | None = None
         self.rope_index: dict[str, Any] | None = None
+        self.no_cache = False
         self.full_length_cache = False
 
 
@@ -330,6 +332,18 @@ def _static_cache_inputs(calls: list[dict[str, Any]], inputs: Any, input_name: s
         )[:, :total]
 
 
+def _without_cache(first: dict[str, Any], later: dict[str, Any], input_name: str) -> bool:
+    """Whether ``generate`` ran the model without a cache: a later step got no cache and the whole sequence again
+    (MPT, Pix2Struct as their configs set them). A step that got fewer tokens keeps a state of its own (XLNet's
+    ``mems``, RWKV's ``state``), which is not this."""
+    import torch
+
+    ids, again = first.get(input_name), later.get(input_name)
+    if "past_key_values" in later or "cache_params" in later:
+        return False
+    return isinstance(ids, torch.Tensor) and isinstance(again, torch.Tensor) and again.shape[-1] > ids.shape[-1]
+
+
 def _merge_decode_calls(first: dict[str, Any], second: dict[str, Any], input_name: str) -> dict[str, Any]:
     """Two consecutive one-token decode calls as one two-token call from the first call's cache."""
     import torch
@@ -414,9 +428,10 @@ def decompose_with_capture(
     first = 2 if _cache_length(capture.calls[1].get("past_key_values")) == 1 else 1
     prefill = _without_empty_caches(capture.calls[0])
     decode = capture.calls[first]
-    if multi_token_decode:
+    capture.no_cache = _without_cache(capture.calls[0], capture.calls[first], input_name)
+    if multi_token_decode and not capture.no_cache:
         decode = _merge_decode_calls(capture.calls[first], capture.calls[first + 1], input_name)
-    if "past_key_values" not in decode and cache_kwarg(decode) != "cache_params":
+    if not capture.no_cache and "past_key_values" not in decode and cache_kwarg(decode) != "cache_params":
         if "cache_params" in decode:
             raise ExportError(
                 f"{type(model).__name__} carries a state-space cache (cache_params: {type(decode['cache_params']).__name__}) "
@@ -446,6 +461,8 @@ def decompose_with_capture(
         features, capture.encoder_outputs = encoder_output_components(model, capture.watched, prefill)
         components.update(features)
         components["prefill"] = (model, prefill)
+        if capture.no_cache and not _is_encoder_decoder(model):
+            return components, capture  # the prompt's graph runs every step (its sequence axis is dynamic)
         if capture.encoder_outputs:  # multimodal rotary positions (sections, batch, sequence), as the chain's
             given = {**inputs, **{k: v for k, v in capture.calls[0].items() if hasattr(v, "shape")}}
             base = getattr(model, "base_model", model)

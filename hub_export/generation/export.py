@@ -229,7 +229,7 @@ def _plan(
         "kind": "encoder_decoder" if encoder_decoder else "multimodal" if multimodal else "decoder_only",
         "stages": {name: name for name in components},
         "token_input": token_input,
-        "cache": cache_kwarg(components["decode"][1]),
+        "cache": None if capture.no_cache else cache_kwarg(components["decode"][1]),
         "cache_implementation": cache,
         "logits": "logits",
         "encoder_output": "encoder_outputs" if encoder_decoder else None,
@@ -241,6 +241,8 @@ def _plan(
     }
     if multimodal:
         plan.update(capture.multimodal)
+    if "decode" not in components:  # generated without a cache: the prompt's graph runs every step
+        plan["stages"]["decode"] = "prefill"
     if capture.encoder_outputs:
         plan["encoder_outputs"] = capture.encoder_outputs
     if capture.rope_index is not None:

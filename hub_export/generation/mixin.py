@@ -275,6 +275,8 @@ class GenerativeSteps(GenerationMixin):
         if inputs_embeds is not None:
             kwargs["inputs_embeds"] = inputs_embeds
         cache = past_key_values if past_key_values is not None else kwargs.pop(name, None)
+        if name is None:  # generated without a cache: every step feeds the whole sequence
+            next_sequence_length = None
         if next_sequence_length is None and cache is not None:
             past = _past_length(cache)
             next_sequence_length = input_ids.shape[1] - past if past else None
@@ -423,6 +425,8 @@ class CausalLMSteps(GenerativeSteps):
         if positions is not None:
             step["position_ids"] = positions[:, :start]
         runner = prefill
+        if name is None:  # no cache: the prompt's graph runs the whole sequence at every step
+            return prefill(**_select(prefill, step))
         if _static_capacity(prefill, name) is not None:  # the graphs fill preallocated buffers
             step[name] = cache if cache is not None else _empty_cache(prefill, name, batch)
         elif prefill is decode or prompt.shape[1] < _min_length(prefill, token_input):
@@ -509,6 +513,9 @@ class Seq2SeqLMSteps(GenerativeSteps):
         cache = past_key_values if past_key_values is not None else kwargs.get(name)
         # other inputs the decoder's graphs traced (T5Gemma 2's pixel_values), as given
         constant = {k: v for k, v in kwargs.items() if k not in step and k not in (name, "use_cache", "return_dict")}
+        if name is None and decoder_input_ids.shape[1] > 1:  # no cache: each step runs the whole decoder sequence
+            decode = self.runners[plan["stages"]["decode"]]
+            return decode(**_select(decode, {**constant, **step}))
         if cache is None or (not isinstance(cache, RunnerState) and _past_length(cache) == 0):
             for runner in self._stateful_runners():
                 runner.reset()
