@@ -224,10 +224,13 @@ def _plan(
     start = None
     if encoder_decoder:
         start = int(prefill[token_input][0, 0])
-    plan = {
+    stages = {name: name for name in components}
+    if "decode" not in components:  # generated without a cache: the prompt's graph runs every step
+        stages["decode"] = "prefill"
+    plan: dict[str, Any] = {
         "version": GENERATION_PLAN_VERSION,
         "kind": "encoder_decoder" if encoder_decoder else "multimodal" if multimodal else "decoder_only",
-        "stages": {name: name for name in components},
+        "stages": stages,
         "token_input": token_input,
         "cache": None if capture.no_cache else cache_kwarg(components["decode"][1]),
         "cache_implementation": cache,
@@ -241,8 +244,6 @@ def _plan(
     }
     if multimodal:
         plan.update(capture.multimodal)
-    if "decode" not in components:  # generated without a cache: the prompt's graph runs every step
-        plan["stages"]["decode"] = "prefill"
     if capture.encoder_outputs:
         plan["encoder_outputs"] = capture.encoder_outputs
     if capture.rope_index is not None:
