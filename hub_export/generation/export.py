@@ -292,12 +292,19 @@ def export_for_generation(
             raise
         # the whole prompt step did not export: the split chain's components still do, for runners[name]
         logger.warning("%s: the prompt step did not export (%s); exporting the split chain.", type(model).__name__, exc)
-        components, capture = decompose_with_capture(
-            model, inputs, generation_config=generation_config, multi_token_decode=multi_token_decode, chain_only=True
-        )
-        exported = _export_components(
-            exporter, model, components, capture, config, main, generation_config, multi_token_decode
-        )
+        try:
+            components, capture = decompose_with_capture(
+                model,
+                inputs,
+                generation_config=generation_config,
+                multi_token_decode=multi_token_decode,
+                chain_only=True,
+            )
+            exported = _export_components(
+                exporter, model, components, capture, config, main, generation_config, multi_token_decode
+            )
+        except Exception:  # noqa: BLE001 - the chain, which generate() could not run anyway, does not export either
+            raise exc from None
     plan = {**_plan(components, capture, multi_token_decode, cache), "stateful": _stateful(exported)}
     if plan["kind"] == "decoder_only":
         plan["one_graph"] = why_not

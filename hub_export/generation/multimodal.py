@@ -201,7 +201,6 @@ def encoder_output_components(
 def _chosen(output: Any, fields: list[str], joined: list[str]) -> Any:
     """``output`` (a feature function's ``ModelOutput``) with ``fields`` only, each of ``joined`` (a tuple of
     tensors, one per image) as one tensor of all their rows in a one-element tuple."""
-
     values = {field: output[field] for field in fields}
     for field in joined:
         values[field] = _joined(values[field])
