@@ -756,3 +756,18 @@ def test_a_model_that_generates_without_a_cache_exports_its_whole_sequence_steps
     for inputs in _runs(name):
         expected = model.generate(**inputs, max_new_tokens=6, do_sample=False)
         assert torch.equal(loaded.generate(**inputs, max_new_tokens=6), expected)
+
+
+@pytest.mark.parametrize("backend", ["dynamo", "openvino"])
+def test_a_decoder_prompt_longer_than_the_first_step_runs_through_the_decode_graph(tmp_path, backend):
+    """An encoder-decoder's first decoder step is traced on one token (the start id); a caller's decoder prompt of
+    several tokens (a forced prefix) runs that graph on its first token, then the decode graph on each other token
+    against the cache (on OpenVINO, a stateful decode seeded by the first step's cache). Tokens equal eager."""
+    case = build("t5")
+    exporter, config = _BACKENDS[backend]
+    exported = exporter().export_for_generation(case.model, _prompt(case), config=config(dynamic=True))
+    inputs = text_inputs(2, 9, pad_left=3, seed=5)
+    start = case.model.generation_config.decoder_start_token_id
+    inputs["decoder_input_ids"] = torch.tensor([[start, 7, 9, 11], [start, 4, 5, 6]])
+    expected = case.model.generate(**inputs, max_new_tokens=6, do_sample=False)
+    assert torch.equal(exported.generate(**inputs, max_new_tokens=6), expected)

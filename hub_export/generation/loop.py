@@ -31,6 +31,12 @@ def _select(runner: Any, candidates: dict[str, Any]) -> dict[str, Any]:
     return {name: candidates[name] for name in names if name in candidates}
 
 
+def _fixed_length(runner: Any, name: str) -> int | None:
+    """The length (axis 1) that ``runner``'s input ``name`` was traced fixed at; None where it is symbolic."""
+    spec = next((s for s in runner.metadata.signature.inputs if s.name == name), None)
+    return spec.shape[1] if spec is not None and len(spec.shape) >= 2 and isinstance(spec.shape[1], int) else None
+
+
 def _min_length(runner: Any, name: str) -> int:
     spec = next((s for s in runner.metadata.signature.inputs if s.name == name), None)
     if spec is None or len(spec.shape) < 2 or isinstance(spec.shape[1], int):

@@ -51,6 +51,7 @@ from .decompose import _empty_cache as _holds_nothing
 from .loop import (
     _decode_window,
     _empty_cache,
+    _fixed_length,
     _min_length,
     _multimodal_prompt,
     _prompt_in_steps,
@@ -439,6 +440,16 @@ class CausalLMSteps(GenerativeSteps):
         return runner(**_select(runner, step))
 
 
+def _decoder_slice(step: dict[str, Any], token_input: str, start: int, end: int) -> dict[str, Any]:
+    """The decoder ids (and positions) ``start:end`` of ``step``, with its decoder mask up to ``end``."""
+    sliced = {token_input: step[token_input][:, start:end]}
+    if step.get("decoder_position_ids") is not None:
+        sliced["decoder_position_ids"] = step["decoder_position_ids"][:, start:end]
+    if step.get("decoder_attention_mask") is not None:
+        sliced["decoder_attention_mask"] = step["decoder_attention_mask"][:, :end]
+    return sliced
+
+
 def _output(values: dict[str, Any]) -> Any:
     """The multimodal prompt step's ``{logits, past_key_values}`` as the output class ``generate()`` reads."""
     from transformers.modeling_outputs import CausalLMOutputWithPast
@@ -520,8 +531,25 @@ class Seq2SeqLMSteps(GenerativeSteps):
             for runner in self._stateful_runners():
                 runner.reset()
             prefill = self.runners[plan["stages"]["prefill"]]
+            traced = _fixed_length(prefill, token_input)
+            if traced is not None and decoder_input_ids.shape[1] > traced:
+                return self._decoder_prompt_in_steps(step, traced, constant)
             return prefill(**_select(prefill, {**constant, **step}))
         return self._decode_step(step, cache, constant)
+
+    def _decoder_prompt_in_steps(self, step: dict[str, Any], traced: int, constant: dict[str, Any]) -> Any:
+        """A decoder prompt longer than the first decoder step's graph takes (it was traced on ``traced`` tokens):
+        that graph on its first tokens, then the decode graph on each other token against the cache; the last
+        step's outputs (its logits are the prompt's last position's)."""
+        plan = self.generation
+        name, token_input = plan["cache"], plan["token_input"]
+        ids = step[token_input]
+        prefill = self.runners[plan["stages"]["prefill"]]
+        outputs = prefill(**_select(prefill, {**constant, **step, **_decoder_slice(step, token_input, 0, traced)}))
+        for end in range(traced + 1, ids.shape[1] + 1):
+            one = {**step, **_decoder_slice(step, token_input, end - 1, end)}
+            outputs = self._decode_step(one, outputs[name], constant)
+        return outputs
 
     def _generate(self, *args: Any, **kwargs: Any) -> Any:
         """transformers' ``generate``, then the decoder prompt dropped when the model's own ``generate`` drops it
