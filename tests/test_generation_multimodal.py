@@ -168,6 +168,21 @@ def test_audio_language_model_generate_equals_eager(backend, tmp_path):
         assert torch.equal(loaded.generate(**inputs, max_new_tokens=8), expected), backend
 
 
+def _harness_vlm(name: str) -> tuple:
+    """A tiny vision-language model built by the coverage harness, its prompt, and a left-padded batch of two images."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from _coverage_generation import _prompt, _vlm_batch_of_two
+    from _tiny_configs import build_case
+
+    case = build_case(name)
+    prompt, other = _prompt(case.sample), _vlm_batch_of_two(case)
+    assert other is not None and int(other["attention_mask"][0, :2].sum()) == 0
+    return case, prompt, other
+
+
 @pytest.mark.parametrize("name", ["qwen2_vl", "gemma3"])
 def test_vision_language_glue_beyond_the_mask_generates_as_eager(name, tmp_path):
     """Two kinds of glue the chain now carries, on tiny models built by the coverage harness:
@@ -180,18 +195,9 @@ def test_vision_language_glue_beyond_the_mask_generates_as_eager(name, tmp_path)
       an image): the language component is the base model on the merged embeddings, the 2D mask and token types.
 
     Tokens equal eager generate, for a left-padded batch of two images as well, after a reload."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from _coverage_generation import _prompt, _vlm_batch_of_two
-    from _tiny_configs import build_case
-
     from hub_export.generation._rope_index import model_class
 
-    case = build_case(name)
-    prompt, other = _prompt(case.sample), _vlm_batch_of_two(case)
-    assert other is not None and int(other["attention_mask"][0, :2].sum()) == 0
+    case, prompt, other = _harness_vlm(name)
     exported = DynamoExporter().export_for_generation(case.model, prompt, config=DynamoConfig(dynamic=True))
     plan = exported.generation
     assert plan["runnable"] is True
@@ -218,16 +224,7 @@ def test_a_model_generate_encodes_first_exports_its_feature_function_and_whole_p
     export follows that: a graph of the feature function, returning only what the prompt step reads (its per-image
     tuple joined into one tensor), then the whole model's prompt step and decode, and the model merges the
     features itself. Tokens equal eager generate for a left-padded batch of two images as well, after a reload."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from _coverage_generation import _prompt, _vlm_batch_of_two
-    from _tiny_configs import build_case
-
-    case = build_case(name)
-    prompt, other = _prompt(case.sample), _vlm_batch_of_two(case)
-    assert other is not None and int(other["attention_mask"][0, :2].sum()) == 0
+    case, prompt, other = _harness_vlm(name)
     exported = DynamoExporter().export_for_generation(case.model, prompt, config=DynamoConfig(dynamic=True))
     plan = exported.generation
     assert list(exported.components) == ["image_encoder_outputs", "prefill", "decode"]
